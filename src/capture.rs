@@ -1,0 +1,685 @@
+//! Capture: directory trees -> objects + trees -> one checkpoint over every root.
+//!
+//! 1. Walk each root (sorted, `lstat`, never following symlinks). Sockets, fifos and devices
+//!    fail the capture with their path unless excluded.
+//! 2. A file whose (size, mtime, ctime, inode) equal the parent checkpoint's stat cache reuses
+//!    its chunk list; every other file is read and chunked (FastCDC) and hashed on all cores.
+//!    A file that changes while it is read is retried, then named in the error.
+//! 3. Trees are encoded bottom-up (unchanged directories hash to their old ids), objects are
+//!    committed (see `store::object`), the record is written, then the branch moves by CAS.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io::{self, IsTerminal, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
+use crate::store::object::ObjectBatch;
+use crate::store::statcache::{Cached, StatCache, StatKey, RACY_WINDOW_NS};
+use crate::store::tree::{Chunk, Entry, EntryKind, Tree};
+use crate::store::{ChunkerConfig, Store};
+
+/// How often a file that keeps changing is re-read before the capture fails.
+const CHANGE_RETRIES: usize = 3;
+
+/// What to capture.
+#[derive(Clone, Debug, Default)]
+pub struct CaptureOptions {
+    pub branch: String,
+    pub label: Option<String>,
+    pub message: String,
+    /// Capture these roots from another directory instead of their recorded path.
+    pub from: BTreeMap<String, PathBuf>,
+    /// Extra exclude globs for every root (added to STORE.json's per-root rules).
+    pub exclude: Vec<String>,
+    /// Show a progress line on stderr (only when it is a terminal).
+    pub progress: bool,
+}
+
+/// The result of a capture.
+#[derive(Clone, Debug)]
+pub struct CaptureReport {
+    pub id: ObjectId,
+    pub checkpoint: Checkpoint,
+}
+
+/// Compiles exclude globs. A pattern without `/` matches a name at any depth (`*.pem`,
+/// `node_modules`); a pattern with `/` matches the path from the root (`cache/tmp/**`).
+pub fn compile_exclude(root: &str, patterns: &[String]) -> Result<(GlobSet, GlobSet)> {
+    let mut names = GlobSetBuilder::new();
+    let mut paths = GlobSetBuilder::new();
+    for p in patterns {
+        let anchored = p.contains('/');
+        let pat = p.trim_start_matches('/');
+        let glob = GlobBuilder::new(pat)
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build()
+            .map_err(|e| Error::Usage(format!("root {root}: bad exclude pattern {p:?}: {e}")))?;
+        if anchored {
+            paths.add(glob);
+        } else {
+            names.add(glob);
+        }
+    }
+    let build = |b: GlobSetBuilder| {
+        b.build()
+            .map_err(|e| Error::Usage(format!("root {root}: bad exclude patterns: {e}")))
+    };
+    Ok((build(names)?, build(paths)?))
+}
+
+struct Excluder {
+    names: GlobSet,
+    paths: GlobSet,
+}
+
+impl Excluder {
+    fn excluded(&self, rel: &Path, name: &std::ffi::OsStr) -> bool {
+        self.names.is_match(name) || self.paths.is_match(rel)
+    }
+}
+
+/// A file found by the walk, to be read (or reused from the stat cache).
+struct FileJob {
+    abs: PathBuf,
+    rel: Vec<u8>,
+    cached: Option<Cached>,
+}
+
+/// The result of reading one file.
+struct FileData {
+    key: StatKey,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    chunks: Vec<Chunk>,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    read: bool,
+}
+
+enum Node {
+    File(usize),
+    Dir(Box<DirNode>),
+    Symlink(Entry),
+}
+
+struct DirNode {
+    meta: Metadata,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    children: Vec<(Vec<u8>, Node)>,
+}
+
+struct Progress {
+    files: AtomicU64,
+    bytes: AtomicU64,
+    done: AtomicBool,
+}
+
+/// Captures every root of the store as one checkpoint on `opts.branch`.
+///
+/// # Errors
+/// `Invalid` for special files and files that kept changing, `NotFound` for a missing root,
+/// `Conflict` for an existing label or a branch moved concurrently; I/O errors with their path.
+pub fn capture(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport> {
+    crate::util::check_name("branch", &opts.branch)?;
+    if let Some(l) = &opts.label {
+        crate::util::check_name("label", l)?;
+    }
+    for name in opts.from.keys() {
+        store.root_config(name)?;
+    }
+    let args = serde_json::json!({"branch": opts.branch, "label": opts.label,
+        "from": opts.from.iter().map(|(k, v)| (k.clone(), v.display().to_string())).collect::<BTreeMap<_,_>>()});
+    store.mutate("capture", args, |_m| {
+        let report = capture_locked(store, opts)?;
+        let s = &report.checkpoint.stats;
+        let summary = serde_json::json!({"checkpoint": report.id, "files": s.files,
+            "bytes": s.bytes, "new_objects": s.new_objects, "new_bytes": s.new_bytes});
+        Ok((report, summary))
+    })
+}
+
+fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport> {
+    if let Some(l) = &opts.label {
+        if store.read_label(l)?.is_some() {
+            return Err(Error::Conflict(format!(
+                "label {l} already exists; labels are immutable"
+            )));
+        }
+    }
+    let parent_branch = store.read_branch(&opts.branch)?;
+    let parent = parent_branch.as_ref().and_then(|b| b.head);
+    let start_ns = crate::util::now_ns();
+    let batch = ObjectBatch::new(store);
+    let progress = Progress {
+        files: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        done: AtomicBool::new(false),
+    };
+    let show = opts.progress && io::stderr().is_terminal();
+    let mut roots = BTreeMap::new();
+    let mut stats = Stats::default();
+    let mut caches: Vec<(String, StatCache)> = Vec::new();
+    std::thread::scope(|s| -> Result<()> {
+        if show {
+            s.spawn(|| show_progress(&progress));
+        }
+        let result = (|| {
+            for (name, rc) in &store.config().roots {
+                let src = opts
+                    .from
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_else(|| rc.path.clone());
+                let mut patterns = rc.exclude.clone();
+                patterns.extend(opts.exclude.iter().cloned());
+                let (names, paths) = compile_exclude(name, &patterns)?;
+                let excl = Excluder { names, paths };
+                let old = parent
+                    .map(|p| store.load_statcache(&p, name))
+                    .unwrap_or_default();
+                let (rec, cache) = capture_root(
+                    store,
+                    &batch,
+                    &store.config().chunker,
+                    &src,
+                    &excl,
+                    old,
+                    start_ns,
+                    &mut stats,
+                    &progress,
+                )
+                .map_err(|e| match e {
+                    Error::NotFound(m) => Error::NotFound(format!("root {name}: {m}")),
+                    other => other,
+                })?;
+                roots.insert(name.clone(), rec);
+                caches.push((name.clone(), cache));
+            }
+            Ok(())
+        })();
+        progress.done.store(true, Ordering::Relaxed);
+        result
+    })?;
+    if show {
+        eprint!("\r\x1b[K");
+    }
+    batch.commit()?;
+    stats.new_objects = batch.new_objects();
+    stats.new_bytes = batch.new_bytes();
+    let checkpoint = Checkpoint {
+        version: 1,
+        roots,
+        parents: parent.into_iter().collect(),
+        branch: opts.branch.clone(),
+        label: opts.label.clone(),
+        message: opts.message.clone(),
+        time_ns: crate::util::now_ns(),
+        stats,
+    };
+    let id = store.write_checkpoint(&checkpoint)?;
+    store.advance_branch(&opts.branch, parent, id)?;
+    if let Some(l) = &opts.label {
+        store.create_label(l, &id)?;
+    }
+    for (name, cache) in &caches {
+        store.save_statcache(&id, name, cache);
+    }
+    Ok(CaptureReport { id, checkpoint })
+}
+
+fn show_progress(p: &Progress) {
+    let mut err = io::stderr();
+    while !p.done.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(200));
+        let _ignored = write!(
+            err,
+            "\r\x1b[Kcapturing: {} files, {} read",
+            p.files.load(Ordering::Relaxed),
+            crate::util::human_bytes(p.bytes.load(Ordering::Relaxed))
+        );
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn capture_root(
+    store: &Store,
+    batch: &ObjectBatch<'_>,
+    chunker: &ChunkerConfig,
+    src: &Path,
+    excl: &Excluder,
+    old: StatCache,
+    start_ns: i64,
+    stats: &mut Stats,
+    progress: &Progress,
+) -> Result<(RootRecord, StatCache)> {
+    let meta = fs::symlink_metadata(src).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => Error::NotFound(format!("directory {}", src.display())),
+        _ => Error::io(src, e),
+    })?;
+    if !meta.is_dir() {
+        return Err(Error::Invalid(format!(
+            "{} is not a directory",
+            src.display()
+        )));
+    }
+    let mut jobs = Vec::new();
+    let mut old = old;
+    let xattrs = read_xattrs_path(src)?;
+    let root = walk_dir(
+        src,
+        Path::new(""),
+        meta,
+        xattrs,
+        excl,
+        &mut old,
+        &mut jobs,
+        stats,
+    )?;
+    let results = read_files(batch, chunker, &jobs, progress)?;
+    let mut cache = StatCache::new();
+    for (job, data) in jobs.iter().zip(&results) {
+        stats.files += 1;
+        stats.bytes += data.key.size;
+        if data.read {
+            stats.files_read += 1;
+        }
+        if data.key.mtime_ns < start_ns - RACY_WINDOW_NS
+            && data.key.ctime_ns < start_ns - RACY_WINDOW_NS
+        {
+            cache.insert(
+                job.rel.clone(),
+                Cached {
+                    key: data.key.clone(),
+                    chunks: data.chunks.clone(),
+                    xattrs: data.xattrs.clone(),
+                },
+            );
+        }
+    }
+    let (tree, subdirs, files, bytes) = build_tree(batch, &root, &results)?;
+    let _ = store;
+    Ok((
+        RootRecord {
+            tree,
+            mode: root.meta.mode() & 0o7777,
+            uid: root.meta.uid(),
+            gid: root.meta.gid(),
+            mtime_ns: mtime_ns(&root.meta),
+            subdirs,
+            files,
+            bytes,
+        },
+        cache,
+    ))
+}
+
+fn mtime_ns(m: &Metadata) -> i64 {
+    m.mtime() * 1_000_000_000 + m.mtime_nsec()
+}
+
+fn ctime_ns(m: &Metadata) -> i64 {
+    m.ctime() * 1_000_000_000 + m.ctime_nsec()
+}
+
+fn stat_key(m: &Metadata) -> StatKey {
+    StatKey {
+        size: m.len(),
+        mtime_ns: mtime_ns(m),
+        ctime_ns: ctime_ns(m),
+        ino: m.ino(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_dir(
+    abs: &Path,
+    rel: &Path,
+    meta: Metadata,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    excl: &Excluder,
+    old: &mut StatCache,
+    jobs: &mut Vec<FileJob>,
+    stats: &mut Stats,
+) -> Result<DirNode> {
+    stats.dirs += 1;
+    let mut names: Vec<std::ffi::OsString> = Vec::new();
+    for ent in fs::read_dir(abs).map_err(|e| Error::io(abs, e))? {
+        let ent = ent.map_err(|e| Error::io(abs, e))?;
+        names.push(ent.file_name());
+    }
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let mut children = Vec::with_capacity(names.len());
+    for name in names {
+        let child_abs = abs.join(&name);
+        let child_rel = rel.join(&name);
+        if excl.excluded(&child_rel, &name) {
+            continue;
+        }
+        let m = match fs::symlink_metadata(&child_abs) {
+            Ok(m) => m,
+            // Deleted between readdir and lstat: it is simply not part of this capture.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(&child_abs, e)),
+        };
+        let ft = m.file_type();
+        let node = if ft.is_dir() {
+            let x = read_xattrs_path(&child_abs)?;
+            Node::Dir(Box::new(walk_dir(
+                &child_abs, &child_rel, m, x, excl, old, jobs, stats,
+            )?))
+        } else if ft.is_file() {
+            let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
+            let cached = old.remove(&rel_bytes).filter(|c| c.key == stat_key(&m));
+            jobs.push(FileJob {
+                abs: child_abs,
+                rel: rel_bytes,
+                cached,
+            });
+            Node::File(jobs.len() - 1)
+        } else if ft.is_symlink() {
+            stats.symlinks += 1;
+            let target = fs::read_link(&child_abs).map_err(|e| Error::io(&child_abs, e))?;
+            let target = target.as_os_str().as_bytes().to_vec();
+            Node::Symlink(Entry {
+                name: name.as_bytes().to_vec(),
+                size: target.len() as u64,
+                kind: EntryKind::Symlink { target },
+                mode: m.mode() & 0o7777,
+                uid: m.uid(),
+                gid: m.gid(),
+                mtime_ns: mtime_ns(&m),
+                xattrs: read_xattrs_path(&child_abs)?,
+            })
+        } else {
+            let what = if ft_is(&m, libc::S_IFSOCK) {
+                "a socket"
+            } else if ft_is(&m, libc::S_IFIFO) {
+                "a fifo"
+            } else {
+                "a device node"
+            };
+            return Err(Error::Invalid(format!(
+                "{} is {what}: only files, directories and symlinks can be captured (exclude it with --exclude)",
+                child_abs.display()
+            )));
+        };
+        children.push((name.as_bytes().to_vec(), node));
+    }
+    Ok(DirNode {
+        meta,
+        xattrs,
+        children,
+    })
+}
+
+fn ft_is(m: &Metadata, t: u32) -> bool {
+    m.mode() & libc::S_IFMT == t
+}
+
+/// Reads the xattrs of a path without following a final symlink. Unsupported = none.
+fn read_xattrs_path(path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let names = match xattr::list(path) {
+        Ok(n) => n,
+        Err(e) if is_unsupported(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let mut out = Vec::new();
+    for n in names {
+        match xattr::get(path, &n) {
+            Ok(Some(v)) => out.push((n.as_bytes().to_vec(), v)),
+            Ok(None) => {}
+            Err(e) if is_unsupported(&e) => {}
+            Err(e) => return Err(Error::io(path, e)),
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn read_xattrs_file(f: &File, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    use xattr::FileExt;
+    let names = match f.list_xattr() {
+        Ok(n) => n,
+        Err(e) if is_unsupported(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let mut out = Vec::new();
+    for n in names {
+        match f.get_xattr(&n) {
+            Ok(Some(v)) => out.push((n.as_bytes().to_vec(), v)),
+            Ok(None) => {}
+            Err(e) if is_unsupported(&e) => {}
+            Err(e) => return Err(Error::io(path, e)),
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn is_unsupported(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::ENODATA))
+}
+
+/// Reads all jobs on every core; results are in job order.
+fn read_files(
+    batch: &ObjectBatch<'_>,
+    chunker: &ChunkerConfig,
+    jobs: &[FileJob],
+    progress: &Progress,
+) -> Result<Vec<FileData>> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(1, 8);
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let results: Vec<Mutex<Option<FileData>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                if failed.load(Ordering::Relaxed) {
+                    return;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(job) = jobs.get(i) else { return };
+                match read_file(batch, chunker, job, progress) {
+                    Ok(d) => {
+                        progress.files.fetch_add(1, Ordering::Relaxed);
+                        *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(d);
+                    }
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        first_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    results
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .ok_or_else(|| Error::Invalid("internal: a file was not read".into()))
+        })
+        .collect()
+}
+
+fn read_file(
+    batch: &ObjectBatch<'_>,
+    chunker: &ChunkerConfig,
+    job: &FileJob,
+    progress: &Progress,
+) -> Result<FileData> {
+    for _attempt in 0..CHANGE_RETRIES {
+        let f = match open_nofollow(&job.abs) {
+            Ok(f) => f,
+            Err(e) => return Err(Error::io(&job.abs, e)),
+        };
+        let before = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
+        if !before.is_file() {
+            return Err(Error::Invalid(format!(
+                "{} changed type while being captured",
+                job.abs.display()
+            )));
+        }
+        let key = stat_key(&before);
+        if let Some(c) = &job.cached {
+            if c.key == key {
+                return Ok(FileData {
+                    key,
+                    mode: before.mode() & 0o7777,
+                    uid: before.uid(),
+                    gid: before.gid(),
+                    chunks: c.chunks.clone(),
+                    xattrs: c.xattrs.clone(),
+                    read: false,
+                });
+            }
+        }
+        let xattrs = read_xattrs_file(&f, &job.abs)?;
+        let (chunks, total) = chunk_file(batch, chunker, &f, key.size, &job.abs, progress)?;
+        let after = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
+        if stat_key(&after) == key && total == key.size {
+            return Ok(FileData {
+                key,
+                mode: before.mode() & 0o7777,
+                uid: before.uid(),
+                gid: before.gid(),
+                chunks,
+                xattrs,
+                read: true,
+            });
+        }
+        log::debug!("{} changed while being read; retrying", job.abs.display());
+    }
+    Err(Error::Invalid(format!(
+        "{} kept changing while being captured ({CHANGE_RETRIES} attempts); quiesce the writer and retry",
+        job.abs.display()
+    )))
+}
+
+fn open_nofollow(path: &Path) -> io::Result<File> {
+    let open = |flags| OpenOptions::new().read(true).custom_flags(flags).open(path);
+    match open(libc::O_NOFOLLOW | libc::O_NOATIME) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(libc::O_NOFOLLOW),
+        other => other,
+    }
+}
+
+fn chunk_file(
+    batch: &ObjectBatch<'_>,
+    chunker: &ChunkerConfig,
+    f: &File,
+    size: u64,
+    path: &Path,
+    progress: &Progress,
+) -> Result<(Vec<Chunk>, u64)> {
+    let mut chunks = Vec::new();
+    let mut total = 0u64;
+    if size <= u64::from(chunker.min) {
+        let mut data = Vec::with_capacity(size as usize + 1);
+        (&*f)
+            .take(u64::from(chunker.min) + 1)
+            .read_to_end(&mut data)
+            .map_err(|e| Error::io(path, e))?;
+        total = data.len() as u64;
+        if !data.is_empty() && total <= u64::from(chunker.min) {
+            let id = batch.ensure(&data)?;
+            chunks.push(Chunk {
+                id,
+                len: data.len() as u32,
+            });
+        }
+        progress.bytes.fetch_add(total, Ordering::Relaxed);
+        return Ok((chunks, total));
+    }
+    let reader = io::BufReader::with_capacity(1 << 20, f);
+    let cdc = fastcdc::v2020::StreamCDC::new(reader, chunker.min, chunker.avg, chunker.max);
+    for c in cdc {
+        let c = c.map_err(|e| match e {
+            fastcdc::v2020::Error::IoError(io) => Error::io(path, io),
+            other => Error::io(path, io::Error::other(other.to_string())),
+        })?;
+        let id = batch.ensure(&c.data)?;
+        total += c.length as u64;
+        progress.bytes.fetch_add(c.length as u64, Ordering::Relaxed);
+        chunks.push(Chunk {
+            id,
+            len: c.length as u32,
+        });
+    }
+    Ok((chunks, total))
+}
+
+/// Encodes a directory bottom-up; returns (tree id, subdirs, files, bytes).
+fn build_tree(
+    batch: &ObjectBatch<'_>,
+    dir: &DirNode,
+    results: &[FileData],
+) -> Result<(ObjectId, u32, u64, u64)> {
+    let mut entries = Vec::with_capacity(dir.children.len());
+    let mut subdirs = 0u32;
+    let mut files = 0u64;
+    let mut bytes = 0u64;
+    for (name, node) in &dir.children {
+        match node {
+            Node::File(i) => {
+                let d = &results[*i];
+                files += 1;
+                bytes += d.key.size;
+                entries.push(Entry {
+                    name: name.clone(),
+                    kind: EntryKind::File {
+                        chunks: d.chunks.clone(),
+                    },
+                    mode: d.mode,
+                    uid: d.uid,
+                    gid: d.gid,
+                    mtime_ns: d.key.mtime_ns,
+                    size: d.key.size,
+                    xattrs: d.xattrs.clone(),
+                });
+            }
+            Node::Dir(sub) => {
+                let (tree, sd, f, b) = build_tree(batch, sub, results)?;
+                subdirs += 1;
+                files += f;
+                bytes += b;
+                entries.push(Entry {
+                    name: name.clone(),
+                    kind: EntryKind::Dir { tree, subdirs: sd },
+                    mode: sub.meta.mode() & 0o7777,
+                    uid: sub.meta.uid(),
+                    gid: sub.meta.gid(),
+                    mtime_ns: mtime_ns(&sub.meta),
+                    size: sub.children.len() as u64,
+                    xattrs: sub.xattrs.clone(),
+                });
+            }
+            Node::Symlink(e) => entries.push(e.clone()),
+        }
+    }
+    let tree = Tree { entries };
+    let id = batch.ensure(&tree.encode())?;
+    Ok((id, subdirs, files, bytes))
+}

@@ -1,0 +1,20 @@
+//! ckptfs: a checkpoint filesystem for directory trees that live at fixed absolute paths.
+//!
+//! Data flows from a directory through [`capture`] into the content-addressed [`store`]:
+//! files become chunk objects (FastCDC + SHA-256), directories become [`store::tree::Tree`]
+//! objects, and one [`store::checkpoint::Checkpoint`] record ties one tree per root together.
+//! Branches (movable) and labels (immutable) name checkpoints. [`ops`] holds the operations
+//! over stored history: restore, verify, diff, recover.
+//!
+//! The CLI (`src/cli`) is a thin layer over this library; the library never sees clap.
+
+pub mod capture;
+pub mod error;
+pub mod id;
+pub mod ops;
+pub mod store;
+pub mod util;
+
+pub use error::{Error, Result};
+pub use id::ObjectId;
+pub use store::Store;

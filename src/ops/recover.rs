@@ -1,0 +1,119 @@
+//! `recover`: after a crash, finish or roll back the interrupted operation recorded in
+//! `run/RUNNING.json`, and remove half-written temp files. Runs under the exclusive lock, so no
+//! other mutating command can be running; a marker whose process is still alive is refused.
+
+use std::fs;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::ops::restore::RestorePhase;
+use crate::store::lock::pid_alive;
+use crate::store::Store;
+
+/// What recover did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RecoverReport {
+    /// The interrupted operation, if there was one.
+    pub interrupted: Option<String>,
+    pub actions: Vec<String>,
+    pub temp_files_removed: u64,
+}
+
+/// Repairs what can be repaired safely; see the module doc.
+///
+/// # Errors
+/// `Conflict` when the recorded process is still alive.
+pub fn recover(store: &Store) -> Result<RecoverReport> {
+    let _lock = store.lock_exclusive()?;
+    let mut report = RecoverReport::default();
+    let marker = store.read_marker()?;
+    if let Some(m) = &marker {
+        if m.pid != std::process::id() && pid_alive(m.pid) {
+            return Err(Error::Conflict(format!(
+                "the {} recorded in {} (pid {}) is still running; wait for it or stop it first",
+                m.op,
+                store.running_marker_path().display(),
+                m.pid
+            )));
+        }
+        report.interrupted = Some(format!("{} (pid {})", m.op, m.pid));
+        if m.op == "restore" {
+            if let Ok(phase) = serde_json::from_value::<RestorePhase>(m.phase.clone()) {
+                roll_back_restore(&phase, &mut report)?;
+            }
+        }
+    }
+    report.temp_files_removed += remove_temps(&store.tmp_dir(), true)?;
+    for d in [
+        store.checkpoints_dir(),
+        store.branches_dir(),
+        store.labels_dir(),
+        store.run_dir(),
+        store.root().to_path_buf(),
+    ] {
+        report.temp_files_removed += remove_temps(&d, false)?;
+    }
+    if report.temp_files_removed > 0 {
+        report.actions.push(format!(
+            "removed {} half-written temp files",
+            report.temp_files_removed
+        ));
+    }
+    if marker.is_some() {
+        report.actions.push("cleared the RUNNING marker".into());
+    }
+    let summary = serde_json::to_value(&report).unwrap_or_default();
+    store.run_locked("recover", serde_json::json!({}), |_| Ok(((), summary)))?;
+    Ok(report)
+}
+
+fn roll_back_restore(p: &RestorePhase, report: &mut RecoverReport) -> Result<()> {
+    if p.staging.exists() {
+        fs::remove_dir_all(&p.staging).map_err(|e| Error::io(&p.staging, e))?;
+        report.actions.push(format!(
+            "removed the restore staging directory {}",
+            p.staging.display()
+        ));
+    }
+    if let Some(aside) = &p.aside {
+        if aside.exists() && fs::symlink_metadata(&p.dir).is_err() {
+            fs::rename(aside, &p.dir).map_err(|e| Error::io(&p.dir, e))?;
+            report.actions.push(format!(
+                "put the original {} back (it had been moved to {})",
+                p.dir.display(),
+                aside.display()
+            ));
+        }
+    }
+    if report.actions.is_empty() {
+        report.actions.push(format!(
+            "restore to {} had completed or not started; nothing to roll back",
+            p.dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Removes `.tmp-*` files in `dir` (every file when `all`). Returns how many.
+fn remove_temps(dir: &Path, all: bool) -> Result<u64> {
+    let mut n = 0;
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    for ent in rd {
+        let ent = ent.map_err(|e| Error::io(dir, e))?;
+        let name = ent.file_name();
+        if all || name.to_string_lossy().starts_with(".tmp-") {
+            let p = ent.path();
+            if ent.file_type().map_err(|e| Error::io(&p, e))?.is_file() {
+                fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}

@@ -1,0 +1,156 @@
+//! Checkpoint records: immutable JSON, addressed by the SHA-256 of their exact bytes.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::{is_hex_prefix, ObjectId};
+use crate::store::{fsio, Store};
+
+/// The captured state of one root: its top tree and the root directory's own metadata.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RootRecord {
+    pub tree: ObjectId,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime_ns: i64,
+    pub subdirs: u32,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// Counts recorded with a checkpoint.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Stats {
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub bytes: u64,
+    pub new_objects: u64,
+    pub new_bytes: u64,
+    pub files_read: u64,
+}
+
+/// One checkpoint. Field order is the canonical encoding order.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub version: u32,
+    pub roots: BTreeMap<String, RootRecord>,
+    pub parents: Vec<ObjectId>,
+    pub branch: String,
+    pub label: Option<String>,
+    pub message: String,
+    pub time_ns: i64,
+    pub stats: Stats,
+}
+
+impl Checkpoint {
+    /// Canonical bytes (compact JSON, fixed field order).
+    pub fn encode(&self) -> Vec<u8> {
+        // Serializing plain structs and maps cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn decode(id: &ObjectId, data: &[u8]) -> Result<Checkpoint> {
+        if ObjectId::of(data) != *id {
+            return Err(Error::Corrupt(format!(
+                "checkpoint {id} does not match its hash"
+            )));
+        }
+        let c: Checkpoint = serde_json::from_slice(data)
+            .map_err(|e| Error::Corrupt(format!("checkpoint {id}: {e}")))?;
+        for name in c.roots.keys() {
+            crate::util::check_name("root", name)
+                .map_err(|_| Error::Corrupt(format!("checkpoint {id}: bad root name {name:?}")))?;
+        }
+        Ok(c)
+    }
+}
+
+impl Store {
+    /// Writes a checkpoint record durably (never overwriting) and returns its id.
+    pub fn write_checkpoint(&self, c: &Checkpoint) -> Result<ObjectId> {
+        let data = c.encode();
+        let id = ObjectId::of(&data);
+        fsio::write_atomic_new(&self.checkpoint_path(&id), &data, 0o444)?;
+        Ok(id)
+    }
+
+    /// Reads and checks a checkpoint record.
+    pub fn read_checkpoint(&self, id: &ObjectId) -> Result<Checkpoint> {
+        let p = self.checkpoint_path(id);
+        let data = fs::read(&p).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::NotFound(format!("checkpoint {id}")),
+            _ => Error::io(&p, e),
+        })?;
+        Checkpoint::decode(id, &data)
+    }
+
+    /// Every checkpoint id in the store.
+    pub fn list_checkpoints(&self) -> Result<Vec<ObjectId>> {
+        let dir = self.checkpoints_dir();
+        let mut out = Vec::new();
+        for ent in fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+            let ent = ent.map_err(|e| Error::io(&dir, e))?;
+            if let Some(name) = ent.file_name().to_str() {
+                if let Ok(id) = ObjectId::parse(name) {
+                    out.push(id);
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Resolves a checkpoint spec: a label, a branch name (its head), or a unique id prefix
+    /// (at least 4 hex digits).
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown spec, `Usage` for an ambiguous prefix.
+    pub fn resolve(&self, spec: &str) -> Result<ObjectId> {
+        if spec.is_empty() {
+            return Err(Error::Usage("empty checkpoint name".into()));
+        }
+        if crate::util::check_name("label", spec).is_ok() {
+            if let Some(id) = self.read_label(spec)? {
+                return Ok(id);
+            }
+            if let Some(b) = self.read_branch(spec)? {
+                return b.head.ok_or_else(|| {
+                    Error::NotFound(format!("branch {spec} has no checkpoint yet"))
+                });
+            }
+        }
+        if is_hex_prefix(spec) {
+            let lower = spec.to_ascii_lowercase();
+            if lower.len() == 64 {
+                let id = ObjectId::parse(&lower)?;
+                if self.checkpoint_path(&id).exists() {
+                    return Ok(id);
+                }
+            } else if lower.len() >= 4 {
+                let matches: Vec<ObjectId> = self
+                    .list_checkpoints()?
+                    .into_iter()
+                    .filter(|id| id.to_hex().starts_with(&lower))
+                    .collect();
+                match matches.len() {
+                    1 => return Ok(matches[0]),
+                    0 => {}
+                    n => {
+                        return Err(Error::Usage(format!(
+                            "checkpoint prefix {spec} is ambiguous ({n} matches); give more digits"
+                        )))
+                    }
+                }
+            }
+        }
+        Err(Error::NotFound(format!(
+            "checkpoint, label or branch {spec:?}"
+        )))
+    }
+}

@@ -1,0 +1,170 @@
+//! The store's single write path: atomic file creation, syncs, and fault injection.
+//!
+//! Every durable write in the store goes through here, so crash tests can make the Nth
+//! write/sync/rename fail (or abort the process) by setting `CKPTFS_FAULT=fail:N` or
+//! `CKPTFS_FAULT=abort:N` in the environment. Without the variable the hook is one relaxed
+//! atomic increment.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result};
+
+static FAULT_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Clone, Copy)]
+enum FaultMode {
+    Fail,
+    Abort,
+}
+
+fn fault_config() -> Option<(FaultMode, u64)> {
+    static CONFIG: OnceLock<Option<(FaultMode, u64)>> = OnceLock::new();
+    *CONFIG.get_or_init(|| {
+        let v = std::env::var("CKPTFS_FAULT").ok()?;
+        let (mode, n) = v.split_once(':')?;
+        let n: u64 = n.parse().ok()?;
+        match mode {
+            "fail" => Some((FaultMode::Fail, n)),
+            "abort" => Some((FaultMode::Abort, n)),
+            _ => None,
+        }
+    })
+}
+
+/// Counts one durable I/O step; fails or aborts it when fault injection selects it.
+pub fn fault_point(what: &str) -> io::Result<()> {
+    let n = FAULT_COUNTER.fetch_add(1, Ordering::Relaxed) + 1;
+    if let Some((mode, at)) = fault_config() {
+        if n == at {
+            match mode {
+                FaultMode::Fail => {
+                    return Err(io::Error::other(format!(
+                        "injected fault at I/O step {n} ({what})"
+                    )))
+                }
+                FaultMode::Abort => {
+                    eprintln!("ckptfs: injected abort at I/O step {n} ({what})");
+                    std::process::abort();
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Number of durable I/O steps taken so far by this process (for crash tests).
+pub fn io_steps() -> u64 {
+    FAULT_COUNTER.load(Ordering::Relaxed)
+}
+
+fn unique_suffix() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}.{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A fresh temp-file path inside `dir` (same filesystem as the final name).
+pub fn temp_path(dir: &Path, stem: &str) -> PathBuf {
+    dir.join(format!(".tmp-{stem}-{}", unique_suffix()))
+}
+
+/// Writes `data` to a new file at `path` (must not exist), with `mode`, without syncing.
+pub fn write_new(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    fault_point("write").map_err(|e| Error::io(path, e))?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    f.write_all(data).map_err(|e| Error::io(path, e))?;
+    Ok(())
+}
+
+/// fsync of a file or directory by path.
+pub fn sync_path(path: &Path) -> Result<()> {
+    fault_point("fsync").map_err(|e| Error::io(path, e))?;
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    f.sync_all().map_err(|e| Error::io(path, e))
+}
+
+/// syncfs(2) of the filesystem holding `path`: one call makes every earlier write durable.
+pub fn sync_filesystem(path: &Path) -> Result<()> {
+    fault_point("syncfs").map_err(|e| Error::io(path, e))?;
+    let f = File::open(path).map_err(|e| Error::io(path, e))?;
+    nix::unistd::syncfs(&f).map_err(|e| Error::io(path, io::Error::from(e)))
+}
+
+/// rename(2) through the fault hook.
+pub fn rename(from: &Path, to: &Path) -> Result<()> {
+    fault_point("rename").map_err(|e| Error::io(to, e))?;
+    fs::rename(from, to).map_err(|e| Error::io(to, e))
+}
+
+/// Publishes `data` at `path` atomically: temp -> fsync -> rename -> fsync dir.
+/// Replaces an existing file (use for movable refs and config only).
+pub fn write_atomic_replace(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    let dir = parent_of(path)?;
+    let tmp = temp_path(dir, "w");
+    let result = (|| {
+        write_new(&tmp, data, mode)?;
+        sync_path(&tmp)?;
+        rename(&tmp, path)?;
+        sync_path(dir)
+    })();
+    if result.is_err() {
+        let _ignored_cleanup = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Publishes `data` at `path` atomically and never overwrites: temp -> fsync -> link -> fsync
+/// dir. Returns `Ok(false)` when `path` already exists (the caller decides if that is an error).
+pub fn write_atomic_new(path: &Path, data: &[u8], mode: u32) -> Result<bool> {
+    let dir = parent_of(path)?;
+    let tmp = temp_path(dir, "n");
+    let result = (|| {
+        write_new(&tmp, data, mode)?;
+        sync_path(&tmp)?;
+        fault_point("link").map_err(|e| Error::io(path, e))?;
+        match fs::hard_link(&tmp, path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(Error::io(path, e)),
+        }
+        sync_path(dir)?;
+        Ok(true)
+    })();
+    let _ignored_cleanup = fs::remove_file(&tmp);
+    result
+}
+
+/// Appends one line to `path` (created if missing) and syncs it: the audit log's write-through.
+pub fn append_line(path: &Path, line: &str) -> Result<()> {
+    fault_point("append").map_err(|e| Error::io(path, e))?;
+    let mut f = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    let mut buf = Vec::with_capacity(line.len() + 1);
+    buf.extend_from_slice(line.as_bytes());
+    buf.push(b'\n');
+    f.write_all(&buf).map_err(|e| Error::io(path, e))?;
+    f.sync_data().map_err(|e| Error::io(path, e))
+}
+
+fn parent_of(path: &Path) -> Result<&Path> {
+    path.parent()
+        .ok_or_else(|| Error::Invalid(format!("{} has no parent directory", path.display())))
+}

@@ -1,0 +1,190 @@
+//! The store lock and the RUNNING marker.
+//!
+//! Every mutating command runs inside [`Store::mutate`]: it takes an exclusive `flock` on
+//! `STORE/lock` (so two captures serialize), refuses to start while `run/RUNNING.json` exists
+//! (a previous operation crashed: `ckptfs recover` must look first), writes the marker, runs,
+//! appends one audit line, and removes the marker. A crash leaves the marker behind.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::store::{fsio, Store};
+
+/// Contents of run/RUNNING.json.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunningMarker {
+    pub pid: u32,
+    pub op: String,
+    pub started_ns: i64,
+    pub args: serde_json::Value,
+    /// Operation-specific progress needed to roll back (e.g. restore staging paths).
+    #[serde(default)]
+    pub phase: serde_json::Value,
+}
+
+/// A held store lock (released on drop).
+pub struct StoreLock {
+    _flock: Flock<File>,
+}
+
+/// The running mutation: lets the operation record its phase in the marker.
+pub struct Mutation<'a> {
+    store: &'a Store,
+    marker: RunningMarker,
+}
+
+impl Mutation<'_> {
+    /// Records operation progress in the RUNNING marker, durably, for `recover`.
+    pub fn set_phase(&mut self, phase: serde_json::Value) -> Result<()> {
+        self.marker.phase = phase;
+        self.store.write_marker(&self.marker)
+    }
+}
+
+impl Store {
+    fn lock_with(&self, arg: FlockArg) -> Result<StoreLock> {
+        let p = self.lock_path();
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .map_err(|e| Error::io(&p, e))?;
+        let nonblocking = match arg {
+            FlockArg::LockExclusive => FlockArg::LockExclusiveNonblock,
+            _ => FlockArg::LockSharedNonblock,
+        };
+        match Flock::lock(f, nonblocking) {
+            Ok(l) => Ok(StoreLock { _flock: l }),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) => {
+                log::info!("waiting for the store lock {}", p.display());
+                Flock::lock(f, arg)
+                    .map(|l| StoreLock { _flock: l })
+                    .map_err(|(_, e)| Error::io(&p, io::Error::from(e)))
+            }
+            Err((_, e)) => Err(Error::io(&p, io::Error::from(e))),
+        }
+    }
+
+    /// Exclusive store lock (blocks until free).
+    pub fn lock_exclusive(&self) -> Result<StoreLock> {
+        self.lock_with(FlockArg::LockExclusive)
+    }
+
+    /// Shared store lock (blocks while an exclusive holder runs).
+    pub fn lock_shared(&self) -> Result<StoreLock> {
+        self.lock_with(FlockArg::LockShared)
+    }
+
+    /// Reads the RUNNING marker, if any.
+    pub fn read_marker(&self) -> Result<Option<RunningMarker>> {
+        let p = self.running_marker_path();
+        match fs::read(&p) {
+            Ok(d) => serde_json::from_slice(&d)
+                .map(Some)
+                .map_err(|e| Error::Corrupt(format!("{}: {e}", p.display()))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(&p, e)),
+        }
+    }
+
+    fn write_marker(&self, m: &RunningMarker) -> Result<()> {
+        let data = serde_json::to_vec_pretty(m)
+            .map_err(|e| Error::Invalid(format!("encoding RUNNING marker: {e}")))?;
+        fsio::write_atomic_replace(&self.running_marker_path(), &data, 0o600)
+    }
+
+    /// Removes the RUNNING marker durably.
+    pub fn clear_marker(&self) -> Result<()> {
+        let p = self.running_marker_path();
+        match fs::remove_file(&p) {
+            Ok(()) => fsio::sync_path(&self.run_dir()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(&p, e)),
+        }
+    }
+
+    /// Runs a mutating operation under the exclusive lock with a RUNNING marker and an audit
+    /// line; see the module doc. `f` returns a JSON summary for the audit log.
+    ///
+    /// # Errors
+    /// `Conflict` when a previous operation's marker is present; otherwise `f`'s error.
+    pub fn mutate<T>(
+        &self,
+        op: &str,
+        args: serde_json::Value,
+        f: impl FnOnce(&mut Mutation<'_>) -> Result<(T, serde_json::Value)>,
+    ) -> Result<T> {
+        let _lock = self.lock_exclusive()?;
+        if let Some(m) = self.read_marker()? {
+            return Err(Error::Conflict(format!(
+                "store {} has an unfinished {} (pid {}); run `ckptfs recover {}` first",
+                self.root().display(),
+                m.op,
+                m.pid,
+                self.root().display()
+            )));
+        }
+        self.run_locked(op, args, f)
+    }
+
+    /// As `mutate`, for callers that already hold the lock and handled the marker (`recover`).
+    pub fn run_locked<T>(
+        &self,
+        op: &str,
+        args: serde_json::Value,
+        f: impl FnOnce(&mut Mutation<'_>) -> Result<(T, serde_json::Value)>,
+    ) -> Result<T> {
+        let marker = RunningMarker {
+            pid: std::process::id(),
+            op: op.into(),
+            started_ns: crate::util::now_ns(),
+            args: args.clone(),
+            phase: serde_json::Value::Null,
+        };
+        self.write_marker(&marker)?;
+        let mut m = Mutation {
+            store: self,
+            marker,
+        };
+        let result = f(&mut m);
+        let (ret, line) = match result {
+            Ok((v, summary)) => (
+                Ok(v),
+                serde_json::json!({"time": crate::util::format_utc(crate::util::now_ns()),
+                    "op": op, "pid": std::process::id(), "args": args, "ok": true, "result": summary}),
+            ),
+            Err(e) => {
+                let line = serde_json::json!({"time": crate::util::format_utc(crate::util::now_ns()),
+                    "op": op, "pid": std::process::id(), "args": args, "ok": false, "error": e.to_string()});
+                (Err(e), line)
+            }
+        };
+        let audit = self.append_audit(&line);
+        let cleared = self.clear_marker();
+        let v = ret?;
+        audit?;
+        cleared?;
+        Ok(v)
+    }
+
+    /// Appends one JSON line to audit.jsonl (synced).
+    pub fn append_audit(&self, line: &serde_json::Value) -> Result<()> {
+        fsio::append_line(&self.audit_path(), &line.to_string())
+    }
+}
+
+/// True when a process with this pid exists.
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(p) = i32::try_from(pid) else {
+        return false;
+    };
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None) {
+        Ok(()) => true,
+        Err(nix::errno::Errno::EPERM) => true,
+        Err(_) => false,
+    }
+}

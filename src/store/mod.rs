@@ -1,0 +1,413 @@
+//! The store: one directory that is the single canonical root of all durable state.
+//!
+//! ```text
+//! STORE/
+//!   STORE.json            format, version, hash, chunker, compression, roots {name: path, exclude}
+//!   objects/ab/<62 hex>   immutable blobs and trees, mode 0444, raw bytes (".zst": zstd frame);
+//!                         the id is the SHA-256 of the uncompressed bytes
+//!   checkpoints/<64 hex>  immutable checkpoint records (JSON); the id is the SHA-256 of the file
+//!   refs/branches/B.json  movable branch head + lifecycle state (replaced atomically, CAS under lock)
+//!   refs/labels/L         immutable label -> checkpoint id (created with link(2), never replaced)
+//!   tmp/                  objects being written by a capture; published by rename after one syncfs
+//!   run/RUNNING.json      marker of the mutating operation in progress (a crash leaves it behind)
+//!   run/                  also pid files and control sockets of mount daemons
+//!   upper/B/ROOT/         writable layers of live workspaces
+//!   displaced/            directories set aside by restore/switch (never deleted silently)
+//!   cache/                rebuildable only: stat caches for incremental capture, materialized files
+//!   audit.jsonl           append-only, one JSON line per operation, synced per line
+//!   lock                  flock: exclusive while a mutating command runs
+//! ```
+//!
+//! Durability order: all objects of a checkpoint are durable (written, one `syncfs`, renamed,
+//! one more `syncfs`) before its record is written; the record is durable before a ref moves.
+//! Garbage-collection roots are the refs (branch heads and labels).
+//!
+//! This module is the one path authority: nothing else joins store paths by hand.
+
+pub mod audit;
+pub mod checkpoint;
+pub mod fsio;
+pub mod lock;
+pub mod object;
+pub mod refs;
+pub mod statcache;
+pub mod tree;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+
+/// Value of `format` in STORE.json.
+pub const FORMAT_NAME: &str = "ckptfs-store";
+/// The store format version this build writes and reads. Newer versions are refused.
+pub const FORMAT_VERSION: u32 = 1;
+/// Name of the config file at the store root.
+pub const CONFIG_FILE: &str = "STORE.json";
+
+/// Content-defined chunking parameters (FastCDC 2020). Files up to `min` bytes are one object.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ChunkerConfig {
+    pub algorithm: String,
+    pub min: u32,
+    pub avg: u32,
+    pub max: u32,
+}
+
+impl Default for ChunkerConfig {
+    /// 64 KiB / 256 KiB / 1 MiB: an append to a large log rewrites at most about 1 MiB, and a
+    /// 3 GiB room is about 12k chunk objects.
+    fn default() -> Self {
+        ChunkerConfig {
+            algorithm: "fastcdc-2020".into(),
+            min: 64 * 1024,
+            avg: 256 * 1024,
+            max: 1024 * 1024,
+        }
+    }
+}
+
+/// One named root: a directory tree at a fixed absolute path.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RootConfig {
+    pub path: PathBuf,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+/// Contents of STORE.json.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Config {
+    pub format: String,
+    pub version: u32,
+    pub hash: String,
+    pub chunker: ChunkerConfig,
+    /// "none" or "zstd".
+    pub compression: String,
+    pub roots: BTreeMap<String, RootConfig>,
+    pub created_ns: i64,
+}
+
+/// Options for [`Store::init`].
+#[derive(Clone, Debug, Default)]
+pub struct InitOptions {
+    pub roots: BTreeMap<String, RootConfig>,
+    pub zstd: bool,
+}
+
+/// An opened store.
+#[derive(Debug)]
+pub struct Store {
+    root: PathBuf,
+    config: Config,
+}
+
+/// Checks that a root path is absolute and normal (no `.`/`..`, not `/`).
+pub fn check_root_path(name: &str, path: &Path) -> Result<()> {
+    if !path.is_absolute() {
+        return Err(Error::Usage(format!(
+            "root {name}: path {} is not absolute",
+            path.display()
+        )));
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+        || path == Path::new("/")
+    {
+        return Err(Error::Usage(format!(
+            "root {name}: path {} must be a normal absolute path other than /",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Makes `path` absolute (relative to the cwd) and lexically normal, without following links.
+pub fn absolute(path: &Path) -> Result<PathBuf> {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| Error::io_op("current directory", e))?
+            .join(path)
+    };
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+impl Store {
+    /// Creates a store at `path` (a missing or empty directory).
+    ///
+    /// # Errors
+    /// `Conflict` if `path` is already a store or a non-empty directory; `Usage` for bad roots.
+    pub fn init(path: &Path, opts: &InitOptions) -> Result<Store> {
+        let root = absolute(path)?;
+        if opts.roots.is_empty() {
+            return Err(Error::Usage(
+                "init needs at least one --root NAME=/ABS/PATH".into(),
+            ));
+        }
+        for (name, rc) in &opts.roots {
+            crate::util::check_name("root", name)?;
+            check_root_path(name, &rc.path)?;
+            if root.starts_with(&rc.path) {
+                return Err(Error::Usage(format!(
+                    "store {} is inside root {name} ({}): captures would include the store",
+                    root.display(),
+                    rc.path.display()
+                )));
+            }
+            if rc.path.starts_with(&root) {
+                return Err(Error::Usage(format!(
+                    "root {name} ({}) is inside the store {}",
+                    rc.path.display(),
+                    root.display()
+                )));
+            }
+            for (other, oc) in &opts.roots {
+                if other != name && rc.path.starts_with(&oc.path) {
+                    return Err(Error::Usage(format!(
+                        "root {name} ({}) is inside root {other} ({})",
+                        rc.path.display(),
+                        oc.path.display()
+                    )));
+                }
+            }
+            for pat in &rc.exclude {
+                crate::capture::compile_exclude(name, std::slice::from_ref(pat))?;
+            }
+        }
+        match fs::read_dir(&root) {
+            Ok(mut it) => {
+                if it.next().is_some() {
+                    if root.join(CONFIG_FILE).exists() {
+                        return Err(Error::Conflict(format!(
+                            "{} is already a ckptfs store",
+                            root.display()
+                        )));
+                    }
+                    return Err(Error::Conflict(format!(
+                        "{} is a non-empty directory that is not a ckptfs store",
+                        root.display()
+                    )));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&root)
+                    .map_err(|e| Error::io(&root, e))?;
+            }
+            Err(e) => return Err(Error::io(&root, e)),
+        }
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io(&root, e))?;
+        let config = Config {
+            format: FORMAT_NAME.into(),
+            version: FORMAT_VERSION,
+            hash: "sha256".into(),
+            chunker: ChunkerConfig::default(),
+            compression: if opts.zstd { "zstd" } else { "none" }.into(),
+            roots: opts.roots.clone(),
+            created_ns: crate::util::now_ns(),
+        };
+        let store = Store { root, config };
+        let mut dirs = vec![
+            store.objects_dir(),
+            store.checkpoints_dir(),
+            store.branches_dir(),
+            store.labels_dir(),
+            store.tmp_dir(),
+            store.run_dir(),
+            store.root.join("upper"),
+            store.displaced_dir(),
+            store.cache_dir(),
+        ];
+        for b in 0..=255u8 {
+            dirs.push(store.objects_dir().join(format!("{b:02x}")));
+        }
+        for d in &dirs {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(d)
+                .map_err(|e| Error::io(d, e))?;
+        }
+        fs::write(store.lock_path(), b"").map_err(|e| Error::io(store.lock_path(), e))?;
+        fs::write(store.audit_path(), b"").map_err(|e| Error::io(store.audit_path(), e))?;
+        // STORE.json last: its presence is what makes the directory a store.
+        let json = serde_json::to_vec_pretty(&store.config)
+            .map_err(|e| Error::Invalid(format!("encoding STORE.json: {e}")))?;
+        fsio::sync_filesystem(&store.root)?;
+        fsio::write_atomic_new(&store.config_path(), &json, 0o600)?;
+        Ok(store)
+    }
+
+    /// Opens an existing store.
+    ///
+    /// # Errors
+    /// `NotFound` for a missing directory or one without STORE.json; `Corrupt` for an
+    /// unreadable STORE.json; `Invalid` for an unknown format or a newer version.
+    pub fn open(path: &Path) -> Result<Store> {
+        let root = absolute(path)?;
+        let meta = fs::metadata(&root).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::NotFound(format!("store {}", root.display())),
+            _ => Error::io(&root, e),
+        })?;
+        if !meta.is_dir() {
+            return Err(Error::Invalid(format!(
+                "store {} is not a directory",
+                root.display()
+            )));
+        }
+        let cfg_path = root.join(CONFIG_FILE);
+        let bytes = fs::read(&cfg_path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::NotFound(format!(
+                "{} is not a ckptfs store (no {CONFIG_FILE})",
+                root.display()
+            )),
+            _ => Error::io(&cfg_path, e),
+        })?;
+        let config = parse_config(&bytes)
+            .map_err(|m| Error::Corrupt(format!("{}: {m}", cfg_path.display())))?;
+        Ok(Store { root, config })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    pub fn compressed(&self) -> bool {
+        self.config.compression == "zstd"
+    }
+    /// The root config named `name`.
+    ///
+    /// # Errors
+    /// `NotFound` naming the root and listing the known ones.
+    pub fn root_config(&self, name: &str) -> Result<&RootConfig> {
+        self.config.roots.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.config.roots.keys().map(String::as_str).collect();
+            Error::NotFound(format!("root {name:?} (store roots: {})", known.join(", ")))
+        })
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join(CONFIG_FILE)
+    }
+    pub fn objects_dir(&self) -> PathBuf {
+        self.root.join("objects")
+    }
+    /// Path of an object: raw, or with the `.zst` suffix when compressed.
+    pub fn object_path(&self, id: &ObjectId, compressed: bool) -> PathBuf {
+        let hex = id.to_hex();
+        let name = if compressed {
+            format!("{}.zst", &hex[2..])
+        } else {
+            hex[2..].to_string()
+        };
+        self.objects_dir().join(&hex[..2]).join(name)
+    }
+    pub fn checkpoints_dir(&self) -> PathBuf {
+        self.root.join("checkpoints")
+    }
+    pub fn checkpoint_path(&self, id: &ObjectId) -> PathBuf {
+        self.checkpoints_dir().join(id.to_hex())
+    }
+    pub fn branches_dir(&self) -> PathBuf {
+        self.root.join("refs").join("branches")
+    }
+    pub fn branch_path(&self, name: &str) -> PathBuf {
+        self.branches_dir().join(format!("{name}.json"))
+    }
+    pub fn labels_dir(&self) -> PathBuf {
+        self.root.join("refs").join("labels")
+    }
+    pub fn label_path(&self, name: &str) -> PathBuf {
+        self.labels_dir().join(name)
+    }
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+    pub fn run_dir(&self) -> PathBuf {
+        self.root.join("run")
+    }
+    pub fn running_marker_path(&self) -> PathBuf {
+        self.run_dir().join("RUNNING.json")
+    }
+    pub fn upper_dir(&self, branch: &str, root: &str) -> PathBuf {
+        self.root.join("upper").join(branch).join(root)
+    }
+    pub fn displaced_dir(&self) -> PathBuf {
+        self.root.join("displaced")
+    }
+    pub fn cache_dir(&self) -> PathBuf {
+        self.root.join("cache")
+    }
+    pub fn statcache_path(&self, checkpoint: &ObjectId, root: &str) -> PathBuf {
+        self.cache_dir()
+            .join("stat")
+            .join(format!("{}-{root}", checkpoint.to_hex()))
+    }
+    pub fn audit_path(&self) -> PathBuf {
+        self.root.join("audit.jsonl")
+    }
+    pub fn lock_path(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+}
+
+/// Decodes and checks STORE.json.
+pub fn parse_config(bytes: &[u8]) -> std::result::Result<Config, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON ({e})"))?;
+    if v.get("format").and_then(|f| f.as_str()) != Some(FORMAT_NAME) {
+        return Err(format!("format is not {FORMAT_NAME:?}"));
+    }
+    let version = v.get("version").and_then(|x| x.as_u64()).unwrap_or(0);
+    if version > u64::from(FORMAT_VERSION) {
+        return Err(format!(
+            "store format version {version} is newer than this ckptfs supports ({FORMAT_VERSION}); upgrade ckptfs"
+        ));
+    }
+    let config: Config = serde_json::from_value(v).map_err(|e| format!("bad field ({e})"))?;
+    if config.version == 0 {
+        return Err("format version 0 is invalid".into());
+    }
+    if config.hash != "sha256" {
+        return Err(format!("unsupported hash {:?}", config.hash));
+    }
+    if config.compression != "none" && config.compression != "zstd" {
+        return Err(format!("unsupported compression {:?}", config.compression));
+    }
+    let c = &config.chunker;
+    if c.algorithm != "fastcdc-2020"
+        || !(64..=c.avg).contains(&c.min)
+        || c.avg > c.max
+        || c.max > 64 * 1024 * 1024
+    {
+        return Err("invalid chunker parameters".into());
+    }
+    for (name, rc) in &config.roots {
+        crate::util::check_name("root", name).map_err(|e| e.to_string())?;
+        check_root_path(name, &rc.path).map_err(|e| e.to_string())?;
+    }
+    Ok(config)
+}

@@ -1,0 +1,385 @@
+//! Trees: the canonical binary encoding of one directory's entries.
+//!
+//! ```text
+//! tree    = "CKT1" u32:count entry*            (entries strictly sorted by name bytes)
+//! entry   = u16:namelen name u8:kind u32:mode u32:uid u32:gid i64:mtime_ns u64:size
+//!           u16:nxattr (u16:len name u32:len value)*  payload
+//! payload = file:    u32:nchunks (id[32] u32:len)*   (sum of len == size)
+//!           dir:     id[32] u32:subdirs              (subdirs = number of child dirs)
+//!           symlink: u32:len target
+//! ```
+//! Integers are little-endian. Decoding rejects names that are empty, `.`, `..`, or contain
+//! `/` or NUL, unsorted or duplicate names, and trailing bytes: a tree can never make a view
+//! or a restore step outside its directory.
+
+use crate::error::{Error, Result};
+use crate::id::{ObjectId, ID_LEN};
+
+const MAGIC: &[u8; 4] = b"CKT1";
+
+/// A chunk of a file's content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    pub id: ObjectId,
+    pub len: u32,
+}
+
+/// What an entry is, with its content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    File { chunks: Vec<Chunk> },
+    Dir { tree: ObjectId, subdirs: u32 },
+    Symlink { target: Vec<u8> },
+}
+
+/// One directory entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub name: Vec<u8>,
+    pub kind: EntryKind,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime_ns: i64,
+    /// File size; for a directory the number of entries; for a symlink the target length.
+    pub size: u64,
+    /// Extended attributes, sorted by name.
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Entry {
+    pub fn is_dir(&self) -> bool {
+        matches!(self.kind, EntryKind::Dir { .. })
+    }
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            EntryKind::File { .. } => "file",
+            EntryKind::Dir { .. } => "dir",
+            EntryKind::Symlink { .. } => "symlink",
+        }
+    }
+    /// Full `st_mode` including the file type bits.
+    pub fn st_mode(&self) -> u32 {
+        let t = match self.kind {
+            EntryKind::File { .. } => libc::S_IFREG,
+            EntryKind::Dir { .. } => libc::S_IFDIR,
+            EntryKind::Symlink { .. } => libc::S_IFLNK,
+        };
+        t | (self.mode & 0o7777)
+    }
+}
+
+/// A decoded directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tree {
+    pub entries: Vec<Entry>,
+}
+
+/// Checks one entry name as stored in a tree.
+pub fn check_entry_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(Error::Corrupt(format!(
+            "tree entry name {:?} is not a valid file name",
+            String::from_utf8_lossy(name)
+        )));
+    }
+    if name.len() > 255 {
+        return Err(Error::Corrupt(format!(
+            "tree entry name longer than 255 bytes: {:?}",
+            String::from_utf8_lossy(&name[..40])
+        )));
+    }
+    Ok(())
+}
+
+impl Tree {
+    /// Looks up an entry by name (binary search: entries are sorted).
+    pub fn get(&self, name: &[u8]) -> Option<&Entry> {
+        self.entries
+            .binary_search_by(|e| e.name.as_slice().cmp(name))
+            .ok()
+            .map(|i| &self.entries[i])
+    }
+
+    /// Canonical encoding. Entries must already be sorted by name.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.entries.len() * 96);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        for e in &self.entries {
+            encode_entry(e, &mut out);
+        }
+        out
+    }
+
+    /// Decodes and validates a tree.
+    ///
+    /// # Errors
+    /// `Corrupt` describing the first defect.
+    pub fn decode(data: &[u8]) -> Result<Tree> {
+        let mut r = Reader { data, pos: 0 };
+        if r.take(4)? != MAGIC {
+            return Err(Error::Corrupt("tree object has a bad magic".into()));
+        }
+        let count = r.u32()? as usize;
+        // Each entry is at least 36 bytes: refuse counts the data cannot hold.
+        if count > data.len() / 36 + 1 {
+            return Err(Error::Corrupt(
+                "tree entry count exceeds object size".into(),
+            ));
+        }
+        let mut entries: Vec<Entry> = Vec::with_capacity(count);
+        for _ in 0..count {
+            let e = decode_entry(&mut r)?;
+            if let Some(prev) = entries.last() {
+                if prev.name >= e.name {
+                    return Err(Error::Corrupt(format!(
+                        "tree entries not strictly sorted at {:?}",
+                        String::from_utf8_lossy(&e.name)
+                    )));
+                }
+            }
+            entries.push(e);
+        }
+        if r.pos != data.len() {
+            return Err(Error::Corrupt("trailing bytes after tree entries".into()));
+        }
+        Ok(Tree { entries })
+    }
+}
+
+/// Appends the encoding of one entry (also used by the stat cache).
+pub fn encode_entry(e: &Entry, out: &mut Vec<u8>) {
+    out.extend_from_slice(&(e.name.len() as u16).to_le_bytes());
+    out.extend_from_slice(&e.name);
+    let (kind, _) = kind_code(&e.kind);
+    out.push(kind);
+    out.extend_from_slice(&e.mode.to_le_bytes());
+    out.extend_from_slice(&e.uid.to_le_bytes());
+    out.extend_from_slice(&e.gid.to_le_bytes());
+    out.extend_from_slice(&e.mtime_ns.to_le_bytes());
+    out.extend_from_slice(&e.size.to_le_bytes());
+    out.extend_from_slice(&(e.xattrs.len() as u16).to_le_bytes());
+    for (k, v) in &e.xattrs {
+        out.extend_from_slice(&(k.len() as u16).to_le_bytes());
+        out.extend_from_slice(k);
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(v);
+    }
+    match &e.kind {
+        EntryKind::File { chunks } => {
+            out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+            for c in chunks {
+                out.extend_from_slice(&c.id.0);
+                out.extend_from_slice(&c.len.to_le_bytes());
+            }
+        }
+        EntryKind::Dir { tree, subdirs } => {
+            out.extend_from_slice(&tree.0);
+            out.extend_from_slice(&subdirs.to_le_bytes());
+        }
+        EntryKind::Symlink { target } => {
+            out.extend_from_slice(&(target.len() as u32).to_le_bytes());
+            out.extend_from_slice(target);
+        }
+    }
+}
+
+fn kind_code(k: &EntryKind) -> (u8, ()) {
+    match k {
+        EntryKind::File { .. } => (1, ()),
+        EntryKind::Dir { .. } => (2, ()),
+        EntryKind::Symlink { .. } => (3, ()),
+    }
+}
+
+/// A bounds-checked little-endian reader.
+pub struct Reader<'a> {
+    pub data: &'a [u8],
+    pub pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&end| end <= self.data.len())
+            .ok_or_else(|| Error::Corrupt("truncated tree data".into()))?;
+        let s = &self.data[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    pub fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    pub fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    pub fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    pub fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    pub fn i64(&mut self) -> Result<i64> {
+        Ok(i64::from_le_bytes(self.array()?))
+    }
+    pub fn id(&mut self) -> Result<ObjectId> {
+        Ok(ObjectId(self.array::<ID_LEN>()?))
+    }
+}
+
+/// Decodes and validates one entry.
+pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry> {
+    let nlen = r.u16()? as usize;
+    let name = r.take(nlen)?.to_vec();
+    check_entry_name(&name)?;
+    let kind = r.u8()?;
+    let mode = r.u32()?;
+    if mode & !0o7777 != 0 {
+        return Err(Error::Corrupt(
+            "tree entry mode has non-permission bits".into(),
+        ));
+    }
+    let uid = r.u32()?;
+    let gid = r.u32()?;
+    let mtime_ns = r.i64()?;
+    let size = r.u64()?;
+    let nx = r.u16()? as usize;
+    let mut xattrs: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(nx.min(64));
+    for _ in 0..nx {
+        let kl = r.u16()? as usize;
+        let k = r.take(kl)?.to_vec();
+        let vl = r.u32()? as usize;
+        let v = r.take(vl)?.to_vec();
+        if k.is_empty() || k.contains(&0) {
+            return Err(Error::Corrupt(
+                "tree entry has an invalid xattr name".into(),
+            ));
+        }
+        if xattrs.last().is_some_and(|(pk, _)| *pk >= k) {
+            return Err(Error::Corrupt("tree entry xattrs not sorted".into()));
+        }
+        xattrs.push((k, v));
+    }
+    let kind = match kind {
+        1 => {
+            let n = r.u32()? as usize;
+            if n > r.data.len() / (ID_LEN + 4) + 1 {
+                return Err(Error::Corrupt("chunk count exceeds tree size".into()));
+            }
+            let mut chunks = Vec::with_capacity(n);
+            let mut total = 0u64;
+            for _ in 0..n {
+                let id = r.id()?;
+                let len = r.u32()?;
+                total += u64::from(len);
+                chunks.push(Chunk { id, len });
+            }
+            if total != size {
+                return Err(Error::Corrupt(format!(
+                    "file {:?}: chunk lengths do not add up to its size",
+                    String::from_utf8_lossy(&name)
+                )));
+            }
+            EntryKind::File { chunks }
+        }
+        2 => {
+            let tree = r.id()?;
+            let subdirs = r.u32()?;
+            EntryKind::Dir { tree, subdirs }
+        }
+        3 => {
+            let n = r.u32()? as usize;
+            let target = r.take(n)?.to_vec();
+            if target.is_empty() || target.contains(&0) {
+                return Err(Error::Corrupt(
+                    "symlink target is empty or contains NUL".into(),
+                ));
+            }
+            EntryKind::Symlink { target }
+        }
+        k => return Err(Error::Corrupt(format!("unknown tree entry kind {k}"))),
+    };
+    Ok(Entry {
+        name,
+        kind,
+        mode,
+        uid,
+        gid,
+        mtime_ns,
+        size,
+        xattrs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str) -> Entry {
+        Entry {
+            name: name.as_bytes().to_vec(),
+            kind: EntryKind::File {
+                chunks: vec![Chunk {
+                    id: ObjectId::of(b"x"),
+                    len: 1,
+                }],
+            },
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 5,
+            size: 1,
+            xattrs: vec![(b"user.a".to_vec(), b"1".to_vec())],
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let t = Tree {
+            entries: vec![file("a"), file("b c\n")],
+        };
+        assert_eq!(Tree::decode(&t.encode()).unwrap(), t);
+    }
+
+    #[test]
+    fn rejects_bad_names_and_order() {
+        for bad in ["", ".", "..", "a/b", "a\0b"] {
+            let t = Tree {
+                entries: vec![file(bad)],
+            };
+            assert!(Tree::decode(&t.encode()).is_err(), "{bad:?} accepted");
+        }
+        let t = Tree {
+            entries: vec![file("b"), file("a")],
+        };
+        assert!(Tree::decode(&t.encode()).is_err());
+        let t = Tree {
+            entries: vec![file("a"), file("a")],
+        };
+        assert!(Tree::decode(&t.encode()).is_err());
+    }
+
+    #[test]
+    fn rejects_truncation_and_garbage() {
+        let enc = Tree {
+            entries: vec![file("a")],
+        }
+        .encode();
+        for n in 0..enc.len() {
+            assert!(Tree::decode(&enc[..n]).is_err());
+        }
+        let mut more = enc.clone();
+        more.push(0);
+        assert!(Tree::decode(&more).is_err());
+    }
+}
