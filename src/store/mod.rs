@@ -29,6 +29,7 @@ pub mod checkpoint;
 pub mod fsio;
 pub mod lock;
 pub mod object;
+pub mod pin;
 pub mod refs;
 pub mod statcache;
 pub mod tree;
