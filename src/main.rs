@@ -11,7 +11,9 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp_millis()
         .init();
-    match ckptfs_cli::run(cli) {
+    let result = ckptfs_cli::run(cli);
+    ckptfs::store::fsio::report_io_steps();
+    match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("ckptfs: {e}");

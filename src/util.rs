@@ -62,6 +62,80 @@ pub fn check_name(kind: &str, name: &str) -> Result<()> {
     }
 }
 
+/// Parses a duration such as `90s`, `30m`, `36h`, `7d`, `2w` or `1d12h` into nanoseconds.
+///
+/// # Errors
+/// `Usage` describing the accepted forms.
+pub fn parse_duration(s: &str) -> Result<i64> {
+    let bad = || {
+        Error::Usage(format!(
+            "bad duration {s:?}: use a number with a unit s, m, h, d or w (e.g. 36h, 7d, 1d12h)"
+        ))
+    };
+    if s.is_empty() {
+        return Err(bad());
+    }
+    let mut total: i64 = 0;
+    let mut num = String::new();
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let unit: i64 = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            'w' => 7 * 86_400,
+            _ => return Err(bad()),
+        };
+        let n: i64 = num.parse().map_err(|_| bad())?;
+        num.clear();
+        total = n
+            .checked_mul(unit)
+            .and_then(|v| v.checked_mul(1_000_000_000))
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(bad)?;
+    }
+    if !num.is_empty() {
+        return Err(bad());
+    }
+    Ok(total)
+}
+
+/// Parses a size such as `4096`, `100K`, `64M`, `2G` (binary units) into bytes.
+///
+/// # Errors
+/// `Usage` when it is not a positive size.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let bad = || {
+        Error::Usage(format!(
+            "bad size {s:?}: use bytes or a K, M, G suffix (e.g. 512M)"
+        ))
+    };
+    let t = s.trim();
+    let (digits, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(bad()),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let v = n.checked_mul(mult).ok_or_else(bad)?;
+    if v == 0 {
+        return Err(bad());
+    }
+    Ok(v)
+}
+
 /// Human-readable byte count (KiB/MiB/GiB).
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -86,6 +160,19 @@ mod tests {
     fn formats_utc() {
         assert_eq!(format_utc(0), "1970-01-01T00:00:00");
         assert_eq!(format_utc(1_795_946_400_000_000_000), "2026-11-29T10:00:00");
+    }
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("90s").unwrap(), 90_000_000_000);
+        assert_eq!(parse_duration("1d12h").unwrap(), 36 * 3600 * 1_000_000_000);
+        assert!(parse_duration("7").is_err());
+        assert!(parse_duration("x").is_err());
+        assert!(parse_duration("").is_err());
+        assert_eq!(parse_size("2K").unwrap(), 2048);
+        assert_eq!(parse_size("100").unwrap(), 100);
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("1Q").is_err());
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Command-line types (clap) and dispatch. Human output by default, `--json` for machines.
 
+mod health;
+
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -64,6 +66,10 @@ pub enum Command {
         /// Compress objects with zstd (ids stay the hash of the uncompressed bytes).
         #[arg(long, value_parser = ["none", "zstd"], default_value = "none")]
         compression: String,
+        /// Do not add the credential excludes (auth.json, *.pem, .env, *.key, id_rsa*...) that a
+        /// root named `home` gets by default (they are written into STORE.json, editable).
+        #[arg(long)]
+        no_default_excludes: bool,
     },
     /// Record every root as one new checkpoint on a branch.
     ///
@@ -180,6 +186,23 @@ pub enum Command {
         #[command(flatten)]
         json: JsonFlag,
     },
+    /// Delete what the retention policy lets go: unlabelled, non-head checkpoints beyond
+    /// --keep-* (per branch; default from STORE.json "retention", else keep all), then objects
+    /// no kept checkpoint reaches, temp files of dead processes, dead pins, uppers of deleted
+    /// branches and stale caches. Never touches refs, labels, branch heads or what a live pin
+    /// (mount, view, capture) reaches. --dry-run prints the same report without deleting.
+    Gc(health::GcArgs),
+    /// Export checkpoints or branches (or --all) to one portable file: zstd-compressed tar with
+    /// a manifest, records and objects; prints its SHA-256 and writes FILE.sha256.
+    Archive(health::ArchiveArgs),
+    /// Import an archive into a new or existing store after checking its SHA-256 and every
+    /// object; --relocate NAME=/PATH records a root at a new path. Nothing is imported from a
+    /// truncated, corrupted or foreign file.
+    Unarchive(health::UnarchiveArgs),
+    /// Check the store's invariants (refs, objects and sizes, markers, pins, sockets, temp
+    /// files, stale mounts, permissions, format) and say how to fix each finding. Exit 1 on an
+    /// error or warning; `recover` repairs those marked so.
+    Doctor(health::DoctorArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -192,13 +215,13 @@ pub enum BranchCommand {
     },
 }
 
-fn split_kv<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str)> {
+pub(crate) fn split_kv<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str)> {
     s.split_once('=')
         .filter(|(k, v)| !k.is_empty() && !v.is_empty())
         .ok_or_else(|| Error::Usage(format!("{flag} {s:?}: expected NAME=VALUE")))
 }
 
-fn print_json(v: &impl serde::Serialize) -> Result<()> {
+pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<()> {
     let s = serde_json::to_string_pretty(v)
         .map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
     println!("{s}");
@@ -213,6 +236,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             roots,
             excludes,
             compression,
+            no_default_excludes,
         } => {
             let mut map = BTreeMap::new();
             for r in &roots {
@@ -242,6 +266,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 &InitOptions {
                     roots: map,
                     zstd: compression == "zstd",
+                    no_default_excludes,
                 },
             )?;
             println!("created store {}", s.root().display());
@@ -357,7 +382,14 @@ pub fn run(cli: Cli) -> Result<i32> {
                         .ok_or_else(|| Error::NotFound(format!("branch {b}")))?;
                     let mut cur = br.head;
                     while let Some(id) = cur {
-                        let c = s.read_checkpoint(&id)?;
+                        // A parent pruned by gc ends the history (records are immutable).
+                        let c = match s.read_checkpoint(&id) {
+                            Err(Error::NotFound(_)) if Some(id) != br.head => {
+                                eprintln!("(history before {} was pruned by gc)", id.short());
+                                break;
+                            }
+                            other => other?,
+                        };
                         cur = c.parents.first().copied();
                         items.push((id, c));
                     }
@@ -603,6 +635,10 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
+        Command::Gc(a) => health::run_gc(a),
+        Command::Archive(a) => health::run_archive(a),
+        Command::Unarchive(a) => health::run_unarchive(a),
+        Command::Doctor(a) => health::run_doctor(a),
         Command::Verify {
             store,
             checkpoints,

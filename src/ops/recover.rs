@@ -1,8 +1,15 @@
 //! `recover`: after a crash, finish or roll back the interrupted operation recorded in
 //! `run/RUNNING.json`, and remove half-written temp files. Runs under the exclusive lock, so no
 //! other mutating command can be running; a marker whose process is still alive is refused.
+//!
+//! It also repairs what `doctor` reports as safely repairable: dead pins, dead control sockets
+//! and pid files, writable object files (back to 0444), a store directory open to others (back
+//! to 0700), and mounts of this store whose daemon is gone (lazily detached). An interrupted
+//! `archive` has its partial output files removed; an interrupted `gc` or `unarchive` needs no
+//! rollback (both keep the store consistent at every step: rerun them to finish).
 
 use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use serde::Serialize;
@@ -44,13 +51,38 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
                 roll_back_restore(&phase, &mut report)?;
             }
         }
+        if m.op == "archive" {
+            let dir = m.phase.get("temp_dir").and_then(|d| d.as_str());
+            let prefix = m.phase.get("temp_prefix").and_then(|d| d.as_str());
+            if let (Some(dir), Some(prefix)) = (dir, prefix) {
+                for t in crate::ops::gc::list_dir(Path::new(dir))? {
+                    let ours = t
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(prefix));
+                    if ours {
+                        fs::remove_file(&t).map_err(|e| Error::io(&t, e))?;
+                        report
+                            .actions
+                            .push(format!("removed the partial archive file {}", t.display()));
+                    }
+                }
+            }
+        }
+        if m.op == "gc" || m.op == "unarchive" {
+            report.actions.push(format!(
+                "{} was interrupted; the store is consistent, run it again to finish",
+                m.op
+            ));
+        }
     }
+    repair_health(store, &mut report)?;
     report.temp_files_removed += remove_temps(&store.tmp_dir(), true)?;
     for d in [
         store.checkpoints_dir(),
         store.branches_dir(),
         store.labels_dir(),
         store.run_dir(),
+        store.pins_dir(),
         store.root().to_path_buf(),
     ] {
         report.temp_files_removed += remove_temps(&d, false)?;
@@ -67,6 +99,57 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
     let summary = serde_json::to_value(&report).unwrap_or_default();
     store.run_locked("recover", serde_json::json!({}), |_| Ok(((), summary)))?;
     Ok(report)
+}
+
+/// Repairs doctor's recover-repairable findings (see the module doc).
+fn repair_health(store: &Store, report: &mut RecoverReport) -> Result<()> {
+    use crate::ops::doctor;
+    for p in doctor::dead_pins(store) {
+        fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+        report
+            .actions
+            .push(format!("removed the dead pin {}", p.display()));
+    }
+    for p in doctor::dead_sockets(store)
+        .into_iter()
+        .chain(doctor::dead_pid_files(store))
+    {
+        fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+        report
+            .actions
+            .push(format!("removed {} (its process is gone)", p.display()));
+    }
+    let writable = doctor::writable_objects(store)?;
+    for p in &writable {
+        fs::set_permissions(p, fs::Permissions::from_mode(0o444)).map_err(|e| Error::io(p, e))?;
+    }
+    if !writable.is_empty() {
+        report.actions.push(format!(
+            "made {} object files read-only (0444)",
+            writable.len()
+        ));
+    }
+    let md = fs::metadata(store.root()).map_err(|e| Error::io(store.root(), e))?;
+    if md.mode() & 0o077 != 0 {
+        fs::set_permissions(store.root(), fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io(store.root(), e))?;
+        report.actions.push(format!(
+            "set the store directory {} to 0700",
+            store.root().display()
+        ));
+    }
+    for m in doctor::store_mounts(store) {
+        if doctor::mount_is_dead(&m) {
+            nix::mount::umount2(&m.mount_point, nix::mount::MntFlags::MNT_DETACH)
+                .map_err(|e| Error::io(&m.mount_point, std::io::Error::from(e)))?;
+            report.actions.push(format!(
+                "detached the dead mount {} ({})",
+                m.mount_point.display(),
+                m.source
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn roll_back_restore(p: &RestorePhase, report: &mut RecoverReport) -> Result<()> {

@@ -2,8 +2,9 @@
 //!
 //! Every durable write in the store goes through here, so crash tests can make the Nth
 //! write/sync/rename fail (or abort the process) by setting `CKPTFS_FAULT=fail:N` or
-//! `CKPTFS_FAULT=abort:N` in the environment. Without the variable the hook is one relaxed
-//! atomic increment.
+//! `CKPTFS_FAULT=abort:N` in the environment. `CKPTFS_FAULT=count` makes the binary print
+//! `ckptfs: io steps: N` on stderr at exit, so tests know how many steps an operation takes.
+//! Without the variable the hook is one relaxed atomic increment.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -20,12 +21,16 @@ static FAULT_COUNTER: AtomicU64 = AtomicU64::new(0);
 enum FaultMode {
     Fail,
     Abort,
+    Count,
 }
 
 fn fault_config() -> Option<(FaultMode, u64)> {
     static CONFIG: OnceLock<Option<(FaultMode, u64)>> = OnceLock::new();
     *CONFIG.get_or_init(|| {
         let v = std::env::var("CKPTFS_FAULT").ok()?;
+        if v == "count" {
+            return Some((FaultMode::Count, 0));
+        }
         let (mode, n) = v.split_once(':')?;
         let n: u64 = n.parse().ok()?;
         match mode {
@@ -51,6 +56,7 @@ pub fn fault_point(what: &str) -> io::Result<()> {
                     eprintln!("ckptfs: injected abort at I/O step {n} ({what})");
                     std::process::abort();
                 }
+                FaultMode::Count => {}
             }
         }
     }
@@ -60,6 +66,42 @@ pub fn fault_point(what: &str) -> io::Result<()> {
 /// Number of durable I/O steps taken so far by this process (for crash tests).
 pub fn io_steps() -> u64 {
     FAULT_COUNTER.load(Ordering::Relaxed)
+}
+
+/// Prints the step count on stderr when `CKPTFS_FAULT=count` (called by `main` at exit).
+pub fn report_io_steps() {
+    if matches!(fault_config(), Some((FaultMode::Count, _))) {
+        eprintln!("ckptfs: io steps: {}", io_steps());
+    }
+}
+
+/// unlink(2) through the fault hook; a missing file is success (deletion is idempotent).
+pub fn remove_file(path: &Path) -> Result<()> {
+    fault_point("unlink").map_err(|e| Error::io(path, e))?;
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// Removes a directory tree through the fault hook (one step); missing is success.
+pub fn remove_dir_all(path: &Path) -> Result<()> {
+    fault_point("rmtree").map_err(|e| Error::io(path, e))?;
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// The pid embedded in a temp name made by [`temp_path`] (`.tmp-STEM-PID.SEQ`), if any.
+pub fn temp_owner_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(".tmp-")?;
+    let (_, tail) = rest.rsplit_once('-')?;
+    let (pid, seq) = tail.split_once('.')?;
+    seq.parse::<u64>().ok()?;
+    pid.parse().ok()
 }
 
 fn unique_suffix() -> String {

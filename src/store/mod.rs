@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! STORE/
-//!   STORE.json            format, version, hash, chunker, compression, roots {name: path, exclude}
+//!   STORE.json            format, version, hash, chunker, compression, roots {name: path, exclude},
+//!                         optional retention (gc policy defaults; absent in older stores)
 //!   objects/ab/<62 hex>   immutable blobs and trees, mode 0444, raw bytes (".zst": zstd frame);
 //!                         the id is the SHA-256 of the uncompressed bytes
 //!   checkpoints/<64 hex>  immutable checkpoint records (JSON); the id is the SHA-256 of the file
@@ -20,7 +21,9 @@
 //!
 //! Durability order: all objects of a checkpoint are durable (written, one `syncfs`, renamed,
 //! one more `syncfs`) before its record is written; the record is durable before a ref moves.
-//! Garbage-collection roots are the refs (branch heads and labels).
+//! Garbage-collection roots are the refs (branch heads and labels), labelled checkpoints, the
+//! checkpoints kept by the retention policy, and live pins (`run/pins/`); see `ops::gc` for the
+//! retention class of every path above.
 //!
 //! This module is the one path authority: nothing else joins store paths by hand.
 
@@ -82,6 +85,48 @@ pub struct RootConfig {
     pub exclude: Vec<String>,
 }
 
+/// Exclude rules added at `init` to a root named [`HOME_ROOT`] so credentials stay out of
+/// history (unless `InitOptions::no_default_excludes`). They are written into STORE.json, where
+/// they can be read and edited like any other rule.
+pub const DEFAULT_HOME_EXCLUDES: &[&str] = &[
+    "auth.json",
+    "*.pem",
+    ".env",
+    "*.key",
+    "id_rsa*",
+    "id_ed25519*",
+    "id_ecdsa*",
+];
+/// The root name that gets [`DEFAULT_HOME_EXCLUDES`].
+pub const HOME_ROOT: &str = "home";
+
+/// gc retention policy (per branch; see `ops::gc`). Every field absent = keep every checkpoint.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    /// Keep the N newest checkpoints of each branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_last: Option<u32>,
+    /// Keep checkpoints younger than this duration (e.g. "36h", "7d", "2w").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_within: Option<String>,
+    /// Keep the newest checkpoint of each of the last N days (UTC) that have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_daily: Option<u32>,
+    /// Keep the newest checkpoint of each of the last N ISO weeks (UTC) that have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_weekly: Option<u32>,
+}
+
+impl RetentionPolicy {
+    /// True when no rule is set (gc then prunes no checkpoint).
+    pub fn is_empty(&self) -> bool {
+        self.keep_last.is_none()
+            && self.keep_within.is_none()
+            && self.keep_daily.is_none()
+            && self.keep_weekly.is_none()
+    }
+}
+
 /// Contents of STORE.json.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Config {
@@ -93,6 +138,9 @@ pub struct Config {
     pub compression: String,
     pub roots: BTreeMap<String, RootConfig>,
     pub created_ns: i64,
+    /// Default gc policy; absent in stores written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionPolicy>,
 }
 
 /// Options for [`Store::init`].
@@ -100,6 +148,8 @@ pub struct Config {
 pub struct InitOptions {
     pub roots: BTreeMap<String, RootConfig>,
     pub zstd: bool,
+    /// Do not add [`DEFAULT_HOME_EXCLUDES`] to a root named `home`.
+    pub no_default_excludes: bool,
 }
 
 /// An opened store.
@@ -225,8 +275,9 @@ impl Store {
             hash: "sha256".into(),
             chunker: ChunkerConfig::default(),
             compression: if opts.zstd { "zstd" } else { "none" }.into(),
-            roots: opts.roots.clone(),
+            roots: with_default_excludes(&opts.roots, opts.no_default_excludes),
             created_ns: crate::util::now_ns(),
+            retention: None,
         };
         let store = Store { root, config };
         let mut dirs = vec![
@@ -236,7 +287,7 @@ impl Store {
             store.labels_dir(),
             store.tmp_dir(),
             store.run_dir(),
-            store.root.join("upper"),
+            store.upper_base_dir(),
             store.displaced_dir(),
             store.cache_dir(),
         ];
@@ -354,7 +405,15 @@ impl Store {
         self.run_dir().join("RUNNING.json")
     }
     pub fn upper_dir(&self, branch: &str, root: &str) -> PathBuf {
-        self.root.join("upper").join(branch).join(root)
+        self.upper_branch_dir(branch).join(root)
+    }
+    /// `upper/`: one directory per branch with a live workspace.
+    pub fn upper_base_dir(&self) -> PathBuf {
+        self.root.join("upper")
+    }
+    /// `upper/B/`: the writable layers of branch `B`.
+    pub fn upper_branch_dir(&self, branch: &str) -> PathBuf {
+        self.upper_base_dir().join(branch)
     }
     pub fn displaced_dir(&self) -> PathBuf {
         self.root.join("displaced")
@@ -362,9 +421,12 @@ impl Store {
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")
     }
+    /// `cache/stat/`: stat caches named `<checkpoint hex>-<root>`.
+    pub fn statcache_dir(&self) -> PathBuf {
+        self.cache_dir().join("stat")
+    }
     pub fn statcache_path(&self, checkpoint: &ObjectId, root: &str) -> PathBuf {
-        self.cache_dir()
-            .join("stat")
+        self.statcache_dir()
             .join(format!("{}-{root}", checkpoint.to_hex()))
     }
     pub fn audit_path(&self) -> PathBuf {
@@ -372,6 +434,38 @@ impl Store {
     }
     pub fn lock_path(&self) -> PathBuf {
         self.root.join("lock")
+    }
+}
+
+/// The roots with [`DEFAULT_HOME_EXCLUDES`] added to a root named [`HOME_ROOT`].
+fn with_default_excludes(
+    roots: &BTreeMap<String, RootConfig>,
+    no_defaults: bool,
+) -> BTreeMap<String, RootConfig> {
+    let mut out = roots.clone();
+    if !no_defaults {
+        if let Some(rc) = out.get_mut(HOME_ROOT) {
+            for pat in DEFAULT_HOME_EXCLUDES {
+                if !rc.exclude.iter().any(|p| p == pat) {
+                    rc.exclude.push((*pat).to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+impl Store {
+    /// Replaces STORE.json (atomic) with `config`, after checking it. Callers hold the
+    /// exclusive lock; this `Store` keeps the config it was opened with (reopen to see it).
+    ///
+    /// # Errors
+    /// `Invalid` when the new config does not pass [`parse_config`].
+    pub fn write_config_file(&self, config: &Config) -> Result<()> {
+        let json = serde_json::to_vec_pretty(config)
+            .map_err(|e| Error::Invalid(format!("encoding STORE.json: {e}")))?;
+        parse_config(&json).map_err(Error::Invalid)?;
+        fsio::write_atomic_replace(&self.config_path(), &json, 0o600)
     }
 }
 
@@ -409,6 +503,13 @@ pub fn parse_config(bytes: &[u8]) -> std::result::Result<Config, String> {
     for (name, rc) in &config.roots {
         crate::util::check_name("root", name).map_err(|e| e.to_string())?;
         check_root_path(name, &rc.path).map_err(|e| e.to_string())?;
+    }
+    if let Some(within) = config
+        .retention
+        .as_ref()
+        .and_then(|r| r.keep_within.as_ref())
+    {
+        crate::util::parse_duration(within).map_err(|e| format!("retention.keep_within: {e}"))?;
     }
     Ok(config)
 }

@@ -1,0 +1,276 @@
+//! CLI of the health commands: gc, archive, unarchive, doctor.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use ckptfs::ops::archive::{self, ArchiveOptions, UnarchiveOptions};
+use ckptfs::ops::doctor;
+use ckptfs::ops::gc::{self, GcOptions, GcReport};
+use ckptfs::store::RetentionPolicy;
+use ckptfs::util::human_bytes;
+use ckptfs::{Result, Store};
+
+use super::{print_json, split_kv, JsonFlag};
+
+/// `gc` arguments.
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    /// Print the plan (what would go, how many bytes) without deleting anything. The report is
+    /// the one gc prints when it applies the same plan.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Keep the N newest checkpoints of each branch.
+    #[arg(long, value_name = "N")]
+    pub keep_last: Option<u32>,
+    /// Keep checkpoints younger than DURATION (e.g. 36h, 7d, 2w, 1d12h).
+    #[arg(long, value_name = "DURATION")]
+    pub keep_within: Option<String>,
+    /// Keep the newest checkpoint of each of the last N days (UTC) that have one, per branch.
+    #[arg(long, value_name = "N")]
+    pub keep_daily: Option<u32>,
+    /// Keep the newest checkpoint of each of the last N weeks (ISO, UTC), per branch.
+    #[arg(long, value_name = "N")]
+    pub keep_weekly: Option<u32>,
+    /// Also delete displaced/ (trees set aside by restore/switch); otherwise they are listed.
+    #[arg(long)]
+    pub prune_displaced: bool,
+    /// Delete all of cache/ (rebuildable; the next capture reads every file again).
+    #[arg(long)]
+    pub clear_cache: bool,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `archive` arguments.
+#[derive(Args, Debug)]
+pub struct ArchiveArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    /// Checkpoints (id, prefix or label) or branches (their whole history) to export.
+    pub specs: Vec<String>,
+    /// Export every checkpoint, branch and label.
+    #[arg(long)]
+    pub all: bool,
+    /// The archive file to write (never overwritten); FILE.sha256 is written beside it.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Cut the archive into FILE.part000, FILE.part001... of at most SIZE bytes (e.g. 1G).
+    #[arg(long, value_name = "SIZE")]
+    pub split: Option<String>,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `unarchive` arguments.
+#[derive(Args, Debug)]
+pub struct UnarchiveArgs {
+    /// The archive: FILE, FILE.part000 (all parts are read) or FILE.sha256.
+    pub file: PathBuf,
+    /// Target store: created when missing or empty, otherwise imported into (objects dedup).
+    pub store: PathBuf,
+    /// Record root NAME at a new absolute path in the target's STORE.json (repeatable). File
+    /// contents are never rewritten.
+    #[arg(long, value_name = "NAME=/NEW/PATH")]
+    pub relocate: Vec<String>,
+    /// Expected SHA-256 of the whole archive, when there is no FILE.sha256 sidecar.
+    #[arg(long, value_name = "HEX")]
+    pub sha256: Option<String>,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `doctor` arguments.
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+fn print_gc(r: &GcReport, dry_run: bool) {
+    let (go, went) = if dry_run {
+        ("would prune", "would free")
+    } else {
+        ("pruned", "freed")
+    };
+    if dry_run {
+        println!("gc dry run: nothing was deleted");
+    }
+    let pol = serde_json::to_string(&r.policy).unwrap_or_default();
+    println!("policy: {} ({pol})", r.policy_source);
+    for p in &r.pins {
+        println!("honouring pin {p}");
+    }
+    let kept: Vec<String> = r.kept.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    println!(
+        "checkpoints: {} total, {} kept ({}), {go} {}",
+        r.checkpoints,
+        r.kept.values().sum::<usize>(),
+        kept.join(", "),
+        r.pruned.len()
+    );
+    for c in &r.pruned {
+        println!("  {go} {} {} {}", c.id.short(), c.time, c.branch);
+    }
+    println!(
+        "objects: {} total, {go} {} unreachable ({})",
+        r.objects,
+        r.objects_removed,
+        human_bytes(r.object_bytes_freed)
+    );
+    for p in &r.paths_removed {
+        println!("  {go} {} ({}, {})", p.path, p.what, human_bytes(p.bytes));
+    }
+    for p in &r.kept_for_review {
+        println!("  kept for review: {p} (delete it by hand or use --prune-displaced)");
+    }
+    println!("{went} {}", human_bytes(r.bytes_freed));
+}
+
+/// `ckptfs gc`.
+pub fn run_gc(a: GcArgs) -> Result<i32> {
+    let s = Store::open(&a.store)?;
+    let policy = RetentionPolicy {
+        keep_last: a.keep_last,
+        keep_within: a.keep_within,
+        keep_daily: a.keep_daily,
+        keep_weekly: a.keep_weekly,
+    };
+    if let Some(d) = &policy.keep_within {
+        ckptfs::util::parse_duration(d)?;
+    }
+    let opts = GcOptions {
+        policy: (!policy.is_empty()).then_some(policy),
+        prune_displaced: a.prune_displaced,
+        clear_cache: a.clear_cache,
+    };
+    let r = if a.dry_run {
+        gc::gc_dry_run(&s, &opts)?
+    } else {
+        gc::gc(&s, &opts)?
+    };
+    if a.json.json {
+        print_json(&r)?;
+    } else {
+        print_gc(&r, a.dry_run);
+    }
+    Ok(0)
+}
+
+/// `ckptfs archive`.
+pub fn run_archive(a: ArchiveArgs) -> Result<i32> {
+    let s = Store::open(&a.store)?;
+    let split = a
+        .split
+        .as_deref()
+        .map(ckptfs::util::parse_size)
+        .transpose()?;
+    let r = archive::archive(
+        &s,
+        &ArchiveOptions {
+            specs: a.specs,
+            all: a.all,
+            out: a.out,
+            split,
+        },
+    )?;
+    if a.json.json {
+        print_json(&r)?;
+    } else {
+        println!(
+            "archived {} checkpoints, {} objects ({}) to {} ({})",
+            r.checkpoints,
+            r.objects,
+            human_bytes(r.object_bytes),
+            r.file.display(),
+            human_bytes(r.bytes)
+        );
+        println!("sha256 {}  {}", r.sha256, r.file.display());
+        if r.parts.len() > 1 || r.parts.first().is_some_and(|p| p.path != r.file) {
+            for p in &r.parts {
+                println!("sha256 {}  {}", p.sha256, p.path.display());
+            }
+        }
+        println!("digests recorded in {}", r.sidecar.display());
+    }
+    Ok(0)
+}
+
+/// `ckptfs unarchive`.
+pub fn run_unarchive(a: UnarchiveArgs) -> Result<i32> {
+    let mut relocate = BTreeMap::new();
+    for r in &a.relocate {
+        let (name, path) = split_kv("--relocate", r)?;
+        relocate.insert(name.to_string(), PathBuf::from(path));
+    }
+    let r = archive::unarchive(&UnarchiveOptions {
+        file: a.file,
+        store: a.store,
+        relocate,
+        sha256: a.sha256,
+    })?;
+    if a.json.json {
+        print_json(&r)?;
+    } else {
+        println!(
+            "{} {}: sha256 {} checked",
+            if r.created_store {
+                "created store"
+            } else {
+                "imported into"
+            },
+            r.store.display(),
+            r.sha256
+        );
+        println!(
+            "checkpoints: {} new, {} already present; objects: {} new, {} already present",
+            r.checkpoints_new, r.checkpoints_present, r.objects_new, r.objects_present
+        );
+        if !r.branches.is_empty() {
+            println!("branches: {}", r.branches.join(", "));
+        }
+        if !r.labels.is_empty() {
+            println!("labels: {}", r.labels.join(", "));
+        }
+        for (n, p) in &r.relocated {
+            println!("root {n} now recorded at {}", p.display());
+        }
+    }
+    Ok(0)
+}
+
+/// `ckptfs doctor`: exit 1 when a finding is an error or warning.
+pub fn run_doctor(a: DoctorArgs) -> Result<i32> {
+    let r = doctor::doctor(&a.store)?;
+    if a.json.json {
+        print_json(&r)?;
+    } else {
+        for f in &r.findings {
+            println!(
+                "{:<7} {:<11} {}: {}",
+                f.severity, f.check, f.subject, f.detail
+            );
+            println!("        fix: {}", f.fix);
+        }
+        let problems = r.findings.iter().filter(|f| f.severity != "info").count();
+        println!(
+            "checked {} checkpoints, {} objects: {} problems, {} notes",
+            r.checkpoints,
+            r.objects_checked,
+            problems,
+            r.findings.len() - problems
+        );
+        if r.findings.iter().any(|f| f.repair == "recover") {
+            println!(
+                "`ckptfs recover {}` repairs the findings marked recover-repairable",
+                r.store.display()
+            );
+        }
+    }
+    Ok(if r.has_problems() { 1 } else { 0 })
+}
