@@ -924,7 +924,15 @@ pub struct UnarchiveOptions {
 pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
     let (base, files) = archive_files(&opts.file)?;
     let digest = check_digests(&base, &files, opts.sha256.as_deref())?;
-    let scan = scan(&files)?;
+    let scan = scan(&files).map_err(|e| match e {
+        Error::Corrupt(m) if !m.contains("nothing imported") => {
+            Error::Corrupt(format!("{m}; nothing imported"))
+        }
+        Error::Invalid(m) if !m.contains("nothing imported") => {
+            Error::Invalid(format!("{m}; nothing imported"))
+        }
+        other => other,
+    })?;
     let target = crate::store::absolute(&opts.store)?;
     let m = &scan.manifest;
     for (name, path) in &opts.relocate {
