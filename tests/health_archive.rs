@@ -23,7 +23,7 @@ fn fixture(root: &Path) -> (String, String) {
 
 #[test]
 fn round_trip_to_relocated_store() {
-    let t = tempfile::tempdir().unwrap();
+    let t = tempdir();
     let (a, b) = fixture(t.path());
     let store = t.path().join("store");
     let file = t.path().join("out/main.ckar");
@@ -99,7 +99,7 @@ fn round_trip_to_relocated_store() {
 
 #[test]
 fn split_parts_round_trip_and_missing_part() {
-    let t = tempfile::tempdir().unwrap();
+    let t = tempdir();
     fixture(t.path());
     let store = t.path().join("store");
     let file = t.path().join("all.ckar");
@@ -152,7 +152,7 @@ fn write_with_sidecar(path: &Path, data: &[u8]) {
 
 #[test]
 fn truncated_corrupted_and_foreign_files_are_refused() {
-    let t = tempfile::tempdir().unwrap();
+    let t = tempdir();
     fixture(t.path());
     let store = t.path().join("store");
     let file = t.path().join("a.ckar");
@@ -251,7 +251,7 @@ fn raw_entry(tb: &mut tar::Builder<Vec<u8>>, name: &[u8], data: &[u8]) {
 
 #[test]
 fn malicious_paths_are_refused_and_nothing_is_written() {
-    let t = tempfile::tempdir().unwrap();
+    let t = tempdir();
     fixture(t.path());
     let store = t.path().join("store");
     let file = t.path().join("a.ckar");
@@ -312,7 +312,7 @@ fn malicious_paths_are_refused_and_nothing_is_written() {
 
 #[test]
 fn conflicting_refs_import_nothing() {
-    let t = tempfile::tempdir().unwrap();
+    let t = tempdir();
     let (a, _) = fixture(t.path());
     let store = t.path().join("store");
     let file = t.path().join("a.ckar");

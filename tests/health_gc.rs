@@ -40,7 +40,7 @@ fn fixture(root: &Path) -> (Vec<String>, Vec<String>) {
 
 #[test]
 fn retention_policies_table() {
-    let base = tempfile::tempdir().unwrap();
+    let base = tempdir();
     let (main, feat) = fixture(base.path());
     // (flags, checkpoints of main kept, of feat kept)
     let cases: Vec<(Vec<&str>, Vec<usize>, Vec<usize>)> = vec![
@@ -113,7 +113,7 @@ fn applied_args<'a>(store: &'a Path, flags: &[&'a str]) -> Vec<&'a str> {
 
 #[test]
 fn pruning_frees_objects_and_keeps_every_kept_checkpoint_whole() {
-    let base = tempfile::tempdir().unwrap();
+    let base = tempdir();
     let (main, _) = fixture(base.path());
     let store = base.path().join("store");
     let r = json(&["gc", s(&store), "--keep-last", "1", "--json"]);
@@ -130,7 +130,7 @@ fn pruning_frees_objects_and_keeps_every_kept_checkpoint_whole() {
 
 #[test]
 fn retention_defaults_from_store_json() {
-    let base = tempfile::tempdir().unwrap();
+    let base = tempdir();
     let (main, feat) = fixture(base.path());
     let store = base.path().join("store");
     let cfg_path = store.join("STORE.json");
@@ -160,7 +160,7 @@ fn write_pin(store: &Path, pid: u32, all: bool, checkpoints: &[&str]) {
 
 #[test]
 fn live_pins_protect_checkpoints_dead_pins_do_not() {
-    let base = tempfile::tempdir().unwrap();
+    let base = tempdir();
     let (main, _) = fixture(base.path());
     let store = base.path().join("store");
     let mut holder = Command::new("sleep").arg("60").spawn().unwrap();
@@ -199,7 +199,7 @@ fn live_pins_protect_checkpoints_dead_pins_do_not() {
 
 #[test]
 fn ephemeral_and_cache_paths() {
-    let base = tempfile::tempdir().unwrap();
+    let base = tempdir();
     let (main, _) = fixture(base.path());
     let store = base.path().join("store");
     // A temp file of a dead process, an upper of a deleted branch, one of a live branch,
@@ -250,7 +250,7 @@ fn ephemeral_and_cache_paths() {
 
 #[test]
 fn gc_text_output_explains_itself() {
-    let base = tempfile::tempdir().unwrap();
+    let base = tempdir();
     fixture(base.path());
     let store = base.path().join("store");
     let out = ok(&["gc", s(&store), "--keep-last", "1", "--dry-run"]);

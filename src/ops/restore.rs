@@ -134,31 +134,58 @@ pub fn restore(store: &Store, loc: &Located, dir: &Path) -> Result<RestoreReport
             let _ignored_cleanup = fs::remove_dir_all(&staging);
             return Err(e);
         }
-        // 3. Swap.
-        match fs::symlink_metadata(&dir) {
-            Ok(md) => {
-                let empty_dir = md.is_dir()
-                    && fs::read_dir(&dir)
-                        .map_err(|e| Error::io(&dir, e))?
-                        .next()
-                        .is_none();
-                if empty_dir {
-                    fs::remove_dir(&dir).map_err(|e| Error::io(&dir, e))?;
-                } else {
-                    let aside = parent.join(format!(
-                        "{}.ckptfs-aside-{}",
-                        base.to_string_lossy(),
-                        crate::util::format_utc(crate::util::now_ns()).replace(':', "")
-                    ));
-                    phase.aside = Some(aside.clone());
-                    m.set_phase(serde_json::to_value(&phase).unwrap_or_default())?;
-                    fsio::rename(&dir, &aside)?;
+        // 3. Swap. If it fails, put the original DIR back and drop the staging directory.
+        let mut removed_empty = false;
+        let swapped = (|| -> Result<()> {
+            match fs::symlink_metadata(&dir) {
+                Ok(md) => {
+                    let empty_dir = md.is_dir()
+                        && fs::read_dir(&dir)
+                            .map_err(|e| Error::io(&dir, e))?
+                            .next()
+                            .is_none();
+                    if empty_dir {
+                        fs::remove_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+                        removed_empty = true;
+                    } else {
+                        let aside = parent.join(format!(
+                            "{}.ckptfs-aside-{}",
+                            base.to_string_lossy(),
+                            crate::util::format_utc(crate::util::now_ns()).replace(':', "")
+                        ));
+                        phase.aside = Some(aside.clone());
+                        m.set_phase(serde_json::to_value(&phase).unwrap_or_default())?;
+                        fsio::rename(&dir, &aside)?;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&dir, e)),
+            }
+            fsio::rename(&staging, &dir)
+        })();
+        if let Err(e) = swapped {
+            let _ignored_cleanup = fs::remove_dir_all(&staging);
+            if fs::symlink_metadata(&dir).is_err() {
+                match &phase.aside {
+                    Some(aside) if aside.exists() => {
+                        if let Err(re) = fs::rename(aside, &dir) {
+                            log::warn!(
+                                "could not move {} back to {}: {re}; `ckptfs recover` retries",
+                                aside.display(),
+                                dir.display()
+                            );
+                        }
+                    }
+                    _ if removed_empty => {
+                        if let Err(re) = fs::create_dir(&dir) {
+                            log::warn!("could not recreate {}: {re}", dir.display());
+                        }
+                    }
+                    _ => {}
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(&dir, e)),
+            return Err(e);
         }
-        fsio::rename(&staging, &dir)?;
         fsio::sync_path(&parent)?;
         let report = RestoreReport {
             checkpoint: loc.checkpoint,

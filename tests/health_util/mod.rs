@@ -5,6 +5,18 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// A temp directory on tmpfs (`/dev/shm`) when there is one: these tests crash processes, they
+/// do not test the disk, and syncfs on a busy disk would make the fault loops take minutes.
+pub fn tempdir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(t) = tempfile::tempdir_in(shm) {
+            return t;
+        }
+    }
+    tempfile::tempdir().expect("temp dir")
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_ckptfs")
 }
