@@ -21,8 +21,9 @@ fn findings(store: &Path) -> (i32, Vec<serde_json::Value>) {
 }
 
 fn has(f: &[serde_json::Value], check: &str, repair: &str) -> bool {
-    f.iter()
-        .any(|x| x["check"] == check && x["repair"] == repair && !x["fix"].as_str().unwrap().is_empty())
+    f.iter().any(|x| {
+        x["check"] == check && x["repair"] == repair && !x["fix"].as_str().unwrap().is_empty()
+    })
 }
 
 #[test]
@@ -54,7 +55,8 @@ fn finds_everything_and_recover_repairs_what_it_can() {
     let dead_pid = 4_194_001u32;
     fs::write(
         store.join("run/RUNNING.json"),
-        serde_json::json!({"pid": dead_pid, "op": "capture", "started_ns": 0, "args": {}}).to_string(),
+        serde_json::json!({"pid": dead_pid, "op": "capture", "started_ns": 0, "args": {}})
+            .to_string(),
     )
     .unwrap();
     fs::create_dir_all(store.join("run/pins")).unwrap();
@@ -79,7 +81,11 @@ fn finds_everything_and_recover_repairs_what_it_can() {
         .unwrap();
     let obj = fs::read_dir(&fan).unwrap().next().unwrap().unwrap().path();
     fs::set_permissions(&obj, fs::Permissions::from_mode(0o644)).unwrap();
-    fs::write(store.join("refs/labels/dangling"), format!("{}\n", "ab".repeat(32))).unwrap();
+    fs::write(
+        store.join("refs/labels/dangling"),
+        format!("{}\n", "ab".repeat(32)),
+    )
+    .unwrap();
     fs::write(store.join("stray.txt"), b"?").unwrap();
 
     let (code, f) = findings(&store);
@@ -100,19 +106,40 @@ fn finds_everything_and_recover_repairs_what_it_can() {
         2,
         "{f:#?}"
     );
-    assert_eq!(f.iter().filter(|x| x["check"] == "socket").count(), 2, "{f:#?}");
+    assert_eq!(
+        f.iter().filter(|x| x["check"] == "socket").count(),
+        2,
+        "{f:#?}"
+    );
 
     let r = json(&["recover", s(&store), "--json"]);
     let actions = r["actions"].to_string();
-    for word in ["pin", "ctl.sock", "daemon.pid", "read-only", "0700", "temp", "RUNNING"] {
-        assert!(actions.contains(word), "recover did not mention {word}: {actions}");
+    for word in [
+        "pin",
+        "ctl.sock",
+        "daemon.pid",
+        "read-only",
+        "0700",
+        "temp",
+        "RUNNING",
+    ] {
+        assert!(
+            actions.contains(word),
+            "recover did not mention {word}: {actions}"
+        );
     }
     let (_, f) = findings(&store);
     let left: Vec<&serde_json::Value> = f.iter().filter(|x| x["severity"] != "info").collect();
     assert_eq!(left.len(), 1, "{left:#?}");
     assert_eq!(left[0]["check"], "ref");
-    assert_eq!(fs::metadata(&store).unwrap().permissions().mode() & 0o777, 0o700);
-    assert_eq!(fs::metadata(&obj).unwrap().permissions().mode() & 0o777, 0o444);
+    assert_eq!(
+        fs::metadata(&store).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(
+        fs::metadata(&obj).unwrap().permissions().mode() & 0o777,
+        0o444
+    );
     fs::remove_file(store.join("refs/labels/dangling")).unwrap();
     fs::remove_file(store.join("stray.txt")).unwrap();
     let (code, f) = findings(&store);
@@ -127,7 +154,8 @@ fn finds_everything_and_recover_repairs_what_it_can() {
     let (code, f) = findings(&store);
     assert_eq!(code, 1);
     assert!(
-        f.iter().any(|x| x["check"] == "object" && x["subject"].as_str().unwrap().contains(&tree)),
+        f.iter()
+            .any(|x| x["check"] == "object" && x["subject"].as_str().unwrap().contains(&tree)),
         "{f:#?}"
     );
     let _ = chunk_is_tree;
@@ -155,7 +183,14 @@ fn credentials_stay_out_of_home_by_default() {
     let t = tempdir();
     let home = t.path().join("home");
     fs::create_dir_all(home.join("sub/.ssh")).unwrap();
-    for name in ["auth.json", "sub/server.pem", ".env", "sub/.ssh/id_rsa", "sub/.ssh/id_rsa.pub", "x.key"] {
+    for name in [
+        "auth.json",
+        "sub/server.pem",
+        ".env",
+        "sub/.ssh/id_rsa",
+        "sub/.ssh/id_rsa.pub",
+        "x.key",
+    ] {
         fs::write(home.join(name), b"SECRET-VALUE-123").unwrap();
     }
     fs::write(home.join("config.toml"), b"model = 1").unwrap();
@@ -170,14 +205,27 @@ fn credentials_stay_out_of_home_by_default() {
         .map(|e| e["path"].as_str().unwrap())
         .collect();
     assert!(paths.contains(&"config.toml"), "{paths:?}");
-    for secret in ["auth.json", "sub/server.pem", ".env", "sub/.ssh/id_rsa", "sub/.ssh/id_rsa.pub", "x.key"] {
+    for secret in [
+        "auth.json",
+        "sub/server.pem",
+        ".env",
+        "sub/.ssh/id_rsa",
+        "sub/.ssh/id_rsa.pub",
+        "x.key",
+    ] {
         assert!(!paths.contains(&secret), "{secret} was captured: {paths:?}");
     }
     let (_, f) = findings(&store);
     assert!(!f.iter().any(|x| x["check"] == "security"), "{f:?}");
     // Opting out is explicit, and doctor notes it.
     let store2 = t.path().join("store2");
-    ok(&["init", s(&store2), "--root", &format!("home={}", s(&home)), "--no-default-excludes"]);
+    ok(&[
+        "init",
+        s(&store2),
+        "--root",
+        &format!("home={}", s(&home)),
+        "--no-default-excludes",
+    ]);
     let id2 = capture(&store2, &[]);
     let listing = ok(&["ls", s(&store2), &format!("{id2}:home"), "-r"]);
     assert!(listing.contains("auth.json"));
@@ -190,14 +238,25 @@ fn credentials_stay_out_of_home_by_default() {
     ok(&["unarchive", s(&out), s(&t.path().join("store3"))]);
     for st in [&store, &store2, &t.path().join("store3")] {
         let audit = fs::read_to_string(st.join("audit.jsonl")).unwrap();
-        assert!(!audit.contains("SECRET-VALUE"), "file contents in {}", st.display());
+        assert!(
+            !audit.contains("SECRET-VALUE"),
+            "file contents in {}",
+            st.display()
+        );
         assert!(!audit.contains("model = 1"));
     }
     // Store 0700, objects 0444.
-    assert_eq!(fs::metadata(&store).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(
+        fs::metadata(&store).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
     for fan in fs::read_dir(store.join("objects")).unwrap() {
         for o in fs::read_dir(fan.unwrap().path()).unwrap() {
-            let m = fs::metadata(o.unwrap().path()).unwrap().permissions().mode() & 0o777;
+            let m = fs::metadata(o.unwrap().path())
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777;
             assert_eq!(m, 0o444);
         }
     }
