@@ -246,7 +246,7 @@ impl Store {
         }
         match fs::read_dir(&root) {
             Ok(mut it) => {
-                if it.next().is_some() {
+                if it.next().is_some() && !is_interrupted_init(&root) {
                     if root.join(CONFIG_FILE).exists() {
                         return Err(Error::Conflict(format!(
                             "{} is already a ckptfs store",
@@ -435,6 +435,52 @@ impl Store {
     pub fn lock_path(&self) -> PathBuf {
         self.root.join("lock")
     }
+}
+
+/// True when `root` holds only what an interrupted [`Store::init`] leaves (empty store
+/// directories, empty `lock`/`audit.jsonl`, temp files, no STORE.json): init may reuse it.
+fn is_interrupted_init(root: &Path) -> bool {
+    const SKELETON: &[&str] = &[
+        "objects",
+        "checkpoints",
+        "refs",
+        "tmp",
+        "run",
+        "upper",
+        "displaced",
+        "cache",
+        "lock",
+        "audit.jsonl",
+    ];
+    fn only_empty_dirs(d: &Path, depth: usize) -> bool {
+        let Ok(rd) = fs::read_dir(d) else {
+            return false;
+        };
+        rd.flatten().all(|e| {
+            let Ok(ft) = e.file_type() else { return false };
+            ft.is_dir() && depth > 0 && only_empty_dirs(&e.path(), depth - 1)
+        })
+    }
+    let Ok(rd) = fs::read_dir(root) else {
+        return false;
+    };
+    rd.flatten().all(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let p = e.path();
+        let Ok(md) = fs::symlink_metadata(&p) else {
+            return false;
+        };
+        if name.starts_with(".tmp-") {
+            return md.is_file();
+        }
+        if !SKELETON.contains(&name.as_str()) {
+            return false;
+        }
+        if md.is_file() {
+            return md.len() == 0 && (name == "lock" || name == "audit.jsonl");
+        }
+        md.is_dir() && only_empty_dirs(&p, 1)
+    })
 }
 
 /// The roots with [`DEFAULT_HOME_EXCLUDES`] added to a root named [`HOME_ROOT`].
