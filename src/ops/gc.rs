@@ -556,7 +556,8 @@ mod tests {
             (p(None, Some("1d"), None, None), 5),
             (p(None, None, Some(7), None), 7),
             (p(None, None, None, Some(2)), 2),
-            (p(Some(4), None, Some(2), None), 5),
+            (p(Some(4), None, Some(2), None), 4),
+            (p(Some(1), None, Some(3), None), 3),
             (p(None, None, None, Some(10)), 5),
         ];
         for (pol, want) in cases {
