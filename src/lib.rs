@@ -4,7 +4,9 @@
 //! files become chunk objects (FastCDC + SHA-256), directories become [`store::tree::Tree`]
 //! objects, and one [`store::checkpoint::Checkpoint`] record ties one tree per root together.
 //! Branches (movable) and labels (immutable) name checkpoints. [`ops`] holds the operations
-//! over stored history: restore, verify, diff, recover.
+//! over stored history: restore, verify, diff, recover, and keeping a store healthy: `gc`
+//! (retention classes and policy, plan then apply), `archive`/`unarchive` (portable tar+zstd
+//! exports with SHA-256) and `doctor` (invariant checks with fixes).
 //!
 //! The CLI (`src/cli`) is a thin layer over this library; the library never sees clap.
 

@@ -340,7 +340,9 @@ fn sigkill_during_capture() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let delay = Duration::from_micros(x % (full.as_micros() as u64 + 1));
+        // Between a quarter of the way and just past the end of a full run.
+        let span = full.as_micros() as u64;
+        let delay = Duration::from_micros(span / 4 + x % (span - span / 4 + span / 10 + 1));
         let st = t.path().join(format!("s{i}"));
         copy_dir(&store, &st);
         let mut child = Command::new(bin())
