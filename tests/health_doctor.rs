@@ -71,6 +71,13 @@ fn finds_everything_and_recover_repairs_what_it_can() {
         let sock = store.join("run/ctl.sock");
         let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         drop(l);
+        // Older than the grace period for daemons that are starting up.
+        let st = std::process::Command::new("touch")
+            .args(["-h", "-d", "2020-01-01"])
+            .arg(&sock)
+            .status()
+            .unwrap();
+        assert!(st.success());
     }
     fs::write(store.join("run/daemon.pid"), format!("{dead_pid}\n")).unwrap();
     fs::set_permissions(&store, fs::Permissions::from_mode(0o755)).unwrap();

@@ -209,6 +209,13 @@ fn ephemeral_and_cache_paths() {
     fs::write(store.join("upper/gone/workspace/x"), b"x").unwrap();
     fs::create_dir_all(store.join("upper/main/workspace")).unwrap();
     fs::create_dir_all(store.join("displaced/ws-old")).unwrap();
+    fs::write(store.join("run/daemon-x.pid"), b"4194002\n").unwrap();
+    let mut live = Command::new("sleep").arg("60").spawn().unwrap();
+    fs::write(
+        store.join("run/daemon-live.pid"),
+        format!("{}\n", live.id()),
+    )
+    .unwrap();
     let stat_caches_before = fs::read_dir(store.join("cache/stat")).unwrap().count();
     assert!(stat_caches_before > 0);
     let dry = json(&["gc", s(&store), "--keep-last", "1", "--dry-run", "--json"]);
@@ -222,6 +229,10 @@ fn ephemeral_and_cache_paths() {
         .collect();
     assert!(removed.contains(&"tmp/.tmp-obj-4194000.7"), "{removed:?}");
     assert!(removed.contains(&"upper/gone"), "{removed:?}");
+    assert!(removed.contains(&"run/daemon-x.pid"), "{removed:?}");
+    assert!(store.join("run/daemon-live.pid").exists());
+    live.kill().unwrap();
+    live.wait().unwrap();
     assert!(!removed.iter().any(|p| p.starts_with("upper/main")));
     assert!(removed.iter().any(|p| p.starts_with("cache/stat/")));
     assert_eq!(r["kept_for_review"][0], "displaced/ws-old");

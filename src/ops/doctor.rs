@@ -171,7 +171,11 @@ pub fn mount_is_dead(m: &MountEntry) -> bool {
     matches!(fs::metadata(&m.mount_point), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
 }
 
-/// Socket files under `run/` (recursively) that nobody listens on.
+/// A socket younger than this may belong to a daemon between bind(2) and listen(2).
+const SOCKET_GRACE_SECS: u64 = 30;
+
+/// Socket files under `run/` (recursively) that nobody listens on (and older than a grace
+/// period, so a daemon that is just starting is not mistaken for a dead one).
 pub fn dead_sockets(store: &Store) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![store.run_dir()];
@@ -183,6 +187,11 @@ pub fn dead_sockets(store: &Store) -> Vec<PathBuf> {
             if md.is_dir() {
                 stack.push(p);
             } else if md.file_type().is_socket()
+                && md
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age.as_secs() >= SOCKET_GRACE_SECS)
                 && std::os::unix::net::UnixStream::connect(&p).is_err()
             {
                 out.push(p);

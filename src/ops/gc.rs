@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | durable | `STORE.json`, `refs/`, `audit.jsonl`, `lock`, labelled checkpoints, branch heads, what they reach | never deleted |
 //! | reviewable | unlabelled, non-head checkpoint records (`checkpoints/`) | pruned by the policy |
-//! | ephemeral | `tmp/` and `.tmp-*` files of dead processes, dead pins in `run/pins/`, `upper/B/` of deleted branches, `displaced/` | pruned when nothing uses it (`displaced/` only with `--prune-displaced`) |
+//! | ephemeral | `tmp/` and `.tmp-*` files of dead processes, dead pins, sockets and pid files in `run/`, `upper/B/` of deleted branches, `displaced/` | pruned when nothing uses it (`displaced/` only with `--prune-displaced`) |
 //! | cache-only | `cache/` | stat caches of pruned checkpoints; all of it with `--clear-cache` |
 //!
 //! Objects (`objects/`) are swept when no kept checkpoint reaches them.
@@ -366,6 +366,12 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
         if dead {
             paths.push((p, false, "pin of a process that exited".into()));
         }
+    }
+    for p in crate::ops::doctor::dead_sockets(store) {
+        paths.push((p, false, "control socket of a daemon that is gone".into()));
+    }
+    for p in crate::ops::doctor::dead_pid_files(store) {
+        paths.push((p, false, "pid file of a process that exited".into()));
     }
     let mounted = crate::ops::doctor::mount_table().unwrap_or_default();
     for p in list_dir(&store.upper_base_dir())? {
