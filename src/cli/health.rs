@@ -255,7 +255,12 @@ pub fn run_doctor(a: DoctorArgs) -> Result<i32> {
                 "{:<7} {:<11} {}: {}",
                 f.severity, f.check, f.subject, f.detail
             );
-            println!("        fix: {}", f.fix);
+            let by = match f.repair.as_str() {
+                "recover" => " [ckptfs recover repairs this]",
+                "gc" => " [ckptfs gc cleans this]",
+                _ => "",
+            };
+            println!("        fix: {}{by}", f.fix);
         }
         let problems = r.findings.iter().filter(|f| f.severity != "info").count();
         println!(
@@ -267,7 +272,7 @@ pub fn run_doctor(a: DoctorArgs) -> Result<i32> {
         );
         if r.findings.iter().any(|f| f.repair == "recover") {
             println!(
-                "`ckptfs recover {}` repairs the findings marked recover-repairable",
+                "run `ckptfs recover {}` to repair the findings marked so",
                 r.store.display()
             );
         }

@@ -328,7 +328,7 @@ pub fn doctor(path: &Path) -> Result<DoctorReport> {
                 "objects must be read-only (0444); first: {}",
                 writable[0].display()
             ),
-            "chmod a-w on them",
+            "make them read-only again (chmod a-w)",
             "recover",
         ));
     }
