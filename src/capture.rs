@@ -617,8 +617,7 @@ fn chunk_file(
     let mut total = 0u64;
     if size <= u64::from(chunker.min) {
         let mut data = Vec::with_capacity(size as usize);
-        (&*f)
-            .take(size)
+        f.take(size)
             .read_to_end(&mut data)
             .map_err(|e| Error::io(path, e))?;
         total = data.len() as u64;
