@@ -62,7 +62,7 @@ fn checkpoint_records_changes_and_keeps_untouched_subtrees() {
     let before = ok(&["checkpoint", w.room(), "--json"]);
     let b: serde_json::Value = serde_json::from_str(&before).unwrap();
     assert_eq!(b["checkpoint"]["stats"]["new_objects"], 0, "{before}");
-    assert_eq!(ok(&["verify", w.store()]).contains("0 findings"), true);
+    assert!(ok(&["verify", w.store()]).contains("0 findings"));
 }
 
 #[test]
