@@ -90,21 +90,24 @@ impl Excluder {
 }
 
 /// A file found by the walk, to be read (or reused from the stat cache).
-struct FileJob {
-    abs: PathBuf,
-    rel: Vec<u8>,
-    cached: Option<Cached>,
+pub(crate) struct FileJob {
+    pub(crate) abs: PathBuf,
+    pub(crate) rel: Vec<u8>,
+    pub(crate) cached: Option<Cached>,
+    /// Live workspaces: a file that only grew while being read is captured as the prefix
+    /// that existed when reading started (an appending writer never yields torn bytes).
+    pub(crate) accept_prefix: bool,
 }
 
 /// The result of reading one file.
-struct FileData {
-    key: StatKey,
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    chunks: Vec<Chunk>,
-    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
-    read: bool,
+pub(crate) struct FileData {
+    pub(crate) key: StatKey,
+    pub(crate) mode: u32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) chunks: Vec<Chunk>,
+    pub(crate) xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) read: bool,
 }
 
 enum Node {
@@ -119,10 +122,20 @@ struct DirNode {
     children: Vec<(Vec<u8>, Node)>,
 }
 
-struct Progress {
-    files: AtomicU64,
-    bytes: AtomicU64,
-    done: AtomicBool,
+pub(crate) struct Progress {
+    pub(crate) files: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) done: AtomicBool,
+}
+
+impl Progress {
+    pub(crate) fn new() -> Progress {
+        Progress {
+            files: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            done: AtomicBool::new(false),
+        }
+    }
 }
 
 /// Captures every root of the store as one checkpoint on `opts.branch`.
@@ -324,15 +337,15 @@ fn capture_root(
     ))
 }
 
-fn mtime_ns(m: &Metadata) -> i64 {
+pub(crate) fn mtime_ns(m: &Metadata) -> i64 {
     m.mtime() * 1_000_000_000 + m.mtime_nsec()
 }
 
-fn ctime_ns(m: &Metadata) -> i64 {
+pub(crate) fn ctime_ns(m: &Metadata) -> i64 {
     m.ctime() * 1_000_000_000 + m.ctime_nsec()
 }
 
-fn stat_key(m: &Metadata) -> StatKey {
+pub(crate) fn stat_key(m: &Metadata) -> StatKey {
     StatKey {
         size: m.len(),
         mtime_ns: mtime_ns(m),
@@ -385,6 +398,7 @@ fn walk_dir(
                 abs: child_abs,
                 rel: rel_bytes,
                 cached,
+                accept_prefix: false,
             });
             Node::File(jobs.len() - 1)
         } else if ft.is_symlink() {
@@ -423,12 +437,12 @@ fn walk_dir(
     })
 }
 
-fn ft_is(m: &Metadata, t: u32) -> bool {
+pub(crate) fn ft_is(m: &Metadata, t: u32) -> bool {
     m.mode() & libc::S_IFMT == t
 }
 
 /// Reads the xattrs of a path without following a final symlink. Unsupported = none.
-fn read_xattrs_path(path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+pub(crate) fn read_xattrs_path(path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let names = match xattr::list(path) {
         Ok(n) => n,
         Err(e) if is_unsupported(&e) => return Ok(Vec::new()),
@@ -472,7 +486,7 @@ fn is_unsupported(e: &io::Error) -> bool {
 }
 
 /// Reads all jobs on every core; results are in job order.
-fn read_files(
+pub(crate) fn read_files(
     batch: &ObjectBatch<'_>,
     chunker: &ChunkerConfig,
     jobs: &[FileJob],
@@ -530,7 +544,7 @@ fn read_file(
     job: &FileJob,
     progress: &Progress,
 ) -> Result<FileData> {
-    for _attempt in 0..CHANGE_RETRIES {
+    for attempt in 0..CHANGE_RETRIES {
         let f = match open_nofollow(&job.abs) {
             Ok(f) => f,
             Err(e) => return Err(Error::io(&job.abs, e)),
@@ -559,7 +573,12 @@ fn read_file(
         let xattrs = read_xattrs_file(&f, &job.abs)?;
         let (chunks, total) = chunk_file(batch, chunker, &f, key.size, &job.abs, progress)?;
         let after = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
-        if stat_key(&after) == key && total == key.size {
+        let stable = stat_key(&after) == key;
+        let grew = job.accept_prefix
+            && attempt + 1 == CHANGE_RETRIES
+            && after.len() >= key.size
+            && after.ino() == key.ino;
+        if (stable || grew) && total == key.size {
             return Ok(FileData {
                 key,
                 mode: before.mode() & 0o7777,
@@ -597,12 +616,12 @@ fn chunk_file(
     let mut chunks = Vec::new();
     let mut total = 0u64;
     if size <= u64::from(chunker.min) {
-        let mut data = Vec::with_capacity(size as usize + 1);
-        f.take(u64::from(chunker.min) + 1)
+        let mut data = Vec::with_capacity(size as usize);
+        f.take(size)
             .read_to_end(&mut data)
             .map_err(|e| Error::io(path, e))?;
         total = data.len() as u64;
-        if !data.is_empty() && total <= u64::from(chunker.min) {
+        if !data.is_empty() {
             let id = batch.ensure(&data)?;
             chunks.push(Chunk {
                 id,
@@ -612,7 +631,8 @@ fn chunk_file(
         progress.bytes.fetch_add(total, Ordering::Relaxed);
         return Ok((chunks, total));
     }
-    let reader = io::BufReader::with_capacity(1 << 20, f);
+    // Read exactly the size seen at open: a file that grows meanwhile yields a prefix.
+    let reader = io::BufReader::with_capacity(1 << 20, f.take(size));
     let cdc = fastcdc::v2020::StreamCDC::new(reader, chunker.min, chunker.avg, chunker.max);
     for c in cdc {
         let c = c.map_err(|e| match e {

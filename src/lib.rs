@@ -13,9 +13,11 @@
 pub mod capture;
 pub mod error;
 pub mod id;
+pub mod mountinfo;
 pub mod ops;
 pub mod store;
 pub mod util;
+pub mod workspace;
 
 pub use error::{Error, Result};
 pub use id::ObjectId;

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod workspace;
+
 use ckptfs::capture::{capture, CaptureOptions};
 use ckptfs::ops::walk::{locate, walk_tree};
 use ckptfs::ops::{diff, recover, restore, verify};
@@ -129,6 +131,9 @@ pub enum Command {
         /// Only this branch's history (following parents from its head).
         #[arg(long, short)]
         branch: Option<String>,
+        /// Draw checkpoints with their forks, the way `git log --graph` does.
+        #[arg(long)]
+        graph: bool,
         #[command(flatten)]
         json: JsonFlag,
     },
@@ -171,9 +176,97 @@ pub enum Command {
         checkpoint: String,
         name: String,
     },
-    /// Branches: list them.
+    /// Branches: list, archive, unarchive, delete. A branch is a movable head checkpoint plus
+    /// its workspace layer; it plays the part of a saved agent session (resume = mount it).
     #[command(subcommand)]
     Branch(BranchCommand),
+    /// Mount a branch as a writable workspace at its roots' recorded absolute paths.
+    ///
+    /// Each root becomes an overlay: lower = the branch's checkpoint, read lazily from the
+    /// store; upper = STORE/upper/BRANCH/ROOT, where every write lands at native speed and
+    /// survives a crash of any ckptfs process. Resume a branch later by mounting it again.
+    Mount {
+        /// The store directory.
+        store: PathBuf,
+        /// Branch to mount writable.
+        #[arg(long, short)]
+        branch: String,
+        /// Mount only this root (repeatable; default: all roots).
+        #[arg(long = "root", value_name = "NAME")]
+        roots: Vec<String>,
+        /// Mount the root at DIR instead of its recorded path (needs --relocate: histories
+        /// hold absolute paths, so relocating is a deliberate choice).
+        #[arg(long, value_name = "DIR")]
+        at: Option<PathBuf>,
+        /// Confirm --at.
+        #[arg(long)]
+        relocate: bool,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Unmount a workspace (every root of its branch). A busy mount (a shell's cwd inside) is
+    /// detached lazily instead of failing.
+    Umount {
+        /// A mountpoint of the workspace (or a path inside it).
+        mountpoint: PathBuf,
+    },
+    /// Checkpoint a mounted workspace: record what changed since the last checkpoint as a new
+    /// checkpoint on its branch. Cost follows the change, not the tree; the mount stays up and
+    /// open files stay valid.
+    Checkpoint {
+        /// A workspace mountpoint (or a path inside it), or the store directory.
+        place: PathBuf,
+        /// Which workspace, when PLACE is the store and several are mounted.
+        #[arg(long, short)]
+        branch: Option<String>,
+        /// Immutable label for the new checkpoint.
+        #[arg(long, short)]
+        label: Option<String>,
+        /// Message stored with the checkpoint.
+        #[arg(short, long, default_value = "")]
+        message: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Show another branch or checkpoint at the same paths (restore), without copying files.
+    ///
+    /// A checkpoint that is not a branch head starts a new branch (named by --name, or
+    /// from-<id>). Un-checkpointed changes are never lost: switch refuses unless
+    /// --checkpoint-first or --discard (which sets them aside under STORE/displaced/).
+    Switch {
+        /// A workspace mountpoint (or a path inside it).
+        mountpoint: PathBuf,
+        /// Target branch, label or checkpoint id.
+        #[arg(long)]
+        to: String,
+        /// Checkpoint un-checkpointed changes first.
+        #[arg(long)]
+        checkpoint_first: bool,
+        /// Set un-checkpointed changes aside under STORE/displaced/ (never deleted).
+        #[arg(long)]
+        discard: bool,
+        /// Name of the branch created when the target is not a branch head.
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Start a new independent branch at a checkpoint (O(1): nothing is copied).
+    Fork {
+        store: PathBuf,
+        /// Checkpoint id (or unique prefix), label or branch.
+        checkpoint: String,
+        /// Name of the new branch.
+        #[arg(long)]
+        name: String,
+    },
+    /// Show mounted workspaces: branch, base checkpoint, changes since the last checkpoint.
+    Status {
+        /// The store directory, or a workspace mountpoint.
+        place: PathBuf,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
     /// Re-hash every object reachable from the given checkpoints (or all) and report every
     /// missing or corrupt object with the paths that use it. Exit 1 on any finding.
     Verify {
@@ -207,11 +300,27 @@ pub enum Command {
 
 #[derive(Subcommand, Debug)]
 pub enum BranchCommand {
-    /// List branches with their heads.
+    /// List branches: head, forked-from, state, last activity, mounted, dirty size.
     List {
         store: PathBuf,
+        /// Include archived branches.
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         json: JsonFlag,
+    },
+    /// Hide a branch from `branch list` (nothing is deleted).
+    Archive { store: PathBuf, name: String },
+    /// Bring an archived branch back.
+    Unarchive { store: PathBuf, name: String },
+    /// Delete a branch ref. Refuses while mounted, and with un-checkpointed workspace changes
+    /// unless --force (they are moved to STORE/displaced/). Checkpoints and objects are only
+    /// removed later by `ckptfs gc`.
+    Delete {
+        store: PathBuf,
+        name: String,
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -371,6 +480,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Log {
             store,
             branch,
+            graph,
             json,
         } => {
             let s = Store::open(&store)?;
@@ -402,6 +512,18 @@ pub fn run(cli: Cli) -> Result<i32> {
                 }
             }
             let labels = s.list_labels()?;
+            if graph && !json.json {
+                let mut names = labels.clone();
+                for (n, b) in s.list_branches()? {
+                    if let Some(h) = b.head {
+                        names.push((format!("branch:{n}"), h));
+                    }
+                }
+                for line in workspace::log_graph(&items, &names) {
+                    println!("{line}");
+                }
+                return Ok(0);
+            }
             if json.json {
                 let v: Vec<_> = items
                     .iter()
@@ -610,28 +732,74 @@ pub fn run(cli: Cli) -> Result<i32> {
             println!("label {name} -> {}", id.short());
             Ok(0)
         }
-        Command::Branch(BranchCommand::List { store, json }) => {
-            let s = Store::open(&store)?;
-            let branches = s.list_branches()?;
+        Command::Branch(BranchCommand::List { store, all, json }) => {
+            workspace::branch_list(&store, all, json.json)
+        }
+        Command::Branch(BranchCommand::Archive { store, name }) => {
+            workspace::branch_archive(&store, &name, true)
+        }
+        Command::Branch(BranchCommand::Unarchive { store, name }) => {
+            workspace::branch_archive(&store, &name, false)
+        }
+        Command::Branch(BranchCommand::Delete { store, name, force }) => {
+            workspace::branch_delete(&store, &name, force)
+        }
+        Command::Mount {
+            store,
+            branch,
+            roots,
+            at,
+            relocate,
+            json,
+        } => workspace::mount_branch(&store, &branch, &roots, at.as_deref(), relocate, json.json),
+        Command::Umount { mountpoint } => match workspace::umount(&mountpoint)? {
+            Some(code) => Ok(code),
+            None => Err(Error::NotFound(format!(
+                "{} is not a ckptfs mount",
+                mountpoint.display()
+            ))),
+        },
+        Command::Checkpoint {
+            place,
+            branch,
+            label,
+            message,
+            json,
+        } => workspace::checkpoint(
+            &place,
+            branch.as_deref(),
+            label.as_deref(),
+            &message,
+            json.json,
+        ),
+        Command::Switch {
+            mountpoint,
+            to,
+            checkpoint_first,
+            discard,
+            name,
+            json,
+        } => workspace::switch(
+            &mountpoint,
+            &to,
+            checkpoint_first,
+            discard,
+            name.as_deref(),
+            json.json,
+        ),
+        Command::Fork {
+            store,
+            checkpoint,
+            name,
+        } => workspace::fork(&store, &checkpoint, &name),
+        Command::Status { place, json } => {
+            let (_s, rows) = workspace::workspace_status(&place)?;
             if json.json {
-                let v: Vec<_> = branches
-                    .iter()
-                    .map(|(n, b)| {
-                        serde_json::json!({"name": n, "head": b.head, "forked_from": b.forked_from,
-                        "state": b.state, "updated": format_utc(b.updated_ns)})
-                    })
-                    .collect();
-                print_json(&v)?;
+                print_json(&rows)?;
+            } else if rows.is_empty() {
+                println!("no mounted workspaces");
             } else {
-                for (n, b) in &branches {
-                    println!(
-                        "{:<20} {} {} {}",
-                        n,
-                        b.head.map_or("(none)".into(), |h| h.short()),
-                        b.state,
-                        format_utc(b.updated_ns)
-                    );
-                }
+                workspace::print_workspace_status(&rows);
             }
             Ok(0)
         }

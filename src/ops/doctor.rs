@@ -547,6 +547,19 @@ pub fn doctor(path: &Path) -> Result<DoctorReport> {
         }
     }
 
+    for (b, id) in crate::ops::gc::workspace_bases(&store) {
+        if !checkpoints.contains(&id) {
+            f.push(finding(
+                "error",
+                "ref",
+                format!("workspace {b}"),
+                format!("base checkpoint {id} of its upper layer does not exist"),
+                "unarchive the checkpoint from an archive; until then the workspace cannot be mounted",
+                "",
+            ));
+        }
+    }
+
     // Reachable objects: present, right size.
     let mut seen: HashSet<ObjectId> = HashSet::new();
     let mut stack: Vec<ObjectId> = Vec::new();

@@ -9,7 +9,7 @@
 //! | durable | `STORE.json`, `refs/`, `audit.jsonl`, `lock`, labelled checkpoints, branch heads, what they reach | never deleted |
 //! | reviewable | unlabelled, non-head checkpoint records (`checkpoints/`) | pruned by the policy |
 //! | ephemeral | `tmp/` and `.tmp-*` files of dead processes, dead pins, sockets and pid files in `run/`, `upper/B/` of deleted branches, `displaced/` | pruned when nothing uses it (`displaced/` only with `--prune-displaced`) |
-//! | cache-only | `cache/` | stat caches of pruned checkpoints; all of it with `--clear-cache` |
+//! | cache-only | `cache/` | stat caches and materialized lower layers of pruned checkpoints; all of it with `--clear-cache`, except what a mount or a workspace uses |
 //!
 //! Objects (`objects/`) are swept when no kept checkpoint reaches them.
 //!
@@ -18,6 +18,9 @@
 //! checkpoints recorded on branch B (their `branch` field) are ranked newest first and a
 //! checkpoint is kept when any rule keeps it. With no policy at all, every checkpoint is kept
 //! and gc only sweeps unreachable objects and ephemeral files.
+//!
+//! **Live workspaces**: the base checkpoint of every workspace (`upper/B/base.json`,
+//! `run/mounts/B.json`) is kept like a pinned one, and nothing a mount uses is deleted.
 //!
 //! **Pins** (`run/pins/`, registered by mounts and views under the exclusive lock) are read
 //! under the same exclusive lock that gc holds from plan to apply: pinned checkpoints and the
@@ -221,6 +224,10 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
         }
     }
     report.pins.sort();
+    let bases = workspace_bases(store);
+    for (_, id) in &bases {
+        reason.entry(*id).or_insert("workspace base");
+    }
     if pin_all || policy.is_empty() {
         let why = if pin_all {
             "pin keeps all"
@@ -313,10 +320,34 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
     }
     plan_objects.sort();
 
-    // Cache and ephemeral paths.
+    // Cache and ephemeral paths. Nothing a mount uses (a mount point below it, or named in its
+    // options, e.g. an overlay lowerdir) and no workspace's materialized lower layer goes.
+    let mounted = crate::ops::doctor::mount_table().unwrap_or_default();
+    let in_use = |p: &Path| {
+        let ps = p.to_string_lossy();
+        mounted
+            .iter()
+            .any(|m| m.mount_point.starts_with(p) || m.super_options.contains(ps.as_ref()))
+    };
+    let base_ids: BTreeSet<ObjectId> = bases.iter().map(|(_, id)| *id).collect();
+    let lower_copy_of = |p: &Path| {
+        let name = file_name(p);
+        ObjectId::parse(name.strip_suffix(".tmp").unwrap_or(&name)).ok()
+    };
     let mut paths: Vec<(PathBuf, bool, String)> = Vec::new();
+    for p in list_dir(&store.lower_copy_dir())? {
+        let id = lower_copy_of(&p);
+        let needed = id
+            .is_some_and(|id| base_ids.contains(&id) || (!opts.clear_cache && kept.contains(&id)));
+        if !needed && !in_use(&p) {
+            paths.push((p, true, "materialized lower layer no workspace uses".into()));
+        }
+    }
     if opts.clear_cache {
         for p in list_dir(&store.cache_dir())? {
+            if p == store.lower_copy_dir() || in_use(&p) {
+                continue;
+            }
             let is_dir = p.is_dir();
             paths.push((p, is_dir, "cache (--clear-cache)".into()));
         }
@@ -373,7 +404,6 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
     for p in crate::ops::doctor::dead_pid_files(store) {
         paths.push((p, false, "pid file of a process that exited".into()));
     }
-    let mounted = crate::ops::doctor::mount_table().unwrap_or_default();
     for p in list_dir(&store.upper_base_dir())? {
         let name = file_name(&p);
         if !p.is_dir() || live_branches.contains(&name) || pinned_branches.contains(&name) {
@@ -469,6 +499,34 @@ pub fn gc(store: &Store, opts: &GcOptions) -> Result<GcReport> {
             "bytes_freed": report.bytes_freed});
         Ok((report, summary))
     })
+}
+
+/// Checkpoints that live workspaces stand on: the `base` of `upper/B/base.json` and of
+/// `run/mounts/B.json`, as (branch, checkpoint).
+pub fn workspace_bases(store: &Store) -> Vec<(String, ObjectId)> {
+    let read_base = |p: &Path| -> Option<ObjectId> {
+        let v: serde_json::Value = serde_json::from_slice(&fs::read(p).ok()?).ok()?;
+        ObjectId::parse(v.get("base")?.as_str()?).ok()
+    };
+    let mut out = Vec::new();
+    for d in list_dir(&store.upper_base_dir()).unwrap_or_default() {
+        let b = file_name(&d);
+        if let Some(id) = read_base(&store.upper_base_path(&b)) {
+            out.push((b, id));
+        }
+    }
+    let mounts_dir = store.workspace_state_path("x");
+    if let Some(dir) = mounts_dir.parent() {
+        for p in list_dir(dir).unwrap_or_default() {
+            let name = file_name(&p);
+            if let (Some(b), Some(id)) = (name.strip_suffix(".json"), read_base(&p)) {
+                out.push((b.to_string(), id));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Every object file with its id (names that are not object ids are skipped).

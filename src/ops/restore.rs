@@ -245,7 +245,7 @@ pub fn check_objects(store: &Store, tree: &ObjectId) -> Result<()> {
     }
 }
 
-fn materialize_dir(
+pub fn materialize_dir(
     store: &Store,
     tree: &ObjectId,
     at: &Path,
@@ -310,7 +310,7 @@ fn write_file(store: &Store, e: &Entry, p: &Path) -> Result<()> {
     apply_meta(p, false, e.mode, e.uid, e.gid, e.mtime_ns, &e.xattrs)
 }
 
-fn apply_meta(
+pub fn apply_meta(
     p: &Path,
     is_link: bool,
     mode: u32,

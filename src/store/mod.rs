@@ -12,7 +12,11 @@
 //!   tmp/                  objects being written by a capture; published by rename after one syncfs
 //!   run/RUNNING.json      marker of the mutating operation in progress (a crash leaves it behind)
 //!   run/                  also pid files and control sockets of mount daemons
-//!   upper/B/ROOT/         writable layers of live workspaces
+//!   upper/B/ROOT/         overlayfs upper layer of branch B's live workspace (whiteout = char
+//!                         0/0, opaque dir = trusted.overlay.opaque, renamed dir = .redirect)
+//!   upper/B/.work-ROOT/   overlayfs work dir;  upper/B/base.json: checkpoint the upper applies to
+//!   run/mounts/B.json     a mounted workspace (mountpoints, lower dirs); run/lower/: the store's
+//!                         read-only view, mounted for overlay lower layers
 //!   displaced/            directories set aside by restore/switch (never deleted silently)
 //!   cache/                rebuildable only: stat caches for incremental capture, materialized files
 //!   audit.jsonl           append-only, one JSON line per operation, synced per line
@@ -404,6 +408,11 @@ impl Store {
     pub fn running_marker_path(&self) -> PathBuf {
         self.run_dir().join("RUNNING.json")
     }
+    /// `upper/B/`: everything of branch B's live workspace.
+    pub fn upper_branch_dir(&self, branch: &str) -> PathBuf {
+        self.upper_base_dir().join(branch)
+    }
+    /// `upper/B/ROOT/`: the overlay upper layer of one root.
     pub fn upper_dir(&self, branch: &str, root: &str) -> PathBuf {
         self.upper_branch_dir(branch).join(root)
     }
@@ -411,15 +420,31 @@ impl Store {
     pub fn upper_base_dir(&self) -> PathBuf {
         self.root.join("upper")
     }
-    /// `upper/B/`: the writable layers of branch `B`.
-    pub fn upper_branch_dir(&self, branch: &str) -> PathBuf {
-        self.upper_base_dir().join(branch)
+    /// `upper/B/.work-ROOT/`: overlayfs work dir (same filesystem as the upper, not inside it).
+    pub fn overlay_work_dir(&self, branch: &str, root: &str) -> PathBuf {
+        self.upper_branch_dir(branch).join(format!(".work-{root}"))
+    }
+    /// `upper/B/base.json`: the checkpoint the upper layers apply to.
+    pub fn upper_base_path(&self, branch: &str) -> PathBuf {
+        self.upper_branch_dir(branch).join("base.json")
+    }
+    /// `run/mounts/B.json`: a mounted workspace.
+    pub fn workspace_state_path(&self, branch: &str) -> PathBuf {
+        self.run_dir().join("mounts").join(format!("{branch}.json"))
+    }
+    /// `run/lower/`: where the store's read-only view is mounted for overlay lower layers.
+    pub fn lower_view_dir(&self) -> PathBuf {
+        self.run_dir().join("lower")
     }
     pub fn displaced_dir(&self) -> PathBuf {
         self.root.join("displaced")
     }
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")
+    }
+    /// `cache/lowercopy/`: checkpoint roots materialized as workspace lower layers (`<id>/<root>`).
+    pub fn lower_copy_dir(&self) -> PathBuf {
+        self.cache_dir().join("lowercopy")
     }
     /// `cache/stat/`: stat caches named `<checkpoint hex>-<root>`.
     pub fn statcache_dir(&self) -> PathBuf {

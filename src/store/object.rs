@@ -18,6 +18,8 @@ use crate::store::{fsio, Store};
 
 /// zstd level for compressed stores: fast, still ~3x on text.
 const ZSTD_LEVEL: i32 = 3;
+/// Up to this many new objects are fsynced one by one; more share one syncfs.
+const FSYNC_EACH_LIMIT: usize = 64;
 
 impl Store {
     /// True when the object is present (raw or compressed).
@@ -71,6 +73,8 @@ impl Store {
 /// A set of objects being written by one operation; see the module doc.
 pub struct ObjectBatch<'a> {
     store: &'a Store,
+    /// Dry run: compute ids, write nothing (used to tell whether a workspace is dirty).
+    dry: bool,
     pending: Mutex<HashMap<ObjectId, PathBuf>>,
     seen: Mutex<HashSet<ObjectId>>,
     new_objects: AtomicU64,
@@ -81,11 +85,19 @@ impl<'a> ObjectBatch<'a> {
     pub fn new(store: &'a Store) -> ObjectBatch<'a> {
         ObjectBatch {
             store,
+            dry: false,
             pending: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashSet::new()),
             new_objects: AtomicU64::new(0),
             new_bytes: AtomicU64::new(0),
         }
+    }
+
+    /// A batch that only computes ids and writes nothing.
+    pub fn dry_run(store: &'a Store) -> ObjectBatch<'a> {
+        let mut b = ObjectBatch::new(store);
+        b.dry = true;
+        b
     }
 
     /// Makes sure the object with these bytes will exist after `commit`; returns its id.
@@ -103,7 +115,7 @@ impl<'a> ObjectBatch<'a> {
                 return Ok(());
             }
         }
-        if self.store.has_object(&id) {
+        if self.dry || self.store.has_object(&id) {
             return Ok(());
         }
         let compressed = self.store.compressed();
@@ -139,8 +151,18 @@ impl<'a> ObjectBatch<'a> {
         if pending.is_empty() {
             return Ok(());
         }
-        fsio::sync_filesystem(self.store.root())?;
+        // A few objects (a workspace checkpoint after one turn): fsync each, cheaper than
+        // syncfs on a busy filesystem. Many (a first capture): one syncfs for all.
+        let few = pending.len() <= FSYNC_EACH_LIMIT;
+        if few {
+            for (_, tmp) in &pending {
+                fsio::sync_path(tmp)?;
+            }
+        } else {
+            fsio::sync_filesystem(self.store.root())?;
+        }
         let compressed = self.store.compressed();
+        let mut dirs = std::collections::BTreeSet::new();
         for (id, tmp) in pending {
             let dest = self.store.object_path(&id, compressed);
             fsio::fault_point("rename").map_err(|e| Error::io(&dest, e))?;
@@ -151,8 +173,18 @@ impl<'a> ObjectBatch<'a> {
                 Err(e) => return Err(Error::io(&dest, e)),
             }
             fs::remove_file(&tmp).map_err(|e| Error::io(&tmp, e))?;
+            if let Some(d) = dest.parent() {
+                dirs.insert(d.to_path_buf());
+            }
         }
-        fsio::sync_filesystem(self.store.root())
+        if few {
+            for d in &dirs {
+                fsio::sync_path(d)?;
+            }
+            Ok(())
+        } else {
+            fsio::sync_filesystem(self.store.root())
+        }
     }
 
     /// Removes the temp files of objects not yet committed (after a failure).

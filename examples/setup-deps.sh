@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the system packages ckptfs and its tests use (Debian/Ubuntu, as root). Idempotent.
+set -euo pipefail
+need=()
+command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+command -v getfattr >/dev/null 2>&1 || need+=(attr)
+command -v git >/dev/null 2>&1 || need+=(git)
+command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
+command -v fuse-overlayfs >/dev/null 2>&1 || need+=(fuse-overlayfs)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "missing packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
+        exit 1
+    fi
+    echo "installing: ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo not found: install Rust with rustup (https://rustup.rs), then re-run" >&2
+    exit 1
+fi

@@ -1,0 +1,474 @@
+//! CLI for live workspaces: mount --branch, umount, checkpoint, switch, fork, status, branch
+//! lifecycle, log --graph.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use ckptfs::id::ObjectId;
+use ckptfs::store::checkpoint::Checkpoint;
+use ckptfs::util::{format_utc, human_bytes};
+use ckptfs::workspace::{self, DirtyPolicy, MountOptions};
+use ckptfs::{Error, Result, Store};
+
+use super::print_json;
+
+/// `mount STORE --branch B [--root NAME]... [--at DIR --relocate]`.
+pub fn mount_branch(
+    store: &Path,
+    branch: &str,
+    roots: &[String],
+    at: Option<&Path>,
+    relocate: bool,
+    json: bool,
+) -> Result<i32> {
+    let s = Store::open(store)?;
+    let mut reloc = BTreeMap::new();
+    if let Some(at) = at {
+        if !relocate {
+            return Err(Error::Usage(
+                "--at mounts a root away from its recorded path; confirm with --relocate".into(),
+            ));
+        }
+        let name = match roots {
+            [one] => one.clone(),
+            _ if s.config().roots.len() == 1 => {
+                s.config().roots.keys().next().cloned().unwrap_or_default()
+            }
+            _ => return Err(Error::Usage("--at needs exactly one --root NAME".into())),
+        };
+        reloc.insert(name, at.to_path_buf());
+    }
+    let st = workspace::mount(
+        &s,
+        &MountOptions {
+            branch: branch.to_string(),
+            roots: roots.to_vec(),
+            relocate: reloc,
+        },
+    )?;
+    if json {
+        print_json(&st)?;
+    } else {
+        println!(
+            "mounted branch {} (checkpoint {}) writable:",
+            st.branch,
+            st.base.short()
+        );
+        for (n, r) in &st.roots {
+            println!("  {n} at {}", r.mountpoint.display());
+        }
+    }
+    Ok(0)
+}
+
+/// Finds the workspace a path belongs to, searching the store given or the stores named in
+/// mountinfo (`ckptfs:<store>:<branch>` sources).
+pub fn find_workspace(path: &Path) -> Result<(Store, workspace::WorkspaceState)> {
+    let abs = ckptfs::store::absolute(path)?;
+    for m in ckptfs::mountinfo::mounts()?.iter().rev() {
+        if m.fstype != "overlay" || !abs.starts_with(&m.mount_point) {
+            continue;
+        }
+        let Some(rest) = m.source.strip_prefix("ckptfs:") else {
+            continue;
+        };
+        let Some((store_path, _branch)) = rest.rsplit_once(':') else {
+            continue;
+        };
+        let s = Store::open(Path::new(store_path))?;
+        if let Some(st) = workspace::find_by_path(&s, &m.mount_point)? {
+            return Ok((s, st));
+        }
+    }
+    Err(Error::NotFound(format!(
+        "{} is not in a mounted ckptfs workspace",
+        abs.display()
+    )))
+}
+
+/// Resolves `MOUNTPOINT|STORE [--branch B]` to a store and branch.
+fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
+    if place.join(ckptfs::store::CONFIG_FILE).is_file() {
+        let s = Store::open(place)?;
+        let b = match branch {
+            Some(b) => b.to_string(),
+            None => {
+                let live: Vec<String> = workspace::states(&s)?
+                    .into_iter()
+                    .map(|st| st.branch)
+                    .collect();
+                match live.as_slice() {
+                    [one] => one.clone(),
+                    _ => {
+                        return Err(Error::Usage(format!(
+                            "{}: name the workspace with --branch (mounted: {})",
+                            place.display(),
+                            if live.is_empty() {
+                                "none".into()
+                            } else {
+                                live.join(", ")
+                            }
+                        )))
+                    }
+                }
+            }
+        };
+        return Ok((s, b));
+    }
+    let (s, st) = find_workspace(place)?;
+    if let Some(b) = branch {
+        if b != st.branch {
+            return Err(Error::Usage(format!(
+                "{} shows branch {}, not {b}",
+                place.display(),
+                st.branch
+            )));
+        }
+    }
+    Ok((s, st.branch))
+}
+
+pub fn checkpoint(
+    place: &Path,
+    branch: Option<&str>,
+    label: Option<&str>,
+    message: &str,
+    json: bool,
+) -> Result<i32> {
+    let (s, b) = target(place, branch)?;
+    let r = workspace::checkpoint(&s, &b, label, message)?;
+    if json {
+        print_json(&r)?;
+    } else {
+        let st = &r.checkpoint.stats;
+        println!(
+            "checkpoint {} on {}: {} files read ({}), {} new objects, {} new, {} ms",
+            r.id.short(),
+            b,
+            r.files_read,
+            human_bytes(r.bytes_read),
+            st.new_objects,
+            human_bytes(st.new_bytes),
+            r.elapsed_ms
+        );
+    }
+    Ok(0)
+}
+
+pub fn switch(
+    mountpoint: &Path,
+    to: &str,
+    checkpoint_first: bool,
+    discard: bool,
+    name: Option<&str>,
+    json: bool,
+) -> Result<i32> {
+    let policy = match (checkpoint_first, discard) {
+        (true, true) => {
+            return Err(Error::Usage(
+                "--checkpoint-first and --discard exclude each other".into(),
+            ))
+        }
+        (true, false) => DirtyPolicy::CheckpointFirst,
+        (false, true) => DirtyPolicy::Discard,
+        (false, false) => DirtyPolicy::Refuse,
+    };
+    let (s, st) = find_workspace(mountpoint)?;
+    let r = workspace::switch(&s, &st.branch, to, policy, name)?;
+    if json {
+        print_json(&r)?;
+    } else {
+        if let Some(c) = r.checkpointed {
+            println!("checkpointed {} first as {}", r.from_branch, c.short());
+        }
+        if let Some(d) = &r.displaced {
+            println!(
+                "un-checkpointed changes of {} set aside in {}",
+                r.from_branch,
+                d.display()
+            );
+        }
+        println!(
+            "switched {} -> {}{} (checkpoint {}) in {} ms",
+            r.from_branch,
+            r.to_branch,
+            if r.created_branch {
+                " (new branch)"
+            } else {
+                ""
+            },
+            r.checkpoint.short(),
+            r.elapsed_ms
+        );
+        println!("a shell whose cwd is inside still sees the old tree until it runs `cd \"$PWD\"`");
+    }
+    Ok(0)
+}
+
+pub fn fork(store: &Path, checkpoint: &str, name: &str) -> Result<i32> {
+    let s = Store::open(store)?;
+    let id = workspace::fork(&s, checkpoint, name)?;
+    println!("branch {name} forked from {}", id.short());
+    Ok(0)
+}
+
+/// Umount of a workspace mountpoint; `Ok(None)` when the path is not a workspace.
+pub fn umount(mountpoint: &Path) -> Result<Option<i32>> {
+    let Ok((s, st)) = find_workspace(mountpoint) else {
+        return Ok(None);
+    };
+    for (p, how) in workspace::umount(&s, &st.branch)? {
+        match how {
+            workspace::overlay::Unmounted::Clean => println!("unmounted {}", p.display()),
+            workspace::overlay::Unmounted::Detached => println!(
+                "detached {} (still in use; the kernel frees it when the last user leaves)",
+                p.display()
+            ),
+        }
+    }
+    Ok(Some(0))
+}
+
+#[derive(serde::Serialize)]
+struct WorkspaceStatus {
+    branch: String,
+    live: bool,
+    base: ObjectId,
+    head: Option<ObjectId>,
+    mountpoints: BTreeMap<String, PathBuf>,
+    dirty: bool,
+    files_changed: u64,
+    bytes_changed: u64,
+}
+
+/// Status of the workspaces of a store (or of the one a path is in).
+pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)> {
+    let (s, only) = if place.join(ckptfs::store::CONFIG_FILE).is_file() {
+        (Store::open(place)?, None)
+    } else {
+        let (s, st) = find_workspace(place)?;
+        (s, Some(st.branch))
+    };
+    let mut out = Vec::new();
+    for st in workspace::states(&s)? {
+        if only.as_ref().is_some_and(|b| *b != st.branch) {
+            continue;
+        }
+        let d = workspace::dirty(&s, &st.branch).unwrap_or_default();
+        let head = s.read_branch(&st.branch)?.and_then(|b| b.head);
+        let ws = WorkspaceStatus {
+            live: workspace::is_live(&s, &st)?,
+            branch: st.branch.clone(),
+            base: st.base,
+            head,
+            mountpoints: st
+                .roots
+                .iter()
+                .map(|(n, r)| (n.clone(), r.mountpoint.clone()))
+                .collect(),
+            dirty: d.dirty,
+            files_changed: d.files_changed,
+            bytes_changed: d.bytes_changed,
+        };
+        out.push(serde_json::to_value(&ws).unwrap_or_default());
+    }
+    Ok((s, out))
+}
+
+pub fn print_workspace_status(rows: &[serde_json::Value]) {
+    for w in rows {
+        println!(
+            "workspace {} ({}) head {} base {}: {}",
+            w["branch"].as_str().unwrap_or(""),
+            if w["live"].as_bool() == Some(true) {
+                "mounted"
+            } else {
+                "not mounted: stale state"
+            },
+            w["head"].as_str().map_or("-", |h| &h[..12.min(h.len())]),
+            w["base"].as_str().map_or("-", |h| &h[..12.min(h.len())]),
+            if w["dirty"].as_bool() == Some(true) {
+                format!(
+                    "{} files / {} changed since the last checkpoint",
+                    w["files_changed"],
+                    human_bytes(w["bytes_changed"].as_u64().unwrap_or(0))
+                )
+            } else {
+                "clean".to_string()
+            }
+        );
+        if let Some(m) = w["mountpoints"].as_object() {
+            for (n, p) in m {
+                println!("  {n} at {}", p.as_str().unwrap_or(""));
+            }
+        }
+    }
+}
+
+pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
+    let s = Store::open(store)?;
+    let mut rows = Vec::new();
+    for (name, b) in s.list_branches()? {
+        if b.state == "archived" && !all {
+            continue;
+        }
+        let mounted = workspace::is_mounted(&s, &name)?;
+        let (upper_files, upper_bytes) = workspace::upper_usage(&s, &name);
+        let dirty = if upper_files > 0 || s.upper_branch_dir(&name).exists() {
+            workspace::dirty(&s, &name).ok()
+        } else {
+            None
+        };
+        let last = b
+            .head
+            .and_then(|h| s.read_checkpoint(&h).ok())
+            .map_or(b.updated_ns, |c| c.time_ns.max(b.updated_ns));
+        rows.push(serde_json::json!({
+            "name": name, "head": b.head, "forked_from": b.forked_from, "state": b.state,
+            "last_activity": format_utc(last), "mounted": mounted,
+            "dirty": dirty.as_ref().is_some_and(|d| d.dirty),
+            "dirty_files": dirty.as_ref().map_or(0, |d| d.files_changed),
+            "dirty_bytes": dirty.as_ref().map_or(0, |d| d.bytes_changed),
+            "upper_bytes": upper_bytes,
+        }));
+    }
+    if json {
+        print_json(&rows)?;
+    } else {
+        println!(
+            "{:<20} {:<12} {:<12} {:<9} {:<19} {:<8} dirty",
+            "BRANCH", "HEAD", "FORKED-FROM", "STATE", "LAST-ACTIVITY", "MOUNTED"
+        );
+        for r in &rows {
+            let short =
+                |v: &serde_json::Value| v.as_str().map_or("-".to_string(), |h| h[..12].to_string());
+            println!(
+                "{:<20} {:<12} {:<12} {:<9} {:<19} {:<8} {}",
+                r["name"].as_str().unwrap_or(""),
+                short(&r["head"]),
+                short(&r["forked_from"]),
+                r["state"].as_str().unwrap_or(""),
+                r["last_activity"].as_str().unwrap_or(""),
+                if r["mounted"].as_bool() == Some(true) {
+                    "yes"
+                } else {
+                    "no"
+                },
+                if r["dirty"].as_bool() == Some(true) {
+                    format!(
+                        "{} files, {}",
+                        r["dirty_files"],
+                        human_bytes(r["dirty_bytes"].as_u64().unwrap_or(0))
+                    )
+                } else {
+                    "-".into()
+                }
+            );
+        }
+    }
+    Ok(0)
+}
+
+pub fn branch_archive(store: &Path, name: &str, archived: bool) -> Result<i32> {
+    let s = Store::open(store)?;
+    workspace::set_archived(&s, name, archived)?;
+    println!(
+        "branch {name} {}",
+        if archived {
+            "archived (hidden from `branch list`; `branch unarchive` brings it back)"
+        } else {
+            "unarchived"
+        }
+    );
+    Ok(0)
+}
+
+pub fn branch_delete(store: &Path, name: &str, force: bool) -> Result<i32> {
+    let s = Store::open(store)?;
+    let displaced = workspace::delete_branch(&s, name, force)?;
+    println!(
+        "branch {name} deleted (its checkpoints stay until `ckptfs gc` finds them unreachable)"
+    );
+    if let Some(d) = displaced {
+        println!("its workspace layer was moved to {}", d.display());
+    }
+    Ok(0)
+}
+
+/// `log --graph`: checkpoints newest first with one lane per line of descent, like
+/// `git log --graph`. Forks show as lanes joining their parent.
+pub fn log_graph(items: &[(ObjectId, Checkpoint)], labels: &[(String, ObjectId)]) -> Vec<String> {
+    let heads: HashMap<ObjectId, Vec<&str>> =
+        labels.iter().fold(HashMap::new(), |mut m, (n, id)| {
+            m.entry(*id).or_default().push(n.as_str());
+            m
+        });
+    let mut lanes: Vec<Option<ObjectId>> = Vec::new();
+    let mut out = Vec::new();
+    for (id, c) in items {
+        let col = match lanes.iter().position(|l| *l == Some(*id)) {
+            Some(i) => i,
+            None => match lanes.iter().position(Option::is_none) {
+                Some(i) => {
+                    lanes[i] = Some(*id);
+                    i
+                }
+                None => {
+                    lanes.push(Some(*id));
+                    lanes.len() - 1
+                }
+            },
+        };
+        let mut line = String::new();
+        for (i, l) in lanes.iter().enumerate() {
+            line.push_str(if i == col {
+                "* "
+            } else if l.is_some() {
+                "| "
+            } else {
+                "  "
+            });
+        }
+        let ls = heads
+            .get(id)
+            .map_or(String::new(), |v| format!(" [{}]", v.join(", ")));
+        out.push(format!(
+            "{}{} {} ({}){} {}",
+            line,
+            id.short(),
+            format_utc(c.time_ns),
+            c.branch,
+            ls,
+            c.message
+        ));
+        // Other lanes waiting for this checkpoint are forks of it: join them here.
+        let joined: Vec<usize> = lanes
+            .iter()
+            .enumerate()
+            .filter(|(i, l)| *i != col && **l == Some(*id))
+            .map(|(i, _)| i)
+            .collect();
+        let parent = c.parents.first().copied();
+        lanes[col] = parent;
+        if !joined.is_empty() {
+            let mut j = String::new();
+            for (i, l) in lanes.iter().enumerate() {
+                j.push_str(if joined.contains(&i) {
+                    "/ "
+                } else if l.is_some() || i == col {
+                    "| "
+                } else {
+                    "  "
+                });
+            }
+            out.push(j.trim_end().to_string());
+            for i in joined {
+                lanes[i] = None;
+            }
+        }
+        while lanes.last().is_some_and(Option::is_none) {
+            lanes.pop();
+        }
+    }
+    out
+}

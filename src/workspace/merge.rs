@@ -1,0 +1,412 @@
+//! Capturing a live workspace: the base checkpoint's tree merged with the overlay upper layer.
+//!
+//! Only the upper layer is walked, so the cost is proportional to what the workspace changed,
+//! not to the size of the tree: a lower entry the upper does not mention is kept as it is
+//! (a directory keeps its tree id without being read). Overlayfs's on-disk format is read as
+//! the kernel writes it: a whiteout is a character device 0/0; a directory with
+//! `trusted.overlay.opaque=y` hides the lower directory; `trusted.overlay.redirect` names the
+//! lower directory a renamed directory came from. `trusted.overlay.*` xattrs are never
+//! captured. Files the upper holds are read (or reused from the stat cache) with
+//! `accept_prefix`: a file an agent keeps appending to is captured as a prefix.
+
+use std::ffi::OsStr;
+use std::fs::{self, Metadata};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use crate::capture::{
+    ft_is, mtime_ns, read_files, read_xattrs_path, stat_key, FileData, FileJob, Progress,
+};
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::store::checkpoint::RootRecord;
+use crate::store::object::ObjectBatch;
+use crate::store::statcache::{Cached, StatCache, RACY_WINDOW_NS};
+use crate::store::tree::{Entry, EntryKind, Tree};
+use crate::store::Store;
+
+const OVERLAY_XATTR_PREFIX: &[u8] = b"trusted.overlay.";
+
+/// Recursive counts, used to keep a root's totals exact without walking unchanged subtrees.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub files: i64,
+    pub bytes: i64,
+    pub dirs: i64,
+    pub symlinks: i64,
+}
+
+impl Totals {
+    fn add(&mut self, o: Totals, sign: i64) {
+        self.files += sign * o.files;
+        self.bytes += sign * o.bytes;
+        self.dirs += sign * o.dirs;
+        self.symlinks += sign * o.symlinks;
+    }
+}
+
+/// The result of merging one root.
+pub struct Merged {
+    pub record: RootRecord,
+    pub cache: StatCache,
+    /// Change of the root's totals relative to the base.
+    pub delta: Totals,
+    /// Upper files that had to be read (their stat differed from the last checkpoint's).
+    pub files_read: u64,
+    pub bytes_read: u64,
+}
+
+enum MNode {
+    /// A lower entry the upper does not touch.
+    Keep(Entry),
+    File(usize),
+    Symlink(Entry),
+    Dir(Box<MDir>),
+}
+
+struct MDir {
+    meta: Metadata,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    children: Vec<(Vec<u8>, MNode)>,
+}
+
+struct Ctx<'a> {
+    store: &'a Store,
+    base_tree: ObjectId,
+    old: StatCache,
+    jobs: Vec<FileJob>,
+    delta: Totals,
+}
+
+/// Merges `base` (the lower root) with the upper directory `upper`.
+pub fn merge_root(
+    store: &Store,
+    batch: &ObjectBatch<'_>,
+    base: &RootRecord,
+    upper: &Path,
+    old: StatCache,
+    start_ns: i64,
+) -> Result<Merged> {
+    let meta = fs::symlink_metadata(upper).map_err(|e| Error::io(upper, e))?;
+    let mut ctx = Ctx {
+        store,
+        base_tree: base.tree,
+        old,
+        jobs: Vec::new(),
+        delta: Totals::default(),
+    };
+    let lower = Some(load_tree(store, &base.tree)?);
+    let xattrs = user_xattrs(upper)?;
+    let root = merge_dir(&mut ctx, lower.as_ref(), upper, Path::new(""), meta, xattrs)?;
+    let progress = Progress::new();
+    let results = read_files(batch, &store.config().chunker, &ctx.jobs, &progress)?;
+    let mut cache = StatCache::new();
+    let (mut files_read, mut bytes_read) = (0, 0);
+    for (job, d) in ctx.jobs.iter().zip(&results) {
+        if d.read {
+            files_read += 1;
+            bytes_read += d.key.size;
+        }
+        if d.key.mtime_ns < start_ns - RACY_WINDOW_NS && d.key.ctime_ns < start_ns - RACY_WINDOW_NS
+        {
+            cache.insert(
+                job.rel.clone(),
+                Cached {
+                    key: d.key.clone(),
+                    chunks: d.chunks.clone(),
+                    xattrs: d.xattrs.clone(),
+                },
+            );
+        }
+    }
+    let mut delta = ctx.delta;
+    let (tree, subdirs) = build(batch, &root, &results, &mut delta)?;
+    let record = RootRecord {
+        tree,
+        mode: root.meta.mode() & 0o7777,
+        uid: root.meta.uid(),
+        gid: root.meta.gid(),
+        mtime_ns: mtime_ns(&root.meta),
+        subdirs,
+        files: (base.files as i64 + delta.files).max(0) as u64,
+        bytes: (base.bytes as i64 + delta.bytes).max(0) as u64,
+    };
+    Ok(Merged {
+        record,
+        cache,
+        delta,
+        files_read,
+        bytes_read,
+    })
+}
+
+fn load_tree(store: &Store, id: &ObjectId) -> Result<Tree> {
+    Tree::decode(&store.read_object(id)?)
+}
+
+/// Xattrs of a path without overlayfs's private ones.
+fn user_xattrs(p: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut x = read_xattrs_path(p)?;
+    x.retain(|(k, _)| !k.starts_with(OVERLAY_XATTR_PREFIX));
+    Ok(x)
+}
+
+fn overlay_xattr(p: &Path, name: &str) -> Result<Option<Vec<u8>>> {
+    match xattr::get(p, format!("trusted.overlay.{name}")) {
+        Ok(v) => Ok(v),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::ENODATA)) => Ok(None),
+        Err(e) => Err(Error::io(p, e)),
+    }
+}
+
+/// Recursive totals of a lower entry (reads the subtree of a directory).
+fn totals_of(store: &Store, e: &Entry) -> Result<Totals> {
+    Ok(match &e.kind {
+        EntryKind::File { .. } => Totals {
+            files: 1,
+            bytes: e.size as i64,
+            ..Totals::default()
+        },
+        EntryKind::Symlink { .. } => Totals {
+            symlinks: 1,
+            ..Totals::default()
+        },
+        EntryKind::Dir { tree, .. } => {
+            let mut t = Totals {
+                dirs: 1,
+                ..Totals::default()
+            };
+            for child in &load_tree(store, tree)?.entries {
+                t.add(totals_of(store, child)?, 1);
+            }
+            t
+        }
+    })
+}
+
+/// The lower directory tree at `/a/b` (absolute from the root) or `None`.
+fn lower_at(ctx: &Ctx<'_>, path: &[u8]) -> Result<Option<Tree>> {
+    let mut tree = load_tree(ctx.store, &ctx.base_tree)?;
+    for comp in path.split(|&c| c == b'/').filter(|c| !c.is_empty()) {
+        let next = match tree.get(comp) {
+            Some(Entry {
+                kind: EntryKind::Dir { tree, .. },
+                ..
+            }) => *tree,
+            _ => return Ok(None),
+        };
+        tree = load_tree(ctx.store, &next)?;
+    }
+    Ok(Some(tree))
+}
+
+fn is_whiteout(m: &Metadata) -> bool {
+    m.file_type().is_char_device() && m.rdev() == 0
+}
+
+fn merge_dir(
+    ctx: &mut Ctx<'_>,
+    lower: Option<&Tree>,
+    upper: &Path,
+    rel: &Path,
+    meta: Metadata,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+) -> Result<MDir> {
+    let mut names: Vec<std::ffi::OsString> = Vec::new();
+    for ent in fs::read_dir(upper).map_err(|e| Error::io(upper, e))? {
+        names.push(ent.map_err(|e| Error::io(upper, e))?.file_name());
+    }
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let mut upper_nodes: Vec<(Vec<u8>, Option<MNode>)> = Vec::with_capacity(names.len());
+    for name in names {
+        let nb = name.as_bytes().to_vec();
+        let child = upper.join(&name);
+        let child_rel = rel.join(&name);
+        let m = match fs::symlink_metadata(&child) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(&child, e)),
+        };
+        let lower_same = lower.and_then(|t| t.get(&nb));
+        if is_whiteout(&m) {
+            if let Some(l) = lower_same {
+                ctx.delta.add(totals_of(ctx.store, l)?, -1);
+            }
+            upper_nodes.push((nb, None));
+            continue;
+        }
+        let ft = m.file_type();
+        let node = if ft.is_dir() {
+            let opaque = overlay_xattr(&child, "opaque")?.is_some_and(|v| v == b"y");
+            let redirect = overlay_xattr(&child, "redirect")?;
+            let source: Option<Tree> = if opaque {
+                None
+            } else if let Some(r) = &redirect {
+                let t = if r.starts_with(b"/") {
+                    lower_at(ctx, r)?
+                } else {
+                    match lower.and_then(|t| t.get(r)) {
+                        Some(Entry {
+                            kind: EntryKind::Dir { tree, .. },
+                            ..
+                        }) => Some(load_tree(ctx.store, tree)?),
+                        _ => None,
+                    }
+                };
+                // The moved subtree now counts here (its old place holds a whiteout).
+                if let Some(t) = &t {
+                    for c in &t.entries {
+                        ctx.delta.add(totals_of(ctx.store, c)?, 1);
+                    }
+                }
+                t
+            } else {
+                match lower_same {
+                    Some(Entry {
+                        kind: EntryKind::Dir { tree, .. },
+                        ..
+                    }) => Some(load_tree(ctx.store, tree)?),
+                    _ => None,
+                }
+            };
+            match lower_same {
+                // Same directory continued: only its new/removed children change totals.
+                Some(l) if l.is_dir() && !opaque && redirect.is_none() => {}
+                Some(l) => ctx.delta.add(totals_of(ctx.store, l)?, -1),
+                None => {}
+            }
+            if !matches!(lower_same, Some(l) if l.is_dir() && !opaque && redirect.is_none()) {
+                ctx.delta.dirs += 1;
+            }
+            let x = user_xattrs(&child)?;
+            MNode::Dir(Box::new(merge_dir(
+                ctx,
+                source.as_ref(),
+                &child,
+                &child_rel,
+                m,
+                x,
+            )?))
+        } else if ft.is_file() {
+            if let Some(l) = lower_same {
+                ctx.delta.add(totals_of(ctx.store, l)?, -1);
+            }
+            let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
+            let cached = ctx.old.remove(&rel_bytes).filter(|c| c.key == stat_key(&m));
+            ctx.jobs.push(FileJob {
+                abs: child,
+                rel: rel_bytes,
+                cached,
+                accept_prefix: true,
+            });
+            MNode::File(ctx.jobs.len() - 1)
+        } else if ft.is_symlink() {
+            if let Some(l) = lower_same {
+                ctx.delta.add(totals_of(ctx.store, l)?, -1);
+            }
+            ctx.delta.symlinks += 1;
+            let target = fs::read_link(&child).map_err(|e| Error::io(&child, e))?;
+            let target = target.as_os_str().as_bytes().to_vec();
+            MNode::Symlink(Entry {
+                name: nb.clone(),
+                size: target.len() as u64,
+                kind: EntryKind::Symlink { target },
+                mode: m.mode() & 0o7777,
+                uid: m.uid(),
+                gid: m.gid(),
+                mtime_ns: mtime_ns(&m),
+                xattrs: user_xattrs(&child)?,
+            })
+        } else {
+            let what = if ft_is(&m, libc::S_IFSOCK) {
+                "a socket"
+            } else if ft_is(&m, libc::S_IFIFO) {
+                "a fifo"
+            } else {
+                "a device node"
+            };
+            return Err(Error::Invalid(format!(
+                "{} is {what}: only files, directories and symlinks can be checkpointed",
+                Path::new("/")
+                    .join(rel)
+                    .join(OsStr::from_bytes(&nb))
+                    .display()
+            )));
+        };
+        upper_nodes.push((nb, Some(node)));
+    }
+    // Merge: upper entries win; lower entries the upper does not name are kept as they are.
+    let mut children = Vec::new();
+    let mut lower_iter = lower.map_or(&[][..], |t| &t.entries[..]).iter().peekable();
+    for (name, node) in upper_nodes {
+        while let Some(l) = lower_iter.next_if(|l| l.name < name) {
+            children.push((l.name.clone(), MNode::Keep(l.clone())));
+        }
+        lower_iter.next_if(|l| l.name == name);
+        if let Some(node) = node {
+            children.push((name, node));
+        }
+    }
+    children.extend(lower_iter.map(|l| (l.name.clone(), MNode::Keep(l.clone()))));
+    Ok(MDir {
+        meta,
+        xattrs,
+        children,
+    })
+}
+
+fn build(
+    batch: &ObjectBatch<'_>,
+    dir: &MDir,
+    results: &[FileData],
+    delta: &mut Totals,
+) -> Result<(ObjectId, u32)> {
+    let mut entries = Vec::with_capacity(dir.children.len());
+    let mut subdirs = 0u32;
+    for (name, node) in &dir.children {
+        match node {
+            MNode::Keep(e) => {
+                if e.is_dir() {
+                    subdirs += 1;
+                }
+                entries.push(e.clone());
+            }
+            MNode::File(i) => {
+                let d = &results[*i];
+                delta.files += 1;
+                delta.bytes += d.key.size as i64;
+                entries.push(Entry {
+                    name: name.clone(),
+                    kind: EntryKind::File {
+                        chunks: d.chunks.clone(),
+                    },
+                    mode: d.mode,
+                    uid: d.uid,
+                    gid: d.gid,
+                    mtime_ns: d.key.mtime_ns,
+                    size: d.key.size,
+                    xattrs: d.xattrs.clone(),
+                });
+            }
+            MNode::Symlink(e) => entries.push(e.clone()),
+            MNode::Dir(sub) => {
+                let (tree, sd) = build(batch, sub, results, delta)?;
+                subdirs += 1;
+                entries.push(Entry {
+                    name: name.clone(),
+                    kind: EntryKind::Dir { tree, subdirs: sd },
+                    mode: sub.meta.mode() & 0o7777,
+                    uid: sub.meta.uid(),
+                    gid: sub.meta.gid(),
+                    mtime_ns: mtime_ns(&sub.meta),
+                    size: sub.children.len() as u64,
+                    xattrs: sub.xattrs.clone(),
+                });
+            }
+        }
+    }
+    let id = batch.ensure(&Tree { entries }.encode())?;
+    Ok((id, subdirs))
+}

@@ -1,0 +1,831 @@
+//! Live workspaces: a branch's roots mounted writable at their recorded absolute paths.
+//!
+//! Each root is a kernel overlayfs mount: lower = the branch's base checkpoint, read lazily
+//! from the store's read-only view; upper = `STORE/upper/<branch>/<root>` (a plain directory,
+//! so writes run at native speed and survive any ckptfs process dying). `upper/<branch>/
+//! base.json` names the checkpoint the upper applies to.
+//!
+//! - `checkpoint` merges the base tree with the upper layer (see [`merge`]): cost proportional
+//!   to what the upper holds; unchanged files are not re-read (stat cache); untouched lower
+//!   subtrees keep their ids. The overlay stays mounted: open files, cwds and mmaps stay valid.
+//! - `switch` detaches the overlay (lazily: a shell with its cwd inside does not make it fail)
+//!   and mounts the target branch's overlay at the same path; no file is copied. A workspace
+//!   with un-checkpointed changes is refused unless `--checkpoint-first` or `--discard` (which
+//!   moves the upper aside to `displaced/`, never deleting it).
+//! - On `mount`, an upper whose contents are all in the branch head is dropped and the head
+//!   becomes the new base, so uppers do not grow forever.
+
+pub mod lower;
+pub mod merge;
+pub mod overlay;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
+use crate::store::fsio;
+use crate::store::object::ObjectBatch;
+use crate::store::refs::Branch;
+use crate::store::Store;
+use crate::util::{check_name, now_ns};
+
+/// `upper/<branch>/base.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UpperBase {
+    pub base: ObjectId,
+}
+
+/// One mounted root.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MountedRoot {
+    pub mountpoint: PathBuf,
+    pub lower: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+}
+
+/// `run/mounts/<branch>.json`: a mounted workspace.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkspaceState {
+    pub branch: String,
+    pub base: ObjectId,
+    pub roots: BTreeMap<String, MountedRoot>,
+    pub mounted_ns: i64,
+}
+
+/// What to mount.
+#[derive(Clone, Debug, Default)]
+pub struct MountOptions {
+    pub branch: String,
+    /// Only these roots (default: all).
+    pub roots: Vec<String>,
+    /// Relocated mountpoints (explicitly asked for): root -> directory.
+    pub relocate: BTreeMap<String, PathBuf>,
+}
+
+/// A workspace's un-checkpointed changes.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DirtyReport {
+    pub dirty: bool,
+    /// Upper files whose stat changed since the last checkpoint (read to compare).
+    pub files_changed: u64,
+    pub bytes_changed: u64,
+    /// Roots whose merged tree differs from the branch head.
+    pub roots_changed: Vec<String>,
+}
+
+/// What a checkpoint did.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckpointReport {
+    pub id: ObjectId,
+    pub checkpoint: Checkpoint,
+    pub files_read: u64,
+    pub bytes_read: u64,
+    pub elapsed_ms: u64,
+}
+
+/// How `switch` treats un-checkpointed changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirtyPolicy {
+    Refuse,
+    CheckpointFirst,
+    Discard,
+}
+
+/// What a switch did.
+#[derive(Clone, Debug, Serialize)]
+pub struct SwitchReport {
+    pub from_branch: String,
+    pub to_branch: String,
+    pub checkpoint: ObjectId,
+    pub created_branch: bool,
+    pub checkpointed: Option<ObjectId>,
+    pub displaced: Option<PathBuf>,
+    pub elapsed_ms: u64,
+}
+
+fn source_name(store: &Store, branch: &str) -> String {
+    format!("ckptfs:{}:{branch}", store.root().display())
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(p: &Path) -> Result<Option<T>> {
+    match fs::read(p) {
+        Ok(d) => serde_json::from_slice(&d)
+            .map(Some)
+            .map_err(|e| Error::Corrupt(format!("{}: {e}", p.display()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(p, e)),
+    }
+}
+
+fn write_json(p: &Path, v: &impl Serialize) -> Result<()> {
+    if let Some(d) = p.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)
+            .map_err(|e| Error::io(d, e))?;
+    }
+    let data =
+        serde_json::to_vec_pretty(v).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
+    fsio::write_atomic_replace(p, &data, 0o600)
+}
+
+/// The mounted workspace of `branch`, if its state file exists.
+pub fn state(store: &Store, branch: &str) -> Result<Option<WorkspaceState>> {
+    read_json(&store.workspace_state_path(branch))
+}
+
+/// Every mounted workspace (by state file).
+pub fn states(store: &Store) -> Result<Vec<WorkspaceState>> {
+    let dir = store.workspace_state_path("x");
+    let dir = dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    let rd = match fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&dir, e)),
+    };
+    let mut out = Vec::new();
+    for ent in rd {
+        let p = ent.map_err(|e| Error::io(&dir, e))?.path();
+        if p.extension().and_then(|x| x.to_str()) == Some("json") {
+            if let Some(s) = read_json::<WorkspaceState>(&p)? {
+                out.push(s);
+            }
+        }
+    }
+    out.sort_by(|a, b| a.branch.cmp(&b.branch));
+    Ok(out)
+}
+
+/// True when the state's overlays are really mounted (its first root is, with our source).
+pub fn is_live(store: &Store, st: &WorkspaceState) -> Result<bool> {
+    let src = source_name(store, &st.branch);
+    let mounts = crate::mountinfo::mounts()?;
+    Ok(st.roots.values().any(|r| {
+        mounts
+            .iter()
+            .any(|m| m.mount_point == r.mountpoint && m.fstype == "overlay" && m.source == src)
+    }))
+}
+
+/// Finds the mounted workspace that `path` (a mountpoint, or a path inside one) belongs to.
+pub fn find_by_path(store: &Store, path: &Path) -> Result<Option<WorkspaceState>> {
+    let abs = crate::store::absolute(path)?;
+    for st in states(store)? {
+        if st.roots.values().any(|r| abs.starts_with(&r.mountpoint)) {
+            return Ok(Some(st));
+        }
+    }
+    Ok(None)
+}
+
+fn require_branch(store: &Store, name: &str) -> Result<(Branch, ObjectId)> {
+    let b = store
+        .read_branch(name)?
+        .ok_or_else(|| Error::NotFound(format!("branch {name}")))?;
+    let head = b.head.ok_or_else(|| {
+        Error::NotFound(format!(
+            "branch {name} has no checkpoint yet (run `ckptfs capture` first)"
+        ))
+    })?;
+    Ok((b, head))
+}
+
+/// The base checkpoint of a branch's upper layers (its head when it has none).
+fn upper_base(store: &Store, branch: &str, head: ObjectId) -> Result<ObjectId> {
+    Ok(read_json::<UpperBase>(&store.upper_base_path(branch))?.map_or(head, |b| b.base))
+}
+
+/// What `merge_all` produces.
+struct MergedAll {
+    roots: BTreeMap<String, RootRecord>,
+    caches: Vec<(String, crate::store::statcache::StatCache)>,
+    stats: Stats,
+    files_read: u64,
+    bytes_read: u64,
+}
+
+/// Merges base + upper for every root of the store; roots without an upper keep the base.
+fn merge_all(
+    store: &Store,
+    batch: &ObjectBatch<'_>,
+    branch: &str,
+    base: &Checkpoint,
+    parent: Option<ObjectId>,
+) -> Result<MergedAll> {
+    let start = now_ns();
+    let mut roots = BTreeMap::new();
+    let mut caches = Vec::new();
+    let mut stats = Stats {
+        dirs: base.stats.dirs,
+        symlinks: base.stats.symlinks,
+        ..Stats::default()
+    };
+    let (mut files_read, mut bytes_read) = (0, 0);
+    for (name, rec) in &base.roots {
+        let upper = store.upper_dir(branch, name);
+        if !upper.is_dir() {
+            roots.insert(name.clone(), rec.clone());
+            continue;
+        }
+        let old = parent
+            .map(|p| store.load_statcache(&p, name))
+            .unwrap_or_default();
+        let m = merge::merge_root(store, batch, rec, &upper, old, start)?;
+        stats.dirs = (stats.dirs as i64 + m.delta.dirs).max(0) as u64;
+        stats.symlinks = (stats.symlinks as i64 + m.delta.symlinks).max(0) as u64;
+        files_read += m.files_read;
+        bytes_read += m.bytes_read;
+        roots.insert(name.clone(), m.record);
+        caches.push((name.clone(), m.cache));
+    }
+    stats.files = roots.values().map(|r| r.files).sum();
+    stats.bytes = roots.values().map(|r| r.bytes).sum();
+    stats.files_read = files_read;
+    Ok(MergedAll {
+        roots,
+        caches,
+        stats,
+        files_read,
+        bytes_read,
+    })
+}
+
+/// Un-checkpointed changes of `branch`'s workspace (reads only files whose stat changed).
+pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
+    let (_, head) = require_branch(store, branch)?;
+    let base_id = upper_base(store, branch, head)?;
+    let base = store.read_checkpoint(&base_id)?;
+    let head_c = store.read_checkpoint(&head)?;
+    let batch = ObjectBatch::dry_run(store);
+    let m = merge_all(store, &batch, branch, &base, Some(head))?;
+    let roots = m.roots;
+    let mut report = DirtyReport {
+        files_changed: m.files_read,
+        bytes_changed: m.bytes_read,
+        ..DirtyReport::default()
+    };
+    for (name, r) in &roots {
+        let same = head_c
+            .roots
+            .get(name)
+            .is_some_and(|h| h.tree == r.tree && (h.mode, h.uid, h.gid) == (r.mode, r.uid, r.gid));
+        if !same {
+            report.roots_changed.push(name.clone());
+        }
+    }
+    report.dirty = !report.roots_changed.is_empty();
+    Ok(report)
+}
+
+/// Records a checkpoint of `branch`'s workspace (mounted or not). Caller holds the lock.
+fn checkpoint_locked(
+    store: &Store,
+    branch: &str,
+    label: Option<&str>,
+    message: &str,
+) -> Result<CheckpointReport> {
+    let t0 = std::time::Instant::now();
+    if let Some(l) = label {
+        check_name("label", l)?;
+        if store.read_label(l)?.is_some() {
+            return Err(Error::Conflict(format!(
+                "label {l} already exists; labels are immutable"
+            )));
+        }
+    }
+    let (_, head) = require_branch(store, branch)?;
+    let base_id = upper_base(store, branch, head)?;
+    let base = store.read_checkpoint(&base_id)?;
+    let batch = ObjectBatch::new(store);
+    let MergedAll {
+        roots,
+        caches,
+        mut stats,
+        files_read,
+        bytes_read,
+    } = merge_all(store, &batch, branch, &base, Some(head))?;
+    batch.commit()?;
+    stats.new_objects = batch.new_objects();
+    stats.new_bytes = batch.new_bytes();
+    let c = Checkpoint {
+        version: 1,
+        roots,
+        parents: vec![head],
+        branch: branch.to_string(),
+        label: label.map(str::to_string),
+        message: message.to_string(),
+        time_ns: now_ns(),
+        stats,
+    };
+    let id = store.write_checkpoint(&c)?;
+    store.advance_branch(branch, Some(head), id)?;
+    if let Some(l) = label {
+        store.create_label(l, &id)?;
+    }
+    for (name, cache) in &caches {
+        store.save_statcache(&id, name, cache);
+    }
+    Ok(CheckpointReport {
+        id,
+        checkpoint: c,
+        files_read,
+        bytes_read,
+        elapsed_ms: t0.elapsed().as_millis() as u64,
+    })
+}
+
+/// `ckptfs checkpoint`: a checkpoint of the workspace of `branch`.
+pub fn checkpoint(
+    store: &Store,
+    branch: &str,
+    label: Option<&str>,
+    message: &str,
+) -> Result<CheckpointReport> {
+    let args = serde_json::json!({"branch": branch, "label": label});
+    store.mutate("checkpoint", args, |_| {
+        let r = checkpoint_locked(store, branch, label, message)?;
+        let summary = serde_json::json!({"checkpoint": r.id, "files_read": r.files_read,
+            "new_objects": r.checkpoint.stats.new_objects, "new_bytes": r.checkpoint.stats.new_bytes});
+        Ok((r, summary))
+    })
+}
+
+/// Creates the upper directories of `branch` for `root` (the root dir takes the lower root's
+/// metadata so the mount shows it unchanged).
+fn prepare_upper(
+    store: &Store,
+    branch: &str,
+    root: &str,
+    rec: &RootRecord,
+) -> Result<(PathBuf, PathBuf)> {
+    let upper = store.upper_dir(branch, root);
+    let work = store.overlay_work_dir(branch, root);
+    if !upper.exists() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&upper)
+            .map_err(|e| Error::io(&upper, e))?;
+        crate::ops::restore::apply_meta(
+            &upper,
+            false,
+            rec.mode,
+            rec.uid,
+            rec.gid,
+            rec.mtime_ns,
+            &[],
+        )?;
+    }
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&work)
+        .map_err(|e| Error::io(&work, e))?;
+    Ok((upper, work))
+}
+
+/// Drops `branch`'s upper when everything in it is already in the head: the head becomes the
+/// new base. Returns the base to mount.
+fn rebase_if_clean(store: &Store, branch: &str, head: ObjectId) -> Result<ObjectId> {
+    let base = upper_base(store, branch, head)?;
+    if base == head {
+        return Ok(head);
+    }
+    if dirty(store, branch)?.dirty {
+        return Ok(base);
+    }
+    let upper = store.upper_branch_dir(branch);
+    fs::remove_dir_all(&upper).map_err(|e| Error::io(&upper, e))?;
+    Ok(head)
+}
+
+/// Mounts the overlays of `st` (already prepared); unmounts the ones done on failure.
+fn mount_roots(store: &Store, branch: &str, roots: &BTreeMap<String, MountedRoot>) -> Result<()> {
+    let src = source_name(store, branch);
+    let mut done: Vec<&Path> = Vec::new();
+    for r in roots.values() {
+        if let Err(e) = overlay::mount_overlay(&src, &r.mountpoint, &r.lower, &r.upper, &r.work) {
+            for m in done {
+                let _ignored = overlay::detach(m);
+            }
+            return Err(e);
+        }
+        done.push(&r.mountpoint);
+    }
+    Ok(())
+}
+
+/// Detaches whatever of ours is stale at `mountpoint` (a dead mount from a crash).
+fn clear_stale(store: &Store, mountpoint: &Path) -> Result<()> {
+    if let Some(m) = crate::mountinfo::mount_at(mountpoint)? {
+        let ours = m
+            .source
+            .starts_with(&format!("ckptfs:{}:", store.root().display()));
+        if !ours {
+            return Err(Error::Conflict(format!(
+                "{} already has a {} mount ({}); unmount it first",
+                mountpoint.display(),
+                m.fstype,
+                m.source
+            )));
+        }
+        log::warn!("detaching a stale mount at {}", mountpoint.display());
+        overlay::detach(mountpoint)?;
+    }
+    Ok(())
+}
+
+/// Plans the mounted roots of `branch` based on checkpoint `base`.
+fn plan_roots(
+    store: &Store,
+    branch: &str,
+    base: &ObjectId,
+    opts: &MountOptions,
+) -> Result<BTreeMap<String, MountedRoot>> {
+    let c = store.read_checkpoint(base)?;
+    let names: Vec<String> = if opts.roots.is_empty() {
+        c.roots.keys().cloned().collect()
+    } else {
+        opts.roots.clone()
+    };
+    let mut out = BTreeMap::new();
+    for name in names {
+        let rc = store.root_config(&name)?;
+        let rec = c.roots.get(&name).ok_or_else(|| {
+            Error::NotFound(format!("root {name} in checkpoint {}", base.short()))
+        })?;
+        let mountpoint = opts
+            .relocate
+            .get(&name)
+            .cloned()
+            .unwrap_or_else(|| rc.path.clone());
+        let mountpoint = crate::store::absolute(&mountpoint)?;
+        if mountpoint.starts_with(store.root()) {
+            return Err(Error::Usage(format!(
+                "mountpoint {} is inside the store",
+                mountpoint.display()
+            )));
+        }
+        let lower = lower::lower_root(store, base, &name)?;
+        let (upper, work) = prepare_upper(store, branch, &name, rec)?;
+        out.insert(
+            name,
+            MountedRoot {
+                mountpoint,
+                lower,
+                upper,
+                work,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// `ckptfs mount STORE --branch B`: mounts the branch's roots writable.
+pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
+    check_name("branch", &opts.branch)?;
+    let args =
+        serde_json::json!({"branch": opts.branch, "roots": opts.roots, "relocate": opts.relocate});
+    store.mutate("mount", args, |_| {
+        let (b, head) = require_branch(store, &opts.branch)?;
+        if b.state == "archived" {
+            return Err(Error::Conflict(format!(
+                "branch {} is archived; `ckptfs branch unarchive` it first",
+                opts.branch
+            )));
+        }
+        if let Some(st) = state(store, &opts.branch)? {
+            if is_live(store, &st)? {
+                let at: Vec<String> = st.roots.values().map(|r| r.mountpoint.display().to_string()).collect();
+                return Err(Error::Conflict(format!(
+                    "branch {} is already mounted at {}",
+                    opts.branch,
+                    at.join(", ")
+                )));
+            }
+            fs::remove_file(store.workspace_state_path(&opts.branch))
+                .map_err(|e| Error::io(store.workspace_state_path(&opts.branch), e))?;
+        }
+        for other in states(store)? {
+            if is_live(store, &other)? {
+                for r in other.roots.values() {
+                    let clash = opts.roots.is_empty() || opts.roots.iter().any(|n| other.roots.contains_key(n));
+                    if clash && opts.relocate.is_empty() {
+                        return Err(Error::Conflict(format!(
+                            "{} is already a mounted workspace of branch {}; use `ckptfs switch` to change branches",
+                            r.mountpoint.display(),
+                            other.branch
+                        )));
+                    }
+                }
+            }
+        }
+        let base = rebase_if_clean(store, &opts.branch, head)?;
+        lower::ensure_view(store)?;
+        let roots = plan_roots(store, &opts.branch, &base, opts)?;
+        write_json(&store.upper_base_path(&opts.branch), &UpperBase { base })?;
+        for r in roots.values() {
+            fs::create_dir_all(&r.mountpoint).map_err(|e| Error::io(&r.mountpoint, e))?;
+            clear_stale(store, &r.mountpoint)?;
+        }
+        mount_roots(store, &opts.branch, &roots)?;
+        let st = WorkspaceState {
+            branch: opts.branch.clone(),
+            base,
+            roots,
+            mounted_ns: now_ns(),
+        };
+        write_json(&store.workspace_state_path(&opts.branch), &st)?;
+        let summary = serde_json::json!({"base": base});
+        Ok((st, summary))
+    })
+}
+
+/// `ckptfs umount` of a workspace: unmounts every root (lazily when busy).
+pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmounted)>> {
+    store.mutate("umount", serde_json::json!({"branch": branch}), |_| {
+        let st = state(store, branch)?
+            .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {branch}")))?;
+        let src = source_name(store, branch);
+        let mut out = Vec::new();
+        for r in st.roots.values() {
+            match crate::mountinfo::mount_at(&r.mountpoint)? {
+                Some(m) if m.source == src => {
+                    out.push((r.mountpoint.clone(), overlay::unmount(&r.mountpoint)?))
+                }
+                _ => {}
+            }
+        }
+        fs::remove_file(store.workspace_state_path(branch))
+            .map_err(|e| Error::io(store.workspace_state_path(branch), e))?;
+        if states(store)?.is_empty() {
+            lower::release_view(store)?;
+        }
+        let summary = serde_json::json!({"unmounted": out.len()});
+        Ok((out, summary))
+    })
+}
+
+/// Moves `branch`'s upper layers to `displaced/` (never deleted silently).
+fn displace_upper(store: &Store, branch: &str) -> Result<Option<PathBuf>> {
+    let upper = store.upper_branch_dir(branch);
+    if !upper.exists() {
+        return Ok(None);
+    }
+    let dest = store.displaced_dir().join(format!(
+        "{}-{branch}",
+        crate::util::format_utc(now_ns()).replace(':', "")
+    ));
+    fs::create_dir_all(store.displaced_dir()).map_err(|e| Error::io(store.displaced_dir(), e))?;
+    fsio::rename(&upper, &dest)?;
+    Ok(Some(dest))
+}
+
+/// Resolves a switch target: an existing branch, or a checkpoint (which gets a new branch
+/// unless it is the head of exactly one branch).
+fn resolve_target(store: &Store, target: &str, new_name: Option<&str>) -> Result<(String, bool)> {
+    if check_name("branch", target).is_ok()
+        && store.read_branch(target)?.is_some()
+        && new_name.is_none()
+    {
+        return Ok((target.to_string(), false));
+    }
+    let id = store.resolve(target)?;
+    if new_name.is_none() {
+        let heads: Vec<String> = store
+            .list_branches()?
+            .into_iter()
+            .filter(|(_, b)| b.head == Some(id))
+            .map(|(n, _)| n)
+            .collect();
+        if heads.len() == 1 {
+            return Ok((heads[0].clone(), false));
+        }
+    }
+    let name = new_name.map_or_else(|| format!("from-{}", id.short()), str::to_string);
+    check_name("branch", &name)?;
+    if store.read_branch(&name)?.is_some() {
+        return Err(Error::Conflict(format!(
+            "branch {name} already exists; pick another --name"
+        )));
+    }
+    let now = now_ns();
+    store.write_branch(
+        &name,
+        &Branch {
+            head: Some(id),
+            forked_from: Some(id),
+            state: "active".into(),
+            created_ns: now,
+            updated_ns: now,
+        },
+    )?;
+    Ok((name, true))
+}
+
+/// `ckptfs switch`: shows `target` at the same paths, without copying files.
+pub fn switch(
+    store: &Store,
+    from_branch: &str,
+    target: &str,
+    policy: DirtyPolicy,
+    new_name: Option<&str>,
+) -> Result<SwitchReport> {
+    let t0 = std::time::Instant::now();
+    let args = serde_json::json!({"from": from_branch, "to": target, "name": new_name});
+    store.mutate("switch", args, |_| {
+        let st = state(store, from_branch)?
+            .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {from_branch}")))?;
+        let mut checkpointed = None;
+        let mut displaced = None;
+        let d = dirty(store, from_branch)?;
+        if d.dirty {
+            match policy {
+                DirtyPolicy::Refuse => {
+                    return Err(Error::Conflict(format!(
+                        "workspace of branch {from_branch} has un-checkpointed changes ({} files changed in {}); use --checkpoint-first or --discard",
+                        d.files_changed,
+                        d.roots_changed.join(", ")
+                    )))
+                }
+                DirtyPolicy::CheckpointFirst => {
+                    checkpointed = Some(checkpoint_locked(store, from_branch, None, "before switch")?.id);
+                }
+                DirtyPolicy::Discard => {}
+            }
+        }
+        let (to_branch, created) = resolve_target(store, target, new_name)?;
+        if to_branch == from_branch && policy != DirtyPolicy::Discard {
+            return Err(Error::Usage(format!("the workspace is already on branch {to_branch}")));
+        }
+        let (_, head) = require_branch(store, &to_branch)?;
+        // Detach the old overlays first: a busy cwd keeps the old tree alive, never blocks.
+        for r in st.roots.values() {
+            if crate::mountinfo::mount_at(&r.mountpoint)?.is_some_and(|m| m.source == source_name(store, from_branch)) {
+                overlay::detach(&r.mountpoint)?;
+            }
+        }
+        fs::remove_file(store.workspace_state_path(from_branch))
+            .map_err(|e| Error::io(store.workspace_state_path(from_branch), e))?;
+        if policy == DirtyPolicy::Discard && d.dirty {
+            displaced = displace_upper(store, from_branch)?;
+        }
+        let base = rebase_if_clean(store, &to_branch, head)?;
+        let relocate: BTreeMap<String, PathBuf> = st
+            .roots
+            .iter()
+            .map(|(n, r)| (n.clone(), r.mountpoint.clone()))
+            .collect();
+        let opts = MountOptions {
+            branch: to_branch.clone(),
+            roots: st.roots.keys().cloned().collect(),
+            relocate,
+        };
+        let roots = plan_roots(store, &to_branch, &base, &opts)?;
+        write_json(&store.upper_base_path(&to_branch), &UpperBase { base })?;
+        mount_roots(store, &to_branch, &roots)?;
+        let new_state = WorkspaceState {
+            branch: to_branch.clone(),
+            base,
+            roots,
+            mounted_ns: now_ns(),
+        };
+        write_json(&store.workspace_state_path(&to_branch), &new_state)?;
+        let report = SwitchReport {
+            from_branch: from_branch.to_string(),
+            to_branch,
+            checkpoint: base,
+            created_branch: created,
+            checkpointed,
+            displaced,
+            elapsed_ms: t0.elapsed().as_millis() as u64,
+        };
+        let summary = serde_json::to_value(&report).unwrap_or_default();
+        Ok((report, summary))
+    })
+}
+
+/// `ckptfs fork`: a new branch whose head is `checkpoint` (O(1); nothing is copied).
+pub fn fork(store: &Store, checkpoint: &str, name: &str) -> Result<ObjectId> {
+    check_name("branch", name)?;
+    let id = store.resolve(checkpoint)?;
+    store.mutate(
+        "fork",
+        serde_json::json!({"checkpoint": id, "name": name}),
+        |_| {
+            if store.read_branch(name)?.is_some() {
+                return Err(Error::Conflict(format!("branch {name} already exists")));
+            }
+            if store.read_label(name)?.is_some() {
+                return Err(Error::Conflict(format!(
+                    "{name} is already a label; pick another name"
+                )));
+            }
+            let now = now_ns();
+            store.write_branch(
+                name,
+                &Branch {
+                    head: Some(id),
+                    forked_from: Some(id),
+                    state: "active".into(),
+                    created_ns: now,
+                    updated_ns: now,
+                },
+            )?;
+            Ok((id, serde_json::Value::Null))
+        },
+    )
+}
+
+/// Is `branch` mounted right now?
+pub fn is_mounted(store: &Store, branch: &str) -> Result<bool> {
+    match state(store, branch)? {
+        Some(st) => is_live(store, &st),
+        None => Ok(false),
+    }
+}
+
+/// `branch archive` / `branch unarchive`.
+pub fn set_archived(store: &Store, branch: &str, archived: bool) -> Result<()> {
+    let op = if archived {
+        "branch-archive"
+    } else {
+        "branch-unarchive"
+    };
+    store.mutate(op, serde_json::json!({"branch": branch}), |_| {
+        let mut b = store
+            .read_branch(branch)?
+            .ok_or_else(|| Error::NotFound(format!("branch {branch}")))?;
+        if archived && is_mounted(store, branch)? {
+            return Err(Error::Conflict(format!(
+                "branch {branch} is mounted; unmount it first"
+            )));
+        }
+        b.state = if archived { "archived" } else { "active" }.into();
+        b.updated_ns = now_ns();
+        store.write_branch(branch, &b)?;
+        Ok(((), serde_json::Value::Null))
+    })
+}
+
+/// `branch delete`: removes the ref (objects go only through gc). Refuses while mounted, and
+/// when the workspace has un-checkpointed changes unless `force` (they move to displaced/).
+pub fn delete_branch(store: &Store, branch: &str, force: bool) -> Result<Option<PathBuf>> {
+    store.mutate("branch-delete", serde_json::json!({"branch": branch, "force": force}), |_| {
+        if store.read_branch(branch)?.is_none() {
+            return Err(Error::NotFound(format!("branch {branch}")));
+        }
+        if is_mounted(store, branch)? {
+            return Err(Error::Conflict(format!("branch {branch} is mounted; unmount it first")));
+        }
+        if store.upper_branch_dir(branch).exists() && !force && dirty(store, branch)?.dirty {
+            return Err(Error::Conflict(format!(
+                "branch {branch} has un-checkpointed changes in its workspace; checkpoint them or use --force"
+            )));
+        }
+        let displaced = displace_upper(store, branch)?;
+        let p = store.branch_path(branch);
+        fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+        fsio::sync_path(&store.branches_dir())?;
+        let _ignored = fs::remove_file(store.workspace_state_path(branch));
+        Ok((displaced.clone(), serde_json::json!({"displaced": displaced})))
+    })
+}
+
+/// Bytes and files held by a branch's upper layers (cheap: a walk of the upper only).
+pub fn upper_usage(store: &Store, branch: &str) -> (u64, u64) {
+    fn walk(p: &Path, acc: &mut (u64, u64)) {
+        let Ok(rd) = fs::read_dir(p) else { return };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                walk(&e.path(), acc);
+            } else if m.is_file() {
+                acc.0 += 1;
+                acc.1 += m.size();
+            }
+        }
+    }
+    let mut acc = (0, 0);
+    let dir = store.upper_branch_dir(branch);
+    if let Ok(rd) = fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if e.path().is_dir() {
+                walk(&e.path(), &mut acc);
+            }
+        }
+    }
+    acc
+}

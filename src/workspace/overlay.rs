@@ -1,0 +1,84 @@
+//! Kernel overlayfs mounts for live workspaces.
+//!
+//! The upper layer is a plain directory in the store, so writes run at native speed and
+//! survive a crash of any ckptfs process; the lower layer is the store's read-only view.
+//! `redirect_dir=on` lets users rename lower directories (no EXDEV); `index=off`,
+//! `metacopy=off` and `xino=off` keep the upper's on-disk format simple for capture.
+
+use std::io;
+use std::path::Path;
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+
+use crate::error::{Error, Result};
+
+/// Escapes a path for an overlay mount option (`,` `:` `\` are special).
+fn escape(p: &Path) -> String {
+    let s = p.to_string_lossy();
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, ',' | ':' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Mounts an overlay at `target`. `source` names it in mountinfo (`ckptfs:<store>:<branch>`).
+pub fn mount_overlay(
+    source: &str,
+    target: &Path,
+    lower: &Path,
+    upper: &Path,
+    work: &Path,
+) -> Result<()> {
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},redirect_dir=on,index=off,metacopy=off,xino=off",
+        escape(lower),
+        escape(upper),
+        escape(work)
+    );
+    mount(
+        Some(source),
+        target,
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(opts.as_str()),
+    )
+    .map_err(|e| {
+        Error::io_op(
+            format!(
+                "mounting overlay at {} (lower {})",
+                target.display(),
+                lower.display()
+            ),
+            io::Error::from(e),
+        )
+    })
+}
+
+/// How an unmount went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unmounted {
+    Clean,
+    /// Something still used the mount (a shell's cwd, an open file): it was detached and the
+    /// kernel frees it when the last user goes.
+    Detached,
+}
+
+/// Unmounts `target`; when busy, detaches it lazily instead of failing.
+pub fn unmount(target: &Path) -> Result<Unmounted> {
+    match umount2(target, MntFlags::empty()) {
+        Ok(()) => Ok(Unmounted::Clean),
+        Err(nix::errno::Errno::EBUSY) => umount2(target, MntFlags::MNT_DETACH)
+            .map(|()| Unmounted::Detached)
+            .map_err(|e| Error::io(target, io::Error::from(e))),
+        Err(e) => Err(Error::io(target, io::Error::from(e))),
+    }
+}
+
+/// Detaches `target` at once (the old tree stays alive for whoever still uses it).
+pub fn detach(target: &Path) -> Result<()> {
+    umount2(target, MntFlags::MNT_DETACH).map_err(|e| Error::io(target, io::Error::from(e)))
+}

@@ -1,0 +1,245 @@
+//! Live workspaces: checkpoint, switch with a busy cwd, fork independence, dirty refusal,
+//! discard, branch lifecycle, survival of a crashed daemon.
+
+mod wscommon;
+
+use std::fs;
+use std::io::Write;
+use std::process::Command;
+
+use wscommon::{mounted, ok, run, sh, Workspace};
+
+fn populate(room: &std::path::Path) {
+    fs::create_dir_all(room.join("src/pkg")).unwrap();
+    fs::write(room.join("src/pkg/a.py"), "print('a')\n").unwrap();
+    fs::write(room.join("notes.md"), "# notes\n").unwrap();
+    fs::write(room.join("big.bin"), vec![7u8; 3 << 20]).unwrap();
+    std::os::unix::fs::symlink("src/pkg", room.join("pkg")).unwrap();
+}
+
+#[test]
+fn checkpoint_records_changes_and_keeps_untouched_subtrees() {
+    let w = Workspace::new(populate);
+    assert!(mounted(&w.room));
+    fs::write(w.path("notes.md"), "# notes\nmore\n").unwrap();
+    fs::create_dir(w.path("new")).unwrap();
+    fs::write(w.path("new/file.txt"), "hello").unwrap();
+    fs::remove_file(w.path("pkg")).unwrap();
+    fs::rename(w.path("src"), w.path("src2")).unwrap(); // a lower directory: no EXDEV
+    let id = w.checkpoint("turn 1");
+    let ls = ok(&["ls", w.store(), &format!("{id}:ws"), "-r"]);
+    assert!(ls.contains("src2/pkg/a.py"), "{ls}");
+    assert!(ls.contains("new/file.txt"));
+    assert!(
+        !ls.contains(" pkg ->"),
+        "deleted symlink still listed: {ls}"
+    );
+    assert!(!ls.lines().any(|l| l.ends_with(" src")), "{ls}");
+    assert_eq!(
+        ok(&["cat", w.store(), &format!("{id}:ws/notes.md")]),
+        "# notes\nmore\n"
+    );
+    assert_eq!(
+        ok(&["cat", w.store(), &format!("{id}:ws/src2/pkg/a.py")]),
+        "print('a')\n"
+    );
+    let log: serde_json::Value =
+        serde_json::from_str(&ok(&["log", w.store(), "--branch", "main", "--json"])).unwrap();
+    let parent = log[1]["id"].as_str().unwrap().to_string();
+    let diff = ok(&["diff", w.store(), &parent, &id]);
+    for want in [
+        "modified  ws/notes.md",
+        "added     ws/new",
+        "removed   ws/pkg",
+        "added     ws/src2",
+    ] {
+        assert!(diff.contains(want), "missing {want:?} in diff:\n{diff}");
+    }
+    // An unchanged big file is neither re-read nor re-stored on the next checkpoint.
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["show", w.store(), &id, "--json"])).unwrap();
+    assert_eq!(v["checkpoint"]["stats"]["files"], 4); // a.py, notes.md, big.bin, new/file.txt
+    let before = ok(&["checkpoint", w.room(), "--json"]);
+    let b: serde_json::Value = serde_json::from_str(&before).unwrap();
+    assert_eq!(b["checkpoint"]["stats"]["new_objects"], 0, "{before}");
+    assert!(ok(&["verify", w.store()]).contains("0 findings"));
+}
+
+#[test]
+fn switch_back_and_forth_with_a_shell_inside() {
+    let w = Workspace::new(populate);
+    fs::write(w.path("notes.md"), "main version\n").unwrap();
+    let main1 = w.checkpoint("main work");
+    ok(&["fork", w.store(), &main1, "--name", "alt"]);
+    // A shell keeps its cwd inside the mount during every switch.
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg("sleep 60")
+        .current_dir(w.path("src"))
+        .spawn()
+        .unwrap();
+    ok(&["switch", w.room(), "--to", "alt"]);
+    fs::write(w.path("notes.md"), "alt version\n").unwrap();
+    fs::write(w.path("alt-only.txt"), "x").unwrap();
+    let alt1 = w.checkpoint("alt work");
+    for _ in 0..3 {
+        ok(&["switch", w.room(), "--to", "main"]);
+        assert_eq!(
+            fs::read_to_string(w.path("notes.md")).unwrap(),
+            "main version\n"
+        );
+        assert!(!w.path("alt-only.txt").exists());
+        assert_eq!(fs::read(w.path("big.bin")).unwrap(), vec![7u8; 3 << 20]);
+        ok(&["switch", w.room(), "--to", "alt"]);
+        assert_eq!(
+            fs::read_to_string(w.path("notes.md")).unwrap(),
+            "alt version\n"
+        );
+        assert!(w.path("alt-only.txt").exists());
+    }
+    assert!(
+        shell.try_wait().unwrap().is_none(),
+        "the shell inside must survive switches"
+    );
+    shell.kill().unwrap();
+    let _ = shell.wait();
+    // Switching to a checkpoint that is no branch head starts a new branch.
+    let out = ok(&["switch", w.room(), "--to", &main1[..12], "--name", "retry"]);
+    assert!(out.contains("retry"), "{out}");
+    assert_eq!(
+        fs::read_to_string(w.path("notes.md")).unwrap(),
+        "main version\n"
+    );
+    let branches = ok(&["branch", "list", w.store(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&branches).unwrap();
+    let retry = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "retry")
+        .unwrap();
+    assert_eq!(retry["forked_from"], main1.as_str());
+    assert_eq!(retry["mounted"], true);
+    let _ = alt1;
+}
+
+#[test]
+fn switch_refuses_dirty_state_unless_told() {
+    let w = Workspace::new(populate);
+    ok(&["fork", w.store(), "main", "--name", "other"]);
+    fs::write(w.path("notes.md"), "unsaved\n").unwrap();
+    let o = run(&["switch", w.room(), "--to", "other"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("un-checkpointed"), "{err}");
+    assert_eq!(fs::read_to_string(w.path("notes.md")).unwrap(), "unsaved\n");
+    // --discard sets the change aside under displaced/, never deleting it.
+    ok(&["switch", w.room(), "--to", "other", "--discard"]);
+    assert_eq!(fs::read_to_string(w.path("notes.md")).unwrap(), "# notes\n");
+    let found = sh(&format!("grep -rl unsaved {}/displaced", w.store()));
+    assert!(found.contains("notes.md"), "{found}");
+    // --checkpoint-first records the change on the branch being left.
+    fs::write(w.path("notes.md"), "other work\n").unwrap();
+    ok(&["switch", w.room(), "--to", "main", "--checkpoint-first"]);
+    assert_eq!(ok(&["cat", w.store(), "other:ws/notes.md"]), "other work\n");
+    assert_eq!(fs::read_to_string(w.path("notes.md")).unwrap(), "# notes\n");
+}
+
+#[test]
+fn forks_are_independent() {
+    let w = Workspace::new(populate);
+    let base = w.checkpoint("base");
+    ok(&["fork", w.store(), &base, "--name", "f1"]);
+    fs::write(w.path("notes.md"), "main after fork\n").unwrap();
+    w.checkpoint("main moves on");
+    ok(&["switch", w.room(), "--to", "f1"]);
+    assert_eq!(fs::read_to_string(w.path("notes.md")).unwrap(), "# notes\n");
+    fs::write(w.path("notes.md"), "fork work\n").unwrap();
+    w.checkpoint("fork work");
+    assert_eq!(
+        ok(&["cat", w.store(), "main:ws/notes.md"]),
+        "main after fork\n"
+    );
+    assert_eq!(ok(&["cat", w.store(), "f1:ws/notes.md"]), "fork work\n");
+    let graph = ok(&["log", w.store(), "--graph"]);
+    assert!(
+        graph.contains("(f1)") && graph.contains("(main)"),
+        "{graph}"
+    );
+    assert!(
+        graph.lines().filter(|l| l.contains('*')).count() >= 4,
+        "{graph}"
+    );
+}
+
+#[test]
+fn branch_archive_unarchive_delete() {
+    let w = Workspace::new(populate);
+    ok(&["fork", w.store(), "main", "--name", "old"]);
+    ok(&["branch", "archive", w.store(), "old"]);
+    assert!(!ok(&["branch", "list", w.store()]).contains("old"));
+    assert!(ok(&["branch", "list", w.store(), "--all"]).contains("archived"));
+    ok(&["branch", "unarchive", w.store(), "old"]);
+    assert!(ok(&["branch", "list", w.store()]).contains("old"));
+    // main is mounted: delete refuses.
+    let o = run(&["branch", "delete", w.store(), "main"]);
+    assert_eq!(o.status.code(), Some(1));
+    ok(&["branch", "delete", w.store(), "old"]);
+    assert!(!ok(&["branch", "list", w.store(), "--all"]).contains("old"));
+    // The checkpoint it pointed at is still there (only gc removes checkpoints).
+    assert!(ok(&["verify", w.store()]).contains("0 findings"));
+}
+
+#[test]
+fn fsynced_data_survives_unmount_and_resume() {
+    let w = Workspace::new(populate);
+    {
+        let mut f = fs::File::create(w.path("precious.txt")).unwrap();
+        f.write_all(b"fsynced data").unwrap();
+        f.sync_all().unwrap();
+    }
+    // Simulate a crash of the mount: detach it behind ckptfs's back.
+    sh(&format!("umount -l {}", w.room()));
+    assert!(!mounted(&w.room));
+    ok(&["mount", w.store(), "--branch", "main"]);
+    assert_eq!(
+        fs::read_to_string(w.path("precious.txt")).unwrap(),
+        "fsynced data"
+    );
+    let st = ok(&["status", w.store()]);
+    assert!(st.contains("changed since the last checkpoint"), "{st}");
+}
+
+#[test]
+fn checkpoint_while_appending_captures_a_prefix() {
+    let w = Workspace::new(populate);
+    let path = w.path("transcript.jsonl");
+    fs::write(&path, "").unwrap();
+    let p2 = path.clone();
+    let writer = std::thread::spawn(move || {
+        let mut f = fs::OpenOptions::new().append(true).open(&p2).unwrap();
+        for i in 0..20000 {
+            f.write_all(format!("{{\"turn\":{i},\"text\":\"some words here\"}}\n").as_bytes())
+                .unwrap();
+        }
+    });
+    let mut ids = Vec::new();
+    while !writer.is_finished() {
+        ids.push(w.checkpoint("during append"));
+    }
+    writer.join().unwrap();
+    let full = fs::read(&path).unwrap();
+    for id in &ids {
+        let o = std::process::Command::new(wscommon::bin())
+            .args(["cat", w.store(), &format!("{id}:ws/transcript.jsonl")])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        assert!(
+            full.starts_with(&o.stdout),
+            "checkpoint {id} holds {} bytes that are not a prefix of the file",
+            o.stdout.len()
+        );
+    }
+    assert!(!ids.is_empty());
+}

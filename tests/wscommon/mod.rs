@@ -1,0 +1,118 @@
+//! Helpers for workspace tests: a temp store with one root, the binary, and a guard that
+//! unmounts the workspace even when the test fails.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ckptfs")
+}
+
+/// Runs ckptfs; returns the output (does not check the status).
+pub fn run(args: &[&str]) -> Output {
+    Command::new(bin()).args(args).output().expect("run ckptfs")
+}
+
+/// Runs ckptfs and asserts success; returns stdout.
+pub fn ok(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "ckptfs {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs a shell command and asserts success; returns stdout.
+pub fn sh(cmd: &str) -> String {
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .expect("run sh");
+    assert!(
+        o.status.success(),
+        "`{cmd}` failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A store with one root `ws` at `<tmp>/room`, captured once on `main`, mounted writable.
+pub struct Workspace {
+    pub tmp: tempfile::TempDir,
+    pub store: PathBuf,
+    pub room: PathBuf,
+}
+
+impl Workspace {
+    /// Creates the room with `populate`, captures it, and mounts branch main over it.
+    pub fn new(populate: impl FnOnce(&Path)) -> Workspace {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = tmp.path().join("store");
+        let room = tmp.path().join("room");
+        fs::create_dir_all(&room).expect("mkdir room");
+        populate(&room);
+        ok(&[
+            "init",
+            s(&store),
+            "--root",
+            &format!("ws={}", room.display()),
+        ]);
+        ok(&["capture", s(&store), "-m", "initial"]);
+        let w = Workspace { tmp, store, room };
+        ok(&["mount", s(&w.store), "--branch", "main"]);
+        w
+    }
+
+    pub fn store(&self) -> &str {
+        s(&self.store)
+    }
+    pub fn room(&self) -> &str {
+        s(&self.room)
+    }
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.room.join(rel)
+    }
+    /// `ckptfs checkpoint ROOM -m msg`; returns the new checkpoint's full id.
+    pub fn checkpoint(&self, msg: &str) -> String {
+        let out = ok(&["checkpoint", self.room(), "-m", msg, "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        v["id"].as_str().expect("id").to_string()
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        // Unmount whatever is still mounted under the temp dir, even after a failed assert.
+        let _ = Command::new(bin()).args(["umount", s(&self.room)]).output();
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let prefix = self.tmp.path().to_string_lossy().to_string();
+        let mut points: Vec<String> = info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|m| m.starts_with(&prefix))
+            .collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for m in points {
+            let _ = Command::new("umount").arg("-l").arg(&m).output();
+        }
+    }
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// True if `path` has a mount of ours in mountinfo.
+pub fn mounted(path: &Path) -> bool {
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(s(path)))
+}
