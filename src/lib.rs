@@ -9,11 +9,13 @@
 //! The CLI (`src/cli`) is a thin layer over this library; the library never sees clap.
 
 pub mod capture;
+pub mod daemon;
 pub mod error;
 pub mod id;
 pub mod ops;
 pub mod store;
 pub mod util;
+pub mod view;
 
 pub use error::{Error, Result};
 pub use id::ObjectId;

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod view;
+
 use ckptfs::capture::{capture, CaptureOptions};
 use ckptfs::ops::walk::{locate, walk_tree};
 use ckptfs::ops::{diff, recover, restore, verify};
@@ -180,6 +182,29 @@ pub enum Command {
         #[command(flatten)]
         json: JsonFlag,
     },
+
+    /// Mount one root of a checkpoint read-only (FUSE), lazily: nothing is read until used.
+    ///
+    /// Without MOUNTPOINT or --at, the root appears at its recorded absolute path (created if
+    /// missing; existing contents are hidden until `umount`). Runs as a background daemon and
+    /// returns once the mount is ready (--foreground stays attached). Writes fail with EROFS;
+    /// a corrupt object gives EIO for the file that needs it. Stop it with `ckptfs umount`,
+    /// SIGTERM or umount(8); if the daemon is killed, the mount is removed automatically.
+    ///
+    /// Example: ckptfs mount /var/lib/ckpt before-refactor:workspace --at /mnt/old
+    Mount(view::MountArgs),
+    /// Mount the whole history read-only: checkpoints/<id>/<root>/..., labels/<name>,
+    /// branches/<name> and by-time/<YYYY-MM-DDTHH:MM:SS> (symlinks to checkpoints), latest.
+    ///
+    /// New checkpoints, labels and branch moves appear without remounting. Runs as a daemon
+    /// like `mount`.
+    ///
+    /// Example: ckptfs browse /var/lib/ckpt /mnt/history
+    Browse(view::BrowseArgs),
+    /// Unmount a `mount` or `browse` view: stops its daemon and waits until the mount is gone.
+    Umount(view::UmountArgs),
+    /// List the live mounts of a store (mountpoint, what they show, daemon pid).
+    Status(view::StatusArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -603,6 +628,10 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
+        Command::Mount(a) => view::mount(a),
+        Command::Browse(a) => view::browse(a),
+        Command::Umount(a) => view::umount(a),
+        Command::Status(a) => view::status(a),
         Command::Verify {
             store,
             checkpoints,

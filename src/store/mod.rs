@@ -11,6 +11,8 @@
 //!   tmp/                  objects being written by a capture; published by rename after one syncfs
 //!   run/RUNNING.json      marker of the mutating operation in progress (a crash leaves it behind)
 //!   run/                  also pid files and control sockets of mount daemons
+//!   run/mounts/PID.json   state of a live view daemon (mountpoint, fsname, what it shows)
+//!   run/mounts/PID.log    its log; both removed on clean exit, stale ones pruned by `status`
 //!   upper/B/ROOT/         writable layers of live workspaces
 //!   displaced/            directories set aside by restore/switch (never deleted silently)
 //!   cache/                rebuildable only: stat caches for incremental capture, materialized files
@@ -349,6 +351,16 @@ impl Store {
     }
     pub fn run_dir(&self) -> PathBuf {
         self.root.join("run")
+    }
+    /// State and log files of mount daemons.
+    pub fn mounts_dir(&self) -> PathBuf {
+        self.run_dir().join("mounts")
+    }
+    pub fn mount_state_path(&self, pid: u32) -> PathBuf {
+        self.mounts_dir().join(format!("{pid}.json"))
+    }
+    pub fn mount_log_path(&self, pid: u32) -> PathBuf {
+        self.mounts_dir().join(format!("{pid}.log"))
     }
     pub fn running_marker_path(&self) -> PathBuf {
         self.run_dir().join("RUNNING.json")
