@@ -10,7 +10,7 @@
 # env: CKPTFS (binary; default target/release/ckptfs, built if missing), GEN_ROOM (generator),
 #      RESTIC_TIMEOUT (seconds per restic step, default 900)
 #
-# Measures, per scale: mount time; `find MNT -printf '%s\n' | wc -l` and `grep -r NEEDLE`
+# Measures, per scale: mount time; `find MNT -printf '%s\n' | wc -l` and `grep -r <needle>`
 # cold and warm; sequential read MB/s of the big files (>= 8 MiB) cold and warm; peak RSS
 # (VmHWM) of the ckptfs daemon and of restic during the walks.
 # "cold": the data's page cache is evicted with posix_fadvise(DONTNEED) (no global
@@ -37,6 +37,8 @@ GEN_ROOM=${GEN_ROOM:-$HERE/../shared/bench/gen_room.py}
 CKPTFS=${CKPTFS:-$HERE/target/release/ckptfs}
 RESTIC_TIMEOUT=${RESTIC_TIMEOUT:-900}
 export RESTIC_PASSWORD=ckptfs-bench
+RS_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/restic
+mkdir -p "$RS_CACHE"
 command -v restic >/dev/null || { echo "restic is not installed" >&2; exit 1; }
 if [ ! -x "$CKPTFS" ]; then
     (cd "$HERE" && cargo build --release --quiet)
@@ -131,7 +133,7 @@ stop_restic() {
 }
 
 find_cmd() { find "$1" -printf '%s\n' | wc -l; }
-grep_cmd() { grep -r NEEDLE "$1" | wc -l; }
+grep_cmd() { grep -r "$NEEDLE" "$1" | wc -l; }
 read_cmd() { local p=$1; shift; for f in "$@"; do cat "$p/$f"; done >/dev/null; }
 
 bench_scale() {
@@ -148,6 +150,7 @@ bench_scale() {
         rm -rf "$ROOM"
         python3 "$GEN_ROOM" gen "$ROOM" --scale "$scale" >/dev/null
     fi
+    NEEDLE=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["needle"])' "$ROOM/.ckbench_room.json")
     local files bytes
     files=$(find "$ROOM" | wc -l)
     bytes=$(du -sb "$ROOM" | cut -f1)
@@ -204,15 +207,15 @@ bench_scale() {
     RS_HWM=0
     local RS
     RS=$RS_MNT/snapshots/latest$ROOM
-    evict "$REPO"; R[rs_mount]=$(start_restic)
+    evict "$REPO" "$RS_CACHE"; R[rs_mount]=$(start_restic)
     R[rs_find_cold]=$(run_timed timeout "$RESTIC_TIMEOUT" bash -c "find '$RS' -printf '%s\n' | wc -l")
     R[rs_find_warm]=$(run_timed timeout "$RESTIC_TIMEOUT" bash -c "find '$RS' -printf '%s\n' | wc -l")
     stop_restic
-    evict "$REPO"; start_restic >/dev/null
-    R[rs_grep_cold]=$(run_timed timeout "$RESTIC_TIMEOUT" grep -r NEEDLE "$RS")
-    R[rs_grep_warm]=$(run_timed timeout "$RESTIC_TIMEOUT" grep -r NEEDLE "$RS")
+    evict "$REPO" "$RS_CACHE"; start_restic >/dev/null
+    R[rs_grep_cold]=$(run_timed timeout "$RESTIC_TIMEOUT" grep -r "$NEEDLE" "$RS")
+    R[rs_grep_warm]=$(run_timed timeout "$RESTIC_TIMEOUT" grep -r "$NEEDLE" "$RS")
     stop_restic
-    evict "$REPO"; start_restic >/dev/null
+    evict "$REPO" "$RS_CACHE"; start_restic >/dev/null
     R[rs_read_cold]=$(run_timed timeout "$RESTIC_TIMEOUT" bash -c "cd '$RS' && cat ${BIG[*]} > /dev/null")
     R[rs_read_warm]=$(run_timed timeout "$RESTIC_TIMEOUT" bash -c "cd '$RS' && cat ${BIG[*]} > /dev/null")
     stop_restic

@@ -264,6 +264,10 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
         .map_err(|e| Error::io_op("blocking signals", e.into()))?;
     check_fuse()?;
     let mp = absolute(mountpoint)?;
+    if opts.notify_stdout {
+        // A daemon must not keep the caller's working directory (and its filesystem) busy.
+        std::env::set_current_dir("/").map_err(|e| Error::io("/", e))?;
+    }
     let name = fsname(&store, &ns);
     let (kind, checkpoint, root) = match &ns {
         Namespace::Checkpoint { id, root } => ("checkpoint", Some(*id), Some(root.clone())),
