@@ -27,7 +27,7 @@ pub struct MountArgs {
     #[arg(long)]
     pub foreground: bool,
     /// Memory for decoded trees and file chunks (e.g. 128M, 1G).
-    #[arg(long, value_name = "BYTES", default_value = "128M", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
     pub cache_size: u64,
     /// Internal: report readiness on stdout (used by the daemonizing parent).
     #[arg(long, hide = true)]
@@ -45,7 +45,7 @@ pub struct BrowseArgs {
     #[arg(long)]
     pub foreground: bool,
     /// Memory for decoded trees and file chunks (e.g. 128M, 1G).
-    #[arg(long, value_name = "BYTES", default_value = "128M", value_parser = parse_size)]
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
     pub cache_size: u64,
     /// Internal: report readiness on stdout (used by the daemonizing parent).
     #[arg(long, hide = true)]
