@@ -110,7 +110,9 @@ ck_umount() {
 }
 
 RS_HWM=0
-start_restic() { # prints seconds until the snapshot is browsable
+# Sets RS_MOUNT_TIME (seconds until the snapshot is browsable). Not to be called in $(...):
+# the restic pid must stay in this shell.
+start_restic() {
     local s; s=$(now)
     restic -r "$REPO" mount --no-lock "$RS_MNT" >/dev/null 2>&1 &
     RESTIC_PID=$!
@@ -119,7 +121,7 @@ start_restic() { # prints seconds until the snapshot is browsable
         if [ -d "$RS_MNT/snapshots/latest$ROOM" ]; then break; fi
         sleep 0.05
     done
-    elapsed "$s"
+    RS_MOUNT_TIME=$(elapsed "$s")
 }
 stop_restic() {
     if [ -n "$RESTIC_PID" ]; then
@@ -207,15 +209,15 @@ bench_scale() {
     RS_HWM=0
     local RS
     RS=$RS_MNT/snapshots/latest$ROOM
-    evict "$REPO" "$RS_CACHE"; R[rs_mount]=$(start_restic)
+    evict "$REPO" "$RS_CACHE"; start_restic; R[rs_mount]=$RS_MOUNT_TIME
     R[rs_find_cold]=$(run_timed timeout "$RESTIC_TIMEOUT" bash -c "find '$RS' -printf '%s\n' | wc -l")
     R[rs_find_warm]=$(run_timed timeout "$RESTIC_TIMEOUT" bash -c "find '$RS' -printf '%s\n' | wc -l")
     stop_restic
-    evict "$REPO" "$RS_CACHE"; start_restic >/dev/null
+    evict "$REPO" "$RS_CACHE"; start_restic
     R[rs_grep_cold]=$(run_timed timeout "$RESTIC_TIMEOUT" grep -r "$NEEDLE" "$RS")
     R[rs_grep_warm]=$(run_timed timeout "$RESTIC_TIMEOUT" grep -r "$NEEDLE" "$RS")
     stop_restic
-    evict "$REPO" "$RS_CACHE"; start_restic >/dev/null
+    evict "$REPO" "$RS_CACHE"; start_restic
     R[rs_read_cold]=$(run_timed timeout "$RESTIC_TIMEOUT" bash -c "cd '$RS' && cat ${BIG[*]} > /dev/null")
     R[rs_read_warm]=$(run_timed timeout "$RESTIC_TIMEOUT" bash -c "cd '$RS' && cat ${BIG[*]} > /dev/null")
     stop_restic
