@@ -117,6 +117,13 @@ fn library_api_serves_an_overlay_lower_inside_the_store() {
     r.unwrap();
     // The lower layer never changes.
     assert_trees_equal(&f.src, &lower.join(format!("checkpoints/{id}/work")));
+    // ensure_browse is idempotent while it is mounted, and starts it again after a stop.
+    ckptfs::daemon::ensure_browse(&store, &lower).unwrap();
+    ckptfs::daemon::stop(&lower).unwrap();
+    assert!(mounted(&lower).is_none());
+    std::env::set_var("CKPTFS_EXE", BIN);
+    ckptfs::daemon::ensure_browse(&store, &lower).unwrap();
+    assert!(mounted(&lower).is_some());
     ckptfs::daemon::stop(&lower).unwrap();
     assert!(mounted(&lower).is_none());
 }

@@ -172,7 +172,7 @@ fn corrupted_object_gives_eio_for_that_file_only() {
         fs::read(f.src.join("big.bin")).unwrap()
     );
     // The daemon logged the path and the object.
-    let log = fs::read_dir(f.store.join("run/mounts"))
+    let log = fs::read_dir(f.store.join("run/views"))
         .unwrap()
         .filter_map(|e| {
             let p = e.unwrap().path();

@@ -6,7 +6,7 @@
 //! 2. register a pin (`run/pins/`) so gc never removes what the mount can reach;
 //! 3. mount with `auto_unmount` (fusermount3 stays behind and unmounts even after SIGKILL),
 //!    `fsname=ckptfs:<store>:<what>` so `status`, `umount` and mount(8) can find it;
-//! 4. raise the mount's readahead, write `run/mounts/<pid>.json`, report "ready";
+//! 4. raise the mount's readahead, write `run/views/<pid>.json`, report "ready";
 //! 5. serve until unmounted (by a signal, `ckptfs umount`, or umount(8)); remove the state file.
 //!
 //! [`start`] runs the `ckptfs` binary as such a daemon in the background and returns only once
@@ -42,7 +42,7 @@ const READ_AHEAD_KB: u32 = 1024;
 /// FUSE worker threads of a daemon.
 const THREADS: usize = 4;
 
-/// `run/mounts/<pid>.json`: what a live daemon serves.
+/// `run/views/<pid>.json`: what a live daemon serves.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct MountState {
     pub pid: u32,
@@ -210,7 +210,7 @@ pub fn check_mountpoint(store: &Store, mountpoint: &Path) -> Result<PathBuf> {
 pub struct ServeOptions {
     pub view: ViewOptions,
     /// Report "ready"/"error ..." on stdout for a parent waiting in [`start`], then detach
-    /// stdout, and send stderr (the log) to `run/mounts/<pid>.log`.
+    /// stdout, and send stderr (the log) to `run/views/<pid>.log`.
     pub notify_stdout: bool,
 }
 
@@ -246,8 +246,8 @@ pub fn serve(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptions
 fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptions) -> Result<()> {
     let pid = std::process::id();
     if opts.notify_stdout {
-        fs::create_dir_all(store.mounts_dir()).map_err(|e| Error::io(store.mounts_dir(), e))?;
-        let logp = store.mount_log_path(pid);
+        fs::create_dir_all(store.views_dir()).map_err(|e| Error::io(store.views_dir(), e))?;
+        let logp = store.view_log_path(pid);
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -290,9 +290,9 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
             None => Ok(()),
         },
     )?;
-    let state_path = store.mount_state_path(pid);
-    let log_path = store.mount_log_path(pid);
-    let mounts_dir = store.mounts_dir();
+    let state_path = store.view_state_path(pid);
+    let log_path = store.view_log_path(pid);
+    let mounts_dir = store.views_dir();
     let view = Arc::new(View::new(store, ns, &opts.view)?);
     let cfg = MountConfig {
         fsname: name.clone(),
@@ -492,7 +492,7 @@ pub fn start(
             Ok(l) if l.starts_with("error ") => break Err(l["error ".len()..].to_string()),
             Ok(_) => continue,
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let tail = log_tail(&store.mount_log_path(pid));
+                let tail = log_tail(&store.view_log_path(pid));
                 break Err(format!(
                     "the mount daemon exited before the mount was ready: {tail}"
                 ));
@@ -504,7 +504,7 @@ pub fn start(
                 break Err(format!(
                     "the mount was not ready after {:?} (daemon log: {})",
                     opts.timeout,
-                    store.mount_log_path(pid).display()
+                    store.view_log_path(pid).display()
                 ));
             }
         }
@@ -533,8 +533,31 @@ pub fn start_browse(store: &Store, mountpoint: &Path) -> Result<MountState> {
     )
 }
 
+/// Makes sure the browse view of `store` is mounted at `mountpoint`: returns at once when it
+/// already is, otherwise starts it (see [`start_browse`]). Idempotent; for workspaces'
+/// `run/lower`.
+///
+/// # Errors
+/// `Conflict` when something else is mounted there; [`start`]'s errors.
+pub fn ensure_browse(store: &Store, mountpoint: &Path) -> Result<()> {
+    let mp = absolute(mountpoint)?;
+    if let Some(m) = mount_at(&mp)? {
+        if m.source == fsname(store, &Namespace::Browse) {
+            return Ok(());
+        }
+        return Err(Error::Conflict(format!(
+            "{} is busy: {} ({}) is mounted there",
+            mp.display(),
+            m.source,
+            m.fstype
+        )));
+    }
+    fs::create_dir_all(&mp).map_err(|e| Error::io(&mp, e))?;
+    start_browse(store, &mp).map(|_| ())
+}
+
 fn read_state(store: &Store, pid: u32) -> Result<Option<MountState>> {
-    let p = store.mount_state_path(pid);
+    let p = store.view_state_path(pid);
     match fs::read(&p) {
         Ok(d) => serde_json::from_slice(&d)
             .map(Some)
@@ -545,7 +568,7 @@ fn read_state(store: &Store, pid: u32) -> Result<Option<MountState>> {
 }
 
 fn states(store: &Store) -> Result<Vec<MountState>> {
-    let dir = store.mounts_dir();
+    let dir = store.views_dir();
     let rd = match fs::read_dir(&dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -586,7 +609,7 @@ pub fn list(store: &Store) -> Result<Vec<MountStatus>> {
                 state: Some(s),
             });
         } else if !pid_alive(s.pid) {
-            let p = store.mount_state_path(s.pid);
+            let p = store.view_state_path(s.pid);
             if let Err(e) = fs::remove_file(&p) {
                 log::warn!("removing stale {}: {e}", p.display());
             }

@@ -11,8 +11,8 @@
 //!   tmp/                  objects being written by a capture; published by rename after one syncfs
 //!   run/RUNNING.json      marker of the mutating operation in progress (a crash leaves it behind)
 //!   run/                  also pid files and control sockets of mount daemons
-//!   run/mounts/PID.json   state of a live view daemon (mountpoint, fsname, what it shows)
-//!   run/mounts/PID.log    its log; both removed on clean exit, stale ones pruned by `status`
+//!   run/views/PID.json    state of a live read-only view daemon (mountpoint, fsname, what)
+//!   run/views/PID.log     its log; both removed on clean exit, stale ones pruned by `status`
 //!   upper/B/ROOT/         writable layers of live workspaces
 //!   displaced/            directories set aside by restore/switch (never deleted silently)
 //!   cache/                rebuildable only: stat caches for incremental capture, materialized files
@@ -352,15 +352,15 @@ impl Store {
     pub fn run_dir(&self) -> PathBuf {
         self.root.join("run")
     }
-    /// State and log files of mount daemons.
-    pub fn mounts_dir(&self) -> PathBuf {
-        self.run_dir().join("mounts")
+    /// State and log files of read-only view daemons (`mount`, `browse`).
+    pub fn views_dir(&self) -> PathBuf {
+        self.run_dir().join("views")
     }
-    pub fn mount_state_path(&self, pid: u32) -> PathBuf {
-        self.mounts_dir().join(format!("{pid}.json"))
+    pub fn view_state_path(&self, pid: u32) -> PathBuf {
+        self.views_dir().join(format!("{pid}.json"))
     }
-    pub fn mount_log_path(&self, pid: u32) -> PathBuf {
-        self.mounts_dir().join(format!("{pid}.log"))
+    pub fn view_log_path(&self, pid: u32) -> PathBuf {
+        self.views_dir().join(format!("{pid}.log"))
     }
     pub fn running_marker_path(&self) -> PathBuf {
         self.run_dir().join("RUNNING.json")
