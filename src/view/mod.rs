@@ -56,6 +56,10 @@ const CHUNKS_AHEAD: usize = 16;
 /// Files after the one being opened, in the same directory, whose first object is prefetched:
 /// `grep -r`, `tar` and `cp -r` open a directory's files in listing order.
 const SIBLINGS_AHEAD: u32 = 16;
+/// Subdirectory trees prefetched when a directory is opened: walkers (`find`, `ls -R`,
+/// `du`) open them next, and one disk read per directory in sequence is what makes a cold
+/// walk slow.
+const SUBDIRS_AHEAD: usize = 256;
 /// Directories whose sibling-prefetch position is remembered.
 const PREFETCH_DIRS: usize = 1024;
 /// `st_size` reported for directories (like a small ext4 directory).
@@ -926,6 +930,15 @@ impl View {
         let listing = match &dir.content {
             Content::Dir(id) => {
                 let tree = self.tree(id, &|| self.path_of(ino))?;
+                let subdirs = tree.entries.iter().filter_map(|e| match &e.kind {
+                    EntryKind::Dir { tree: sub, .. } => Some(sub),
+                    _ => None,
+                });
+                for sub in subdirs.take(SUBDIRS_AHEAD) {
+                    if self.trees.get(sub).is_none() {
+                        self.advise(sub);
+                    }
+                }
                 Listing::Tree { dir, tree }
             }
             Content::File | Content::Symlink(_) => {
