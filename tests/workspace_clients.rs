@@ -63,7 +63,12 @@ fn sqlite(db: &std::path::Path, sql: &str) -> String {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(sql.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(sql.as_bytes())
+        .unwrap();
     let o = child.wait_with_output().unwrap();
     assert!(
         o.status.success(),

@@ -495,6 +495,8 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
     check_name("branch", &opts.branch)?;
     let args =
         serde_json::json!({"branch": opts.branch, "roots": opts.roots, "relocate": opts.relocate});
+    // The lower view is its own daemon, which takes the store lock to pin: start it first.
+    lower::ensure_view(store)?;
     store.mutate("mount", args, |_| {
         let (b, head) = require_branch(store, &opts.branch)?;
         if b.state == "archived" {
