@@ -11,12 +11,14 @@
 //! The CLI (`src/cli`) is a thin layer over this library; the library never sees clap.
 
 pub mod capture;
+pub mod daemon;
 pub mod error;
 pub mod id;
 pub mod mountinfo;
 pub mod ops;
 pub mod store;
 pub mod util;
+pub mod view;
 pub mod workspace;
 
 pub use error::{Error, Result};

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+mod view;
 mod workspace;
 
 use ckptfs::capture::{capture, CaptureOptions};
@@ -180,36 +181,6 @@ pub enum Command {
     /// its workspace layer; it plays the part of a saved agent session (resume = mount it).
     #[command(subcommand)]
     Branch(BranchCommand),
-    /// Mount a branch as a writable workspace at its roots' recorded absolute paths.
-    ///
-    /// Each root becomes an overlay: lower = the branch's checkpoint, read lazily from the
-    /// store; upper = STORE/upper/BRANCH/ROOT, where every write lands at native speed and
-    /// survives a crash of any ckptfs process. Resume a branch later by mounting it again.
-    Mount {
-        /// The store directory.
-        store: PathBuf,
-        /// Branch to mount writable.
-        #[arg(long, short)]
-        branch: String,
-        /// Mount only this root (repeatable; default: all roots).
-        #[arg(long = "root", value_name = "NAME")]
-        roots: Vec<String>,
-        /// Mount the root at DIR instead of its recorded path (needs --relocate: histories
-        /// hold absolute paths, so relocating is a deliberate choice).
-        #[arg(long, value_name = "DIR")]
-        at: Option<PathBuf>,
-        /// Confirm --at.
-        #[arg(long)]
-        relocate: bool,
-        #[command(flatten)]
-        json: JsonFlag,
-    },
-    /// Unmount a workspace (every root of its branch). A busy mount (a shell's cwd inside) is
-    /// detached lazily instead of failing.
-    Umount {
-        /// A mountpoint of the workspace (or a path inside it).
-        mountpoint: PathBuf,
-    },
     /// Checkpoint a mounted workspace: record what changed since the last checkpoint as a new
     /// checkpoint on its branch. Cost follows the change, not the tree; the mount stays up and
     /// open files stay valid.
@@ -260,13 +231,6 @@ pub enum Command {
         #[arg(long)]
         name: String,
     },
-    /// Show mounted workspaces: branch, base checkpoint, changes since the last checkpoint.
-    Status {
-        /// The store directory, or a workspace mountpoint.
-        place: PathBuf,
-        #[command(flatten)]
-        json: JsonFlag,
-    },
     /// Re-hash every object reachable from the given checkpoints (or all) and report every
     /// missing or corrupt object with the paths that use it. Exit 1 on any finding.
     Verify {
@@ -296,6 +260,39 @@ pub enum Command {
     /// files, stale mounts, permissions, format) and say how to fix each finding. Exit 1 on an
     /// error or warning; `recover` repairs those marked so.
     Doctor(health::DoctorArgs),
+
+    /// Mount a checkpoint read-only, or (with --branch) a branch as a writable workspace.
+    ///
+    /// Read-only: one root of a checkpoint through FUSE, lazily: nothing is read until used.
+    /// Without MOUNTPOINT or --at, the root appears at its recorded absolute path (created if
+    /// missing; existing contents are hidden until `umount`). Runs as a background daemon and
+    /// returns once the mount is ready (--foreground stays attached). Writes fail with EROFS;
+    /// a corrupt object gives EIO for the file that needs it. Stop it with `ckptfs umount`,
+    /// SIGTERM or umount(8); if the daemon is killed, the mount is removed automatically.
+    ///
+    /// Example: ckptfs mount /var/lib/ckpt before-refactor:workspace --at /mnt/old
+    ///
+    /// Workspace (--branch B): every root of branch B, writable, at its recorded absolute path
+    /// (an overlay: lower = the branch's checkpoint read lazily from the store, upper =
+    /// STORE/upper/B/ROOT where writes land at native speed and survive any crash of ckptfs).
+    /// `ckptfs checkpoint` records it, `ckptfs switch` changes branch in place, mounting the
+    /// branch again resumes it.
+    ///
+    /// Example: ckptfs mount /var/lib/ckpt --branch main
+    Mount(view::MountArgs),
+    /// List live mounts of a store: workspaces (branch, base checkpoint, changes since the last
+    /// checkpoint) and read-only views (mountpoint, what they show, daemon pid).
+    /// Mount the whole history read-only: checkpoints/<id>/<root>/..., labels/<name>,
+    /// branches/<name> and by-time/<YYYY-MM-DDTHH:MM:SS> (symlinks to checkpoints), latest.
+    ///
+    /// New checkpoints, labels and branch moves appear without remounting. Runs as a daemon
+    /// like `mount`.
+    ///
+    /// Example: ckptfs browse /var/lib/ckpt /mnt/history
+    Browse(view::BrowseArgs),
+    /// Unmount a `mount` or `browse` view: stops its daemon and waits until the mount is gone.
+    Umount(view::UmountArgs),
+    Status(view::StatusArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -744,21 +741,6 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Branch(BranchCommand::Delete { store, name, force }) => {
             workspace::branch_delete(&store, &name, force)
         }
-        Command::Mount {
-            store,
-            branch,
-            roots,
-            at,
-            relocate,
-            json,
-        } => workspace::mount_branch(&store, &branch, &roots, at.as_deref(), relocate, json.json),
-        Command::Umount { mountpoint } => match workspace::umount(&mountpoint)? {
-            Some(code) => Ok(code),
-            None => Err(Error::NotFound(format!(
-                "{} is not a ckptfs mount",
-                mountpoint.display()
-            ))),
-        },
         Command::Checkpoint {
             place,
             branch,
@@ -792,21 +774,34 @@ pub fn run(cli: Cli) -> Result<i32> {
             checkpoint,
             name,
         } => workspace::fork(&store, &checkpoint, &name),
-        Command::Status { place, json } => {
-            let (_s, rows) = workspace::workspace_status(&place)?;
-            if json.json {
-                print_json(&rows)?;
-            } else if rows.is_empty() {
-                println!("no mounted workspaces");
-            } else {
-                workspace::print_workspace_status(&rows);
+        Command::Mount(a) => match a.branch.clone() {
+            Some(branch) => {
+                if a.checkpoint.is_some() || a.mountpoint.is_some() {
+                    return Err(Error::Usage(
+                        "with --branch, give no CHECKPOINT or MOUNTPOINT (use --root, --at DIR --relocate)".into(),
+                    ));
+                }
+                workspace::mount_branch(
+                    &a.store,
+                    &branch,
+                    &a.roots,
+                    a.at.as_deref(),
+                    a.relocate,
+                    a.json,
+                )
             }
-            Ok(0)
-        }
+            None => view::mount(a),
+        },
         Command::Gc(a) => health::run_gc(a),
         Command::Archive(a) => health::run_archive(a),
         Command::Unarchive(a) => health::run_unarchive(a),
         Command::Doctor(a) => health::run_doctor(a),
+        Command::Browse(a) => view::browse(a),
+        Command::Umount(a) => match workspace::umount(&a.mountpoint)? {
+            Some(code) => Ok(code),
+            None => view::umount(a),
+        },
+        Command::Status(a) => workspace::status(&a.store, a.json),
         Command::Verify {
             store,
             checkpoints,

@@ -472,3 +472,29 @@ pub fn log_graph(items: &[(ObjectId, Checkpoint)], labels: &[(String, ObjectId)]
     }
     out
 }
+
+/// `ckptfs status STORE|MOUNTPOINT [--json]`: workspaces, then read-only views. The JSON is one
+/// array of mounts; workspace rows have `"kind": "workspace"`.
+pub fn status(place: &Path, json: bool) -> Result<i32> {
+    let (s, mut rows) = workspace_status(place)?;
+    for r in &mut rows {
+        r["kind"] = "workspace".into();
+        let first = r["mountpoints"]
+            .as_object()
+            .and_then(|m| m.values().next().cloned());
+        r["mountpoint"] = first.unwrap_or_default();
+    }
+    let is_store = place.join(ckptfs::store::CONFIG_FILE).is_file();
+    if !json {
+        print_workspace_status(&rows);
+    }
+    if is_store {
+        rows.extend(super::view::status_views(&s, json)?);
+    }
+    if json {
+        print_json(&rows)?;
+    } else if rows.is_empty() {
+        println!("no live mounts of {}", s.root().display());
+    }
+    Ok(0)
+}

@@ -12,6 +12,8 @@
 //!   tmp/                  objects being written by a capture; published by rename after one syncfs
 //!   run/RUNNING.json      marker of the mutating operation in progress (a crash leaves it behind)
 //!   run/                  also pid files and control sockets of mount daemons
+//!   run/views/PID.json    state of a live read-only view daemon (mountpoint, fsname, what)
+//!   run/views/PID.log     its log; both removed on clean exit, stale ones pruned by `status`
 //!   upper/B/ROOT/         overlayfs upper layer of branch B's live workspace (whiteout = char
 //!                         0/0, opaque dir = trusted.overlay.opaque, renamed dir = .redirect)
 //!   upper/B/.work-ROOT/   overlayfs work dir;  upper/B/base.json: checkpoint the upper applies to
@@ -404,6 +406,16 @@ impl Store {
     }
     pub fn run_dir(&self) -> PathBuf {
         self.root.join("run")
+    }
+    /// State and log files of read-only view daemons (`mount`, `browse`).
+    pub fn views_dir(&self) -> PathBuf {
+        self.run_dir().join("views")
+    }
+    pub fn view_state_path(&self, pid: u32) -> PathBuf {
+        self.views_dir().join(format!("{pid}.json"))
+    }
+    pub fn view_log_path(&self, pid: u32) -> PathBuf {
+        self.views_dir().join(format!("{pid}.log"))
     }
     pub fn running_marker_path(&self) -> PathBuf {
         self.run_dir().join("RUNNING.json")

@@ -1,42 +1,46 @@
-//! The lower layers of workspaces: a checkpoint root as a directory overlayfs can stack on.
+//! The lower layers of workspaces: the store's read-only browse view, mounted once per store
+//! at `STORE/run/lower` by its own daemon; a checkpoint root is then the directory
+//! `run/lower/checkpoints/<id>/<root>`, read lazily from the store, which overlayfs stacks on.
 //!
-//! STAND-IN until the read-only FUSE view lands: a checkpoint root is materialized once into
-//! `cache/lowercopy/<id>/<root>` (rebuildable cache). Replaced by the lazily-read browse view
-//! mounted at `run/lower`.
+//! The view outlives the workspaces that use it only as long as the kernel needs it: when the
+//! last workspace is unmounted the view is detached lazily, so an overlay that a busy shell
+//! still holds (detached by `switch`/`umount`) keeps reading until it is released, and then
+//! the view daemon exits by itself.
 
-use std::fs;
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::Store;
 
-/// Makes sure the lower view is available.
-pub fn ensure_view(_store: &Store) -> Result<()> {
-    Ok(())
+/// Makes sure the lower view is mounted (starts its daemon if needed). Call without holding
+/// the store lock: the daemon takes it to register its pin.
+pub fn ensure_view(store: &Store) -> Result<()> {
+    crate::daemon::ensure_browse(store, &store.lower_view_dir())
 }
 
-/// Stops the lower view when no workspace uses it.
-pub fn release_view(_store: &Store) -> Result<()> {
+/// Detaches the lower view (when no workspace of the store is mounted any more).
+pub fn release_view(store: &Store) -> Result<()> {
+    let mp = store.lower_view_dir();
+    if crate::mountinfo::mount_at(&mp)?.is_some() {
+        crate::workspace::overlay::detach(&mp)?;
+    }
     Ok(())
 }
 
 /// The directory overlayfs uses as the lower layer for `root` of `checkpoint`.
 pub fn lower_root(store: &Store, checkpoint: &ObjectId, root: &str) -> Result<PathBuf> {
-    let dir = store.lower_copy_dir().join(checkpoint.to_hex()).join(root);
-    if dir.exists() {
-        return Ok(dir);
+    let dir = store
+        .lower_view_dir()
+        .join("checkpoints")
+        .join(checkpoint.to_hex())
+        .join(root);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() => Ok(dir),
+        Ok(_) => Err(Error::Invalid(format!(
+            "{} is not a directory",
+            dir.display()
+        ))),
+        Err(e) => Err(Error::io(&dir, e)),
     }
-    let c = store.read_checkpoint(checkpoint)?;
-    let rec = c.roots.get(root).ok_or_else(|| {
-        Error::NotFound(format!("root {root} in checkpoint {}", checkpoint.short()))
-    })?;
-    let tmp = dir.with_extension("tmp");
-    let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
-    let mut counts = (0, 0);
-    crate::ops::restore::materialize_dir(store, &rec.tree, &tmp, &mut counts)?;
-    crate::ops::restore::apply_meta(&tmp, false, rec.mode, rec.uid, rec.gid, rec.mtime_ns, &[])?;
-    fs::rename(&tmp, &dir).map_err(|e| Error::io(&dir, e))?;
-    Ok(dir)
 }

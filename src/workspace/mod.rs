@@ -495,6 +495,8 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
     check_name("branch", &opts.branch)?;
     let args =
         serde_json::json!({"branch": opts.branch, "roots": opts.roots, "relocate": opts.relocate});
+    // The lower view is its own daemon, which takes the store lock to pin: start it first.
+    lower::ensure_view(store)?;
     store.mutate("mount", args, |_| {
         let (b, head) = require_branch(store, &opts.branch)?;
         if b.state == "archived" {
@@ -530,7 +532,6 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
             }
         }
         let base = rebase_if_clean(store, &opts.branch, head)?;
-        lower::ensure_view(store)?;
         let roots = plan_roots(store, &opts.branch, &base, opts)?;
         write_json(&store.upper_base_path(&opts.branch), &UpperBase { base })?;
         for r in roots.values() {
@@ -552,7 +553,7 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
 
 /// `ckptfs umount` of a workspace: unmounts every root (lazily when busy).
 pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmounted)>> {
-    store.mutate("umount", serde_json::json!({"branch": branch}), |_| {
+    let out = store.mutate("umount", serde_json::json!({"branch": branch}), |_| {
         let st = state(store, branch)?
             .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {branch}")))?;
         let src = source_name(store, branch);
@@ -567,12 +568,13 @@ pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmo
         }
         fs::remove_file(store.workspace_state_path(branch))
             .map_err(|e| Error::io(store.workspace_state_path(branch), e))?;
-        if states(store)?.is_empty() {
-            lower::release_view(store)?;
-        }
         let summary = serde_json::json!({"unmounted": out.len()});
         Ok((out, summary))
-    })
+    })?;
+    if states(store)?.is_empty() {
+        lower::release_view(store)?;
+    }
+    Ok(out)
 }
 
 /// Moves `branch`'s upper layers to `displaced/` (never deleted silently).
@@ -642,6 +644,7 @@ pub fn switch(
 ) -> Result<SwitchReport> {
     let t0 = std::time::Instant::now();
     let args = serde_json::json!({"from": from_branch, "to": target, "name": new_name});
+    lower::ensure_view(store)?;
     store.mutate("switch", args, |_| {
         let st = state(store, from_branch)?
             .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {from_branch}")))?;

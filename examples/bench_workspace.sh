@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Live-workspace benchmark, side by side in one run (needs root, fuse3, fuse-overlayfs, restic,
+# git, sqlite3, python3). Usage: examples/bench_workspace.sh [small] [large]
+#
+# For each scale: generate a room (../shared/bench/gen_room.py), capture it, mount it as a
+# workspace, then measure
+#   1. checkpoint time after one agent turn (ckptfs) vs restic backup and git commit of the same
+#      change,
+#   2. switch time to another checkpoint vs `restic restore` and `cp -a` of the same state,
+#   3. a workload (3 turns, `git add -A && git commit`, 5000 SQLite inserts) on the workspace vs
+#      native ext4 vs kernel overlayfs vs fuse-overlayfs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GEN=${GEN_ROOM:-$(cd .. && pwd)/shared/bench/gen_room.py}
+[ -f "$GEN" ] || GEN=/work/shared/bench/gen_room.py
+cargo build --release -q
+B=$PWD/target/release/ckptfs
+export RESTIC_PASSWORD=bench
+BASE=${BENCH_DIR:-/tmp/ckptfs-wsbench}
+
+now() { date +%s.%N; }
+secs() { python3 -c "print(f'{$2 - $1:.3f}')"; }
+timeit() { local t0; t0=$(now); "$@" >/dev/null 2>&1; secs "$t0" "$(now)"; }
+dropcaches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+
+workload() { # dir seed: 3 turns, git add+commit, 5000 sqlite inserts
+    local d=$1 s=$2
+    for i in 1 2 3; do python3 "$GEN" turn "$d" --seed $((s + i)) >/dev/null; done
+    (cd "$d" && git add -A && git -c user.name=b -c user.email=b@b commit -qm turn) >/dev/null
+    python3 - "$d/state/agent.sqlite" <<'PY'
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1])
+con.execute("CREATE TABLE IF NOT EXISTS bench(i INTEGER PRIMARY KEY, v TEXT)")
+for i in range(5000):
+    con.execute("INSERT INTO bench(v) VALUES (?)", ("x" * 100,))
+    con.commit()
+PY
+}
+
+for scale in "${@:-small large}"; do
+    T=$BASE/$scale
+    for m in "$T/room" "$T/kov" "$T/fov"; do umount -l "$m" 2>/dev/null || true; done
+    "$B" umount "$T/room" >/dev/null 2>&1 || true
+    rm -rf "$T"; mkdir -p "$T"
+    echo "== $scale: generating room"
+    python3 "$GEN" gen "$T/src" --scale "$scale" --seed 1 >/dev/null
+    (cd "$T/src" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm base) >/dev/null
+    files=$(find "$T/src" -type f | wc -l); size=$(du -sm "$T/src" | cut -f1)
+    cp -a "$T/src" "$T/room"
+
+    # -- ckptfs: capture, mount, one turn, checkpoint
+    "$B" init "$T/store" --root "room=$T/room" >/dev/null
+    "$B" capture "$T/store" -m base --label base >/dev/null
+    t_mount=$(timeit "$B" mount "$T/store" --branch main)
+    python3 "$GEN" turn "$T/room" --seed 100 >/dev/null
+    t_ckpt=$(timeit "$B" checkpoint "$T/room" -m turn)
+    python3 "$GEN" turn "$T/room" --seed 101 >/dev/null
+    t_ckpt2=$(timeit "$B" checkpoint "$T/room" -m turn2)
+    store_turn=$("$B" show "$T/store" main --json | python3 -c "import json,sys; print(json.load(sys.stdin)['checkpoint']['stats']['new_bytes'])")
+
+    # -- peers for the checkpoint: restic and git on a plain copy with the same turn
+    cp -a "$T/src" "$T/plain"
+    restic init -q -r "$T/restic" >/dev/null
+    restic backup -q -r "$T/restic" "$T/plain" >/dev/null
+    python3 "$GEN" turn "$T/plain" --seed 100 >/dev/null
+    r0=$(du -sb "$T/restic" | cut -f1)
+    t_restic=$(timeit restic backup -q -r "$T/restic" "$T/plain")
+    r1=$(du -sb "$T/restic" | cut -f1)
+    t_git=$(timeit sh -c "cd '$T/plain' && git add -A && git -c user.name=b -c user.email=b@b commit -qm turn")
+
+    # -- switch: to the base checkpoint (a fork) and back; peers restore the same state
+    "$B" fork "$T/store" base --name at-base >/dev/null
+    t_sw1=$(timeit "$B" switch "$T/room" --to at-base)
+    t_sw2=$(timeit "$B" switch "$T/room" --to main)
+    snap=$(restic snapshots -q -r "$T/restic" --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['short_id'])")
+    t_rrest=$(timeit restic restore -q -r "$T/restic" "$snap" --target "$T/rrestore")
+    t_cp=$(timeit cp -a "$T/src" "$T/cpcopy")
+    rm -rf "$T/rrestore" "$T/cpcopy"
+
+    # -- workload: native, kernel overlayfs, fuse-overlayfs, ckptfs workspace
+    t_native=$(timeit workload "$T/plain" 200)
+    mkdir -p "$T"/{ku,kw,kov,fu,fw,fov}
+    mount -t overlay overlay -o "lowerdir=$T/src,upperdir=$T/ku,workdir=$T/kw" "$T/kov"
+    t_kov=$(timeit workload "$T/kov" 200)
+    umount "$T/kov"
+    fuse-overlayfs -o "lowerdir=$T/src,upperdir=$T/fu,workdir=$T/fw" "$T/fov"
+    t_fov=$(timeit workload "$T/fov" 200)
+    umount "$T/fov"
+    t_ws=$(timeit workload "$T/room" 200)
+    "$B" umount "$T/room" >/dev/null
+
+    echo
+    echo "### $scale room: $files files, $size MiB"
+    echo "| measure | ckptfs | peers |"
+    echo "|---|---|---|"
+    echo "| checkpoint after one turn | ${t_ckpt} s (next turn ${t_ckpt2} s) | restic backup ${t_restic} s; git add+commit ${t_git} s |"
+    echo "| store growth for the turn | $((store_turn / 1024)) KiB | restic $(((r1 - r0) / 1024)) KiB |"
+    echo "| switch to another checkpoint | ${t_sw1} s (back: ${t_sw2} s) | restic restore ${t_rrest} s; cp -a ${t_cp} s |"
+    echo "| mount a workspace | ${t_mount} s | |"
+    echo "| workload (3 turns + git commit + 5000 SQLite inserts) | ${t_ws} s | native ${t_native} s; kernel overlayfs ${t_kov} s; fuse-overlayfs ${t_fov} s |"
+    rm -rf "$T"
+done

@@ -1,0 +1,263 @@
+//! `mount`, `browse`, `umount`, `status`: read-only FUSE views of a store.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use ckptfs::daemon::{self, MountState, ServeOptions, StartOptions};
+use ckptfs::ops::walk::split_spec;
+use ckptfs::view::{Namespace, ViewOptions, DEFAULT_CACHE_BYTES};
+use ckptfs::{Error, Result, Store};
+
+/// Arguments of `ckptfs mount`.
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    /// CHECKPOINT[:ROOT]: checkpoint id (or unique prefix), label or branch, and the root to
+    /// show (needed when the store has several roots). Not with --branch.
+    pub checkpoint: Option<String>,
+    /// Where to mount. Without it (and without --at) the root is mounted at its recorded
+    /// absolute path, created if missing; that hides whatever is there until `umount`.
+    pub mountpoint: Option<PathBuf>,
+    /// Mount somewhere other than the root's recorded path (same as giving MOUNTPOINT).
+    #[arg(long, value_name = "DIR")]
+    pub at: Option<PathBuf>,
+    /// Stay attached and serve in this process (logs on stderr) instead of daemonizing.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Memory for decoded trees and file chunks (e.g. 128M, 1G).
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
+    pub cache_size: u64,
+    /// Internal: report readiness on stdout (used by the daemonizing parent).
+    #[arg(long, hide = true)]
+    pub notify_stdout: bool,
+    /// Mount this branch as a writable workspace instead (every root, at its recorded path).
+    #[arg(long, short)]
+    pub branch: Option<String>,
+    /// With --branch: mount only this root (repeatable).
+    #[arg(long = "root", value_name = "NAME", requires = "branch")]
+    pub roots: Vec<String>,
+    /// With --branch --at: confirm mounting a root away from its recorded path.
+    #[arg(long, requires = "branch")]
+    pub relocate: bool,
+    /// With --branch: print the mounted workspace as JSON.
+    #[arg(long, requires = "branch")]
+    pub json: bool,
+}
+
+/// Arguments of `ckptfs browse`.
+#[derive(Args, Debug)]
+pub struct BrowseArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    /// Where to mount (an existing directory outside the store, or under STORE/run/).
+    pub mountpoint: PathBuf,
+    /// Stay attached and serve in this process (logs on stderr) instead of daemonizing.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Memory for decoded trees and file chunks (e.g. 128M, 1G).
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
+    pub cache_size: u64,
+    /// Internal: report readiness on stdout (used by the daemonizing parent).
+    #[arg(long, hide = true)]
+    pub notify_stdout: bool,
+}
+
+/// Arguments of `ckptfs umount`.
+#[derive(Args, Debug)]
+pub struct UmountArgs {
+    /// A mountpoint of `ckptfs mount` or `ckptfs browse`.
+    pub mountpoint: PathBuf,
+}
+
+/// Arguments of `ckptfs status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The store directory, or a workspace mountpoint.
+    pub store: PathBuf,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `123`, `64K`, `128M`, `2G` (powers of 1024; a trailing `B`/`iB` is accepted).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 64M, 1G, 1048576)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+fn print_ready(s: &MountState) {
+    let what = match (&s.checkpoint, &s.root) {
+        (Some(id), Some(root)) => format!("checkpoint {}:{root}", id.short()),
+        _ => "browse view".into(),
+    };
+    println!(
+        "mounted {what} at {} (pid {})",
+        s.mountpoint.display(),
+        s.pid
+    );
+}
+
+fn run(
+    store: Store,
+    ns: Namespace,
+    mountpoint: PathBuf,
+    foreground: bool,
+    notify_stdout: bool,
+    cache_size: u64,
+) -> Result<i32> {
+    if foreground {
+        let mp = daemon::check_mountpoint(&store, &mountpoint)?;
+        let opts = ServeOptions {
+            view: ViewOptions {
+                cache_bytes: cache_size,
+            },
+            notify_stdout,
+        };
+        daemon::serve(store, ns, &mp, &opts)?;
+        return Ok(0);
+    }
+    let opts = StartOptions {
+        cache_bytes: (cache_size != DEFAULT_CACHE_BYTES).then_some(cache_size),
+        ..StartOptions::default()
+    };
+    let state = daemon::start(&store, &ns, &mountpoint, &opts)?;
+    print_ready(&state);
+    Ok(0)
+}
+
+/// `ckptfs mount`.
+pub fn mount(a: MountArgs) -> Result<i32> {
+    let store = Store::open(&a.store)?;
+    let Some(spec) = a.checkpoint.as_deref() else {
+        return Err(Error::Usage(
+            "mount needs CHECKPOINT[:ROOT] (read-only view) or --branch B (workspace)".into(),
+        ));
+    };
+    let (cspec, root) = split_spec(spec);
+    let id = store.resolve(cspec)?;
+    let record = store.read_checkpoint(&id)?;
+    let root = match root.filter(|r| !r.is_empty()) {
+        Some(r) => r.to_string(),
+        None if record.roots.len() == 1 => record.roots.keys().next().cloned().unwrap_or_default(),
+        None => {
+            let names: Vec<&str> = record.roots.keys().map(String::as_str).collect();
+            return Err(Error::Usage(format!(
+                "{}: name a root (CHECKPOINT:ROOT); roots are {}",
+                spec,
+                names.join(", ")
+            )));
+        }
+    };
+    if !record.roots.contains_key(&root) {
+        return Err(Error::NotFound(format!(
+            "root {root:?} in checkpoint {}",
+            id.short()
+        )));
+    }
+    let mountpoint = match (a.mountpoint, a.at) {
+        (Some(_), Some(_)) => {
+            return Err(Error::Usage(
+                "give the mountpoint either as MOUNTPOINT or as --at DIR, not both".into(),
+            ))
+        }
+        (Some(m), None) | (None, Some(m)) => m,
+        (None, None) => {
+            let path = store.root_config(&root)?.path.clone();
+            if !path.exists() {
+                std::fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+            }
+            path
+        }
+    };
+    run(
+        store,
+        Namespace::Checkpoint { id, root },
+        mountpoint,
+        a.foreground,
+        a.notify_stdout,
+        a.cache_size,
+    )
+}
+
+/// `ckptfs browse`.
+pub fn browse(a: BrowseArgs) -> Result<i32> {
+    let store = Store::open(&a.store)?;
+    run(
+        store,
+        Namespace::Browse,
+        a.mountpoint,
+        a.foreground,
+        a.notify_stdout,
+        a.cache_size,
+    )
+}
+
+/// `ckptfs umount`.
+pub fn umount(a: UmountArgs) -> Result<i32> {
+    daemon::stop(&a.mountpoint)?;
+    println!("unmounted {}", a.mountpoint.display());
+    Ok(0)
+}
+
+/// Read-only views of `store` for `ckptfs status`: prints them as text unless `json`, and
+/// returns them as JSON rows either way.
+pub fn status_views(store: &Store, json: bool) -> Result<Vec<serde_json::Value>> {
+    let mounts = daemon::list(store)?;
+    if !json {
+        for m in &mounts {
+            match &m.state {
+                Some(s) => {
+                    let what = match (&s.checkpoint, &s.root) {
+                        (Some(id), Some(root)) => format!("{}:{root}", id.short()),
+                        _ => s.kind.clone(),
+                    };
+                    println!(
+                        "{}  {:<10} {:<24} pid {} since {}",
+                        m.mountpoint.display(),
+                        s.kind,
+                        what,
+                        s.pid,
+                        s.started
+                    );
+                }
+                None => println!("{}  {}", m.mountpoint.display(), m.source),
+            }
+        }
+    }
+    Ok(mounts
+        .iter()
+        .map(|m| serde_json::to_value(m).unwrap_or_default())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("2k"), Ok(2048));
+        assert!(parse_size("lots").is_err());
+    }
+}
