@@ -10,6 +10,21 @@ use std::path::Path;
 use health_util::*;
 use sha2::{Digest, Sha256};
 
+/// Detaches a mount left behind by a failed assertion.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        if info.lines().any(|l| l.split(' ').nth(4) == self.0.to_str()) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+}
+
 fn fixture(root: &Path) -> (String, String) {
     let room = root.join("room");
     make_room(&room, 20, 7);
@@ -88,12 +103,24 @@ fn round_trip_to_relocated_store() {
     let u = json(&["unarchive", s(&file), s(&target), "--json"]);
     assert_eq!(u["objects_new"], 0);
     assert_eq!(u["checkpoints_new"], 0);
+    // A read-only mount of the copy appears at the relocated path.
+    {
+        let _guard = Unmount(new_root.clone());
+        ok(&["mount", s(&target), "main"]);
+        assert_eq!(snapshot(&new_root), snapshot(&t.path().join("room")));
+        ok(&["umount", s(&new_root)]);
+    }
+    fs::remove_dir(&new_root).ok();
     // The copy captures on from the relocated path.
     fs::create_dir_all(new_root.parent().unwrap()).unwrap();
     copy_dir(&t.path().join("room"), &new_root);
     fs::write(new_root.join("after-move"), b"new").unwrap();
     let c = capture(&target, &[]);
     assert_eq!(show(&target, &c)["parents"][0], b.as_str());
+    assert_eq!(
+        ok(&["cat", s(&target), &format!("{c}:workspace/after-move")]),
+        "new"
+    );
     ok(&["verify", s(&target)]);
 }
 
