@@ -293,6 +293,11 @@ pub enum Command {
     /// Unmount a `mount` or `browse` view: stops its daemon and waits until the mount is gone.
     Umount(view::UmountArgs),
     Status(view::StatusArgs),
+    /// Internal: detach a moved-aside workspace overlay and remove its directory.
+    #[command(hide = true)]
+    InternalDetach {
+        target: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -797,6 +802,11 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Unarchive(a) => health::run_unarchive(a),
         Command::Doctor(a) => health::run_doctor(a),
         Command::Browse(a) => view::browse(a),
+        Command::InternalDetach { target } => {
+            ckptfs::workspace::overlay::detach(&target)?;
+            let _ignored = std::fs::remove_dir(&target);
+            Ok(0)
+        }
         Command::Umount(a) => match workspace::umount(&a.mountpoint)? {
             Some(code) => Ok(code),
             None => view::umount(a),

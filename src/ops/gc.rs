@@ -321,7 +321,7 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
     plan_objects.sort();
 
     // Cache and ephemeral paths. Nothing a mount uses (a mount point below it, or named in its
-    // options, e.g. an overlay lowerdir) and no workspace's materialized lower layer goes.
+    // options, e.g. an overlay lowerdir) goes.
     let mounted = crate::ops::doctor::mount_table().unwrap_or_default();
     let in_use = |p: &Path| {
         let ps = p.to_string_lossy();
@@ -329,23 +329,10 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
             .iter()
             .any(|m| m.mount_point.starts_with(p) || m.super_options.contains(ps.as_ref()))
     };
-    let base_ids: BTreeSet<ObjectId> = bases.iter().map(|(_, id)| *id).collect();
-    let lower_copy_of = |p: &Path| {
-        let name = file_name(p);
-        ObjectId::parse(name.strip_suffix(".tmp").unwrap_or(&name)).ok()
-    };
     let mut paths: Vec<(PathBuf, bool, String)> = Vec::new();
-    for p in list_dir(&store.lower_copy_dir())? {
-        let id = lower_copy_of(&p);
-        let needed = id
-            .is_some_and(|id| base_ids.contains(&id) || (!opts.clear_cache && kept.contains(&id)));
-        if !needed && !in_use(&p) {
-            paths.push((p, true, "materialized lower layer no workspace uses".into()));
-        }
-    }
     if opts.clear_cache {
         for p in list_dir(&store.cache_dir())? {
-            if p == store.lower_copy_dir() || in_use(&p) {
+            if in_use(&p) {
                 continue;
             }
             let is_dir = p.is_dir();

@@ -444,6 +444,10 @@ impl Store {
     pub fn workspace_state_path(&self, branch: &str) -> PathBuf {
         self.run_dir().join("mounts").join(format!("{branch}.json"))
     }
+    /// `run/detached/`: old workspace overlays moved out of the way by `switch`, being detached.
+    pub fn detached_dir(&self) -> PathBuf {
+        self.run_dir().join("detached")
+    }
     /// `run/lower/`: where the store's read-only view is mounted for overlay lower layers.
     pub fn lower_view_dir(&self) -> PathBuf {
         self.run_dir().join("lower")
@@ -453,10 +457,6 @@ impl Store {
     }
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")
-    }
-    /// `cache/lowercopy/`: checkpoint roots materialized as workspace lower layers (`<id>/<root>`).
-    pub fn lower_copy_dir(&self) -> PathBuf {
-        self.cache_dir().join("lowercopy")
     }
     /// `cache/stat/`: stat caches named `<checkpoint hex>-<root>`.
     pub fn statcache_dir(&self) -> PathBuf {

@@ -4,8 +4,8 @@
 //!
 //! It lives in `cache/` (rebuildable: without it a capture just reads every file). Files
 //! modified within `RACY_WINDOW_NS` of the capture start are left out, as git does with
-//! "racily clean" entries: timestamps are coarse, so a same-size rewrite in the same tick
-//! would otherwise go unseen.
+//! "racily clean" entries: file timestamps advance in clock ticks (a jiffy, at most 10 ms),
+//! so a same-size rewrite in the tick the file was read in would otherwise go unseen.
 
 use std::collections::HashMap;
 use std::fs;
@@ -18,7 +18,7 @@ use crate::store::Store;
 
 const MAGIC: &[u8; 4] = b"CKS1";
 /// Entries whose mtime or ctime is this close to the capture start are not cached.
-pub const RACY_WINDOW_NS: i64 = 2_000_000_000;
+pub const RACY_WINDOW_NS: i64 = 20_000_000;
 
 /// What a file looked like when it was captured.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -671,10 +671,21 @@ pub fn switch(
             return Err(Error::Usage(format!("the workspace is already on branch {to_branch}")));
         }
         let (_, head) = require_branch(store, &to_branch)?;
-        // Detach the old overlays first: a busy cwd keeps the old tree alive, never blocks.
-        for r in st.roots.values() {
-            if crate::mountinfo::mount_at(&r.mountpoint)?.is_some_and(|m| m.source == source_name(store, from_branch)) {
-                overlay::detach(&r.mountpoint)?;
+        // Move the old overlays out of the way (instant, even with a busy cwd inside); they are
+        // detached in the background once the new ones are mounted, because tearing an
+        // overlay down syncs its upper filesystem, which can take long on a busy disk.
+        let mut moved = Vec::new();
+        for (name, r) in &st.roots {
+            if crate::mountinfo::mount_at(&r.mountpoint)?
+                .is_some_and(|m| m.source == source_name(store, from_branch))
+            {
+                let aside = store.detached_dir().join(format!(
+                    "{from_branch}-{name}-{}",
+                    now_ns()
+                ));
+                fs::create_dir_all(&aside).map_err(|e| Error::io(&aside, e))?;
+                overlay::move_mount(&r.mountpoint, &aside)?;
+                moved.push(aside);
             }
         }
         fs::remove_file(store.workspace_state_path(from_branch))
@@ -703,6 +714,9 @@ pub fn switch(
             mounted_ns: now_ns(),
         };
         write_json(&store.workspace_state_path(&to_branch), &new_state)?;
+        for aside in &moved {
+            overlay::detach_in_background(aside);
+        }
         let report = SwitchReport {
             from_branch: from_branch.to_string(),
             to_branch,

@@ -82,3 +82,33 @@ pub fn unmount(target: &Path) -> Result<Unmounted> {
 pub fn detach(target: &Path) -> Result<()> {
     umount2(target, MntFlags::MNT_DETACH).map_err(|e| Error::io(target, io::Error::from(e)))
 }
+
+/// Moves the mount at `from` to `to` (MS_MOVE): processes using it keep using it.
+pub fn move_mount(from: &Path, to: &Path) -> Result<()> {
+    mount(Some(from), to, None::<&str>, MsFlags::MS_MOVE, None::<&str>).map_err(|e| {
+        Error::io_op(
+            format!("moving the mount {} to {}", from.display(), to.display()),
+            io::Error::from(e),
+        )
+    })
+}
+
+/// Detaches the mount at `target` and removes its (then empty) directory, in a child process
+/// that is not waited for: the caller returns at once, whatever the teardown costs.
+pub fn detach_in_background(target: &Path) {
+    let exe = std::env::current_exe().unwrap_or_else(|_| "ckptfs".into());
+    let spawned = std::process::Command::new(exe)
+        .arg("internal-detach")
+        .arg(target)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Err(e) = spawned {
+        log::warn!("detaching {} now ({e})", target.display());
+        if let Err(e) = detach(target) {
+            log::warn!("could not detach {}: {e}", target.display());
+        }
+        let _ignored = std::fs::remove_dir(target);
+    }
+}
