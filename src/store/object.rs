@@ -21,7 +21,7 @@ const ZSTD_LEVEL: i32 = 3;
 /// Up to this many new objects are fsynced individually (from several threads, so the
 /// filesystem merges them into few journal commits); more share one syncfs. syncfs also
 /// waits for every other writer's dirty data, which on a busy machine costs seconds.
-const FSYNC_EACH_LIMIT: usize = 4096;
+const FSYNC_EACH_LIMIT: usize = 256;
 /// Threads issuing those fsyncs.
 const FSYNC_THREADS: usize = 16;
 
