@@ -319,6 +319,7 @@ fn capture_root(
             subdirs,
             files,
             bytes,
+            xattrs: root.xattrs.clone(),
         },
         cache,
     ))
@@ -598,8 +599,7 @@ fn chunk_file(
     let mut total = 0u64;
     if size <= u64::from(chunker.min) {
         let mut data = Vec::with_capacity(size as usize + 1);
-        (&*f)
-            .take(u64::from(chunker.min) + 1)
+        f.take(u64::from(chunker.min) + 1)
             .read_to_end(&mut data)
             .map_err(|e| Error::io(path, e))?;
         total = data.len() as u64;
