@@ -613,7 +613,10 @@ fn chunk_file(
         progress.bytes.fetch_add(total, Ordering::Relaxed);
         return Ok((chunks, total));
     }
-    let reader = io::BufReader::with_capacity(1 << 20, f);
+    // Read at most one byte past the size seen at open: a file that keeps growing faster
+    // than we hash must not keep the capture reading forever; the extra byte shows the
+    // growth and the caller retries.
+    let reader = io::BufReader::with_capacity(1 << 20, f.take(size + 1));
     let cdc = fastcdc::v2020::StreamCDC::new(reader, chunker.min, chunker.avg, chunker.max);
     for c in cdc {
         let c = c.map_err(|e| match e {
