@@ -39,7 +39,7 @@ mkdir -p "$work"
 cleanup() {
     if [ "${CKBENCH_KEEP:-0}" != 1 ]; then
         for s in "${scales[@]}"; do
-            rm -rf "$work/$s" "$work/$s.ckptfs" "$work/$s.restic" "$work/$s.git"
+            rm -rf "$work/$s" "$work/$s.ckptfs" "$work/$s.ckptfs-zstd" "$work/$s.restic" "$work/$s.git"
         done
         rmdir "$work" 2>/dev/null || true
     fi
@@ -75,19 +75,24 @@ for scale in "${scales[@]}"; do
     read -r files bytes < <(python3 "$gen" stats "$room" |
         python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["files"], s["bytes"])')
     ckstore=$work/$scale.ckptfs
+    zstore=$work/$scale.ckptfs-zstd
     repo=$work/$scale.restic
-    rm -rf "$ckstore" "$repo" "$work/$scale.git"
+    rm -rf "$ckstore" "$zstore" "$repo" "$work/$scale.git"
     "$ck" init "$ckstore" --root "room=$room" >/dev/null
+    # restic 0.14 compresses (repository v2); a zstd ckptfs store is the like-for-like size.
+    "$ck" init "$zstore" --root "room=$room" --compression zstd >/dev/null
     restic init --quiet --repo "$repo" >/dev/null
 
     echo "== $scale: first capture ($files files, $(mib "$bytes") MiB)" >&2
     ck_first=$(timed "$ck" capture "$ckstore" -m first)
+    z_first=$(timed "$ck" capture "$zstore" -m first)
     restic_first=$(timed restic --repo "$repo" backup --quiet "$room")
     # git keeps its repository outside the room, so no tool sees another's files.
     git=(git --git-dir="$work/$scale.git" --work-tree="$room")
     git init -q --bare "$work/$scale.git"
     git_first=$(timed sh -c '"$@" add -A && "$@" commit -qm first' git "${git[@]}")
     ck_size0=$(store_bytes "$ckstore")
+    z_size0=$(store_bytes "$zstore")
     restic_size0=$(store_bytes "$repo")
     git_size0=$(du -sb "$work/$scale.git" | cut -f1)
 
@@ -95,21 +100,24 @@ for scale in "${scales[@]}"; do
     python3 "$gen" turn "$room" --seed "$seed" >>"$work/bench.log"
     echo "== $scale: incremental capture" >&2
     ck_inc=$(timed "$ck" capture "$ckstore" -m turn)
+    z_inc=$(timed "$ck" capture "$zstore" -m turn)
     restic_inc=$(timed restic --repo "$repo" backup --quiet "$room")
     git_inc=$(timed sh -c '"$@" add -A && "$@" commit -qm turn' git "${git[@]}")
     ck_added=$(($(store_bytes "$ckstore") - ck_size0))
+    z_added=$(($(store_bytes "$zstore") - z_size0))
     restic_added=$(($(store_bytes "$repo") - restic_size0))
     git_added=$(($(du -sb "$work/$scale.git" | cut -f1) - git_size0))
     files_read=$("$ck" show "$ckstore" main --json |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoint"]["stats"]["files_read"])')
 
-    rows+=("| $scale ($files files, $(mib "$bytes") MiB) | $ck_first s ($(mbps "$bytes" "$ck_first") MB/s) | $restic_first s ($(mbps "$bytes" "$restic_first") MB/s) | $ck_inc s ($files_read files read) | $restic_inc s | $git_inc s | $(mib "$ck_added") MiB | $(mib "$restic_added") MiB | $(mib "$git_added") MiB |")
-    echo "   git first commit: $git_first s" >&2
+    rows+=("| $scale ($files files, $(mib "$bytes") MiB) | first capture | $ck_first s ($(mbps "$bytes" "$ck_first") MB/s) | $z_first s ($(mbps "$bytes" "$z_first") MB/s) | $restic_first s ($(mbps "$bytes" "$restic_first") MB/s) | $git_first s |")
+    rows+=("| | capture after one turn | $ck_inc s ($files_read files read) | $z_inc s | $restic_inc s | $git_inc s |")
+    rows+=("| | store growth from the turn | $(mib "$ck_added") MiB | $(mib "$z_added") MiB | $(mib "$restic_added") MiB | $(mib "$git_added") MiB |")
 done
 
 echo
-echo "| room | ckptfs first capture | restic first backup | ckptfs after one turn | restic after one turn | git add+commit after one turn | ckptfs store growth | restic repo growth | git growth |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| room | measure | ckptfs | ckptfs (zstd) | restic backup | git add -A && git commit |"
+echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo
 echo "ckptfs $("$ck" --version | cut -d' ' -f2), $(restic version | cut -d' ' -f1-2), $(git --version); $(nproc) cores; page cache warm"

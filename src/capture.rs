@@ -93,7 +93,10 @@ impl Excluder {
 struct FileJob {
     abs: PathBuf,
     rel: Vec<u8>,
+    /// The stat cache entry, present only when the walk's `lstat` matched its key.
     cached: Option<Cached>,
+    /// (mode, uid, gid) from the walk's `lstat`, used for cached files.
+    owner: (u32, u32, u32),
 }
 
 /// The result of reading one file.
@@ -386,6 +389,7 @@ fn walk_dir(
                 abs: child_abs,
                 rel: rel_bytes,
                 cached,
+                owner: (m.mode() & 0o7777, m.uid(), m.gid()),
             });
             Node::File(jobs.len() - 1)
         } else if ft.is_symlink() {
@@ -531,6 +535,20 @@ fn read_file(
     job: &FileJob,
     progress: &Progress,
 ) -> Result<FileData> {
+    // Unchanged since the parent checkpoint (the walk's lstat matched the stat cache): reuse
+    // its content without even opening it, so an unchanged tree costs one lstat per file.
+    if let Some(c) = &job.cached {
+        let (mode, uid, gid) = job.owner;
+        return Ok(FileData {
+            key: c.key.clone(),
+            mode,
+            uid,
+            gid,
+            chunks: c.chunks.clone(),
+            xattrs: c.xattrs.clone(),
+            read: false,
+        });
+    }
     for _attempt in 0..CHANGE_RETRIES {
         let f = match open_nofollow(&job.abs) {
             Ok(f) => f,
@@ -544,19 +562,6 @@ fn read_file(
             )));
         }
         let key = stat_key(&before);
-        if let Some(c) = &job.cached {
-            if c.key == key {
-                return Ok(FileData {
-                    key,
-                    mode: before.mode() & 0o7777,
-                    uid: before.uid(),
-                    gid: before.gid(),
-                    chunks: c.chunks.clone(),
-                    xattrs: c.xattrs.clone(),
-                    read: false,
-                });
-            }
-        }
         let xattrs = read_xattrs_file(&f, &job.abs)?;
         let (chunks, total) = chunk_file(batch, chunker, &f, key.size, &job.abs, progress)?;
         let after = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
