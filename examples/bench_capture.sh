@@ -90,6 +90,9 @@ for scale in "${scales[@]}"; do
     # git keeps its repository outside the room, so no tool sees another's files.
     git=(git --git-dir="$work/$scale.git" --work-tree="$room")
     git init -q --bare "$work/$scale.git"
+    # No background auto-gc: it would repack during the other tools' measurements.
+    "${git[@]}" config gc.auto 0
+    "${git[@]}" config maintenance.auto false
     git_first=$(timed sh -c '"$@" add -A && "$@" commit -qm first' git "${git[@]}")
     ck_size0=$(store_bytes "$ckstore")
     z_size0=$(store_bytes "$zstore")

@@ -16,7 +16,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
@@ -188,9 +188,15 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
                 patterns.extend(opts.exclude.iter().cloned());
                 let (names, paths) = compile_exclude(name, &patterns)?;
                 let excl = Excluder { names, paths };
+                let t = Instant::now();
                 let old = parent
                     .map(|p| store.load_statcache(&p, name))
                     .unwrap_or_default();
+                log::debug!(
+                    "root {name}: stat cache of {} files loaded in {:?}",
+                    old.len(),
+                    t.elapsed()
+                );
                 let (rec, cache) = capture_root(
                     store,
                     &batch,
@@ -217,7 +223,13 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
     if show {
         eprint!("\r\x1b[K");
     }
+    let t = Instant::now();
     batch.commit()?;
+    log::debug!(
+        "{} new objects committed in {:?}",
+        batch.new_objects(),
+        t.elapsed()
+    );
     stats.new_objects = batch.new_objects();
     stats.new_bytes = batch.new_bytes();
     let checkpoint = Checkpoint {
@@ -235,9 +247,15 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
     if let Some(l) = &opts.label {
         store.create_label(l, &id)?;
     }
+    let t = Instant::now();
     for (name, cache) in &caches {
         store.save_statcache(&id, name, cache);
     }
+    log::debug!(
+        "checkpoint {} recorded; stat caches saved in {:?}",
+        id.short(),
+        t.elapsed()
+    );
     Ok(CaptureReport { id, checkpoint })
 }
 
@@ -277,6 +295,7 @@ fn capture_root(
         )));
     }
     let mut jobs = Vec::new();
+    let t = Instant::now();
     let mut old = old;
     let xattrs = read_xattrs_path(src)?;
     let root = walk_dir(
@@ -289,7 +308,19 @@ fn capture_root(
         &mut jobs,
         stats,
     )?;
+    log::debug!(
+        "{}: walked {} files in {:?}",
+        src.display(),
+        jobs.len(),
+        t.elapsed()
+    );
+    let t = Instant::now();
     let results = read_files(batch, chunker, &jobs, progress)?;
+    log::debug!(
+        "{}: files read and hashed in {:?}",
+        src.display(),
+        t.elapsed()
+    );
     let mut cache = StatCache::new();
     for (job, data) in jobs.iter().zip(&results) {
         stats.files += 1;
@@ -310,7 +341,9 @@ fn capture_root(
             );
         }
     }
+    let t = Instant::now();
     let (tree, subdirs, files, bytes) = build_tree(batch, &root, &results)?;
+    log::debug!("{}: trees built in {:?}", src.display(), t.elapsed());
     let _ = store;
     Ok((
         RootRecord {
