@@ -16,7 +16,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
@@ -93,7 +93,10 @@ impl Excluder {
 pub(crate) struct FileJob {
     pub(crate) abs: PathBuf,
     pub(crate) rel: Vec<u8>,
+    /// The stat cache entry, present only when the walk's `lstat` matched its key.
     pub(crate) cached: Option<Cached>,
+    /// (mode, uid, gid) from the walk's `lstat`, used for cached files.
+    pub(crate) owner: (u32, u32, u32),
     /// Live workspaces: a file that only grew while being read is captured as the prefix
     /// that existed when reading started (an appending writer never yields torn bytes).
     pub(crate) accept_prefix: bool,
@@ -198,9 +201,15 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
                 patterns.extend(opts.exclude.iter().cloned());
                 let (names, paths) = compile_exclude(name, &patterns)?;
                 let excl = Excluder { names, paths };
+                let t = Instant::now();
                 let old = parent
                     .map(|p| store.load_statcache(&p, name))
                     .unwrap_or_default();
+                log::debug!(
+                    "root {name}: stat cache of {} files loaded in {:?}",
+                    old.len(),
+                    t.elapsed()
+                );
                 let (rec, cache) = capture_root(
                     store,
                     &batch,
@@ -227,7 +236,13 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
     if show {
         eprint!("\r\x1b[K");
     }
+    let t = Instant::now();
     batch.commit()?;
+    log::debug!(
+        "{} new objects committed in {:?}",
+        batch.new_objects(),
+        t.elapsed()
+    );
     stats.new_objects = batch.new_objects();
     stats.new_bytes = batch.new_bytes();
     let checkpoint = Checkpoint {
@@ -245,9 +260,15 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
     if let Some(l) = &opts.label {
         store.create_label(l, &id)?;
     }
+    let t = Instant::now();
     for (name, cache) in &caches {
         store.save_statcache(&id, name, cache);
     }
+    log::debug!(
+        "checkpoint {} recorded; stat caches saved in {:?}",
+        id.short(),
+        t.elapsed()
+    );
     Ok(CaptureReport { id, checkpoint })
 }
 
@@ -287,6 +308,7 @@ fn capture_root(
         )));
     }
     let mut jobs = Vec::new();
+    let t = Instant::now();
     let mut old = old;
     let xattrs = read_xattrs_path(src)?;
     let root = walk_dir(
@@ -299,7 +321,19 @@ fn capture_root(
         &mut jobs,
         stats,
     )?;
+    log::debug!(
+        "{}: walked {} files in {:?}",
+        src.display(),
+        jobs.len(),
+        t.elapsed()
+    );
+    let t = Instant::now();
     let results = read_files(batch, chunker, &jobs, progress)?;
+    log::debug!(
+        "{}: files read and hashed in {:?}",
+        src.display(),
+        t.elapsed()
+    );
     let mut cache = StatCache::new();
     for (job, data) in jobs.iter().zip(&results) {
         stats.files += 1;
@@ -320,7 +354,9 @@ fn capture_root(
             );
         }
     }
+    let t = Instant::now();
     let (tree, subdirs, files, bytes) = build_tree(batch, &root, &results)?;
+    log::debug!("{}: trees built in {:?}", src.display(), t.elapsed());
     let _ = store;
     Ok((
         RootRecord {
@@ -332,6 +368,7 @@ fn capture_root(
             subdirs,
             files,
             bytes,
+            xattrs: root.xattrs.clone(),
         },
         cache,
     ))
@@ -399,6 +436,7 @@ fn walk_dir(
                 rel: rel_bytes,
                 cached,
                 accept_prefix: false,
+                owner: (m.mode() & 0o7777, m.uid(), m.gid()),
             });
             Node::File(jobs.len() - 1)
         } else if ft.is_symlink() {
@@ -544,6 +582,20 @@ fn read_file(
     job: &FileJob,
     progress: &Progress,
 ) -> Result<FileData> {
+    // Unchanged since the parent checkpoint (the walk's lstat matched the stat cache): reuse
+    // its content without even opening it, so an unchanged tree costs one lstat per file.
+    if let Some(c) = &job.cached {
+        let (mode, uid, gid) = job.owner;
+        return Ok(FileData {
+            key: c.key.clone(),
+            mode,
+            uid,
+            gid,
+            chunks: c.chunks.clone(),
+            xattrs: c.xattrs.clone(),
+            read: false,
+        });
+    }
     for attempt in 0..CHANGE_RETRIES {
         let f = match open_nofollow(&job.abs) {
             Ok(f) => f,
@@ -557,19 +609,6 @@ fn read_file(
             )));
         }
         let key = stat_key(&before);
-        if let Some(c) = &job.cached {
-            if c.key == key {
-                return Ok(FileData {
-                    key,
-                    mode: before.mode() & 0o7777,
-                    uid: before.uid(),
-                    gid: before.gid(),
-                    chunks: c.chunks.clone(),
-                    xattrs: c.xattrs.clone(),
-                    read: false,
-                });
-            }
-        }
         let xattrs = read_xattrs_file(&f, &job.abs)?;
         let (chunks, total) = chunk_file(batch, chunker, &f, key.size, &job.abs, progress)?;
         let after = f.metadata().map_err(|e| Error::io(&job.abs, e))?;

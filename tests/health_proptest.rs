@@ -69,6 +69,7 @@ fn valid_checkpoint() -> Vec<u8> {
             subdirs: 0,
             files: 1,
             bytes: 2,
+            xattrs: Vec::new(),
         },
     );
     Checkpoint {

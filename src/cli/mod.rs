@@ -40,8 +40,32 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Parses the command line. Help and version print as usual; a usage error becomes one line
+/// on stderr (clap's message without its multi-line usage block) and exit code 2.
 pub fn parse() -> Cli {
-    Cli::parse()
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprintln!(
+                "ckptfs: usage: {} (see --help)",
+                one_line(&e.render().to_string())
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Joins clap's message lines before its "Usage:" block into one line.
+fn one_line(rendered: &str) -> String {
+    rendered
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| l.strip_prefix("error: ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[derive(Args, Debug)]

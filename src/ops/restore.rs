@@ -114,7 +114,7 @@ pub fn restore(store: &Store, loc: &Located, dir: &Path) -> Result<RestoreReport
             let root_meta = match &loc.entry {
                 None => {
                     let r = &loc.record.roots[&loc.root];
-                    (r.mode, r.uid, r.gid, r.mtime_ns, Vec::new())
+                    (r.mode, r.uid, r.gid, r.mtime_ns, r.xattrs.clone())
                 }
                 Some(e) => (e.mode, e.uid, e.gid, e.mtime_ns, e.xattrs.clone()),
             };

@@ -21,6 +21,52 @@ pub struct RootRecord {
     pub subdirs: u32,
     pub files: u64,
     pub bytes: u64,
+    /// The root directory's own xattrs, as `[name, value]` hex pairs sorted by name (absent
+    /// when there are none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "hex_pairs")]
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Serde for xattr lists in JSON records: `[["<hex name>", "<hex value>"], ...]`.
+mod hex_pairs {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    fn unhex(s: &str) -> Option<Vec<u8>> {
+        if s.len() % 2 != 0 {
+            return None;
+        }
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+            .collect()
+    }
+
+    pub fn serialize<S: Serializer>(v: &Pairs, s: S) -> Result<S::Ok, S::Error> {
+        let pairs: Vec<[String; 2]> = v.iter().map(|(k, x)| [hex(k), hex(x)]).collect();
+        pairs.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Pairs, D::Error> {
+        let pairs: Vec<[String; 2]> = Vec::deserialize(d)?;
+        let mut out: Pairs = Vec::with_capacity(pairs.len());
+        for [k, v] in &pairs {
+            let (Some(k), Some(v)) = (unhex(k), unhex(v)) else {
+                return Err(D::Error::custom("xattr is not hex"));
+            };
+            if k.is_empty() || k.contains(&0) || out.last().is_some_and(|(pk, _)| *pk >= k) {
+                return Err(D::Error::custom("invalid or unsorted xattr name"));
+            }
+            out.push((k, v));
+        }
+        Ok(out)
+    }
 }
 
 /// Counts recorded with a checkpoint.

@@ -342,6 +342,7 @@ impl Store {
             )),
             _ => Error::io(&cfg_path, e),
         })?;
+        check_format(&bytes, &cfg_path)?;
         let config = parse_config(&bytes)
             .map_err(|m| Error::Corrupt(format!("{}: {m}", cfg_path.display())))?;
         Ok(Store { root, config })
@@ -549,6 +550,31 @@ impl Store {
             .map_err(|e| Error::Invalid(format!("encoding STORE.json: {e}")))?;
         parse_config(&json).map_err(Error::Invalid)?;
         fsio::write_atomic_replace(&self.config_path(), &json, 0o600)
+    }
+}
+
+/// Tells a foreign file or a newer store apart from a corrupt one: both are readable JSON
+/// that this build must refuse, with a message saying why (not "corrupt").
+fn check_format(bytes: &[u8], path: &Path) -> Result<()> {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+        return Ok(()); // parse_config reports it as corrupt
+    };
+    match v.get("format").and_then(|f| f.as_str()) {
+        Some(FORMAT_NAME) => {}
+        Some(other) => {
+            return Err(Error::Invalid(format!(
+                "{}: not a ckptfs store (format is {other:?})",
+                path.display()
+            )))
+        }
+        None => return Ok(()),
+    }
+    match v.get("version").and_then(|x| x.as_u64()) {
+        Some(version) if version > u64::from(FORMAT_VERSION) => Err(Error::Invalid(format!(
+            "{}: store format version {version} is newer than this ckptfs supports ({FORMAT_VERSION}); upgrade ckptfs",
+            path.display()
+        ))),
+        _ => Ok(()),
     }
 }
 

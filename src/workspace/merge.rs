@@ -132,6 +132,7 @@ pub fn merge_root(
         subdirs,
         files: (base.files as i64 + delta.files).max(0) as u64,
         bytes: (base.bytes as i64 + delta.bytes).max(0) as u64,
+        xattrs: root.xattrs.clone(),
     };
     Ok(Merged {
         record,
@@ -299,6 +300,7 @@ fn merge_dir(
                 abs: child,
                 rel: rel_bytes,
                 cached,
+                owner: (m.mode() & 0o7777, m.uid(), m.gid()),
                 accept_prefix: true,
             });
             MNode::File(ctx.jobs.len() - 1)

@@ -382,7 +382,7 @@ fn prepare_upper(
             rec.uid,
             rec.gid,
             rec.mtime_ns,
-            &[],
+            &rec.xattrs,
         )?;
     }
     fs::DirBuilder::new()
