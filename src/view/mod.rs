@@ -60,6 +60,8 @@ const SIBLINGS_AHEAD: u32 = 16;
 /// `du`) open them next, and one disk read per directory in sequence is what makes a cold
 /// walk slow.
 const SUBDIRS_AHEAD: usize = 256;
+/// Threads decoding subdirectory trees ahead of a walk.
+const TREE_PREFETCH_THREADS: usize = 2;
 /// Directories whose sibling-prefetch position is remembered.
 const PREFETCH_DIRS: usize = 1024;
 /// `st_size` reported for directories (like a small ext4 directory).
@@ -254,11 +256,13 @@ enum Handle {
 
 /// A read-only view; see the module doc. All methods take `&self` and are thread-safe.
 pub struct View {
-    store: Store,
+    store: Arc<Store>,
     namespace: Namespace,
     root: Node,
     inodes: Mutex<HashMap<Ino, Slot>>,
-    trees: ByteLru<Arc<Tree>>,
+    trees: Arc<ByteLru<Arc<Tree>>>,
+    /// Background tree loads in flight (bounded by [`TREE_PREFETCH_THREADS`]).
+    tree_prefetches: Arc<AtomicUsize>,
     chunks: ByteLru<Arc<Vec<u8>>>,
     /// Per directory tree: entries below this index have had their first object prefetched.
     sibling_prefetch: Mutex<LruCache<ObjectId, u32>>,
@@ -355,11 +359,12 @@ impl View {
             },
         );
         Ok(View {
-            store,
+            store: Arc::new(store),
             namespace,
             root,
             inodes: Mutex::new(inodes),
-            trees: ByteLru::new(budget / 4),
+            trees: Arc::new(ByteLru::new(budget / 4)),
+            tree_prefetches: Arc::new(AtomicUsize::new(0)),
             chunks: ByteLru::new(budget - budget / 4),
             sibling_prefetch: Mutex::new(LruCache::new(
                 std::num::NonZeroUsize::new(PREFETCH_DIRS).unwrap_or(std::num::NonZeroUsize::MIN),
@@ -807,6 +812,69 @@ impl View {
         }
     }
 
+    /// Loads the subdirectory trees of `tree` (and theirs) into the tree cache in the
+    /// background, so a walker finds them decoded; falls back to kernel readahead when the
+    /// prefetch threads are busy. Failures are left for the real access to report.
+    fn prefetch_subtrees(&self, tree: &Tree) {
+        let subdirs: Vec<ObjectId> = tree
+            .entries
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EntryKind::Dir { tree: sub, .. } => Some(*sub),
+                _ => None,
+            })
+            .filter(|id| self.trees.get(id).is_none())
+            .take(SUBDIRS_AHEAD)
+            .collect();
+        if subdirs.is_empty() {
+            return;
+        }
+        let busy = self.tree_prefetches.fetch_add(1, Ordering::AcqRel);
+        if busy >= TREE_PREFETCH_THREADS {
+            self.tree_prefetches.fetch_sub(1, Ordering::AcqRel);
+            for id in &subdirs {
+                self.advise(id);
+            }
+            return;
+        }
+        let (store, trees, count) = (
+            self.store.clone(),
+            self.trees.clone(),
+            self.tree_prefetches.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("tree-prefetch".into())
+            .spawn(move || {
+                // Two levels, breadth first: the children, then the grandchildren.
+                let load = |id: &ObjectId| -> Option<Arc<Tree>> {
+                    if let Some(t) = trees.get(id) {
+                        return Some(t);
+                    }
+                    let data = store.read_object(id).ok()?;
+                    let t = Arc::new(Tree::decode(&data).ok()?);
+                    trees.insert(*id, t.clone(), data.len() * 2 + 64);
+                    Some(t)
+                };
+                let mut grandchildren = Vec::new();
+                for id in &subdirs {
+                    if let Some(t) = load(id) {
+                        grandchildren.extend(t.entries.iter().filter_map(|e| match &e.kind {
+                            EntryKind::Dir { tree: sub, .. } => Some(*sub),
+                            _ => None,
+                        }));
+                    }
+                }
+                for id in grandchildren.iter().take(SUBDIRS_AHEAD) {
+                    load(id);
+                }
+                count.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            self.tree_prefetches.fetch_sub(1, Ordering::AcqRel);
+            log::debug!("tree prefetch thread: {e}");
+        }
+    }
+
     /// Prefetches the chunks after chunk `i` of an open file, once each.
     fn prefetch_chunks(&self, f: &OpenFile, i: usize) {
         let want = (i + 1 + CHUNKS_AHEAD).min(f.chunks.len());
@@ -930,15 +998,7 @@ impl View {
         let listing = match &dir.content {
             Content::Dir(id) => {
                 let tree = self.tree(id, &|| self.path_of(ino))?;
-                let subdirs = tree.entries.iter().filter_map(|e| match &e.kind {
-                    EntryKind::Dir { tree: sub, .. } => Some(sub),
-                    _ => None,
-                });
-                for sub in subdirs.take(SUBDIRS_AHEAD) {
-                    if self.trees.get(sub).is_none() {
-                        self.advise(sub);
-                    }
-                }
+                self.prefetch_subtrees(&tree);
                 Listing::Tree { dir, tree }
             }
             Content::File | Content::Symlink(_) => {
