@@ -60,6 +60,8 @@ const SIBLINGS_AHEAD: u32 = 16;
 /// `du`) open them next, and one disk read per directory in sequence is what makes a cold
 /// walk slow.
 const SUBDIRS_AHEAD: usize = 256;
+/// Chunk maps of files kept for reads without open handles.
+const FILE_MAPS: usize = 4096;
 /// Threads decoding subdirectory trees ahead of a walk.
 const TREE_PREFETCH_THREADS: usize = 2;
 /// Directories whose sibling-prefetch position is remembered.
@@ -268,6 +270,8 @@ pub struct View {
     sibling_prefetch: Mutex<LruCache<ObjectId, u32>>,
     checkpoints: Mutex<HashMap<ObjectId, Arc<Checkpoint>>>,
     handles: Mutex<HashMap<u64, Handle>>,
+    /// Chunk maps of recently read files, by inode (reads without open handles).
+    files: Mutex<LruCache<Ino, Arc<OpenFile>>>,
     next_fh: AtomicU64,
     /// Time the view was created: mtime of the browse namespace's synthetic directories.
     created_ns: i64,
@@ -371,6 +375,9 @@ impl View {
             )),
             checkpoints: Mutex::new(checkpoints),
             handles: Mutex::new(HashMap::new()),
+            files: Mutex::new(LruCache::new(
+                std::num::NonZeroUsize::new(FILE_MAPS).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
             next_fh: AtomicU64::new(1),
             created_ns,
         })
@@ -743,6 +750,29 @@ impl View {
     /// # Errors
     /// EISDIR for a directory, EINVAL-mapped for other non-files.
     pub fn open(&self, ino: Ino) -> Result<u64> {
+        let f = self.load_file(ino)?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.handles).insert(fh, Handle::File(f));
+        Ok(fh)
+    }
+
+    /// Checks that `ino` is a readable file and caches its chunk map for handle-less reads.
+    pub fn file_map(&self, ino: Ino) -> Result<()> {
+        self.file_by_ino(ino).map(|_| ())
+    }
+
+    /// The chunk map of a file, from the per-inode cache (for reads without an open handle:
+    /// the adapter lets the kernel skip OPEN and RELEASE).
+    fn file_by_ino(&self, ino: Ino) -> Result<Arc<OpenFile>> {
+        if let Some(f) = lock(&self.files).get(&ino) {
+            return Ok(f.clone());
+        }
+        let f = self.load_file(ino)?;
+        lock(&self.files).put(ino, f.clone());
+        Ok(f)
+    }
+
+    fn load_file(&self, ino: Ino) -> Result<Arc<OpenFile>> {
         let node = self.node(ino)?;
         if node.attr.kind == Kind::Dir {
             return Err(Error::io_op(
@@ -773,16 +803,13 @@ impl View {
             starts.push(pos);
             pos += u64::from(c.len);
         }
-        let f = OpenFile {
+        Ok(Arc::new(OpenFile {
             ino,
             chunks,
             starts,
             size: pos,
             advised: AtomicUsize::new(0),
-        };
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Handle::File(Arc::new(f)));
-        Ok(fh)
+        }))
     }
 
     fn open_file(&self, fh: u64) -> Result<Arc<OpenFile>> {
@@ -954,17 +981,39 @@ impl View {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
         let file = self.open_file(fh)?;
+        self.read_file_with(&file, offset, size, f)
+    }
+
+    /// As [`View::read_with`], for a file read without an open handle.
+    pub fn read_ino_with<R>(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        let file = self.file_by_ino(ino)?;
+        self.read_file_with(&file, offset, size, f)
+    }
+
+    fn read_file_with<R>(
+        &self,
+        file: &Arc<OpenFile>,
+        offset: u64,
+        size: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
         if offset >= file.size || size == 0 {
             return Ok(f(&[]));
         }
         let end = file.size.min(offset + u64::from(size));
         let mut i = file.starts.partition_point(|s| *s <= offset) - 1;
         if file.chunks.len() > 1 {
-            self.prefetch_chunks(&file, i);
+            self.prefetch_chunks(file, i);
         }
         let first_end = file.starts[i] + u64::from(file.chunks[i].len);
         if end <= first_end {
-            let data = self.chunk(&file, &file.chunks[i])?;
+            let data = self.chunk(file, &file.chunks[i])?;
             let a = (offset - file.starts[i]) as usize;
             let b = (end - file.starts[i]) as usize;
             return Ok(f(&data[a..b]));
@@ -972,7 +1021,7 @@ impl View {
         let mut out = Vec::with_capacity((end - offset) as usize);
         let mut pos = offset;
         while pos < end {
-            let data = self.chunk(&file, &file.chunks[i])?;
+            let data = self.chunk(file, &file.chunks[i])?;
             let a = (pos - file.starts[i]) as usize;
             let b = ((end - file.starts[i]) as usize).min(data.len());
             out.extend_from_slice(&data[a..b]);
