@@ -60,6 +60,10 @@ const SIBLINGS_AHEAD: u32 = 16;
 /// `du`) open them next, and one disk read per directory in sequence is what makes a cold
 /// walk slow.
 const SUBDIRS_AHEAD: usize = 256;
+/// Chunk maps of files kept for reads without open handles.
+const FILE_MAPS: usize = 4096;
+/// Threads decoding subdirectory trees ahead of a walk.
+const TREE_PREFETCH_THREADS: usize = 2;
 /// Directories whose sibling-prefetch position is remembered.
 const PREFETCH_DIRS: usize = 1024;
 /// `st_size` reported for directories (like a small ext4 directory).
@@ -254,16 +258,20 @@ enum Handle {
 
 /// A read-only view; see the module doc. All methods take `&self` and are thread-safe.
 pub struct View {
-    store: Store,
+    store: Arc<Store>,
     namespace: Namespace,
     root: Node,
     inodes: Mutex<HashMap<Ino, Slot>>,
-    trees: ByteLru<Arc<Tree>>,
+    trees: Arc<ByteLru<Arc<Tree>>>,
+    /// Background tree loads in flight (bounded by [`TREE_PREFETCH_THREADS`]).
+    tree_prefetches: Arc<AtomicUsize>,
     chunks: ByteLru<Arc<Vec<u8>>>,
     /// Per directory tree: entries below this index have had their first object prefetched.
     sibling_prefetch: Mutex<LruCache<ObjectId, u32>>,
     checkpoints: Mutex<HashMap<ObjectId, Arc<Checkpoint>>>,
     handles: Mutex<HashMap<u64, Handle>>,
+    /// Chunk maps of recently read files, by inode (reads without open handles).
+    files: Mutex<LruCache<Ino, Arc<OpenFile>>>,
     next_fh: AtomicU64,
     /// Time the view was created: mtime of the browse namespace's synthetic directories.
     created_ns: i64,
@@ -355,17 +363,21 @@ impl View {
             },
         );
         Ok(View {
-            store,
+            store: Arc::new(store),
             namespace,
             root,
             inodes: Mutex::new(inodes),
-            trees: ByteLru::new(budget / 4),
+            trees: Arc::new(ByteLru::new(budget / 4)),
+            tree_prefetches: Arc::new(AtomicUsize::new(0)),
             chunks: ByteLru::new(budget - budget / 4),
             sibling_prefetch: Mutex::new(LruCache::new(
                 std::num::NonZeroUsize::new(PREFETCH_DIRS).unwrap_or(std::num::NonZeroUsize::MIN),
             )),
             checkpoints: Mutex::new(checkpoints),
             handles: Mutex::new(HashMap::new()),
+            files: Mutex::new(LruCache::new(
+                std::num::NonZeroUsize::new(FILE_MAPS).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
             next_fh: AtomicU64::new(1),
             created_ns,
         })
@@ -738,6 +750,29 @@ impl View {
     /// # Errors
     /// EISDIR for a directory, EINVAL-mapped for other non-files.
     pub fn open(&self, ino: Ino) -> Result<u64> {
+        let f = self.load_file(ino)?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.handles).insert(fh, Handle::File(f));
+        Ok(fh)
+    }
+
+    /// Checks that `ino` is a readable file and caches its chunk map for handle-less reads.
+    pub fn file_map(&self, ino: Ino) -> Result<()> {
+        self.file_by_ino(ino).map(|_| ())
+    }
+
+    /// The chunk map of a file, from the per-inode cache (for reads without an open handle:
+    /// the adapter lets the kernel skip OPEN and RELEASE).
+    fn file_by_ino(&self, ino: Ino) -> Result<Arc<OpenFile>> {
+        if let Some(f) = lock(&self.files).get(&ino) {
+            return Ok(f.clone());
+        }
+        let f = self.load_file(ino)?;
+        lock(&self.files).put(ino, f.clone());
+        Ok(f)
+    }
+
+    fn load_file(&self, ino: Ino) -> Result<Arc<OpenFile>> {
         let node = self.node(ino)?;
         if node.attr.kind == Kind::Dir {
             return Err(Error::io_op(
@@ -768,16 +803,13 @@ impl View {
             starts.push(pos);
             pos += u64::from(c.len);
         }
-        let f = OpenFile {
+        Ok(Arc::new(OpenFile {
             ino,
             chunks,
             starts,
             size: pos,
             advised: AtomicUsize::new(0),
-        };
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Handle::File(Arc::new(f)));
-        Ok(fh)
+        }))
     }
 
     fn open_file(&self, fh: u64) -> Result<Arc<OpenFile>> {
@@ -804,6 +836,69 @@ impl View {
                 }
             }
             Err(e) => log::debug!("prefetch {}: {e}", path.display()),
+        }
+    }
+
+    /// Loads the subdirectory trees of `tree` (and theirs) into the tree cache in the
+    /// background, so a walker finds them decoded; falls back to kernel readahead when the
+    /// prefetch threads are busy. Failures are left for the real access to report.
+    fn prefetch_subtrees(&self, tree: &Tree) {
+        let subdirs: Vec<ObjectId> = tree
+            .entries
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EntryKind::Dir { tree: sub, .. } => Some(*sub),
+                _ => None,
+            })
+            .filter(|id| self.trees.get(id).is_none())
+            .take(SUBDIRS_AHEAD)
+            .collect();
+        if subdirs.is_empty() {
+            return;
+        }
+        let busy = self.tree_prefetches.fetch_add(1, Ordering::AcqRel);
+        if busy >= TREE_PREFETCH_THREADS {
+            self.tree_prefetches.fetch_sub(1, Ordering::AcqRel);
+            for id in &subdirs {
+                self.advise(id);
+            }
+            return;
+        }
+        let (store, trees, count) = (
+            self.store.clone(),
+            self.trees.clone(),
+            self.tree_prefetches.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("tree-prefetch".into())
+            .spawn(move || {
+                // Two levels, breadth first: the children, then the grandchildren.
+                let load = |id: &ObjectId| -> Option<Arc<Tree>> {
+                    if let Some(t) = trees.get(id) {
+                        return Some(t);
+                    }
+                    let data = store.read_object(id).ok()?;
+                    let t = Arc::new(Tree::decode(&data).ok()?);
+                    trees.insert(*id, t.clone(), data.len() * 2 + 64);
+                    Some(t)
+                };
+                let mut grandchildren = Vec::new();
+                for id in &subdirs {
+                    if let Some(t) = load(id) {
+                        grandchildren.extend(t.entries.iter().filter_map(|e| match &e.kind {
+                            EntryKind::Dir { tree: sub, .. } => Some(*sub),
+                            _ => None,
+                        }));
+                    }
+                }
+                for id in grandchildren.iter().take(SUBDIRS_AHEAD) {
+                    load(id);
+                }
+                count.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            self.tree_prefetches.fetch_sub(1, Ordering::AcqRel);
+            log::debug!("tree prefetch thread: {e}");
         }
     }
 
@@ -886,17 +981,39 @@ impl View {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
         let file = self.open_file(fh)?;
+        self.read_file_with(&file, offset, size, f)
+    }
+
+    /// As [`View::read_with`], for a file read without an open handle.
+    pub fn read_ino_with<R>(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        let file = self.file_by_ino(ino)?;
+        self.read_file_with(&file, offset, size, f)
+    }
+
+    fn read_file_with<R>(
+        &self,
+        file: &Arc<OpenFile>,
+        offset: u64,
+        size: u32,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
         if offset >= file.size || size == 0 {
             return Ok(f(&[]));
         }
         let end = file.size.min(offset + u64::from(size));
         let mut i = file.starts.partition_point(|s| *s <= offset) - 1;
         if file.chunks.len() > 1 {
-            self.prefetch_chunks(&file, i);
+            self.prefetch_chunks(file, i);
         }
         let first_end = file.starts[i] + u64::from(file.chunks[i].len);
         if end <= first_end {
-            let data = self.chunk(&file, &file.chunks[i])?;
+            let data = self.chunk(file, &file.chunks[i])?;
             let a = (offset - file.starts[i]) as usize;
             let b = (end - file.starts[i]) as usize;
             return Ok(f(&data[a..b]));
@@ -904,7 +1021,7 @@ impl View {
         let mut out = Vec::with_capacity((end - offset) as usize);
         let mut pos = offset;
         while pos < end {
-            let data = self.chunk(&file, &file.chunks[i])?;
+            let data = self.chunk(file, &file.chunks[i])?;
             let a = (pos - file.starts[i]) as usize;
             let b = ((end - file.starts[i]) as usize).min(data.len());
             out.extend_from_slice(&data[a..b]);
@@ -930,15 +1047,7 @@ impl View {
         let listing = match &dir.content {
             Content::Dir(id) => {
                 let tree = self.tree(id, &|| self.path_of(ino))?;
-                let subdirs = tree.entries.iter().filter_map(|e| match &e.kind {
-                    EntryKind::Dir { tree: sub, .. } => Some(sub),
-                    _ => None,
-                });
-                for sub in subdirs.take(SUBDIRS_AHEAD) {
-                    if self.trees.get(sub).is_none() {
-                        self.advise(sub);
-                    }
-                }
+                self.prefetch_subtrees(&tree);
                 Listing::Tree { dir, tree }
             }
             Content::File | Content::Symlink(_) => {
