@@ -26,7 +26,7 @@ dropcaches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 workload() { # dir seed: 3 turns, git add+commit, 5000 sqlite inserts
     local d=$1 s=$2
     for i in 1 2 3; do python3 "$GEN" turn "$d" --seed $((s + i)) >/dev/null; done
-    (cd "$d" && git add -A && git -c user.name=b -c user.email=b@b commit -qm turn) >/dev/null
+    (cd "$d" && git add -A && git -c user.name=b -c user.email=b@b -c gc.auto=0 -c maintenance.auto=false commit -qm turn) >/dev/null
     python3 - "$d/state/agent.sqlite" <<'PY'
 import sqlite3, sys
 con = sqlite3.connect(sys.argv[1])
@@ -44,7 +44,7 @@ for scale in "${@:-small large}"; do
     rm -rf "$T"; mkdir -p "$T"
     echo "== $scale: generating room"
     python3 "$GEN" gen "$T/src" --scale "$scale" --seed 1 >/dev/null
-    (cd "$T/src" && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm base) >/dev/null
+    (cd "$T/src" && git init -q && git add -A && git -c user.name=b -c user.email=b@b -c gc.auto=0 -c maintenance.auto=false commit -qm base) >/dev/null
     files=$(find "$T/src" -type f | wc -l); size=$(du -sm "$T/src" | cut -f1)
     cp -a "$T/src" "$T/room"
 
@@ -66,7 +66,7 @@ for scale in "${@:-small large}"; do
     r0=$(du -sb "$T/restic" | cut -f1)
     t_restic=$(timeit restic backup -q -r "$T/restic" "$T/plain")
     r1=$(du -sb "$T/restic" | cut -f1)
-    t_git=$(timeit sh -c "cd '$T/plain' && git add -A && git -c user.name=b -c user.email=b@b commit -qm turn")
+    t_git=$(timeit sh -c "cd '$T/plain' && git add -A && git -c user.name=b -c user.email=b@b -c gc.auto=0 -c maintenance.auto=false commit -qm turn")
 
     # -- switch: to the base checkpoint (a fork) and back; peers restore the same state
     "$B" fork "$T/store" base --name at-base >/dev/null

@@ -90,7 +90,8 @@ pub enum Command {
         /// at any depth ("*.pem"); with '/' it matches the path from the root ("cache/**").
         #[arg(long = "exclude", value_name = "NAME=GLOB")]
         excludes: Vec<String>,
-        /// Compress objects with zstd (ids stay the hash of the uncompressed bytes).
+        /// Object compression: none (default) or zstd (ids stay the hash of the uncompressed
+        /// bytes). zstd halves the store growth per agent turn for a little capture time.
         #[arg(long, value_parser = ["none", "zstd"], default_value = "none")]
         compression: String,
         /// Do not add the credential excludes (auth.json, *.pem, .env, *.key, id_rsa*...) that a
