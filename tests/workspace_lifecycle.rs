@@ -243,3 +243,39 @@ fn checkpoint_while_appending_captures_a_prefix() {
     }
     assert!(!ids.is_empty());
 }
+
+#[test]
+fn killed_lower_view_daemon_then_remount_keeps_fsynced_data() {
+    let w = Workspace::new(populate);
+    {
+        let mut f = fs::File::create(w.path("survivor.txt")).unwrap();
+        f.write_all(b"written before the crash").unwrap();
+        f.sync_all().unwrap();
+    }
+    // SIGKILL the daemon serving the workspace's lower layer (the store's browse view).
+    let views: serde_json::Value =
+        serde_json::from_str(&ok(&["status", w.store(), "--json"])).unwrap();
+    let pid = views
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|m| m["state"]["pid"].as_i64())
+        .expect("the lower view daemon is listed");
+    sh(&format!("kill -9 {pid}"));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Resume: the stale overlay is replaced, nothing written is lost, lower files read again.
+    ok(&["mount", w.store(), "--branch", "main"]);
+    assert_eq!(
+        fs::read_to_string(w.path("survivor.txt")).unwrap(),
+        "written before the crash"
+    );
+    assert_eq!(
+        fs::read_to_string(w.path("src/pkg/a.py")).unwrap(),
+        "print('a')\n"
+    );
+    let id = w.checkpoint("after crash");
+    assert_eq!(
+        ok(&["cat", w.store(), &format!("{id}:ws/survivor.txt")]),
+        "written before the crash"
+    );
+}

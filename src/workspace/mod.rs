@@ -176,6 +176,11 @@ pub fn is_live(store: &Store, st: &WorkspaceState) -> Result<bool> {
     }))
 }
 
+/// True when a workspace mountpoint can be listed (a dead lower view makes it fail).
+fn answers(mountpoint: &Path) -> bool {
+    fs::read_dir(mountpoint).is_ok_and(|rd| rd.into_iter().all(|e| e.is_ok()))
+}
+
 /// Finds the mounted workspace that `path` (a mountpoint, or a path inside one) belongs to.
 pub fn find_by_path(store: &Store, path: &Path) -> Result<Option<WorkspaceState>> {
     let abs = crate::store::absolute(path)?;
@@ -506,7 +511,9 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
             )));
         }
         if let Some(st) = state(store, &opts.branch)? {
-            if is_live(store, &st)? {
+            // Mounted and answering: refuse. Mounted over a dead lower view (its daemon was
+            // killed): fall through; the stale overlays are detached below and remounted.
+            if is_live(store, &st)? && st.roots.values().all(|r| answers(&r.mountpoint)) {
                 let at: Vec<String> = st.roots.values().map(|r| r.mountpoint.display().to_string()).collect();
                 return Err(Error::Conflict(format!(
                     "branch {} is already mounted at {}",
