@@ -16,7 +16,19 @@ use crate::store::Store;
 /// Makes sure the lower view is mounted (starts its daemon if needed). Call without holding
 /// the store lock: the daemon takes it to register its pin.
 pub fn ensure_view(store: &Store) -> Result<()> {
-    crate::daemon::ensure_browse(store, &store.lower_view_dir())
+    let mp = store.lower_view_dir();
+    // A view whose daemon died answers ENOTCONN until fusermount3's auto-unmount catches up:
+    // detach it now so a fresh daemon can take its place.
+    if crate::mountinfo::mount_at(&mp)?.is_some() && std::fs::read_dir(&mp).is_err() {
+        log::warn!(
+            "the store's lower view at {} is dead; restarting it",
+            mp.display()
+        );
+        if let Err(e) = crate::workspace::overlay::detach(&mp) {
+            log::debug!("detaching the dead view: {e} (already unmounted?)");
+        }
+    }
+    crate::daemon::ensure_browse(store, &mp)
 }
 
 /// Detaches the lower view (when no workspace of the store is mounted any more).

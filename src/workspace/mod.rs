@@ -12,8 +12,9 @@
 //!   and mounts the target branch's overlay at the same path; no file is copied. A workspace
 //!   with un-checkpointed changes is refused unless `--checkpoint-first` or `--discard` (which
 //!   moves the upper aside to `displaced/`, never deleting it).
-//! - On `mount`, an upper whose contents are all in the branch head is dropped and the head
-//!   becomes the new base, so uppers do not grow forever.
+//! - On `mount` (not on `switch`, which must stay fast), an upper whose contents are all in
+//!   the branch head is dropped and the head becomes the new base, so uppers do not grow
+//!   forever.
 
 pub mod lower;
 pub mod merge;
@@ -700,7 +701,8 @@ pub fn switch(
         if policy == DirtyPolicy::Discard && d.dirty {
             displaced = displace_upper(store, from_branch)?;
         }
-        let base = rebase_if_clean(store, &to_branch, head)?;
+        // No rebase here (it deletes the upper, O(upper)): mount rebases; switch stays O(1).
+        let base = upper_base(store, &to_branch, head)?;
         let relocate: BTreeMap<String, PathBuf> = st
             .roots
             .iter()
