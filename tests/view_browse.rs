@@ -43,12 +43,12 @@ fn browse_shows_history_and_new_checkpoints_without_remounting() {
     // A checkpoint taken after mounting appears, and the branch and latest move to it.
     fs::write(f.src.join("later.txt"), b"written after the mount\n").unwrap();
     f.capture(Some("second"));
-    assert!(wait_for(Duration::from_secs(5), || mp
+    assert!(wait_for(Duration::from_secs(15), || mp
         .join("labels/second/work/later.txt")
         .exists()));
     let second = link(mp.join("labels/second"));
     assert_ne!(second, first);
-    assert!(wait_for(Duration::from_secs(5), || link(
+    assert!(wait_for(Duration::from_secs(15), || link(
         mp.join("branches/main")
     ) == second));
     assert_eq!(
@@ -56,7 +56,7 @@ fn browse_shows_history_and_new_checkpoints_without_remounting() {
         b"written after the mount\n"
     );
     assert_eq!(fs::read_dir(mp.join("checkpoints")).unwrap().count(), 2);
-    assert!(wait_for(Duration::from_secs(5), || {
+    assert!(wait_for(Duration::from_secs(15), || {
         fs::read_dir(mp.join("by-time")).unwrap().count() == 2
     }));
     // The old checkpoint is unchanged.
