@@ -18,7 +18,7 @@ STORE=$DEMO/store
 # Leave nothing mounted from an earlier run.
 for m in "$ROOM" "$DEMO/view" "$DEMO/browse"; do "$B" umount "$m" >/dev/null 2>&1 || umount -l "$m" 2>/dev/null || true; done
 rm -rf "$DEMO"
-mkdir -p "$ROOM"/{src/app,transcripts,state,.hidden}
+mkdir -p "$ROOM"/{src/app,transcripts,state,.hidden} "$DEMO/view" "$DEMO/browse"
 
 run() { printf '\n$ %s\n' "$*"; "$@"; }
 

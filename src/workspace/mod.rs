@@ -729,7 +729,7 @@ pub fn switch(
         let report = SwitchReport {
             from_branch: from_branch.to_string(),
             to_branch,
-            checkpoint: base,
+            checkpoint: head,
             created_branch: created,
             checkpointed,
             displaced,
