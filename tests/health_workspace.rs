@@ -151,3 +151,149 @@ fn head_of(store: &str) -> String {
         .unwrap()
         .to_string()
 }
+
+/// The branch the workspace at `room` shows, by its state file and its mounts.
+fn shown_branch(w: &Workspace) -> String {
+    let st: serde_json::Value = serde_json::from_str(&ok(&["status", w.room(), "--json"])).unwrap();
+    let row = &st.as_array().unwrap()[0];
+    assert_eq!(row["live"], true, "{st}");
+    row["branch"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn switch_under_faults_leaves_the_old_workspace_or_the_new_one() {
+    let w = Workspace::new(populate);
+    fs::write(w.path("notes.md"), "main\n").unwrap();
+    w.checkpoint("main");
+    let main_head = head_of(w.store());
+    ok(&["fork", w.store(), "main", "--name", "alt"]);
+    ok(&["switch", w.room(), "--to", "alt"]);
+    fs::write(w.path("notes.md"), "alt\n").unwrap();
+    w.checkpoint("alt");
+    ok(&["switch", w.room(), "--to", "main"]);
+    let o = Command::new(bin())
+        .args(["switch", w.room(), "--to", "alt"])
+        .env("CKPTFS_FAULT", "count")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let steps: u64 = String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("ckptfs: io steps: ")
+                .map(|n| n.trim().parse().unwrap())
+        })
+        .expect("step count");
+    ok(&["switch", w.room(), "--to", "main"]);
+    for mode in ["fail", "abort"] {
+        for n in 1..=steps {
+            let o = Command::new("sh")
+                .arg("-c")
+                .arg("ulimit -c 0; exec \"$@\"")
+                .arg("sh")
+                .arg(bin())
+                .args(["switch", w.room(), "--to", "alt"])
+                .env("CKPTFS_FAULT", format!("{mode}:{n}"))
+                .output()
+                .unwrap();
+            let ctx = format!(
+                "switch {mode}:{n}/{steps}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let r = run(&["recover", w.store()]);
+            assert!(
+                r.status.success(),
+                "{ctx}: recover: {}",
+                String::from_utf8_lossy(&r.stderr)
+            );
+            // Old state or new state: the room shows one whole branch, and status agrees.
+            let notes = fs::read_to_string(w.path("notes.md")).unwrap();
+            let branch = shown_branch(&w);
+            match branch.as_str() {
+                "main" => assert_eq!(notes, "main\n", "{ctx}"),
+                "alt" => assert_eq!(notes, "alt\n", "{ctx}"),
+                other => panic!("{ctx}: unexpected branch {other}"),
+            }
+            assert!(ok(&["verify", w.store()]).contains("0 findings"), "{ctx}");
+            let detached = format!("{}/run/detached/", w.store());
+            assert!(
+                !fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&detached),
+                "{ctx}: an old overlay was left mounted under run/detached"
+            );
+            if branch == "alt" {
+                ok(&["switch", w.room(), "--to", "main"]);
+            }
+            assert_eq!(head_of(w.store()), main_head, "{ctx}");
+        }
+    }
+}
+
+#[test]
+fn checkpoints_and_gc_run_side_by_side() {
+    let w = Workspace::new(populate);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 0..8 {
+                fs::write(w.path(&format!("turn{i}.txt")), format!("turn {i}\n")).unwrap();
+                w.checkpoint(&format!("turn {i}"));
+            }
+        });
+        sc.spawn(|| {
+            for _ in 0..8 {
+                ok(&["gc", w.store(), "--keep-last", "2"]);
+            }
+        });
+    });
+    assert!(ok(&["verify", w.store()]).contains("0 findings"));
+    let id = w.checkpoint("last");
+    for i in 0..8 {
+        assert_eq!(
+            ok(&["cat", w.store(), &format!("{id}:ws/turn{i}.txt")]),
+            format!("turn {i}\n")
+        );
+    }
+}
+
+#[test]
+fn gc_never_removes_what_an_open_browse_view_shows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let room = tmp.path().join("room");
+    let store = tmp.path().join("store");
+    let mnt = tmp.path().join("browse");
+    fs::create_dir_all(&room).unwrap();
+    fs::create_dir_all(&mnt).unwrap();
+    let (st, rm, mn) = (s(&store), s(&room), s(&mnt));
+    ok(&["init", st, "--root", &format!("ws={rm}")]);
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        fs::write(room.join("f.txt"), format!("version {i}\n")).unwrap();
+        let out = ok(&["capture", st, "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        ids.push(v["id"].as_str().unwrap().to_string());
+    }
+    ok(&["browse", st, mn]);
+    struct Unmount<'a>(&'a str);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new(bin()).args(["umount", self.0]).output();
+            let _ = Command::new("umount").args(["-l", self.0]).output();
+        }
+    }
+    let guard = Unmount(mn);
+    let gc: serde_json::Value =
+        serde_json::from_str(&ok(&["gc", st, "--keep-last", "1", "--json"])).unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let p = mnt.join("checkpoints").join(id).join("ws/f.txt");
+        let got = fs::read_to_string(&p);
+        assert_eq!(got.unwrap(), format!("version {i}\n"), "{gc}");
+    }
+    drop(guard);
+    // Without the view, the same policy prunes the old ones.
+    ok(&["gc", st, "--keep-last", "1"]);
+    assert!(ok(&["verify", st]).contains("0 findings"));
+    assert_eq!(
+        fs::read_dir(store.join("checkpoints")).unwrap().count(),
+        1,
+        "gc --keep-last 1 without a view keeps only the head"
+    );
+}

@@ -51,6 +51,15 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
                 roll_back_restore(&phase, &mut report)?;
             }
         }
+        if m.op == "switch" {
+            if let Ok(phase) =
+                serde_json::from_value::<crate::workspace::SwitchPhase>(m.phase.clone())
+            {
+                report
+                    .actions
+                    .extend(crate::workspace::roll_back_switch(store, &phase)?);
+            }
+        }
         if m.op == "archive" {
             let dir = m.phase.get("temp_dir").and_then(|d| d.as_str());
             let prefix = m.phase.get("temp_prefix").and_then(|d| d.as_str());
@@ -74,6 +83,12 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
                 m.op
             ));
         }
+    }
+    let reaped = crate::workspace::reap_detached(store)?;
+    if reaped > 0 {
+        report.actions.push(format!(
+            "detached {reaped} old workspace overlays left by an unfinished switch"
+        ));
     }
     repair_health(store, &mut report)?;
     report.temp_files_removed += remove_temps(&store.tmp_dir(), true)?;

@@ -580,6 +580,7 @@ pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmo
         Ok((out, summary))
     })?;
     if states(store)?.is_empty() {
+        reap_detached(store)?;
         lower::release_view(store)?;
     }
     Ok(out)
@@ -598,6 +599,65 @@ fn displace_upper(store: &Store, branch: &str) -> Result<Option<PathBuf>> {
     fs::create_dir_all(store.displaced_dir()).map_err(|e| Error::io(store.displaced_dir(), e))?;
     fsio::rename(&upper, &dest)?;
     Ok(Some(dest))
+}
+
+/// Progress of a switch, kept in the RUNNING marker for `recover`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SwitchPhase {
+    /// The workspace as it was before the switch.
+    pub from: WorkspaceState,
+    pub to_branch: String,
+    /// (mountpoint, where its old overlay was moved).
+    pub moved: Vec<(PathBuf, PathBuf)>,
+}
+
+/// Rolls an interrupted switch back: whatever the switch mounted at the mountpoints is
+/// detached, the old overlays are moved back, and the old workspace state is restored. Nothing
+/// in the upper layers is touched. Returns what it did.
+pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
+    let mut actions = Vec::new();
+    let new_src = source_name(store, &p.to_branch);
+    for (mountpoint, aside) in &p.moved {
+        if crate::mountinfo::mount_at(mountpoint)?.is_some_and(|m| m.source == new_src) {
+            overlay::detach(mountpoint)?;
+            actions.push(format!(
+                "detached the half-switched mount at {}",
+                mountpoint.display()
+            ));
+        }
+        if crate::mountinfo::mount_at(aside)?.is_some() {
+            overlay::move_mount(aside, mountpoint)?;
+            actions.push(format!(
+                "moved the {} workspace back to {}",
+                p.from.branch,
+                mountpoint.display()
+            ));
+        }
+        let _ignored = fs::remove_dir(aside);
+    }
+    let _ignored = fs::remove_file(store.workspace_state_path(&p.to_branch));
+    write_json(&store.workspace_state_path(&p.from.branch), &p.from)?;
+    actions.push(format!("workspace is on branch {} again", p.from.branch));
+    Ok(actions)
+}
+
+/// Detaches every old overlay left under `run/detached/` (by a switch that failed after it had
+/// mounted the new overlays) and removes the empty directories. Returns how many.
+pub fn reap_detached(store: &Store) -> Result<usize> {
+    let dir = store.detached_dir();
+    let mut n = 0;
+    for m in crate::mountinfo::mounts()? {
+        if m.mount_point.starts_with(&dir) && m.mount_point != dir {
+            overlay::detach(&m.mount_point)?;
+            n += 1;
+        }
+    }
+    if let Ok(rd) = fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            let _ignored = fs::remove_dir(e.path());
+        }
+    }
+    Ok(n)
 }
 
 /// Resolves a switch target: an existing branch, or a checkpoint (which gets a new branch
@@ -653,7 +713,7 @@ pub fn switch(
     let t0 = std::time::Instant::now();
     let args = serde_json::json!({"from": from_branch, "to": target, "name": new_name});
     lower::ensure_view(store)?;
-    store.mutate("switch", args, |_| {
+    let (report, moved) = store.mutate("switch", args, |m| {
         let st = state(store, from_branch)?
             .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {from_branch}")))?;
         let mut checkpointed = None;
@@ -682,50 +742,68 @@ pub fn switch(
         // Move the old overlays out of the way (instant, even with a busy cwd inside); they are
         // detached in the background once the new ones are mounted, because tearing an
         // overlay down syncs its upper filesystem, which can take long on a busy disk.
+        // Each move is recorded first, so `recover` can roll an interrupted switch back.
+        let mut phase = SwitchPhase {
+            from: st.clone(),
+            to_branch: to_branch.clone(),
+            moved: Vec::new(),
+        };
         let mut moved = Vec::new();
-        for (name, r) in &st.roots {
-            if crate::mountinfo::mount_at(&r.mountpoint)?
-                .is_some_and(|m| m.source == source_name(store, from_branch))
-            {
-                let aside = store.detached_dir().join(format!(
-                    "{from_branch}-{name}-{}",
-                    now_ns()
-                ));
-                fs::create_dir_all(&aside).map_err(|e| Error::io(&aside, e))?;
-                overlay::move_mount(&r.mountpoint, &aside)?;
-                moved.push(aside);
+        let switched = (|| -> Result<Option<PathBuf>> {
+                for (name, r) in &st.roots {
+                if crate::mountinfo::mount_at(&r.mountpoint)?
+                    .is_some_and(|m| m.source == source_name(store, from_branch))
+                {
+                    let aside = store.detached_dir().join(format!(
+                        "{from_branch}-{name}-{}",
+                        now_ns()
+                    ));
+                    fs::create_dir_all(&aside).map_err(|e| Error::io(&aside, e))?;
+                    phase.moved.push((r.mountpoint.clone(), aside.clone()));
+                    m.set_phase(serde_json::to_value(&phase).unwrap_or_default())?;
+                    overlay::move_mount(&r.mountpoint, &aside)?;
+                    moved.push(aside);
+                }
             }
-        }
-        fs::remove_file(store.workspace_state_path(from_branch))
-            .map_err(|e| Error::io(store.workspace_state_path(from_branch), e))?;
-        if policy == DirtyPolicy::Discard && d.dirty {
-            displaced = displace_upper(store, from_branch)?;
-        }
-        // No rebase here (it deletes the upper, O(upper)): mount rebases; switch stays O(1).
-        let base = upper_base(store, &to_branch, head)?;
-        let relocate: BTreeMap<String, PathBuf> = st
-            .roots
-            .iter()
-            .map(|(n, r)| (n.clone(), r.mountpoint.clone()))
-            .collect();
-        let opts = MountOptions {
-            branch: to_branch.clone(),
-            roots: st.roots.keys().cloned().collect(),
-            relocate,
+            fs::remove_file(store.workspace_state_path(from_branch))
+                .map_err(|e| Error::io(store.workspace_state_path(from_branch), e))?;
+            if policy == DirtyPolicy::Discard && d.dirty {
+                displaced = displace_upper(store, from_branch)?;
+            }
+            // No rebase here (it deletes the upper, O(upper)): mount rebases; switch stays O(1).
+            let base = upper_base(store, &to_branch, head)?;
+            let relocate: BTreeMap<String, PathBuf> = st
+                .roots
+                .iter()
+                .map(|(n, r)| (n.clone(), r.mountpoint.clone()))
+                .collect();
+            let opts = MountOptions {
+                branch: to_branch.clone(),
+                roots: st.roots.keys().cloned().collect(),
+                relocate,
+            };
+            let roots = plan_roots(store, &to_branch, &base, &opts)?;
+            write_json(&store.upper_base_path(&to_branch), &UpperBase { base })?;
+            mount_roots(store, &to_branch, &roots)?;
+            let new_state = WorkspaceState {
+                branch: to_branch.clone(),
+                base,
+                roots,
+                mounted_ns: now_ns(),
+            };
+            write_json(&store.workspace_state_path(&to_branch), &new_state)?;
+            Ok(displaced.take())
+        })();
+        let displaced = match switched {
+            Ok(v) => v,
+            Err(e) => {
+                // Failed half-way (not crashed): put the old workspace back before reporting.
+                if let Err(r) = roll_back_switch(store, &phase) {
+                    log::warn!("rolling back the switch failed too: {r}");
+                }
+                return Err(e);
+            }
         };
-        let roots = plan_roots(store, &to_branch, &base, &opts)?;
-        write_json(&store.upper_base_path(&to_branch), &UpperBase { base })?;
-        mount_roots(store, &to_branch, &roots)?;
-        let new_state = WorkspaceState {
-            branch: to_branch.clone(),
-            base,
-            roots,
-            mounted_ns: now_ns(),
-        };
-        write_json(&store.workspace_state_path(&to_branch), &new_state)?;
-        for aside in &moved {
-            overlay::detach_in_background(aside);
-        }
         let report = SwitchReport {
             from_branch: from_branch.to_string(),
             to_branch,
@@ -736,8 +814,13 @@ pub fn switch(
             elapsed_ms: t0.elapsed().as_millis() as u64,
         };
         let summary = serde_json::to_value(&report).unwrap_or_default();
-        Ok((report, summary))
-    })
+        Ok(((report, moved), summary))
+    })?;
+    // Only once the switch is recorded as done: `recover` may still need the old overlays.
+    for aside in &moved {
+        overlay::detach_in_background(aside);
+    }
+    Ok(report)
 }
 
 /// `ckptfs fork`: a new branch whose head is `checkpoint` (O(1); nothing is copied).
