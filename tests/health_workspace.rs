@@ -217,7 +217,9 @@ fn switch_under_faults_leaves_the_old_workspace_or_the_new_one() {
             assert!(ok(&["verify", w.store()]).contains("0 findings"), "{ctx}");
             let detached = format!("{}/run/detached/", w.store());
             assert!(
-                !fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&detached),
+                !fs::read_to_string("/proc/self/mountinfo")
+                    .unwrap()
+                    .contains(&detached),
                 "{ctx}: an old overlay was left mounted under run/detached"
             );
             if branch == "alt" {
