@@ -1,8 +1,9 @@
 //! Objects: immutable bytes addressed by the SHA-256 of their uncompressed content.
 //!
-//! Writers use an [`ObjectBatch`]: new objects go to `tmp/` unsynced; `commit` issues one
-//! `syncfs`, renames them to their final names (an existing object is success: dedup), and
-//! syncs again. So an object never appears under its final name before its bytes are durable,
+//! Writers use an [`ObjectBatch`]: new objects go to `tmp/` unsynced; `commit` makes them
+//! durable (fsync of each from several threads for a small batch, one `syncfs` for a big one),
+//! links them to their final names (an existing object is success: dedup), and syncs the
+//! directories. So an object never appears under its final name before its bytes are durable,
 //! and a capture of many files costs two syncs instead of one per object.
 
 use std::collections::{HashMap, HashSet};
