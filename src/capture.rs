@@ -441,30 +441,10 @@ fn walk_dir(
             Node::File(jobs.len() - 1)
         } else if ft.is_symlink() {
             stats.symlinks += 1;
-            let target = fs::read_link(&child_abs).map_err(|e| Error::io(&child_abs, e))?;
-            let target = target.as_os_str().as_bytes().to_vec();
-            Node::Symlink(Entry {
-                name: name.as_bytes().to_vec(),
-                size: target.len() as u64,
-                kind: EntryKind::Symlink { target },
-                mode: m.mode() & 0o7777,
-                uid: m.uid(),
-                gid: m.gid(),
-                mtime_ns: mtime_ns(&m),
-                xattrs: read_xattrs_path(&child_abs)?,
-            })
+            let xattrs = read_xattrs_path(&child_abs)?;
+            Node::Symlink(symlink_entry(name.as_bytes(), &child_abs, &m, xattrs)?)
         } else {
-            let what = if ft_is(&m, libc::S_IFSOCK) {
-                "a socket"
-            } else if ft_is(&m, libc::S_IFIFO) {
-                "a fifo"
-            } else {
-                "a device node"
-            };
-            return Err(Error::Invalid(format!(
-                "{} is {what}: only files, directories and symlinks can be captured (exclude it with --exclude)",
-                child_abs.display()
-            )));
+            return Err(special_file_error(&child_abs, &m));
         };
         children.push((name.as_bytes().to_vec(), node));
     }
@@ -475,8 +455,44 @@ fn walk_dir(
     })
 }
 
-pub(crate) fn ft_is(m: &Metadata, t: u32) -> bool {
+fn ft_is(m: &Metadata, t: u32) -> bool {
     m.mode() & libc::S_IFMT == t
+}
+
+/// The error for a socket, fifo or device found at `path`: captures fail closed on them.
+pub(crate) fn special_file_error(path: &Path, m: &Metadata) -> Error {
+    let what = if ft_is(m, libc::S_IFSOCK) {
+        "a socket"
+    } else if ft_is(m, libc::S_IFIFO) {
+        "a fifo"
+    } else {
+        "a device node"
+    };
+    Error::Invalid(format!(
+        "{} is {what}: only files, directories and symlinks can be captured (exclude it with --exclude)",
+        path.display()
+    ))
+}
+
+/// The tree entry of the symlink at `path` (its target is stored, never followed).
+pub(crate) fn symlink_entry(
+    name: &[u8],
+    path: &Path,
+    m: &Metadata,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+) -> Result<Entry> {
+    let target = fs::read_link(path).map_err(|e| Error::io(path, e))?;
+    let target = target.as_os_str().as_bytes().to_vec();
+    Ok(Entry {
+        name: name.to_vec(),
+        size: target.len() as u64,
+        kind: EntryKind::Symlink { target },
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        mtime_ns: mtime_ns(m),
+        xattrs,
+    })
 }
 
 /// Reads the xattrs of a path without following a final symlink. Unsupported = none.

@@ -279,3 +279,28 @@ fn killed_lower_view_daemon_then_remount_keeps_fsynced_data() {
         "written before the crash"
     );
 }
+
+#[test]
+fn workspace_checkpoints_apply_the_roots_exclude_rules() {
+    let w = Workspace::with_init_args(
+        &["--exclude", "ws=*.pem", "--exclude", "ws=cache/**"],
+        populate,
+    );
+    fs::write(w.path("server.pem"), "-----BEGIN PRIVATE KEY-----").unwrap();
+    fs::create_dir_all(w.path("cache")).unwrap();
+    fs::write(w.path("cache/blob"), "x").unwrap();
+    fs::write(w.path("kept.txt"), "kept").unwrap();
+    let id = w.checkpoint("with secrets around");
+    let ls = ok(&["ls", w.store(), &format!("{id}:ws"), "-r"]);
+    assert!(ls.contains("kept.txt"), "{ls}");
+    assert!(
+        !ls.contains("server.pem"),
+        "an excluded file was checkpointed: {ls}"
+    );
+    assert!(
+        !ls.contains("cache/blob"),
+        "an excluded path was checkpointed: {ls}"
+    );
+    // The file itself stays in the workspace.
+    assert!(w.path("server.pem").exists());
+}

@@ -7,9 +7,9 @@
 //! `trusted.overlay.opaque=y` hides the lower directory; `trusted.overlay.redirect` names the
 //! lower directory a renamed directory came from. `trusted.overlay.*` xattrs are never
 //! captured. Files the upper holds are read (or reused from the stat cache) with
-//! `accept_prefix`: a file an agent keeps appending to is captured as a prefix.
+//! `accept_prefix`: a file an agent keeps appending to is captured as a prefix. The root's
+//! exclude rules from STORE.json apply as in `capture`.
 
-use std::ffi::OsStr;
 use std::fs::{self, Metadata};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -17,7 +17,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use crate::capture::{
-    ft_is, mtime_ns, read_files, read_xattrs_path, stat_key, FileData, FileJob, Progress,
+    mtime_ns, read_files, read_xattrs_path, special_file_error, stat_key, symlink_entry, FileData,
+    FileJob, Progress,
 };
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -74,6 +75,8 @@ struct MDir {
 
 struct Ctx<'a> {
     store: &'a Store,
+    /// The root's exclude rules (names anywhere, paths from the root), as in `capture`.
+    exclude: (globset::GlobSet, globset::GlobSet),
     base_tree: ObjectId,
     old: StatCache,
     jobs: Vec<FileJob>,
@@ -84,14 +87,22 @@ struct Ctx<'a> {
 pub fn merge_root(
     store: &Store,
     batch: &ObjectBatch<'_>,
+    root: &str,
     base: &RootRecord,
     upper: &Path,
     old: StatCache,
     start_ns: i64,
 ) -> Result<Merged> {
     let meta = fs::symlink_metadata(upper).map_err(|e| Error::io(upper, e))?;
+    let rules = store
+        .config()
+        .roots
+        .get(root)
+        .map(|rc| rc.exclude.clone())
+        .unwrap_or_default();
     let mut ctx = Ctx {
         store,
+        exclude: crate::capture::compile_exclude(root, &rules)?,
         base_tree: base.tree,
         old,
         jobs: Vec::new(),
@@ -225,6 +236,9 @@ fn merge_dir(
         let nb = name.as_bytes().to_vec();
         let child = upper.join(&name);
         let child_rel = rel.join(&name);
+        if ctx.exclude.0.is_match(&name) || ctx.exclude.1.is_match(&child_rel) {
+            continue; // excluded (e.g. credentials): never checkpointed
+        }
         let m = match fs::symlink_metadata(&child) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -309,33 +323,10 @@ fn merge_dir(
                 ctx.delta.add(totals_of(ctx.store, l)?, -1);
             }
             ctx.delta.symlinks += 1;
-            let target = fs::read_link(&child).map_err(|e| Error::io(&child, e))?;
-            let target = target.as_os_str().as_bytes().to_vec();
-            MNode::Symlink(Entry {
-                name: nb.clone(),
-                size: target.len() as u64,
-                kind: EntryKind::Symlink { target },
-                mode: m.mode() & 0o7777,
-                uid: m.uid(),
-                gid: m.gid(),
-                mtime_ns: mtime_ns(&m),
-                xattrs: user_xattrs(&child)?,
-            })
+            let xattrs = user_xattrs(&child)?;
+            MNode::Symlink(symlink_entry(&nb, &child, &m, xattrs)?)
         } else {
-            let what = if ft_is(&m, libc::S_IFSOCK) {
-                "a socket"
-            } else if ft_is(&m, libc::S_IFIFO) {
-                "a fifo"
-            } else {
-                "a device node"
-            };
-            return Err(Error::Invalid(format!(
-                "{} is {what}: only files, directories and symlinks can be checkpointed",
-                Path::new("/")
-                    .join(rel)
-                    .join(OsStr::from_bytes(&nb))
-                    .display()
-            )));
+            return Err(special_file_error(&child, &m));
         };
         upper_nodes.push((nb, Some(node)));
     }

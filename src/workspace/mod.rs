@@ -245,7 +245,7 @@ fn merge_all(
         let old = parent
             .map(|p| store.load_statcache(&p, name))
             .unwrap_or_default();
-        let m = merge::merge_root(store, batch, rec, &upper, old, start)?;
+        let m = merge::merge_root(store, batch, name, rec, &upper, old, start)?;
         stats.dirs = (stats.dirs as i64 + m.delta.dirs).max(0) as u64;
         stats.symlinks = (stats.symlinks as i64 + m.delta.symlinks).max(0) as u64;
         files_read += m.files_read;

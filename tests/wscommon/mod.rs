@@ -53,17 +53,20 @@ pub struct Workspace {
 impl Workspace {
     /// Creates the room with `populate`, captures it, and mounts branch main over it.
     pub fn new(populate: impl FnOnce(&Path)) -> Workspace {
+        Workspace::with_init_args(&[], populate)
+    }
+
+    /// As `new`, with extra `init` arguments (e.g. exclude rules).
+    pub fn with_init_args(extra: &[&str], populate: impl FnOnce(&Path)) -> Workspace {
         let tmp = tempfile::tempdir().expect("tempdir");
         let store = tmp.path().join("store");
         let room = tmp.path().join("room");
         fs::create_dir_all(&room).expect("mkdir room");
         populate(&room);
-        ok(&[
-            "init",
-            s(&store),
-            "--root",
-            &format!("ws={}", room.display()),
-        ]);
+        let root = format!("ws={}", room.display());
+        let mut args = vec!["init", s(&store), "--root", &root];
+        args.extend_from_slice(extra);
+        ok(&args);
         ok(&["capture", s(&store), "-m", "initial"]);
         let w = Workspace { tmp, store, room };
         ok(&["mount", s(&w.store), "--branch", "main"]);
