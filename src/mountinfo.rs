@@ -5,16 +5,17 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-/// One line of mountinfo.
+/// A line of /proc/self/mountinfo.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountEntry {
-    pub mount_point: PathBuf,
+    /// `major:minor` of the mounted filesystem.
+    pub dev: String,
+    pub mountpoint: PathBuf,
     pub fstype: String,
     pub source: String,
 }
 
-/// Undoes the kernel's octal escaping (`\040` for space, `\012` for newline...).
-fn unescape(s: &str) -> String {
+fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -23,7 +24,8 @@ fn unescape(s: &str) -> String {
             && i + 3 < b.len()
             && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
         {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
             i += 4;
         } else {
             out.push(b[i]);
@@ -33,29 +35,37 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Every mount of this process's namespace.
+/// Parses mountinfo text.
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        if fields.len() < sep + 3 || fields.len() < 5 {
+            continue;
+        }
+        out.push(MountEntry {
+            dev: fields[2].to_string(),
+            mountpoint: PathBuf::from(unescape_mountinfo(fields[4])),
+            fstype: fields[sep + 1].to_string(),
+            source: unescape_mountinfo(fields[sep + 2]),
+        });
+    }
+    out
+}
+
+/// The mounts of this process's mount namespace.
 pub fn mounts() -> Result<Vec<MountEntry>> {
     let p = Path::new("/proc/self/mountinfo");
     let text = fs::read_to_string(p).map_err(|e| Error::io(p, e))?;
-    Ok(text.lines().filter_map(parse_line).collect())
+    Ok(parse_mountinfo(&text))
 }
 
-fn parse_line(line: &str) -> Option<MountEntry> {
-    let (left, right) = line.split_once(" - ")?;
-    let mount_point = left.split(' ').nth(4)?;
-    let mut r = right.split(' ');
-    let fstype = r.next()?;
-    let source = r.next()?;
-    Some(MountEntry {
-        mount_point: PathBuf::from(unescape(mount_point)),
-        fstype: fstype.to_string(),
-        source: unescape(source),
-    })
-}
-
-/// The topmost mount at exactly `path`, if any.
+/// The mount at exactly `path` (the last one, if stacked).
 pub fn mount_at(path: &Path) -> Result<Option<MountEntry>> {
-    Ok(mounts()?.into_iter().rev().find(|m| m.mount_point == path))
+    Ok(mounts()?.into_iter().rev().find(|m| m.mountpoint == path))
 }
 
 #[cfg(test)]
@@ -66,8 +76,8 @@ mod tests {
     fn parses_escaped_lines() {
         let l =
             "36 35 98:0 / /mnt/a\\040b rw,noatime master:1 - overlay ckptfs:/s:main rw,lowerdir=x";
-        let m = parse_line(l).unwrap();
-        assert_eq!(m.mount_point, PathBuf::from("/mnt/a b"));
+        let m = parse_mountinfo(l).remove(0);
+        assert_eq!(m.mountpoint, PathBuf::from("/mnt/a b"));
         assert_eq!(m.fstype, "overlay");
         assert_eq!(m.source, "ckptfs:/s:main");
     }

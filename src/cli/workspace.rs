@@ -66,7 +66,7 @@ pub fn mount_branch(
 pub fn find_workspace(path: &Path) -> Result<(Store, workspace::WorkspaceState)> {
     let abs = ckptfs::store::absolute(path)?;
     for m in ckptfs::mountinfo::mounts()?.iter().rev() {
-        if m.fstype != "overlay" || !abs.starts_with(&m.mount_point) {
+        if m.fstype != "overlay" || !abs.starts_with(&m.mountpoint) {
             continue;
         }
         let Some(rest) = m.source.strip_prefix("ckptfs:") else {
@@ -76,7 +76,7 @@ pub fn find_workspace(path: &Path) -> Result<(Store, workspace::WorkspaceState)>
             continue;
         };
         let s = Store::open(Path::new(store_path))?;
-        if let Some(st) = workspace::find_by_path(&s, &m.mount_point)? {
+        if let Some(st) = workspace::find_by_path(&s, &m.mountpoint)? {
             return Ok((s, st));
         }
     }

@@ -173,7 +173,7 @@ pub fn is_live(store: &Store, st: &WorkspaceState) -> Result<bool> {
     Ok(st.roots.values().any(|r| {
         mounts
             .iter()
-            .any(|m| m.mount_point == r.mountpoint && m.fstype == "overlay" && m.source == src)
+            .any(|m| m.mountpoint == r.mountpoint && m.fstype == "overlay" && m.source == src)
     }))
 }
 
@@ -647,8 +647,8 @@ pub fn reap_detached(store: &Store) -> Result<usize> {
     let dir = store.detached_dir();
     let mut n = 0;
     for m in crate::mountinfo::mounts()? {
-        if m.mount_point.starts_with(&dir) && m.mount_point != dir {
-            overlay::detach(&m.mount_point)?;
+        if m.mountpoint.starts_with(&dir) && m.mountpoint != dir {
+            overlay::detach(&m.mountpoint)?;
             n += 1;
         }
     }
