@@ -293,3 +293,116 @@ fn clear_errors_for_bad_mountpoints() {
     let o = ck(&["umount", f.dir.path().to_str().unwrap()]);
     assert!(!o.status.success());
 }
+
+/// The daemon's descriptors that point into `STORE/cache/materialized/` (unnamed copies).
+fn materialized_fds(pid: i32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.unwrap().path()).ok())
+        .filter(|t| t.to_string_lossy().contains("cache/materialized/"))
+        .count()
+}
+
+#[test]
+fn big_files_are_read_through_a_materialized_copy_with_passthrough() {
+    let f = Fixture::new();
+    let g = f.mount("mnt");
+    let pid = daemon_pid(f.store_str(), &g.mp);
+    let want = fs::read(f.src.join("big.bin")).unwrap();
+    assert!(want.len() >= 1 << 20, "big.bin must be big enough");
+    assert_eq!(materialized_fds(pid), 0, "nothing is copied before an open");
+    // Small files are never copied.
+    assert_eq!(
+        fs::read(g.mp.join("f300000.bin")).unwrap(),
+        fs::read(f.src.join("f300000.bin")).unwrap()
+    );
+    assert_eq!(
+        materialized_fds(pid),
+        0,
+        "small files stay in the page cache"
+    );
+    // First read builds the copy, later reads use it; both byte-exact.
+    assert_eq!(fs::read(g.mp.join("big.bin")).unwrap(), want);
+    assert_eq!(materialized_fds(pid), 1, "one unnamed copy of big.bin");
+    assert_eq!(fs::read(g.mp.join("big.bin")).unwrap(), want);
+    assert_eq!(materialized_fds(pid), 1, "the copy is reused");
+    // Nothing named is left in the store's cache directory.
+    let named = fs::read_dir(f.store.join("cache/materialized"))
+        .unwrap()
+        .count();
+    assert_eq!(named, 0);
+    // mmap and positioned reads work on a passthrough file.
+    let mmap_sha = |p: &Path| {
+        sh(&format!(
+            "python3 -c 'import hashlib, mmap, sys; f = open(sys.argv[1], \"rb\"); \
+             m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); \
+             print(hashlib.sha256(m).hexdigest())' '{}'",
+            p.display()
+        ))
+    };
+    assert_eq!(
+        mmap_sha(&g.mp.join("big.bin")),
+        mmap_sha(&f.src.join("big.bin"))
+    );
+    let file = fs::File::open(g.mp.join("big.bin")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf, 1_234_567).unwrap();
+    assert_eq!(&buf[..], &want[1_234_567..1_234_567 + 4096]);
+    drop(file);
+    // Passthrough was not refused by the kernel (the daemon says so when it falls back).
+    let log = fs::read_to_string(f.store.join(format!("run/views/{pid}.log"))).unwrap_or_default();
+    assert!(!log.contains("passthrough unavailable"), "{log}");
+    // A file system with --file-cache-size 0 reads the same bytes without copies.
+    let mp2 = f.dir("nocopy");
+    let g2 = MountGuard::new(&mp2);
+    ck_ok(&[
+        "mount",
+        f.store_str(),
+        "first:work",
+        "--at",
+        mp2.to_str().unwrap(),
+        "--file-cache-size",
+        "0",
+    ]);
+    let pid2 = daemon_pid(f.store_str(), &g2.mp);
+    assert_eq!(fs::read(g2.mp.join("big.bin")).unwrap(), want);
+    assert_eq!(materialized_fds(pid2), 0);
+}
+
+#[test]
+fn corrupt_chunk_of_a_big_file_gives_eio_and_no_copy() {
+    let f = Fixture::new();
+    let store = ckptfs::Store::open(&f.store).unwrap();
+    let loc = ckptfs::ops::walk::locate(&store, "first:work/big.bin").unwrap();
+    let chunks = match loc.entry.unwrap().kind {
+        ckptfs::store::tree::EntryKind::File { chunks } => chunks,
+        _ => panic!("big.bin is not a file"),
+    };
+    assert!(chunks.len() > 1, "big.bin spans several chunks");
+    let last = chunks.last().unwrap().id;
+    let (obj, _) = store.locate_object(&last).expect("the last chunk's object");
+    fs::set_permissions(&obj, fs::Permissions::from_mode(0o644)).unwrap();
+    let mut data = fs::read(&obj).unwrap();
+    let i = data.len() / 2;
+    data[i] ^= 0x5a;
+    fs::write(&obj, data).unwrap();
+    let g = f.mount("mnt");
+    let pid = daemon_pid(f.store_str(), &g.mp);
+    let e = fs::read(g.mp.join("big.bin")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert_eq!(
+        materialized_fds(pid),
+        0,
+        "no copy of a file with a bad chunk"
+    );
+    // Everything else still reads.
+    assert_eq!(
+        fs::read(g.mp.join("f300000.bin")).unwrap(),
+        fs::read(f.src.join("f300000.bin")).unwrap()
+    );
+    let log = fs::read_to_string(f.store.join(format!("run/views/{pid}.log"))).unwrap();
+    assert!(
+        log.contains("big.bin") && log.contains(&last.to_hex()),
+        "{log}"
+    );
+}

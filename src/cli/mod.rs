@@ -305,8 +305,6 @@ pub enum Command {
     ///
     /// Example: ckptfs mount /var/lib/ckpt --branch main
     Mount(view::MountArgs),
-    /// List live mounts of a store: workspaces (branch, base checkpoint, changes since the last
-    /// checkpoint) and read-only views (mountpoint, what they show, daemon pid).
     /// Mount the whole history read-only: checkpoints/<id>/<root>/..., labels/<name>,
     /// branches/<name> and by-time/<YYYY-MM-DDTHH:MM:SS> (symlinks to checkpoints), latest.
     ///
@@ -317,12 +315,14 @@ pub enum Command {
     Browse(view::BrowseArgs),
     /// Unmount a `mount` or `browse` view: stops its daemon and waits until the mount is gone.
     Umount(view::UmountArgs),
+    /// List live mounts of a store: workspaces (branch, base checkpoint, changes since the last
+    /// checkpoint) and read-only views (mountpoint, what they show, daemon pid).
+    ///
+    /// Example: ckptfs status /var/lib/ckpt --json
     Status(view::StatusArgs),
     /// Internal: detach a moved-aside workspace overlay and remove its directory.
     #[command(hide = true)]
-    InternalDetach {
-        target: PathBuf,
-    },
+    InternalDetach { target: PathBuf },
 }
 
 #[derive(Subcommand, Debug)]

@@ -6,6 +6,7 @@ use clap::Args;
 
 use ckptfs::daemon::{self, MountState, ServeOptions, StartOptions};
 use ckptfs::ops::walk::split_spec;
+use ckptfs::view::materialize::DEFAULT_FILE_CACHE_BYTES;
 use ckptfs::view::{Namespace, ViewOptions, DEFAULT_CACHE_BYTES};
 use ckptfs::{Error, Result, Store};
 
@@ -29,6 +30,10 @@ pub struct MountArgs {
     /// Memory for decoded trees and file chunks (e.g. 128M, 1G).
     #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
     pub cache_size: u64,
+    /// Disk space (in STORE/cache/, unnamed files freed on exit) for whole copies of files of
+    /// 1 MiB or more, which the kernel then reads directly (FUSE passthrough); 0 turns it off.
+    #[arg(long, value_name = "BYTES", default_value = "4G", value_parser = parse_size)]
+    pub file_cache_size: u64,
     /// Internal: report readiness on stdout (used by the daemonizing parent).
     #[arg(long, hide = true)]
     pub notify_stdout: bool,
@@ -59,6 +64,10 @@ pub struct BrowseArgs {
     /// Memory for decoded trees and file chunks (e.g. 128M, 1G).
     #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
     pub cache_size: u64,
+    /// Disk space (in STORE/cache/, unnamed files freed on exit) for whole copies of files of
+    /// 1 MiB or more, which the kernel then reads directly (FUSE passthrough); 0 turns it off.
+    #[arg(long, value_name = "BYTES", default_value = "4G", value_parser = parse_size)]
+    pub file_cache_size: u64,
     /// Internal: report readiness on stdout (used by the daemonizing parent).
     #[arg(long, hide = true)]
     pub notify_stdout: bool,
@@ -71,7 +80,7 @@ pub struct UmountArgs {
     pub mountpoint: PathBuf,
 }
 
-/// Arguments of `ckptfs status`.
+// Arguments of `ckptfs status`.
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     /// The store directory, or a workspace mountpoint.
@@ -122,12 +131,14 @@ fn run(
     foreground: bool,
     notify_stdout: bool,
     cache_size: u64,
+    file_cache_size: u64,
 ) -> Result<i32> {
     if foreground {
         let mp = daemon::check_mountpoint(&store, &mountpoint)?;
         let opts = ServeOptions {
             view: ViewOptions {
                 cache_bytes: cache_size,
+                file_cache_bytes: file_cache_size,
             },
             notify_stdout,
         };
@@ -136,6 +147,7 @@ fn run(
     }
     let opts = StartOptions {
         cache_bytes: (cache_size != DEFAULT_CACHE_BYTES).then_some(cache_size),
+        file_cache_bytes: (file_cache_size != DEFAULT_FILE_CACHE_BYTES).then_some(file_cache_size),
         ..StartOptions::default()
     };
     let state = daemon::start(&store, &ns, &mountpoint, &opts)?;
@@ -194,6 +206,7 @@ pub fn mount(a: MountArgs) -> Result<i32> {
         a.foreground,
         a.notify_stdout,
         a.cache_size,
+        a.file_cache_size,
     )
 }
 
@@ -207,6 +220,7 @@ pub fn browse(a: BrowseArgs) -> Result<i32> {
         a.foreground,
         a.notify_stdout,
         a.cache_size,
+        a.file_cache_size,
     )
 }
 

@@ -323,6 +323,8 @@ pub struct StartOptions {
     /// The `ckptfs` binary to run; default: this executable (`CKPTFS_EXE` overrides).
     pub exe: Option<PathBuf>,
     pub cache_bytes: Option<u64>,
+    /// Disk budget of materialized files (`--file-cache-size`); None = the default.
+    pub file_cache_bytes: Option<u64>,
     /// How long to wait for the mount to be ready.
     pub timeout: Duration,
 }
@@ -332,6 +334,7 @@ impl Default for StartOptions {
         StartOptions {
             exe: None,
             cache_bytes: None,
+            file_cache_bytes: None,
             timeout: Duration::from_secs(30),
         }
     }
@@ -389,6 +392,9 @@ pub fn start(
     cmd.arg("--foreground").arg("--notify-stdout");
     if let Some(c) = opts.cache_bytes {
         cmd.arg("--cache-size").arg(c.to_string());
+    }
+    if let Some(c) = opts.file_cache_bytes {
+        cmd.arg("--file-cache-size").arg(c.to_string());
     }
     if std::env::var_os("RUST_LOG").is_none() {
         let level = log::max_level().to_string().to_lowercase();

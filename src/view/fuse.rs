@@ -15,19 +15,21 @@
 //! stacking depth, which would stop kernel overlayfs from using a browse mount as its lower
 //! layer. `KEEP_CACHE` alone serves warm reads from the page cache at native speed.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, Config, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption,
-    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, Session, SessionACL, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, BsdFileFlags, Config, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
+    FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    MountOption, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, Session, SessionACL, TimeOrNow, WriteFlags,
 };
 
 use crate::error::Error;
@@ -49,14 +51,132 @@ pub struct MountConfig {
     pub threads: usize,
 }
 
-/// The fuser filesystem: a [`View`] and nothing else.
+/// The fuser filesystem: a [`View`] and the passthrough bookkeeping.
 pub struct ViewFs {
     view: Arc<View>,
+    /// The kernel accepted FUSE_PASSTHROUGH and backing files open fine so far.
+    passthrough: AtomicBool,
+    opens: Mutex<Opens>,
+    next_fh: AtomicU64,
+}
+
+/// Open handles of big files (small files are opened with handle 0 and not tracked).
+#[derive(Default)]
+struct Opens {
+    /// The backing id of each inode with passthrough opens: every open of one inode must use
+    /// the same id while any is open.
+    backing: HashMap<u64, Weak<BackingId>>,
+    /// What each handle holds: its inode and backing id (None: a page-cache open).
+    handles: HashMap<u64, (u64, Option<Arc<BackingId>>)>,
+    /// Page-cache opens of big files per inode (a passthrough open of the same inode meanwhile
+    /// would fail with ETXTBSY, so those stay in page-cache mode until closed).
+    cached: HashMap<u64, u32>,
 }
 
 impl ViewFs {
     pub fn new(view: Arc<View>) -> ViewFs {
-        ViewFs { view }
+        ViewFs {
+            view,
+            passthrough: AtomicBool::new(false),
+            opens: Mutex::new(Opens::default()),
+            next_fh: AtomicU64::new(1),
+        }
+    }
+
+    fn opens(&self) -> MutexGuard<'_, Opens> {
+        self.opens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Opens a big file: passthrough to its materialized copy when possible, else a tracked
+    /// page-cache open.
+    fn open_big(&self, ino: u64, reply: ReplyOpen) {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut o = self.opens();
+            let shared = o.backing.get(&ino).and_then(Weak::upgrade);
+            if let Some(id) = shared {
+                o.handles.insert(fh, (ino, Some(id.clone())));
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+                return;
+            }
+            if o.cached.get(&ino).copied().unwrap_or(0) > 0 || !self.passthrough() {
+                *o.cached.entry(ino).or_default() += 1;
+                o.handles.insert(fh, (ino, None));
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+                return;
+            }
+        }
+        let copy = match self.view.materialized(ino) {
+            Ok(c) => c,
+            Err(e @ (Error::Corrupt(_) | Error::NotFound(_))) => {
+                reply.error(fail("open", ino, &e));
+                return;
+            }
+            Err(e) => {
+                // No room for a copy (ENOSPC...): serve it from the page cache instead.
+                log::warn!(
+                    "{}: {e}; reading it without passthrough",
+                    self.view.path_of(ino)
+                );
+                let mut o = self.opens();
+                *o.cached.entry(ino).or_default() += 1;
+                o.handles.insert(fh, (ino, None));
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+                return;
+            }
+        };
+        let id = match reply.open_backing(&*copy) {
+            Ok(id) => Arc::new(id),
+            Err(e) => {
+                // EPERM (not root), ELOOP (the store sits on a stacked filesystem)...: the
+                // kernel will refuse every backing file alike, so stop trying.
+                log::warn!("passthrough unavailable ({e}); reading files through the daemon");
+                self.passthrough.store(false, Ordering::Relaxed);
+                let mut o = self.opens();
+                *o.cached.entry(ino).or_default() += 1;
+                o.handles.insert(fh, (ino, None));
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+                return;
+            }
+        };
+        let mut o = self.opens();
+        // Another open may have registered one meanwhile: all opens must share it.
+        let id = match o.backing.get(&ino).and_then(Weak::upgrade) {
+            Some(theirs) => theirs,
+            None => {
+                o.backing.insert(ino, Arc::downgrade(&id));
+                id
+            }
+        };
+        o.handles.insert(fh, (ino, Some(id.clone())));
+        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+    }
+
+    fn passthrough(&self) -> bool {
+        self.passthrough.load(Ordering::Relaxed)
+    }
+
+    fn release_file(&self, fh: u64) {
+        let mut o = self.opens();
+        match o.handles.remove(&fh) {
+            Some((ino, None)) => {
+                if let Some(n) = o.cached.get_mut(&ino) {
+                    *n -= 1;
+                    if *n == 0 {
+                        o.cached.remove(&ino);
+                    }
+                }
+            }
+            Some((ino, Some(id))) => {
+                drop(id);
+                if o.backing.get(&ino).is_some_and(|w| w.strong_count() == 0) {
+                    o.backing.remove(&ino);
+                }
+            }
+            None => {}
+        }
     }
 }
 
@@ -163,6 +283,15 @@ impl Filesystem for ViewFs {
         if let Err(e) = config.set_max_background(64) {
             log::warn!("could not set max_background 64: nearest {e}");
         }
+        // Passthrough for big files: stack depth 1 (backing files on a plain filesystem) keeps
+        // this mount usable as a kernel overlayfs lower layer (overlay adds one, the limit is 2).
+        if self.view.passthrough_wanted()
+            && config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH)
+            && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+            && config.set_max_stack_depth(1).is_ok()
+        {
+            self.passthrough.store(true, Ordering::Relaxed);
+        }
         log::info!("view ready: {:?}", self.view.namespace());
         Ok(())
     }
@@ -211,11 +340,10 @@ impl Filesystem for ViewFs {
             reply.error(Errno::EROFS);
             return;
         }
-        // Check the file once, then answer ENOSYS: the kernel counts that as success, stops
-        // sending OPEN and RELEASE for the rest of the mount (one round trip each per file,
-        // which dominate `grep -r`), and opens with KEEP_CACHE; reads arrive with fh 0.
-        match self.view.file_map(ino.0) {
-            Ok(()) => reply.error(Errno::ENOSYS),
+        match self.view.file_size(ino.0) {
+            Ok(size) if self.view.wants_copy(size) => self.open_big(ino.0, reply),
+            // Small files: the page cache, kept across opens; reads arrive with handle 0.
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(fail("open", ino.0, &e)),
         }
     }
@@ -238,12 +366,9 @@ impl Filesystem for ViewFs {
                 r.data(data);
             }
         };
-        let r = if fh.0 == 0 {
-            self.view.read_ino_with(ino.0, offset, size, send)
-        } else {
-            self.view.read_with(fh.0, offset, size, send)
-        };
-        if let Err(e) = r {
+        // Every open is by inode (handles only track passthrough), so reads are too.
+        let _ = fh;
+        if let Err(e) = self.view.read_ino_with(ino.0, offset, size, send) {
             if let Some(r) = reply.take() {
                 r.error(fail("read", ino.0, &e));
             }
@@ -273,7 +398,7 @@ impl Filesystem for ViewFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.view.release(fh.0);
+        self.release_file(fh.0);
         reply.ok();
     }
 

@@ -26,6 +26,7 @@
 //!   the path and the object, and the rest of the tree keeps working.
 
 pub mod fuse;
+pub mod materialize;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -165,12 +166,15 @@ pub enum Namespace {
 pub struct ViewOptions {
     /// Total bytes for decoded trees (a quarter) and verified chunks (the rest).
     pub cache_bytes: u64,
+    /// Disk budget of materialized copies of big files (passthrough backing files).
+    pub file_cache_bytes: u64,
 }
 
 impl Default for ViewOptions {
     fn default() -> Self {
         ViewOptions {
             cache_bytes: DEFAULT_CACHE_BYTES,
+            file_cache_bytes: materialize::DEFAULT_FILE_CACHE_BYTES,
         }
     }
 }
@@ -275,6 +279,8 @@ pub struct View {
     next_fh: AtomicU64,
     /// Time the view was created: mtime of the browse namespace's synthetic directories.
     created_ns: i64,
+    /// Materialized copies of big files (passthrough backing files).
+    copies: materialize::FileCache,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -354,6 +360,7 @@ impl View {
             }
         };
         let budget = usize::try_from(opts.cache_bytes).unwrap_or(usize::MAX);
+        let copies_dir = store.cache_dir().join("materialized");
         let mut inodes = HashMap::new();
         inodes.insert(
             ROOT_INO,
@@ -380,6 +387,7 @@ impl View {
             )),
             next_fh: AtomicU64::new(1),
             created_ns,
+            copies: materialize::FileCache::new(copies_dir, opts.file_cache_bytes),
         })
     }
 
@@ -946,12 +954,62 @@ impl View {
         if let Some(d) = self.chunks.get(&c.id) {
             return Ok(d);
         }
-        match self.store.read_object(&c.id) {
-            Ok(data) if data.len() == c.len as usize => {
-                let data = Arc::new(data);
-                self.chunks.insert(c.id, data.clone(), data.len() + 64);
-                Ok(data)
+        let data = Arc::new(self.load_chunk(f, c)?);
+        self.chunks.insert(c.id, data.clone(), data.len() + 64);
+        Ok(data)
+    }
+
+    /// Size of a regular file, from its chunk map.
+    ///
+    /// # Errors
+    /// As for reading: not a file, a missing or corrupt tree.
+    pub fn file_size(&self, ino: Ino) -> Result<u64> {
+        self.file_by_ino(ino).map(|f| f.size)
+    }
+
+    /// Whether a file of this size is worth a materialized copy (big enough, fits the budget).
+    pub fn wants_copy(&self, size: u64) -> bool {
+        size >= materialize::PASSTHROUGH_MIN_BYTES && self.copies.accepts(size)
+    }
+
+    /// A read-only, complete copy of a file in `STORE/cache/materialized/` (unnamed), built
+    /// from its hash-checked chunks on first use and kept in a disk-budgeted LRU.
+    ///
+    /// # Errors
+    /// A missing or corrupt chunk (logged with path and object, as for reads); ENOSPC.
+    pub fn materialized(&self, ino: Ino) -> Result<Arc<std::fs::File>> {
+        let file = self.file_by_ino(ino)?;
+        let what = self.path_of(ino);
+        let io_err = |e| Error::io_op(format!("{what}: materializing into cache/"), e);
+        self.copies.get_or_build(ino, file.size, io_err, |out| {
+            for (i, c) in file.chunks.iter().enumerate() {
+                if file.chunks.len() > 1 {
+                    self.prefetch_chunks(&file, i);
+                }
+                let data = match self.chunks.get(&c.id) {
+                    Some(d) => d,
+                    None => Arc::new(self.load_chunk(&file, c)?),
+                };
+                materialize::write_at(out, &data, file.starts[i]).map_err(io_err)?;
             }
+            Ok::<(), Error>(())
+        })
+    }
+
+    /// Whether big files should be materialized for passthrough at all (a non-zero budget).
+    pub fn passthrough_wanted(&self) -> bool {
+        self.copies.accepts(materialize::PASSTHROUGH_MIN_BYTES)
+    }
+
+    /// Bytes held by materialized copies.
+    pub fn copies_bytes(&self) -> u64 {
+        self.copies.bytes()
+    }
+
+    /// Reads and checks one chunk (not cached).
+    fn load_chunk(&self, f: &OpenFile, c: &Chunk) -> Result<Vec<u8>> {
+        match self.store.read_object(&c.id) {
+            Ok(data) if data.len() == c.len as usize => Ok(data),
             Ok(data) => {
                 let path = self.path_of(f.ino);
                 let msg = format!(
