@@ -304,3 +304,73 @@ fn workspace_checkpoints_apply_the_roots_exclude_rules() {
     // The file itself stays in the workspace.
     assert!(w.path("server.pem").exists());
 }
+
+#[test]
+fn metadata_changes_copy_no_data_and_checkpoint_exactly() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let w = Workspace::new(|room| {
+        populate(room);
+        fs::create_dir_all(room.join("deep/er")).unwrap();
+        fs::write(room.join("deep/er/moved.txt"), "moved bytes\n").unwrap();
+    });
+    let upper = w.store.join("upper/main/ws");
+    // chmod, chown and utimes of lower files: metadata-only copy-ups (no bytes in the upper).
+    fs::set_permissions(w.path("big.bin"), fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(w.path("notes.md"), Some(4321), Some(8765)).unwrap();
+    sh(&format!(
+        "python3 -c 'import os; os.utime(\"{}\", ns=(0, 1_234_567_890_123_456_789))'",
+        w.path("src/pkg/a.py").display()
+    ));
+    // A renamed lower file across directories (redirect) and within one.
+    fs::rename(w.path("deep/er/moved.txt"), w.path("src/arrived.txt")).unwrap();
+    fs::set_permissions(w.path("src/arrived.txt"), fs::Permissions::from_mode(0o640)).unwrap();
+    let copied = fs::metadata(upper.join("big.bin")).unwrap();
+    assert!(
+        copied.blocks() * 512 < 1 << 20,
+        "chmod copied big.bin's bytes up ({} blocks)",
+        copied.blocks()
+    );
+    assert!(
+        xattr::get(upper.join("big.bin"), "trusted.overlay.metacopy")
+            .unwrap()
+            .is_some(),
+        "no metacopy xattr: the overlay copied data"
+    );
+    let id = w.checkpoint("metadata only");
+    let spec = |p: &str| format!("{id}:ws/{p}");
+    assert!(
+        ok(&["cat", w.store(), &spec("big.bin")]) == "\x07".repeat(3 << 20),
+        "big.bin keeps its bytes"
+    );
+    assert_eq!(ok(&["cat", w.store(), &spec("notes.md")]), "# notes\n");
+    assert_eq!(
+        ok(&["cat", w.store(), &spec("src/arrived.txt")]),
+        "moved bytes\n"
+    );
+    let ls = ok(&["ls", w.store(), &format!("{id}:ws"), "-r", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&ls).unwrap();
+    let entry = |p: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["path"] == p)
+            .unwrap_or_else(|| panic!("{p} missing in {ls}"))
+            .clone()
+    };
+    assert_eq!(entry("big.bin")["mode"], "600", "{ls}");
+    assert_eq!(entry("notes.md")["uid"], 4321);
+    assert_eq!(entry("notes.md")["gid"], 8765);
+    assert_eq!(
+        entry("src/pkg/a.py")["mtime_ns"].as_i64().unwrap(),
+        1_234_567_890_123_456_789
+    );
+    assert_eq!(entry("src/arrived.txt")["mode"], "640");
+    assert!(!ls.contains("moved.txt"), "{ls}");
+    // Nothing was read back to build it: same content ids, no new chunk objects.
+    let show: serde_json::Value =
+        serde_json::from_str(&ok(&["show", w.store(), &id, "--json"])).unwrap();
+    assert_eq!(show["checkpoint"]["stats"]["files_read"], 0, "{show}");
+    // The workspace itself still reads the right bytes, and a fresh mount of the checkpoint too.
+    assert_eq!(fs::read(w.path("big.bin")).unwrap(), vec![7u8; 3 << 20]);
+    assert!(ok(&["verify", w.store()]).contains("0 findings"));
+}

@@ -498,7 +498,14 @@ pub fn ensure_browse(store: &Store, mountpoint: &Path) -> Result<()> {
         )));
     }
     fs::create_dir_all(&mp).map_err(|e| Error::io(&mp, e))?;
-    start_browse(store, &mp).map(|_| ())
+    // No materialized copies under an overlay: the overlay opens lower files on its own, copies
+    // them up before any write, and without copies the view answers OPEN with ENOSYS, so a
+    // workspace pays no OPEN round trip per file it reads from the lower layer.
+    let opts = StartOptions {
+        file_cache_bytes: Some(0),
+        ..StartOptions::default()
+    };
+    start(store, &Namespace::Browse, &mp, &opts).map(|_| ())
 }
 
 fn read_state(store: &Store, pid: u32) -> Result<Option<MountState>> {

@@ -20,7 +20,8 @@
 //!   run/mounts/B.json     a mounted workspace (mountpoints, lower dirs); run/lower/: the store's
 //!                         read-only view, mounted for overlay lower layers
 //!   displaced/            directories set aside by restore/switch (never deleted silently)
-//!   cache/                rebuildable only: stat caches for incremental capture, materialized files
+//!   cache/                rebuildable only: stat/ caches for incremental capture; materialized/:
+//!                         unnamed (O_TMPFILE) copies of big files a view daemon passes through
 //!   audit.jsonl           append-only, one JSON line per operation, synced per line
 //!   lock                  flock: exclusive while a mutating command runs
 //! ```

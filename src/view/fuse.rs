@@ -4,16 +4,22 @@
 //! Choices (see DESIGN §9 for the measurements behind them):
 //! - immutable entries get long entry/attr TTLs and negative entries; browse entries that can
 //!   change (`labels/`, `branches/`, `latest`...) get one second;
-//! - file OPEN is answered ENOSYS after checking the file: the kernel then opens files itself
-//!   (no OPEN/RELEASE round trips) with `KEEP_CACHE`; immutable directories get `CACHE_DIR`; `DO_READDIRPLUS` without `READDIRPLUS_AUTO`, so `ls -l` costs no lookups;
+//! - files under 1 MiB open with `KEEP_CACHE` and handle 0 (the page cache serves them again
+//!   without a READ); immutable directories get `CACHE_DIR`; `DO_READDIRPLUS` without
+//!   `READDIRPLUS_AUTO`, so `ls -l` costs no lookups;
+//! - files of 1 MiB or more are copied once, from their verified chunks, into an unnamed file
+//!   in `STORE/cache/` ([`crate::view::materialize`]) and opened with FUSE passthrough to it:
+//!   the kernel reads (and maps) the copy directly, no READ reaches the daemon. All opens of
+//!   one inode share one backing id; a file already open in page-cache mode stays so until
+//!   closed (mixing modes on one inode is ETXTBSY). The stack depth is 1, so a kernel overlayfs
+//!   can still use the mount as its lower layer. Where the kernel refuses (not root, store on
+//!   a stacked filesystem) or the copy cannot be made (no space), files fall back to the page
+//!   cache. With no copy budget (`--file-cache-size 0`, and the overlay lower view of
+//!   workspaces) OPEN is answered ENOSYS once checked: the kernel then opens every file itself
+//!   with `KEEP_CACHE`, with no OPEN or RELEASE round trip at all;
 //! - several worker threads (`n_threads`, `clone_fd`), since handlers block on disk reads;
 //! - every write-side request answers EROFS (the mount is also `ro`); a missing xattr is
 //!   ENODATA, never ENOSYS (which would disable xattrs for the whole mount).
-//!
-//! Passthrough is not used: it needs one backing file per open (a whole-file object or a
-//! materialized copy), cannot be combined with `KEEP_CACHE` on the same open, and raises the
-//! stacking depth, which would stop kernel overlayfs from using a browse mount as its lower
-//! layer. `KEEP_CACHE` alone serves warm reads from the page cache at native speed.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -338,6 +344,17 @@ impl Filesystem for ViewFs {
         log::trace!("open {ino}");
         if flags.acc_mode() != OpenAccMode::O_RDONLY {
             reply.error(Errno::EROFS);
+            return;
+        }
+        if !self.view.passthrough_wanted() {
+            // No copies wanted (--file-cache-size 0, overlay lower layers): check the file,
+            // then answer ENOSYS. The kernel counts that as success, stops sending OPEN and
+            // RELEASE for the rest of the mount (one round trip each per file, which dominate
+            // `grep -r` and an overlay's first reads), and opens with KEEP_CACHE.
+            match self.view.file_size(ino.0) {
+                Ok(_) => reply.error(Errno::ENOSYS),
+                Err(e) => reply.error(fail("open", ino.0, &e)),
+            }
             return;
         }
         match self.view.file_size(ino.0) {

@@ -764,11 +764,6 @@ impl View {
         Ok(fh)
     }
 
-    /// Checks that `ino` is a readable file and caches its chunk map for handle-less reads.
-    pub fn file_map(&self, ino: Ino) -> Result<()> {
-        self.file_by_ino(ino).map(|_| ())
-    }
-
     /// The chunk map of a file, from the per-inode cache (for reads without an open handle:
     /// the adapter lets the kernel skip OPEN and RELEASE).
     fn file_by_ino(&self, ino: Ino) -> Result<Arc<OpenFile>> {

@@ -5,8 +5,9 @@
 //! (a directory keeps its tree id without being read). Overlayfs's on-disk format is read as
 //! the kernel writes it: a whiteout is a character device 0/0; a directory with
 //! `trusted.overlay.opaque=y` hides the lower directory; `trusted.overlay.redirect` names the
-//! lower directory a renamed directory came from. `trusted.overlay.*` xattrs are never
-//! captured. Files the upper holds are read (or reused from the stat cache) with
+//! lower directory a renamed directory (or the lower file a renamed metadata-only copy) came
+//! from; a file with `trusted.overlay.metacopy` holds new metadata only, its bytes are the lower
+//! file's (content ids reused, nothing read). `trusted.overlay.*` xattrs are never captured. Files the upper holds are read (or reused from the stat cache) with
 //! `accept_prefix`: a file an agent keeps appending to is captured as a prefix. The root's
 //! exclude rules from STORE.json apply as in `capture`.
 
@@ -63,7 +64,8 @@ enum MNode {
     /// A lower entry the upper does not touch.
     Keep(Entry),
     File(usize),
-    Symlink(Entry),
+    /// An entry complete without reading anything (symlinks, metadata-only copies).
+    Ready(Entry),
     Dir(Box<MDir>),
 }
 
@@ -304,6 +306,47 @@ fn merge_dir(
                 m,
                 x,
             )?))
+        } else if ft.is_file() && overlay_xattr(&child, "metacopy")?.is_some() {
+            // A metadata-only copy-up (chmod, chown, utimes, rename): the upper file is a hole
+            // with the new metadata; its bytes are still the lower file's, found by name or
+            // by its redirect (a renamed file), so its content ids are reused, nothing read.
+            if let Some(l) = lower_same {
+                ctx.delta.add(totals_of(ctx.store, l)?, -1);
+            }
+            let data = match overlay_xattr(&child, "redirect")? {
+                Some(r) if r.starts_with(b"/") => {
+                    let (dir, file) = match r.iter().rposition(|&c| c == b'/') {
+                        Some(i) => (&r[..i], &r[i + 1..]),
+                        None => (&r[..0], &r[..]),
+                    };
+                    lower_at(ctx, dir)?.and_then(|t| t.get(file).cloned())
+                }
+                Some(r) => lower.and_then(|t| t.get(&r).cloned()),
+                None => lower_same.cloned(),
+            };
+            let Some(Entry {
+                kind: EntryKind::File { chunks },
+                size,
+                ..
+            }) = data
+            else {
+                return Err(Error::Corrupt(format!(
+                    "{}: a metadata-only copy whose data is not in the base checkpoint",
+                    child.display()
+                )));
+            };
+            ctx.delta.files += 1;
+            ctx.delta.bytes += size as i64;
+            MNode::Ready(Entry {
+                name: nb.clone(),
+                kind: EntryKind::File { chunks },
+                mode: m.mode() & 0o7777,
+                uid: m.uid(),
+                gid: m.gid(),
+                mtime_ns: mtime_ns(&m),
+                size,
+                xattrs: user_xattrs(&child)?,
+            })
         } else if ft.is_file() {
             if let Some(l) = lower_same {
                 ctx.delta.add(totals_of(ctx.store, l)?, -1);
@@ -324,7 +367,7 @@ fn merge_dir(
             }
             ctx.delta.symlinks += 1;
             let xattrs = user_xattrs(&child)?;
-            MNode::Symlink(symlink_entry(&nb, &child, &m, xattrs)?)
+            MNode::Ready(symlink_entry(&nb, &child, &m, xattrs)?)
         } else {
             return Err(special_file_error(&child, &m));
         };
@@ -383,7 +426,7 @@ fn build(
                     xattrs: d.xattrs.clone(),
                 });
             }
-            MNode::Symlink(e) => entries.push(e.clone()),
+            MNode::Ready(e) => entries.push(e.clone()),
             MNode::Dir(sub) => {
                 let (tree, sd) = build(batch, sub, results, delta)?;
                 subdirs += 1;

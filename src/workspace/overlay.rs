@@ -2,8 +2,11 @@
 //!
 //! The upper layer is a plain directory in the store, so writes run at native speed and
 //! survive a crash of any ckptfs process; the lower layer is the store's read-only view.
-//! `redirect_dir=on` lets users rename lower directories (no EXDEV); `index=off`,
-//! `metacopy=off` and `xino=off` keep the upper's on-disk format simple for capture.
+//! `redirect_dir=on` lets users rename lower directories (no EXDEV); `metacopy=on` makes
+//! chmod/chown/utimes (and rename) of a lower file copy its metadata only, not its bytes (git
+//! freshens every object it would have written with utime(2): without it, `git add` of a fresh
+//! workspace copied the whole object store up); `index=off` and `xino=off` keep the upper's
+//! on-disk format simple for capture (see `merge`).
 
 use std::io;
 use std::path::Path;
@@ -34,7 +37,7 @@ pub fn mount_overlay(
     work: &Path,
 ) -> Result<()> {
     let opts = format!(
-        "lowerdir={},upperdir={},workdir={},redirect_dir=on,index=off,metacopy=off,xino=off",
+        "lowerdir={},upperdir={},workdir={},redirect_dir=on,index=off,metacopy=on,xino=off",
         escape(lower),
         escape(upper),
         escape(work)
