@@ -169,6 +169,22 @@ pub fn write_atomic_replace(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     result
 }
 
+/// Publishes `data` at `path` atomically (temp -> rename) without syncing anything: for state
+/// that only describes live mounts (`run/`), which a reboot makes moot anyway, while a crashed
+/// process leaves it in the page cache, old or new, never torn.
+pub fn write_atomic_replace_volatile(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    let dir = parent_of(path)?;
+    let tmp = temp_path(dir, "w");
+    let result = (|| {
+        write_new(&tmp, data, mode)?;
+        rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ignored_cleanup = fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// Publishes `data` at `path` atomically and never overwrites: temp -> fsync -> link -> fsync
 /// dir. Returns `Ok(false)` when `path` already exists (the caller decides if that is an error).
 pub fn write_atomic_new(path: &Path, data: &[u8], mode: u32) -> Result<bool> {

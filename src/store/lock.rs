@@ -35,13 +35,15 @@ pub struct StoreLock {
 pub struct Mutation<'a> {
     store: &'a Store,
     marker: RunningMarker,
+    /// Sync the marker (false for operations on live mounts only: see [`Store::mutate_live`]).
+    durable: bool,
 }
 
 impl Mutation<'_> {
     /// Records operation progress in the RUNNING marker, durably, for `recover`.
     pub fn set_phase(&mut self, phase: serde_json::Value) -> Result<()> {
         self.marker.phase = phase;
-        self.store.write_marker(&self.marker)
+        self.store.write_marker(&self.marker, self.durable)
     }
 }
 
@@ -91,17 +93,26 @@ impl Store {
         }
     }
 
-    fn write_marker(&self, m: &RunningMarker) -> Result<()> {
+    fn write_marker(&self, m: &RunningMarker, durable: bool) -> Result<()> {
         let data = serde_json::to_vec_pretty(m)
             .map_err(|e| Error::Invalid(format!("encoding RUNNING marker: {e}")))?;
-        fsio::write_atomic_replace(&self.running_marker_path(), &data, 0o600)
+        if durable {
+            fsio::write_atomic_replace(&self.running_marker_path(), &data, 0o600)
+        } else {
+            fsio::write_atomic_replace_volatile(&self.running_marker_path(), &data, 0o600)
+        }
     }
 
     /// Removes the RUNNING marker durably.
     pub fn clear_marker(&self) -> Result<()> {
+        self.clear_marker_with(true)
+    }
+
+    fn clear_marker_with(&self, durable: bool) -> Result<()> {
         let p = self.running_marker_path();
         match fs::remove_file(&p) {
-            Ok(()) => fsio::sync_path(&self.run_dir()),
+            Ok(()) if durable => fsio::sync_path(&self.run_dir()),
+            Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io(&p, e)),
         }
@@ -118,6 +129,31 @@ impl Store {
         args: serde_json::Value,
         f: impl FnOnce(&mut Mutation<'_>) -> Result<(T, serde_json::Value)>,
     ) -> Result<T> {
+        self.mutate_with(op, args, true, f)
+    }
+
+    /// As `mutate`, for an operation that only rearranges live mounts (`switch`): its RUNNING
+    /// marker and phases are written atomically but not synced. A crashed process leaves them
+    /// in the page cache for `recover`; a reboot removes the mounts they describe, and with
+    /// them the need to roll anything back. The store changes the operation makes (refs,
+    /// records, `base.json`) are still synced by their own writes, and the audit line too.
+    /// Saves the syncs that cost up to a second each while the disk is busy writing back.
+    pub fn mutate_live<T>(
+        &self,
+        op: &str,
+        args: serde_json::Value,
+        f: impl FnOnce(&mut Mutation<'_>) -> Result<(T, serde_json::Value)>,
+    ) -> Result<T> {
+        self.mutate_with(op, args, false, f)
+    }
+
+    fn mutate_with<T>(
+        &self,
+        op: &str,
+        args: serde_json::Value,
+        durable: bool,
+        f: impl FnOnce(&mut Mutation<'_>) -> Result<(T, serde_json::Value)>,
+    ) -> Result<T> {
         let _lock = self.lock_exclusive()?;
         if let Some(m) = self.read_marker()? {
             return Err(Error::Conflict(format!(
@@ -128,7 +164,7 @@ impl Store {
                 self.root().display()
             )));
         }
-        self.run_locked(op, args, f)
+        self.run_locked_with(op, args, durable, f)
     }
 
     /// As `mutate`, for callers that already hold the lock and handled the marker (`recover`).
@@ -138,6 +174,16 @@ impl Store {
         args: serde_json::Value,
         f: impl FnOnce(&mut Mutation<'_>) -> Result<(T, serde_json::Value)>,
     ) -> Result<T> {
+        self.run_locked_with(op, args, true, f)
+    }
+
+    fn run_locked_with<T>(
+        &self,
+        op: &str,
+        args: serde_json::Value,
+        durable: bool,
+        f: impl FnOnce(&mut Mutation<'_>) -> Result<(T, serde_json::Value)>,
+    ) -> Result<T> {
         let marker = RunningMarker {
             pid: std::process::id(),
             op: op.into(),
@@ -145,10 +191,11 @@ impl Store {
             args: args.clone(),
             phase: serde_json::Value::Null,
         };
-        self.write_marker(&marker)?;
+        self.write_marker(&marker, durable)?;
         let mut m = Mutation {
             store: self,
             marker,
+            durable,
         };
         let result = f(&mut m);
         let (ret, line) = match result {
@@ -164,7 +211,7 @@ impl Store {
             }
         };
         let audit = self.append_audit(&line);
-        let cleared = self.clear_marker();
+        let cleared = self.clear_marker_with(durable);
         let v = ret?;
         audit?;
         cleared?;

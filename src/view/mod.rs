@@ -828,17 +828,15 @@ impl View {
     /// Asks the kernel to start reading an object's file (readahead across chunk files,
     /// which are separate files the kernel cannot know belong together).
     fn advise(&self, id: &ObjectId) {
-        let Some((path, _)) = self.store.locate_object(id) else {
-            return;
-        };
-        match std::fs::File::open(&path) {
-            Ok(f) => {
+        match self.store.open_object(id) {
+            Ok(Some((f, path, _))) => {
                 use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
                 if let Err(e) = posix_fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_WILLNEED) {
                     log::debug!("fadvise {}: {e}", path.display());
                 }
             }
-            Err(e) => log::debug!("prefetch {}: {e}", path.display()),
+            Ok(None) => log::debug!("prefetch: object {id} missing"),
+            Err(e) => log::debug!("prefetch: {e}"),
         }
     }
 

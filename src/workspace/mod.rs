@@ -139,6 +139,22 @@ fn write_json(p: &Path, v: &impl Serialize) -> Result<()> {
     fsio::write_atomic_replace(p, &data, 0o600)
 }
 
+/// Writes the state of a mounted workspace (`run/mounts/B.json`): atomically, not synced,
+/// since it describes mounts that a reboot removes (see `fsio::write_atomic_replace_volatile`).
+fn write_mount_state(store: &Store, st: &WorkspaceState) -> Result<()> {
+    let p = store.workspace_state_path(&st.branch);
+    if let Some(d) = p.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)
+            .map_err(|e| Error::io(d, e))?;
+    }
+    let data =
+        serde_json::to_vec_pretty(st).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
+    fsio::write_atomic_replace_volatile(&p, &data, 0o600)
+}
+
 /// The mounted workspace of `branch`, if its state file exists.
 pub fn state(store: &Store, branch: &str) -> Result<Option<WorkspaceState>> {
     read_json(&store.workspace_state_path(branch))
@@ -553,7 +569,7 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
             roots,
             mounted_ns: now_ns(),
         };
-        write_json(&store.workspace_state_path(&opts.branch), &st)?;
+        write_mount_state(store, &st)?;
         let summary = serde_json::json!({"base": base});
         Ok((st, summary))
     })
@@ -636,7 +652,7 @@ pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
         let _ignored = fs::remove_dir(aside);
     }
     let _ignored = fs::remove_file(store.workspace_state_path(&p.to_branch));
-    write_json(&store.workspace_state_path(&p.from.branch), &p.from)?;
+    write_mount_state(store, &p.from)?;
     actions.push(format!("workspace is on branch {} again", p.from.branch));
     Ok(actions)
 }
@@ -713,7 +729,7 @@ pub fn switch(
     let t0 = std::time::Instant::now();
     let args = serde_json::json!({"from": from_branch, "to": target, "name": new_name});
     lower::ensure_view(store)?;
-    let (report, moved) = store.mutate("switch", args, |m| {
+    let (report, moved) = store.mutate_live("switch", args, |m| {
         let st = state(store, from_branch)?
             .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {from_branch}")))?;
         let mut checkpointed = None;
@@ -791,7 +807,7 @@ pub fn switch(
                 roots,
                 mounted_ns: now_ns(),
             };
-            write_json(&store.workspace_state_path(&to_branch), &new_state)?;
+            write_mount_state(store, &new_state)?;
             Ok(displaced.take())
         })();
         let displaced = match switched {
