@@ -173,3 +173,20 @@ fn recover_refuses_while_the_recorded_process_lives() {
     let r = ok_json(["recover", &env.s()]);
     assert!(r["interrupted"].is_null(), "{r}");
 }
+
+#[test]
+fn a_torn_running_marker_is_an_interrupted_operation_that_recover_clears() {
+    let env = Env::new();
+    small_tree(env.ws());
+    env.capture_id(&[]);
+    // A power loss can leave the unsynced marker of a live-mount operation empty or torn.
+    for torn in [&b""[..], &b"{\"pid\": 12"[..]] {
+        fs::write(env.path("store/run/RUNNING.json"), torn).unwrap();
+        let err = fails(1, ["capture", &env.s()]);
+        assert!(err.contains("recover"), "{err}");
+        let out = ok(["recover", &env.s()]);
+        assert!(out.contains("unreadable marker"), "{out}");
+        assert!(!env.path("store/run/RUNNING.json").exists());
+        env.capture_id(&[]);
+    }
+}

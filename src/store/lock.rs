@@ -85,9 +85,17 @@ impl Store {
     pub fn read_marker(&self) -> Result<Option<RunningMarker>> {
         let p = self.running_marker_path();
         match fs::read(&p) {
-            Ok(d) => serde_json::from_slice(&d)
-                .map(Some)
-                .map_err(|e| Error::Corrupt(format!("{}: {e}", p.display()))),
+            Ok(d) => Ok(Some(serde_json::from_slice(&d).unwrap_or_else(|e| {
+                // Empty or torn (a marker of a live-mount operation is not synced, and a power
+                // loss can leave it so): still an interrupted operation, for `recover` to clear.
+                RunningMarker {
+                    pid: 0,
+                    op: format!("operation with an unreadable marker ({e})"),
+                    started_ns: 0,
+                    args: serde_json::Value::Null,
+                    phase: serde_json::Value::Null,
+                }
+            }))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io(&p, e)),
         }
@@ -229,6 +237,9 @@ pub fn pid_alive(pid: u32) -> bool {
     let Ok(p) = i32::try_from(pid) else {
         return false;
     };
+    if p <= 0 {
+        return false; // 0 and negatives address process groups, never one process
+    }
     match nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None) {
         Ok(()) => true,
         Err(nix::errno::Errno::EPERM) => true,
