@@ -208,6 +208,12 @@ pub fn write_atomic_new(path: &Path, data: &[u8], mode: u32) -> Result<bool> {
 
 /// Appends one line to `path` (created if missing) and syncs it: the audit log's write-through.
 pub fn append_line(path: &Path, line: &str) -> Result<()> {
+    append_line_with(path, line, true)
+}
+
+/// As [`append_line`]; `sync` false leaves the line to the kernel's writeback (the audit line
+/// of an operation on live mounts only, which a reboot would make moot).
+pub fn append_line_with(path: &Path, line: &str, sync: bool) -> Result<()> {
     fault_point("append").map_err(|e| Error::io(path, e))?;
     let mut f = OpenOptions::new()
         .append(true)
@@ -219,7 +225,10 @@ pub fn append_line(path: &Path, line: &str) -> Result<()> {
     buf.extend_from_slice(line.as_bytes());
     buf.push(b'\n');
     f.write_all(&buf).map_err(|e| Error::io(path, e))?;
-    f.sync_data().map_err(|e| Error::io(path, e))
+    if sync {
+        f.sync_data().map_err(|e| Error::io(path, e))?;
+    }
+    Ok(())
 }
 
 fn parent_of(path: &Path) -> Result<&Path> {

@@ -144,7 +144,8 @@ impl Store {
     /// marker and phases are written atomically but not synced. A crashed process leaves them
     /// in the page cache for `recover`; a reboot removes the mounts they describe, and with
     /// them the need to roll anything back. The store changes the operation makes (refs,
-    /// records, `base.json`) are still synced by their own writes, and the audit line too.
+    /// records, `base.json`) are still synced by their own writes; its audit line is written
+    /// but left to writeback.
     /// Saves the syncs that cost up to a second each while the disk is busy writing back.
     pub fn mutate_live<T>(
         &self,
@@ -218,7 +219,7 @@ impl Store {
                 (Err(e), line)
             }
         };
-        let audit = self.append_audit(&line);
+        let audit = fsio::append_line_with(&self.audit_path(), &line.to_string(), durable);
         let cleared = self.clear_marker_with(durable);
         let v = ret?;
         audit?;

@@ -22,7 +22,8 @@
 //!   displaced/            directories set aside by restore/switch (never deleted silently)
 //!   cache/                rebuildable only: stat/ caches for incremental capture; materialized/:
 //!                         unnamed (O_TMPFILE) copies of big files a view daemon passes through
-//!   audit.jsonl           append-only, one JSON line per operation, synced per line
+//!   audit.jsonl           append-only, one JSON line per operation, synced per line (switch:
+//!                         written, left to writeback; it only rearranges live mounts)
 //!   lock                  flock: exclusive while a mutating command runs
 //! ```
 //!
