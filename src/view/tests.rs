@@ -178,6 +178,7 @@ fn caches_stay_within_budget() {
         },
         &ViewOptions {
             cache_bytes: 1 << 20,
+            ..ViewOptions::default()
         },
     )
     .unwrap();
