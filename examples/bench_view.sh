@@ -77,6 +77,8 @@ best_of() {
     done
     echo "$best"
 }
+# median COLUMN: the median of that column of stdin.
+median() { awk -v c="$1" '{print $c}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 mbps() { awk -v b="$1" -v s="$2" 'BEGIN { if (s > 0) printf "%.0f", b / s / 1e6; else print "-" }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
@@ -216,8 +218,8 @@ bench_scale() {
     for i in $(seq 1 "$PAIRS"); do
         pairs+="$(run_timed read_cmd "$ROOM" "${BIG[@]}") $(run_timed read_cmd "$CK_MNT" "${BIG[@]}")"$'\n'
     done
-    R[native_read_pairs]=$(printf '%s' "$pairs" | awk '{print $1}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-    R[ck_read_pairs]=$(printf '%s' "$pairs" | awk '{print $2}' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    R[native_read_pairs]=$(printf '%s' "$pairs" | median 1)
+    R[ck_read_pairs]=$(printf '%s' "$pairs" | median 2)
     ck_umount
     # Correctness spot check: same grep count as native.
     ck_mount >/dev/null

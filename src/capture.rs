@@ -113,6 +113,24 @@ pub(crate) struct FileData {
     pub(crate) read: bool,
 }
 
+impl FileData {
+    /// The tree entry of this file under `name`.
+    pub(crate) fn entry(&self, name: &[u8]) -> Entry {
+        Entry {
+            name: name.to_vec(),
+            kind: EntryKind::File {
+                chunks: self.chunks.clone(),
+            },
+            mode: self.mode,
+            uid: self.uid,
+            gid: self.gid,
+            mtime_ns: self.key.mtime_ns,
+            size: self.key.size,
+            xattrs: self.xattrs.clone(),
+        }
+    }
+}
+
 enum Node {
     File(usize),
     Dir(Box<DirNode>),
@@ -721,18 +739,7 @@ fn build_tree(
                 let d = &results[*i];
                 files += 1;
                 bytes += d.key.size;
-                entries.push(Entry {
-                    name: name.clone(),
-                    kind: EntryKind::File {
-                        chunks: d.chunks.clone(),
-                    },
-                    mode: d.mode,
-                    uid: d.uid,
-                    gid: d.gid,
-                    mtime_ns: d.key.mtime_ns,
-                    size: d.key.size,
-                    xattrs: d.xattrs.clone(),
-                });
+                entries.push(d.entry(name));
             }
             Node::Dir(sub) => {
                 let (tree, sd, f, b) = build_tree(batch, sub, results)?;

@@ -155,29 +155,30 @@ pub fn rename(from: &Path, to: &Path) -> Result<()> {
 /// Publishes `data` at `path` atomically: temp -> fsync -> rename -> fsync dir.
 /// Replaces an existing file (use for movable refs and config only).
 pub fn write_atomic_replace(path: &Path, data: &[u8], mode: u32) -> Result<()> {
-    let dir = parent_of(path)?;
-    let tmp = temp_path(dir, "w");
-    let result = (|| {
-        write_new(&tmp, data, mode)?;
-        sync_path(&tmp)?;
-        rename(&tmp, path)?;
-        sync_path(dir)
-    })();
-    if result.is_err() {
-        let _ignored_cleanup = fs::remove_file(&tmp);
-    }
-    result
+    replace(path, data, mode, true)
 }
 
 /// Publishes `data` at `path` atomically (temp -> rename) without syncing anything: for state
 /// that only describes live mounts (`run/`), which a reboot makes moot anyway, while a crashed
 /// process leaves it in the page cache, old or new, never torn.
 pub fn write_atomic_replace_volatile(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    replace(path, data, mode, false)
+}
+
+/// temp -> (fsync) -> rename -> (fsync dir).
+fn replace(path: &Path, data: &[u8], mode: u32, sync: bool) -> Result<()> {
     let dir = parent_of(path)?;
     let tmp = temp_path(dir, "w");
     let result = (|| {
         write_new(&tmp, data, mode)?;
-        rename(&tmp, path)
+        if sync {
+            sync_path(&tmp)?;
+        }
+        rename(&tmp, path)?;
+        if sync {
+            sync_path(dir)?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ignored_cleanup = fs::remove_file(&tmp);

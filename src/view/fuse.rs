@@ -12,11 +12,11 @@
 //!   the kernel reads (and maps) the copy directly, no READ reaches the daemon. All opens of
 //!   one inode share one backing id; a file already open in page-cache mode stays so until
 //!   closed (mixing modes on one inode is ETXTBSY). The stack depth is 1, so a kernel overlayfs
-//!   can still use the mount as its lower layer. Where the kernel refuses (not root, store on
-//!   a stacked filesystem) or the copy cannot be made (no space), files fall back to the page
-//!   cache. With no copy budget (`--file-cache-size 0`, and the overlay lower view of
-//!   workspaces) OPEN is answered ENOSYS once checked: the kernel then opens every file itself
-//!   with `KEEP_CACHE`, with no OPEN or RELEASE round trip at all;
+//!   can still use the mount as its lower layer. A copy that cannot be made (no space) leaves
+//!   that file in the page cache. Without passthrough (`--file-cache-size 0`, the overlay lower
+//!   view of workspaces, or a kernel that refuses it: not root, store on a stacked filesystem)
+//!   OPEN is answered ENOSYS once checked: the kernel then opens every file itself with
+//!   `KEEP_CACHE`, with no OPEN or RELEASE round trip at all;
 //! - several worker threads (`n_threads`, `clone_fd`), since handlers block on disk reads;
 //! - every write-side request answers EROFS (the mount is also `ro`); a missing xattr is
 //!   ENODATA, never ENOSYS (which would disable xattrs for the whole mount).
@@ -66,6 +66,13 @@ pub struct ViewFs {
     next_fh: AtomicU64,
 }
 
+/// A tracked page-cache open of a big file (see [`Opens::cached`]).
+fn open_cached(o: &mut Opens, ino: u64, fh: u64, reply: ReplyOpen) {
+    *o.cached.entry(ino).or_default() += 1;
+    o.handles.insert(fh, (ino, None));
+    reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+}
+
 /// Open handles of big files (small files are opened with handle 0 and not tracked).
 #[derive(Default)]
 struct Opens {
@@ -108,9 +115,7 @@ impl ViewFs {
                 return;
             }
             if o.cached.get(&ino).copied().unwrap_or(0) > 0 || !self.passthrough() {
-                *o.cached.entry(ino).or_default() += 1;
-                o.handles.insert(fh, (ino, None));
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+                open_cached(&mut o, ino, fh, reply);
                 return;
             }
         }
@@ -126,10 +131,7 @@ impl ViewFs {
                     "{}: {e}; reading it without passthrough",
                     self.view.path_of(ino)
                 );
-                let mut o = self.opens();
-                *o.cached.entry(ino).or_default() += 1;
-                o.handles.insert(fh, (ino, None));
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+                open_cached(&mut self.opens(), ino, fh, reply);
                 return;
             }
         };
@@ -140,10 +142,7 @@ impl ViewFs {
                 // kernel will refuse every backing file alike, so stop trying.
                 log::warn!("passthrough unavailable ({e}); reading files through the daemon");
                 self.passthrough.store(false, Ordering::Relaxed);
-                let mut o = self.opens();
-                *o.cached.entry(ino).or_default() += 1;
-                o.handles.insert(fh, (ino, None));
-                reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+                open_cached(&mut self.opens(), ino, fh, reply);
                 return;
             }
         };
@@ -160,6 +159,8 @@ impl ViewFs {
         reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
     }
 
+    /// Whether big files go through passthrough: negotiated at INIT, dropped for good when
+    /// the kernel refuses a backing file.
     fn passthrough(&self) -> bool {
         self.passthrough.load(Ordering::Relaxed)
     }
@@ -346,22 +347,17 @@ impl Filesystem for ViewFs {
             reply.error(Errno::EROFS);
             return;
         }
-        if !self.view.passthrough_wanted() {
-            // No copies wanted (--file-cache-size 0, overlay lower layers): check the file,
-            // then answer ENOSYS. The kernel counts that as success, stops sending OPEN and
-            // RELEASE for the rest of the mount (one round trip each per file, which dominate
-            // `grep -r` and an overlay's first reads), and opens with KEEP_CACHE.
-            match self.view.file_size(ino.0) {
-                Ok(_) => reply.error(Errno::ENOSYS),
-                Err(e) => reply.error(fail("open", ino.0, &e)),
-            }
-            return;
-        }
         match self.view.file_size(ino.0) {
+            Err(e) => reply.error(fail("open", ino.0, &e)),
+            // No passthrough (--file-cache-size 0, overlay lower layers, a kernel that refused
+            // it): answer ENOSYS once the file is checked. The kernel counts that as success,
+            // stops sending OPEN and RELEASE for the rest of the mount (one round trip each
+            // per file, which dominate `grep -r` and an overlay's first reads), and opens with
+            // KEEP_CACHE; reads arrive with handle 0.
+            Ok(_) if !self.passthrough() => reply.error(Errno::ENOSYS),
             Ok(size) if self.view.wants_copy(size) => self.open_big(ino.0, reply),
             // Small files: the page cache, kept across opens; reads arrive with handle 0.
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(fail("open", ino.0, &e)),
         }
     }
 
@@ -369,7 +365,7 @@ impl Filesystem for ViewFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
@@ -383,8 +379,7 @@ impl Filesystem for ViewFs {
                 r.data(data);
             }
         };
-        // Every open is by inode (handles only track passthrough), so reads are too.
-        let _ = fh;
+        // Reads are by inode: handles only track passthrough and page-cache opens.
         if let Err(e) = self.view.read_ino_with(ino.0, offset, size, send) {
             if let Some(r) = reply.take() {
                 r.error(fail("read", ino.0, &e));

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -164,15 +164,11 @@ fn anonymous_file(dir: &Path) -> io::Result<File> {
     }
 }
 
-/// Writes `data` at `offset` of `f`.
-pub fn write_at(f: &File, data: &[u8], offset: u64) -> io::Result<()> {
-    f.write_all_at(data, offset)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Read;
+    use std::os::unix::fs::FileExt;
 
     #[test]
     fn builds_once_and_evicts_over_budget() {
@@ -186,7 +182,7 @@ mod tests {
                 |e| e,
                 |f| {
                     calls += 1;
-                    write_at(f, b"abcdef", 0)
+                    f.write_all_at(b"abcdef", 0)
                 },
             )
             .unwrap();
@@ -201,7 +197,7 @@ mod tests {
         // Nothing named appears in the directory.
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
         cache
-            .get_or_build(2, 6, |e| e, |f| write_at(f, b"ghijkl", 0))
+            .get_or_build(2, 6, |e| e, |f| f.write_all_at(b"ghijkl", 0))
             .unwrap();
         assert_eq!(cache.bytes(), 6, "inode 1 evicted to fit the budget");
         // The evicted copy stays readable through descriptors still held.

@@ -985,7 +985,8 @@ impl View {
                     Some(d) => d,
                     None => Arc::new(self.load_chunk(&file, c)?),
                 };
-                materialize::write_at(out, &data, file.starts[i]).map_err(io_err)?;
+                std::os::unix::fs::FileExt::write_all_at(out, &data, file.starts[i])
+                    .map_err(io_err)?;
             }
             Ok::<(), Error>(())
         })

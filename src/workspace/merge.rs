@@ -315,11 +315,8 @@ fn merge_dir(
             }
             let data = match overlay_xattr(&child, "redirect")? {
                 Some(r) if r.starts_with(b"/") => {
-                    let (dir, file) = match r.iter().rposition(|&c| c == b'/') {
-                        Some(i) => (&r[..i], &r[i + 1..]),
-                        None => (&r[..0], &r[..]),
-                    };
-                    lower_at(ctx, dir)?.and_then(|t| t.get(file).cloned())
+                    let i = r.iter().rposition(|&c| c == b'/').unwrap_or(0);
+                    lower_at(ctx, &r[..i])?.and_then(|t| t.get(&r[i + 1..]).cloned())
                 }
                 Some(r) => lower.and_then(|t| t.get(&r).cloned()),
                 None => lower_same.cloned(),
@@ -413,18 +410,7 @@ fn build(
                 let d = &results[*i];
                 delta.files += 1;
                 delta.bytes += d.key.size as i64;
-                entries.push(Entry {
-                    name: name.clone(),
-                    kind: EntryKind::File {
-                        chunks: d.chunks.clone(),
-                    },
-                    mode: d.mode,
-                    uid: d.uid,
-                    gid: d.gid,
-                    mtime_ns: d.key.mtime_ns,
-                    size: d.key.size,
-                    xattrs: d.xattrs.clone(),
-                });
+                entries.push(d.entry(name));
             }
             MNode::Ready(e) => entries.push(e.clone()),
             MNode::Dir(sub) => {

@@ -126,7 +126,8 @@ fn read_json<T: for<'de> Deserialize<'de>>(p: &Path) -> Result<Option<T>> {
     }
 }
 
-fn write_json(p: &Path, v: &impl Serialize) -> Result<()> {
+/// Encodes `v` for `p`, creating `p`'s directory (0700) if needed.
+fn json_for(p: &Path, v: &impl Serialize) -> Result<Vec<u8>> {
     if let Some(d) = p.parent() {
         fs::DirBuilder::new()
             .recursive(true)
@@ -134,25 +135,18 @@ fn write_json(p: &Path, v: &impl Serialize) -> Result<()> {
             .create(d)
             .map_err(|e| Error::io(d, e))?;
     }
-    let data =
-        serde_json::to_vec_pretty(v).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
-    fsio::write_atomic_replace(p, &data, 0o600)
+    serde_json::to_vec_pretty(v).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))
+}
+
+fn write_json(p: &Path, v: &impl Serialize) -> Result<()> {
+    fsio::write_atomic_replace(p, &json_for(p, v)?, 0o600)
 }
 
 /// Writes the state of a mounted workspace (`run/mounts/B.json`): atomically, not synced,
 /// since it describes mounts that a reboot removes (see `fsio::write_atomic_replace_volatile`).
 fn write_mount_state(store: &Store, st: &WorkspaceState) -> Result<()> {
     let p = store.workspace_state_path(&st.branch);
-    if let Some(d) = p.parent() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(d)
-            .map_err(|e| Error::io(d, e))?;
-    }
-    let data =
-        serde_json::to_vec_pretty(st).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
-    fsio::write_atomic_replace_volatile(&p, &data, 0o600)
+    fsio::write_atomic_replace_volatile(&p, &json_for(&p, st)?, 0o600)
 }
 
 /// The mounted workspace of `branch`, if its state file exists.
