@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, Metadata, OpenOptions};
-use std::io::{self, IsTerminal, Read, Write};
+use std::io::{self, IsTerminal, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -100,6 +100,9 @@ pub(crate) struct FileJob {
     /// Live workspaces: a file that only grew while being read is captured as the prefix
     /// that existed when reading started (an appending writer never yields torn bytes).
     pub(crate) accept_prefix: bool,
+    /// The chunks this path had in the previous checkpoint when it changed since: those whose
+    /// bytes still match are reused without chunking (see `chunker`).
+    pub(crate) previous: Vec<Chunk>,
 }
 
 /// The result of reading one file.
@@ -448,11 +451,12 @@ fn walk_dir(
             )?))
         } else if ft.is_file() {
             let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
-            let cached = old.remove(&rel_bytes).filter(|c| c.key == stat_key(&m));
+            let (cached, previous) = split_cached(old.remove(&rel_bytes), &m);
             jobs.push(FileJob {
                 abs: child_abs,
                 rel: rel_bytes,
                 cached,
+                previous,
                 accept_prefix: false,
                 owner: (m.mode() & 0o7777, m.uid(), m.gid()),
             });
@@ -471,6 +475,16 @@ fn walk_dir(
         xattrs,
         children,
     })
+}
+
+/// The stat cache entry of a file: reused whole when its stat key still matches, else its
+/// chunks are the previous version to try first.
+pub(crate) fn split_cached(entry: Option<Cached>, m: &Metadata) -> (Option<Cached>, Vec<Chunk>) {
+    match entry {
+        Some(c) if c.key == stat_key(m) => (Some(c), Vec::new()),
+        Some(c) => (None, c.chunks),
+        None => (None, Vec::new()),
+    }
 }
 
 fn ft_is(m: &Metadata, t: u32) -> bool {
@@ -644,7 +658,15 @@ fn read_file(
         }
         let key = stat_key(&before);
         let xattrs = read_xattrs_file(&f, &job.abs)?;
-        let (chunks, total) = chunk_file(batch, chunker, &f, key.size, &job.abs, progress)?;
+        let (chunks, total) = crate::chunker::chunk_file(
+            batch,
+            chunker,
+            &f,
+            key.size,
+            &job.abs,
+            &job.previous,
+            &progress.bytes,
+        )?;
         let after = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
         let stable = stat_key(&after) == key;
         let grew = job.accept_prefix
@@ -676,51 +698,6 @@ fn open_nofollow(path: &Path) -> io::Result<File> {
         Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(libc::O_NOFOLLOW),
         other => other,
     }
-}
-
-fn chunk_file(
-    batch: &ObjectBatch<'_>,
-    chunker: &ChunkerConfig,
-    f: &File,
-    size: u64,
-    path: &Path,
-    progress: &Progress,
-) -> Result<(Vec<Chunk>, u64)> {
-    let mut chunks = Vec::new();
-    let mut total = 0u64;
-    if size <= u64::from(chunker.min) {
-        let mut data = Vec::with_capacity(size as usize);
-        f.take(size)
-            .read_to_end(&mut data)
-            .map_err(|e| Error::io(path, e))?;
-        total = data.len() as u64;
-        if !data.is_empty() {
-            let id = batch.ensure(&data)?;
-            chunks.push(Chunk {
-                id,
-                len: data.len() as u32,
-            });
-        }
-        progress.bytes.fetch_add(total, Ordering::Relaxed);
-        return Ok((chunks, total));
-    }
-    // Read exactly the size seen at open: a file that grows meanwhile yields a prefix.
-    let reader = io::BufReader::with_capacity(1 << 20, f.take(size));
-    let cdc = fastcdc::v2020::StreamCDC::new(reader, chunker.min, chunker.avg, chunker.max);
-    for c in cdc {
-        let c = c.map_err(|e| match e {
-            fastcdc::v2020::Error::IoError(io) => Error::io(path, io),
-            other => Error::io(path, io::Error::other(other.to_string())),
-        })?;
-        let id = batch.ensure(&c.data)?;
-        total += c.length as u64;
-        progress.bytes.fetch_add(c.length as u64, Ordering::Relaxed);
-        chunks.push(Chunk {
-            id,
-            len: c.length as u32,
-        });
-    }
-    Ok((chunks, total))
 }
 
 /// Encodes a directory bottom-up; returns (tree id, subdirs, files, bytes).

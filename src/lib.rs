@@ -11,6 +11,7 @@
 //! The CLI (`src/cli`) is a thin layer over this library; the library never sees clap.
 
 pub mod capture;
+mod chunker;
 pub mod daemon;
 pub mod error;
 pub mod id;

@@ -22,9 +22,12 @@ const ZSTD_LEVEL: i32 = 3;
 /// Up to this many new objects are fsynced individually (from several threads, so the
 /// filesystem merges them into few journal commits); more share one syncfs. syncfs also
 /// waits for every other writer's dirty data, which on a busy machine costs seconds.
-const FSYNC_EACH_LIMIT: usize = 256;
+const FSYNC_EACH_LIMIT: usize = 2048;
 /// Threads issuing those fsyncs.
 const FSYNC_THREADS: usize = 16;
+/// Objects this large start their writeback as soon as they are written (see
+/// `fsio::write_new_early`): a checkpoint's new chunks reach the disk while hashing goes on.
+const EARLY_WRITEBACK_BYTES: usize = 32 << 10;
 
 impl Store {
     /// True when the object is present (raw or compressed).
@@ -153,7 +156,11 @@ impl<'a> ObjectBatch<'a> {
             data.into()
         };
         let tmp = fsio::temp_path(&self.store.tmp_dir(), "obj");
-        fsio::write_new(&tmp, &stored, 0o444)?;
+        if stored.len() >= EARLY_WRITEBACK_BYTES {
+            fsio::write_new_early(&tmp, &stored, 0o444)?;
+        } else {
+            fsio::write_new(&tmp, &stored, 0o444)?;
+        }
         lock(&self.pending).insert(id, tmp);
         self.new_objects.fetch_add(1, Ordering::Relaxed);
         self.new_bytes

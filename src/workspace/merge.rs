@@ -18,8 +18,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use crate::capture::{
-    mtime_ns, read_files, read_xattrs_path, special_file_error, stat_key, symlink_entry, FileData,
-    FileJob, Progress,
+    mtime_ns, read_files, read_xattrs_path, special_file_error, split_cached, symlink_entry,
+    FileData, FileJob, Progress,
 };
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -112,9 +112,17 @@ pub fn merge_root(
     };
     let lower = Some(load_tree(store, &base.tree)?);
     let xattrs = user_xattrs(upper)?;
+    let t0 = std::time::Instant::now();
     let root = merge_dir(&mut ctx, lower.as_ref(), upper, Path::new(""), meta, xattrs)?;
+    let walked = t0.elapsed();
     let progress = Progress::new();
     let results = read_files(batch, &store.config().chunker, &ctx.jobs, &progress)?;
+    log::debug!(
+        "{}: upper walked in {walked:?}, {} files read in {:?}",
+        upper.display(),
+        ctx.jobs.len(),
+        t0.elapsed() - walked
+    );
     let mut cache = StatCache::new();
     let (mut files_read, mut bytes_read) = (0, 0);
     for (job, d) in ctx.jobs.iter().zip(&results) {
@@ -349,11 +357,22 @@ fn merge_dir(
                 ctx.delta.add(totals_of(ctx.store, l)?, -1);
             }
             let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
-            let cached = ctx.old.remove(&rel_bytes).filter(|c| c.key == stat_key(&m));
+            let (cached, mut previous) = split_cached(ctx.old.remove(&rel_bytes), &m);
+            // Copied up since the last checkpoint: the lower file is the previous version.
+            if cached.is_none() && previous.is_empty() {
+                if let Some(Entry {
+                    kind: EntryKind::File { chunks },
+                    ..
+                }) = lower_same
+                {
+                    previous = chunks.clone();
+                }
+            }
             ctx.jobs.push(FileJob {
                 abs: child,
                 rel: rel_bytes,
                 cached,
+                previous,
                 owner: (m.mode() & 0o7777, m.uid(), m.gid()),
                 accept_prefix: true,
             });

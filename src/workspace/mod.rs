@@ -329,7 +329,12 @@ fn checkpoint_locked(
         files_read,
         bytes_read,
     } = merge_all(store, &batch, branch, &base, Some(head))?;
+    let merged = t0.elapsed();
     batch.commit()?;
+    log::debug!(
+        "checkpoint of {branch}: merged in {merged:?}, objects durable in {:?}",
+        t0.elapsed() - merged
+    );
     stats.new_objects = batch.new_objects();
     stats.new_bytes = batch.new_bytes();
     let c = Checkpoint {
