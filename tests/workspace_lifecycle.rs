@@ -234,7 +234,8 @@ fn edited_big_files_checkpoint_byte_exact() {
     });
     let path = w.path("db.bin");
     let mut data = base;
-    let edits: [&dyn Fn(&mut Vec<u8>); 3] = [
+    type Edit<'a> = &'a dyn Fn(&mut Vec<u8>);
+    let edits: [Edit; 3] = [
         &|d| d.extend(noise(4, 300_000)),
         &|d| d[2 << 20..(2 << 20) + 4096].copy_from_slice(&noise(5, 4096)),
         &|d| {
