@@ -18,6 +18,7 @@ pub mod id;
 pub mod mountinfo;
 pub mod ops;
 pub mod store;
+pub mod sys;
 pub mod util;
 pub mod view;
 pub mod workspace;

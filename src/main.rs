@@ -2,6 +2,9 @@
 
 fn main() {
     let cli = ckptfs_cli::parse();
+    if !cli.serves_a_mount() {
+        ckptfs::sys::default_sigpipe();
+    }
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",

@@ -210,6 +210,38 @@ fn fsynced_data_survives_unmount_and_resume() {
     assert!(st.contains("changed since the last checkpoint"), "{st}");
 }
 
+/// Overlayfs marks copied-up files and directories with `trusted.overlay.*` xattrs (origin,
+/// impure, ...): a checkpoint records the user's xattrs and none of those.
+#[test]
+fn checkpoints_keep_user_xattrs_and_no_overlay_ones() {
+    let w = Workspace::new(populate);
+    fs::write(w.path("notes.md"), "# notes\nchanged\n").unwrap(); // copy-up
+    fs::write(w.path("src/pkg/b.py"), "b\n").unwrap(); // copies up src and src/pkg
+    xattr::set(w.path("src/pkg/a.py"), "user.tag", b"kept").unwrap();
+    // The kernel writes `origin` only where the lower layer decodes file handles; write it as
+    // the kernel would, so the test does not depend on that.
+    let upper = w.store.join("upper/main/ws");
+    for rel in ["notes.md", "src/pkg"] {
+        xattr::set(upper.join(rel), "trusted.overlay.origin", b"\0\xfb\x21").unwrap();
+    }
+    let id = w.checkpoint("xattrs");
+    let view = w.store.join(format!("run/lower/checkpoints/{id}/ws"));
+    for rel in ["notes.md", "src", "src/pkg", "src/pkg/a.py", "src/pkg/b.py"] {
+        let names: Vec<String> = xattr::list(view.join(rel))
+            .unwrap()
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !names.iter().any(|n| n.starts_with("trusted.overlay.")),
+            "{rel} in checkpoint {id} has {names:?}"
+        );
+    }
+    assert_eq!(
+        xattr::get(view.join("src/pkg/a.py"), "user.tag").unwrap(),
+        Some(b"kept".to_vec())
+    );
+}
+
 /// A changed big file reuses its previous chunks where they still match (the lower file's at
 /// the first checkpoint, the last checkpoint's after): appends, in-place overwrites and an
 /// insertion all come back byte-exact, and the store verifies.

@@ -42,6 +42,18 @@ pub struct Cli {
 
 /// Parses the command line. Help and version print as usual; a usage error becomes one line
 /// on stderr (clap's message without its multi-line usage block) and exit code 2.
+impl Cli {
+    /// Whether this process serves a mount (a view daemon): it must outlive a reader that
+    /// went away, so SIGPIPE stays ignored there.
+    pub fn serves_a_mount(&self) -> bool {
+        match &self.command {
+            Command::Mount(a) => a.foreground,
+            Command::Browse(a) => a.foreground,
+            _ => false,
+        }
+    }
+}
+
 pub fn parse() -> Cli {
     match Cli::try_parse() {
         Ok(cli) => cli,

@@ -18,8 +18,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use crate::capture::{
-    mtime_ns, read_files, read_xattrs_path, special_file_error, split_cached, symlink_entry,
-    FileData, FileJob, Progress,
+    mtime_ns, read_files, special_file_error, split_cached, stat_key, symlink_entry, FileData,
+    FileJob, Progress,
 };
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -82,6 +82,8 @@ struct Ctx<'a> {
     base_tree: ObjectId,
     old: StatCache,
     jobs: Vec<FileJob>,
+    /// Stat cache entries for files that are not read jobs (metadata-only copies).
+    cached_ready: Vec<(Vec<u8>, Cached)>,
     delta: Totals,
 }
 
@@ -108,15 +110,21 @@ pub fn merge_root(
         base_tree: base.tree,
         old,
         jobs: Vec::new(),
+        cached_ready: Vec::new(),
         delta: Totals::default(),
     };
     let lower = Some(load_tree(store, &base.tree)?);
-    let xattrs = user_xattrs(upper)?;
+    let xattrs = xattrs_of(upper)?.user;
     let t0 = std::time::Instant::now();
     let root = merge_dir(&mut ctx, lower.as_ref(), upper, Path::new(""), meta, xattrs)?;
     let walked = t0.elapsed();
     let progress = Progress::new();
-    let results = read_files(batch, &store.config().chunker, &ctx.jobs, &progress)?;
+    let mut results = read_files(batch, &store.config().chunker, &ctx.jobs, &progress)?;
+    for d in &mut results {
+        // Overlayfs's own (trusted.overlay.origin on copied-up files) are never captured.
+        d.xattrs
+            .retain(|(k, _)| !k.starts_with(OVERLAY_XATTR_PREFIX));
+    }
     log::debug!(
         "{}: upper walked in {walked:?}, {} files read in {:?}",
         upper.display(),
@@ -125,21 +133,26 @@ pub fn merge_root(
     );
     let mut cache = StatCache::new();
     let (mut files_read, mut bytes_read) = (0, 0);
+    let settled = |k: &crate::store::statcache::StatKey| {
+        k.mtime_ns < start_ns - RACY_WINDOW_NS && k.ctime_ns < start_ns - RACY_WINDOW_NS
+    };
     for (job, d) in ctx.jobs.iter().zip(&results) {
         if d.read {
             files_read += 1;
             bytes_read += d.key.size;
         }
-        if d.key.mtime_ns < start_ns - RACY_WINDOW_NS && d.key.ctime_ns < start_ns - RACY_WINDOW_NS
-        {
-            cache.insert(
-                job.rel.clone(),
-                Cached {
-                    key: d.key.clone(),
-                    chunks: d.chunks.clone(),
-                    xattrs: d.xattrs.clone(),
-                },
-            );
+        if settled(&d.key) {
+            let c = Cached {
+                key: d.key.clone(),
+                chunks: d.chunks.clone(),
+                xattrs: d.xattrs.clone(),
+            };
+            cache.insert(job.rel.clone(), c);
+        }
+    }
+    for (rel, c) in std::mem::take(&mut ctx.cached_ready) {
+        if settled(&c.key) {
+            cache.insert(rel, c);
         }
     }
     let mut delta = ctx.delta;
@@ -168,19 +181,58 @@ fn load_tree(store: &Store, id: &ObjectId) -> Result<Tree> {
     Tree::decode(&store.read_object(id)?)
 }
 
-/// Xattrs of a path without overlayfs's private ones.
-fn user_xattrs(p: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let mut x = read_xattrs_path(p)?;
-    x.retain(|(k, _)| !k.starts_with(OVERLAY_XATTR_PREFIX));
+/// A path's xattrs, split: overlayfs's markers that the merge reads, and the user's own.
+struct Xattrs {
+    opaque: bool,
+    redirect: Option<Vec<u8>>,
+    metacopy: bool,
+    /// Everything but `trusted.overlay.*`, sorted: what a checkpoint records.
+    user: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Lists a path's xattrs once and reads only the values the merge needs (overlayfs's
+/// `origin`, `impure` and the like are skipped unread).
+fn xattrs_of(p: &Path) -> Result<Xattrs> {
+    let mut x = Xattrs {
+        opaque: false,
+        redirect: None,
+        metacopy: false,
+        user: Vec::new(),
+    };
+    let names = match xattr::list(p) {
+        Ok(n) => n,
+        Err(e) if unsupported(&e) => return Ok(x),
+        Err(e) => return Err(Error::io(p, e)),
+    };
+    for n in names {
+        let nb = n.as_bytes();
+        let wanted = match nb.strip_prefix(OVERLAY_XATTR_PREFIX) {
+            Some(b"opaque" | b"redirect" | b"metacopy") => true,
+            Some(_) => false,
+            None => true,
+        };
+        if !wanted {
+            continue;
+        }
+        let v = match xattr::get(p, &n) {
+            Ok(Some(v)) => v,
+            Ok(None) => continue,
+            Err(e) if unsupported(&e) => continue,
+            Err(e) => return Err(Error::io(p, e)),
+        };
+        match nb.strip_prefix(OVERLAY_XATTR_PREFIX) {
+            Some(b"opaque") => x.opaque = v == b"y",
+            Some(b"redirect") => x.redirect = Some(v),
+            Some(_) => x.metacopy = true,
+            None => x.user.push((nb.to_vec(), v)),
+        }
+    }
+    x.user.sort();
     Ok(x)
 }
 
-fn overlay_xattr(p: &Path, name: &str) -> Result<Option<Vec<u8>>> {
-    match xattr::get(p, format!("trusted.overlay.{name}")) {
-        Ok(v) => Ok(v),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::ENODATA)) => Ok(None),
-        Err(e) => Err(Error::io(p, e)),
-    }
+fn unsupported(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::ENODATA))
 }
 
 /// Recursive totals of a lower entry (reads the subtree of a directory).
@@ -264,8 +316,12 @@ fn merge_dir(
         }
         let ft = m.file_type();
         let node = if ft.is_dir() {
-            let opaque = overlay_xattr(&child, "opaque")?.is_some_and(|v| v == b"y");
-            let redirect = overlay_xattr(&child, "redirect")?;
+            let Xattrs {
+                opaque,
+                redirect,
+                user,
+                ..
+            } = xattrs_of(&child)?;
             let source: Option<Tree> = if opaque {
                 None
             } else if let Some(r) = &redirect {
@@ -305,84 +361,94 @@ fn merge_dir(
             if !matches!(lower_same, Some(l) if l.is_dir() && !opaque && redirect.is_none()) {
                 ctx.delta.dirs += 1;
             }
-            let x = user_xattrs(&child)?;
             MNode::Dir(Box::new(merge_dir(
                 ctx,
                 source.as_ref(),
                 &child,
                 &child_rel,
                 m,
-                x,
+                user,
             )?))
-        } else if ft.is_file() && overlay_xattr(&child, "metacopy")?.is_some() {
-            // A metadata-only copy-up (chmod, chown, utimes, rename): the upper file is a hole
-            // with the new metadata; its bytes are still the lower file's, found by name or
-            // by its redirect (a renamed file), so its content ids are reused, nothing read.
-            if let Some(l) = lower_same {
-                ctx.delta.add(totals_of(ctx.store, l)?, -1);
-            }
-            let data = match overlay_xattr(&child, "redirect")? {
-                Some(r) if r.starts_with(b"/") => {
-                    let i = r.iter().rposition(|&c| c == b'/').unwrap_or(0);
-                    lower_at(ctx, &r[..i])?.and_then(|t| t.get(&r[i + 1..]).cloned())
-                }
-                Some(r) => lower.and_then(|t| t.get(&r).cloned()),
-                None => lower_same.cloned(),
-            };
-            let Some(Entry {
-                kind: EntryKind::File { chunks },
-                size,
-                ..
-            }) = data
-            else {
-                return Err(Error::Corrupt(format!(
-                    "{}: a metadata-only copy whose data is not in the base checkpoint",
-                    child.display()
-                )));
-            };
-            ctx.delta.files += 1;
-            ctx.delta.bytes += size as i64;
-            MNode::Ready(Entry {
-                name: nb.clone(),
-                kind: EntryKind::File { chunks },
-                mode: m.mode() & 0o7777,
-                uid: m.uid(),
-                gid: m.gid(),
-                mtime_ns: mtime_ns(&m),
-                size,
-                xattrs: user_xattrs(&child)?,
-            })
         } else if ft.is_file() {
             if let Some(l) = lower_same {
                 ctx.delta.add(totals_of(ctx.store, l)?, -1);
             }
             let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
             let (cached, mut previous) = split_cached(ctx.old.remove(&rel_bytes), &m);
-            // Copied up since the last checkpoint: the lower file is the previous version.
-            if cached.is_none() && previous.is_empty() {
-                if let Some(Entry {
+            // Unchanged since the last checkpoint (stat key equal, so xattrs too): reused as
+            // it is, whatever kind of copy it is, without another syscall.
+            let x = match cached {
+                Some(_) => None,
+                None => Some(xattrs_of(&child)?),
+            };
+            if let Some(x) = x.filter(|x| x.metacopy) {
+                // A metadata-only copy-up (chmod, chown, utimes, rename): the upper file is a
+                // hole with the new metadata; its bytes are still the lower file's, found by
+                // name or by its redirect (a renamed file): content ids reused, nothing read.
+                let data = match &x.redirect {
+                    Some(r) if r.starts_with(b"/") => {
+                        let i = r.iter().rposition(|&c| c == b'/').unwrap_or(0);
+                        lower_at(ctx, &r[..i])?.and_then(|t| t.get(&r[i + 1..]).cloned())
+                    }
+                    Some(r) => lower.and_then(|t| t.get(r).cloned()),
+                    None => lower_same.cloned(),
+                };
+                let Some(Entry {
                     kind: EntryKind::File { chunks },
+                    size,
                     ..
-                }) = lower_same
-                {
-                    previous = chunks.clone();
+                }) = data
+                else {
+                    return Err(Error::Corrupt(format!(
+                        "{}: a metadata-only copy whose data is not in the base checkpoint",
+                        child.display()
+                    )));
+                };
+                ctx.delta.files += 1;
+                ctx.delta.bytes += size as i64;
+                let c = Cached {
+                    key: stat_key(&m),
+                    chunks: chunks.clone(),
+                    xattrs: x.user.clone(),
+                };
+                ctx.cached_ready.push((rel_bytes, c));
+                MNode::Ready(Entry {
+                    name: nb.clone(),
+                    kind: EntryKind::File { chunks },
+                    mode: m.mode() & 0o7777,
+                    uid: m.uid(),
+                    gid: m.gid(),
+                    mtime_ns: mtime_ns(&m),
+                    size,
+                    xattrs: x.user,
+                })
+            } else {
+                // Copied up since the last checkpoint: the lower file is the previous version.
+                if cached.is_none() && previous.is_empty() {
+                    if let Some(Entry {
+                        kind: EntryKind::File { chunks },
+                        ..
+                    }) = lower_same
+                    {
+                        previous = chunks.clone();
+                    }
                 }
+                ctx.jobs.push(FileJob {
+                    abs: child,
+                    rel: rel_bytes,
+                    cached,
+                    previous,
+                    owner: (m.mode() & 0o7777, m.uid(), m.gid()),
+                    accept_prefix: true,
+                });
+                MNode::File(ctx.jobs.len() - 1)
             }
-            ctx.jobs.push(FileJob {
-                abs: child,
-                rel: rel_bytes,
-                cached,
-                previous,
-                owner: (m.mode() & 0o7777, m.uid(), m.gid()),
-                accept_prefix: true,
-            });
-            MNode::File(ctx.jobs.len() - 1)
         } else if ft.is_symlink() {
             if let Some(l) = lower_same {
                 ctx.delta.add(totals_of(ctx.store, l)?, -1);
             }
             ctx.delta.symlinks += 1;
-            let xattrs = user_xattrs(&child)?;
+            let xattrs = xattrs_of(&child)?.user;
             MNode::Ready(symlink_entry(&nb, &child, &m, xattrs)?)
         } else {
             return Err(special_file_error(&child, &m));
