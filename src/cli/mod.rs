@@ -233,6 +233,12 @@ pub enum Command {
         /// Message stored with the checkpoint.
         #[arg(short, long, default_value = "")]
         message: String,
+        /// Hold the writes of the processes in this cgroup (a directory under /sys/fs/cgroup:
+        /// cgroup v2, or v1's freezer) while the changed files are read, so every root and
+        /// every writer, in-place ones included, is captured at one instant. The processes are
+        /// frozen, not signalled, and thawed before the new objects are synced. Repeatable.
+        #[arg(long, value_name = "DIR")]
+        freeze_cgroup: Vec<PathBuf>,
         #[command(flatten)]
         json: JsonFlag,
     },
@@ -788,12 +794,14 @@ pub fn run(cli: Cli) -> Result<i32> {
             branch,
             label,
             message,
+            freeze_cgroup,
             json,
         } => workspace::checkpoint(
             &place,
             branch.as_deref(),
             label.as_deref(),
             &message,
+            &freeze_cgroup,
             json.json,
         ),
         Command::Switch {

@@ -133,10 +133,11 @@ pub fn checkpoint(
     branch: Option<&str>,
     label: Option<&str>,
     message: &str,
+    freeze_cgroups: &[PathBuf],
     json: bool,
 ) -> Result<i32> {
     let (s, b) = target(place, branch)?;
-    let r = workspace::checkpoint(&s, &b, label, message)?;
+    let r = workspace::checkpoint(&s, &b, label, message, freeze_cgroups)?;
     if json {
         print_json(&r)?;
     } else {

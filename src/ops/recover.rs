@@ -60,6 +60,16 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
                     .extend(crate::workspace::roll_back_switch(store, &phase)?);
             }
         }
+        if m.op == "checkpoint" {
+            let cgroups: Vec<std::path::PathBuf> = m
+                .args
+                .get("freeze_cgroups")
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default();
+            report
+                .actions
+                .extend(crate::workspace::freeze::thaw_after_crash(&cgroups));
+        }
         if m.op == "archive" {
             let dir = m.phase.get("temp_dir").and_then(|d| d.as_str());
             let prefix = m.phase.get("temp_prefix").and_then(|d| d.as_str());

@@ -16,6 +16,7 @@
 //!   the branch head is dropped and the head becomes the new base, so uppers do not grow
 //!   forever.
 
+pub mod freeze;
 pub mod lower;
 pub mod merge;
 pub mod overlay;
@@ -316,6 +317,7 @@ fn checkpoint_locked(
     branch: &str,
     label: Option<&str>,
     message: &str,
+    hold: &[PathBuf],
 ) -> Result<CheckpointReport> {
     let t0 = std::time::Instant::now();
     if let Some(l) = label {
@@ -330,6 +332,8 @@ fn checkpoint_locked(
     let base_id = upper_base(store, branch, head)?;
     let base = store.read_checkpoint(&base_id)?;
     let batch = ObjectBatch::new(store);
+    // Writers in these cgroups stand still from here until every changed file is read.
+    let frozen = freeze::Frozen::freeze(hold)?;
     let MergedAll {
         roots,
         caches,
@@ -337,6 +341,7 @@ fn checkpoint_locked(
         files_read,
         bytes_read,
     } = merge_all(store, &batch, branch, &base, cache_source(head, base_id))?;
+    frozen.thaw()?;
     let merged = t0.elapsed();
     batch.commit()?;
     log::debug!(
@@ -372,16 +377,19 @@ fn checkpoint_locked(
     })
 }
 
-/// `ckptfs checkpoint`: a checkpoint of the workspace of `branch`.
+/// `ckptfs checkpoint`: a checkpoint of the workspace of `branch`. The cgroups in `hold`
+/// are frozen while the upper layers are read (see `freeze`).
 pub fn checkpoint(
     store: &Store,
     branch: &str,
     label: Option<&str>,
     message: &str,
+    hold: &[PathBuf],
 ) -> Result<CheckpointReport> {
-    let args = serde_json::json!({"branch": branch, "label": label});
+    // The marker names the frozen cgroups, so `recover` can thaw them after a crash.
+    let args = serde_json::json!({"branch": branch, "label": label, "freeze_cgroups": hold});
     store.mutate("checkpoint", args, |_| {
-        let r = checkpoint_locked(store, branch, label, message)?;
+        let r = checkpoint_locked(store, branch, label, message, hold)?;
         let summary = serde_json::json!({"checkpoint": r.id, "files_read": r.files_read,
             "new_objects": r.checkpoint.stats.new_objects, "new_bytes": r.checkpoint.stats.new_bytes});
         Ok((r, summary))
@@ -752,7 +760,8 @@ pub fn switch(
                     )))
                 }
                 DirtyPolicy::CheckpointFirst => {
-                    checkpointed = Some(checkpoint_locked(store, from_branch, None, "before switch")?.id);
+                    checkpointed =
+                        Some(checkpoint_locked(store, from_branch, None, "before switch", &[])?.id);
                 }
                 DirtyPolicy::Discard => {}
             }

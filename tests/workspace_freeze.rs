@@ -1,0 +1,193 @@
+//! `checkpoint --freeze-cgroup`: a writer that rewrites a file in place without pause is
+//! captured whole (one of its states, never a mix), it runs on afterwards, and a checkpoint
+//! killed while the cgroup is frozen leaves it frozen only until `recover`.
+
+mod wscommon;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use wscommon::{ok, run, Workspace};
+
+/// A fresh cgroup (v2 if mounted, else v1's freezer) holding a writer process; the writer is
+/// killed and the cgroup thawed and removed on drop, even after a failed assert.
+struct Cgroup {
+    dir: PathBuf,
+    writer: Option<Child>,
+}
+
+impl Cgroup {
+    fn new(name: &str) -> Cgroup {
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mut v2 = None;
+        let mut v1 = None;
+        for l in info.lines() {
+            let f: Vec<&str> = l.split(' ').collect();
+            let Some(dash) = f.iter().position(|x| *x == "-") else {
+                continue;
+            };
+            let (point, fstype, opts) = (f[4], f[dash + 1], f.get(dash + 3).unwrap_or(&""));
+            if fstype == "cgroup2" && v2.is_none() {
+                v2 = Some(PathBuf::from(point));
+            } else if fstype == "cgroup" && opts.split(',').any(|o| o == "freezer") {
+                v1 = Some(PathBuf::from(point));
+            }
+        }
+        let base = v2
+            .or(v1)
+            .expect("a cgroup2 mount or a v1 freezer mount (CI runs as root on Linux)");
+        let dir = base.join(format!("ckptfs-test-{}-{name}", std::process::id()));
+        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        Cgroup { dir, writer: None }
+    }
+
+    /// Starts `python3 -c CODE ARGS...` inside the cgroup.
+    fn spawn(&mut self, code: &str, args: &[&Path]) {
+        let child = Command::new("python3")
+            .arg("-c")
+            .arg(code)
+            .args(args)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        fs::write(self.dir.join("cgroup.procs"), child.id().to_string()).unwrap();
+        self.writer = Some(child);
+    }
+
+    fn frozen(&self) -> bool {
+        match fs::read_to_string(self.dir.join("cgroup.events")) {
+            Ok(ev) => ev.lines().any(|l| l == "frozen 1"),
+            Err(_) => fs::read_to_string(self.dir.join("freezer.state"))
+                .unwrap()
+                .trim()
+                .eq("FROZEN"),
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = fs::write(self.dir.join("cgroup.freeze"), "0");
+        let _ = fs::write(self.dir.join("freezer.state"), "THAWED");
+        if let Some(mut c) = self.writer.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for _ in 0..100 {
+            if fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Rewrites the whole file in place, in one pwrite, with a counter on every line: each
+/// state of the file is one number repeated, and every state is new content.
+const REWRITER: &str = "import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+i = 0
+while True:
+    os.pwrite(fd, (b'%012d\\n' % i) * 80000, 0)
+    i += 1";
+
+fn lines_all_equal(data: &[u8]) -> bool {
+    let mut lines = data.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    let first = lines.next();
+    first.is_some() && lines.all(|l| Some(l) == first)
+}
+
+fn modified(p: &Path) -> std::time::SystemTime {
+    fs::metadata(p).unwrap().modified().unwrap()
+}
+
+#[test]
+fn a_frozen_cgroup_is_captured_at_one_instant_and_thawed() {
+    let w = Workspace::new(|room| fs::write(room.join("db.bin"), vec![b'\n'; 4096]).unwrap());
+    let path = w.path("db.bin");
+    fs::write(&path, (b"000000000000\n").repeat(80000)).unwrap();
+    let mut cg = Cgroup::new("instant");
+    cg.spawn(REWRITER, &[&path]);
+    std::thread::sleep(Duration::from_millis(200));
+    let dir = cg.dir.to_str().unwrap().to_string();
+    for i in 0..5 {
+        let out = ok(&[
+            "checkpoint",
+            w.room(),
+            "-m",
+            &format!("frozen {i}"),
+            "--freeze-cgroup",
+            &dir,
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let id = v["id"].as_str().unwrap();
+        let o = Command::new(wscommon::bin())
+            .args(["cat", w.store(), &format!("{id}:ws/db.bin")])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        assert_eq!(o.stdout.len(), 13 * 80000);
+        assert!(
+            lines_all_equal(&o.stdout),
+            "checkpoint {i} captured a mix of two states of the file"
+        );
+        // Thawed: the writer goes on.
+        assert!(
+            !cg.frozen(),
+            "the cgroup is still frozen after checkpoint {i}"
+        );
+        let before = modified(&path);
+        let t0 = Instant::now();
+        while modified(&path) == before {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the writer did not run on"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // A directory that is not a cgroup is refused with its name, and nothing is recorded.
+    let heads = ok(&["log", w.store(), "--branch", "main"]);
+    let o = run(&["checkpoint", w.room(), "--freeze-cgroup", "/tmp"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--freeze-cgroup /tmp"), "{err}");
+    assert_eq!(ok(&["log", w.store(), "--branch", "main"]), heads);
+}
+
+#[test]
+fn recover_thaws_a_cgroup_left_frozen_by_a_killed_checkpoint() {
+    let w = Workspace::new(|room| fs::write(room.join("db.bin"), vec![b'\n'; 4096]).unwrap());
+    let path = w.path("db.bin");
+    fs::write(&path, (b"000000000000\n").repeat(80000)).unwrap();
+    let mut cg = Cgroup::new("recover");
+    cg.spawn(REWRITER, &[&path]);
+    std::thread::sleep(Duration::from_millis(200));
+    let dir = cg.dir.to_str().unwrap().to_string();
+    // Abort the checkpoint at its Nth I/O step until one dies while the cgroup is frozen
+    // (the rewritten file's new chunk is written while the writers stand still).
+    let mut crashed_frozen = false;
+    for n in 1..40 {
+        let o = Command::new(wscommon::bin())
+            .args(["checkpoint", w.room(), "--freeze-cgroup", &dir])
+            .env("CKPTFS_FAULT", format!("abort:{n}"))
+            .output()
+            .unwrap();
+        if o.status.success() {
+            break;
+        }
+        let frozen = cg.frozen();
+        let rec = ok(&["recover", w.store()]);
+        if frozen {
+            assert!(rec.contains("thawed cgroup"), "{rec}");
+            assert!(!cg.frozen(), "recover left the cgroup frozen: {rec}");
+            crashed_frozen = true;
+            break;
+        }
+    }
+    assert!(crashed_frozen, "no injected crash happened while frozen");
+    assert!(ok(&["checkpoint", w.room(), "--freeze-cgroup", &dir]).contains("checkpoint"));
+}
