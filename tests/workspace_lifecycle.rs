@@ -210,6 +210,82 @@ fn fsynced_data_survives_unmount_and_resume() {
     assert!(st.contains("changed since the last checkpoint"), "{st}");
 }
 
+/// Rounds of mixed changes (new, edited, deleted, renamed files and directories, a replaced
+/// directory, chmod, symlinks, xattrs), each checkpointed: every checkpoint's tree is the very
+/// tree a plain `capture` of what the mount shows records, down to the id.
+#[test]
+fn checkpoint_equals_a_capture_of_what_the_mount_shows() {
+    let w = Workspace::new(|room| {
+        populate(room);
+        for d in 0..6 {
+            for f in 0..5 {
+                let p = room.join(format!("tree/d{d}/sub{}", f % 2));
+                fs::create_dir_all(&p).unwrap();
+                fs::write(p.join(format!("f{f}.txt")), format!("{d} {f}\n").repeat(50)).unwrap();
+            }
+        }
+    });
+    let p = |rel: &str| w.path(rel);
+    let rounds: Vec<Box<dyn Fn()>> = vec![
+        Box::new(|| {
+            fs::write(p("tree/d0/sub0/f0.txt"), "edited\n").unwrap();
+            fs::write(p("tree/d1/new.txt"), "new\n").unwrap();
+            fs::remove_file(p("tree/d2/sub1/f1.txt")).unwrap();
+        }),
+        Box::new(|| {
+            // Deep edit under directories the last checkpoint already merged.
+            let mut f = fs::OpenOptions::new().append(true).open(p("tree/d0/sub0/f0.txt")).unwrap();
+            f.write_all(b"more\n").unwrap();
+            fs::rename(p("tree/d3"), p("tree/d3-moved")).unwrap();
+            std::os::unix::fs::symlink("../d1/new.txt", p("tree/d0/link")).unwrap();
+        }),
+        Box::new(|| {
+            fs::remove_dir_all(p("tree/d4")).unwrap();
+            fs::create_dir_all(p("tree/d4/fresh")).unwrap();
+            fs::write(p("tree/d4/fresh/x"), "x").unwrap();
+            let mode = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+            fs::set_permissions(p("tree/d5/sub0/f0.txt"), mode).unwrap();
+            xattr::set(p("tree/d1/sub1/f1.txt"), "user.k", b"v").unwrap();
+        }),
+        Box::new(|| {
+            // Nothing but a chown of a symlink and a file rewritten to the same size.
+            sh(&format!("chown -h 1:1 '{}'", p("tree/d0/link").display()));
+            fs::write(p("tree/d0/sub0/f2.txt"), "0 2\n".repeat(50).replace('2', "9")).unwrap();
+        }),
+        Box::new(|| {
+            fs::rename(p("tree/d3-moved/sub0"), p("tree/d1/sub0-from-d3")).unwrap();
+            fs::remove_file(p("tree/d0/link")).unwrap();
+            fs::write(p("notes.md"), "# notes\nround 5\n").unwrap();
+        }),
+    ];
+    for (i, round) in rounds.iter().enumerate() {
+        round();
+        let id = w.checkpoint(&format!("round {i}"));
+        let room = format!("ws={}", w.room());
+        let cmp = format!("cmp{i}");
+        let out = ok(&["capture", w.store(), "--branch", &cmp, "--from", &room, "--json"]);
+        let cap: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let cap_id = cap["id"].as_str().unwrap();
+        let tree = |c: &str| {
+            let v: serde_json::Value =
+                serde_json::from_str(&ok(&["show", w.store(), c, "--json"])).unwrap();
+            (
+                v["checkpoint"]["roots"]["ws"]["tree"].clone(),
+                v["checkpoint"]["stats"]["files"].clone(),
+                v["checkpoint"]["stats"]["bytes"].clone(),
+            )
+        };
+        let ours = tree(&id);
+        assert!(ours.0.is_string() && ours.1.as_u64() > Some(20), "{ours:?}");
+        assert_eq!(
+            ours,
+            tree(cap_id),
+            "round {i}: the checkpoint differs from a capture of the mount:\n{}",
+            ok(&["diff", w.store(), cap_id, &id])
+        );
+    }
+}
+
 /// Overlayfs marks copied-up files and directories with `trusted.overlay.*` xattrs (origin,
 /// impure, ...): a checkpoint records the user's xattrs and none of those.
 #[test]
