@@ -226,44 +226,62 @@ fn checkpoint_equals_a_capture_of_what_the_mount_shows() {
         }
     });
     let p = |rel: &str| w.path(rel);
+    // Each subtle change sits in a subtree nothing else touches that round, so only the
+    // stat keys below an unchanged directory can reveal it.
     let rounds: Vec<Box<dyn Fn()>> = vec![
         Box::new(|| {
             fs::write(p("tree/d0/sub0/f0.txt"), "edited\n").unwrap();
             fs::write(p("tree/d1/new.txt"), "new\n").unwrap();
             fs::remove_file(p("tree/d2/sub1/f1.txt")).unwrap();
+            std::os::unix::fs::symlink("sub0/f0.txt", p("tree/d5/link")).unwrap();
         }),
         Box::new(|| {
-            // Deep edit under directories the last checkpoint already merged.
-            let mut f = fs::OpenOptions::new().append(true).open(p("tree/d0/sub0/f0.txt")).unwrap();
+            // A deep edit under directories the last checkpoint already merged.
+            let mut f = fs::OpenOptions::new()
+                .append(true)
+                .open(p("tree/d0/sub0/f0.txt"))
+                .unwrap();
             f.write_all(b"more\n").unwrap();
             fs::rename(p("tree/d3"), p("tree/d3-moved")).unwrap();
-            std::os::unix::fs::symlink("../d1/new.txt", p("tree/d0/link")).unwrap();
         }),
         Box::new(|| {
             fs::remove_dir_all(p("tree/d4")).unwrap();
             fs::create_dir_all(p("tree/d4/fresh")).unwrap();
             fs::write(p("tree/d4/fresh/x"), "x").unwrap();
-            let mode = std::os::unix::fs::PermissionsExt::from_mode(0o600);
-            fs::set_permissions(p("tree/d5/sub0/f0.txt"), mode).unwrap();
             xattr::set(p("tree/d1/sub1/f1.txt"), "user.k", b"v").unwrap();
         }),
         Box::new(|| {
-            // Nothing but a chown of a symlink and a file rewritten to the same size.
-            sh(&format!("chown -h 1:1 '{}'", p("tree/d0/link").display()));
-            fs::write(p("tree/d0/sub0/f2.txt"), "0 2\n".repeat(50).replace('2', "9")).unwrap();
+            // Nothing but a chown of a symlink, and a same-size rewrite elsewhere.
+            sh(&format!("chown -h 1:1 '{}'", p("tree/d5/link").display()));
+            fs::write(p("tree/d2/sub0/f2.txt"), "2 9\n".repeat(50)).unwrap();
+        }),
+        Box::new(|| {
+            let mode = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+            fs::set_permissions(p("tree/d0/sub0/f4.txt"), mode).unwrap();
         }),
         Box::new(|| {
             fs::rename(p("tree/d3-moved/sub0"), p("tree/d1/sub0-from-d3")).unwrap();
-            fs::remove_file(p("tree/d0/link")).unwrap();
+            fs::remove_file(p("tree/d5/link")).unwrap();
             fs::write(p("notes.md"), "# notes\nround 5\n").unwrap();
         }),
     ];
     for (i, round) in rounds.iter().enumerate() {
         round();
+        // Past the racy window, so this checkpoint caches what it merged and the next one
+        // reuses every directory it can.
+        std::thread::sleep(std::time::Duration::from_millis(60));
         let id = w.checkpoint(&format!("round {i}"));
         let room = format!("ws={}", w.room());
         let cmp = format!("cmp{i}");
-        let out = ok(&["capture", w.store(), "--branch", &cmp, "--from", &room, "--json"]);
+        let out = ok(&[
+            "capture",
+            w.store(),
+            "--branch",
+            &cmp,
+            "--from",
+            &room,
+            "--json",
+        ]);
         let cap: serde_json::Value = serde_json::from_str(&out).unwrap();
         let cap_id = cap["id"].as_str().unwrap();
         let tree = |c: &str| {

@@ -141,3 +141,209 @@ fn decode(data: &[u8]) -> Result<StatCache> {
     }
     Ok(out)
 }
+
+const UPPER_MAGIC: &[u8; 4] = b"CKU2";
+
+/// One upper directory of a workspace as the last checkpoint merged it: when the directory
+/// and everything under it still have the recorded stat keys, the merge reuses `tree` and
+/// `delta` without reading the directory's xattrs, its lower tree, or writing a tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CachedDir {
+    pub key: StatKey,
+    pub tree: ObjectId,
+    pub subdirs: u32,
+    /// The directory entry's size (its number of entries).
+    pub entries: u64,
+    /// What this directory adds to its root's (files, bytes, dirs, symlinks) relative to the
+    /// base checkpoint, its own entry in its parent included.
+    pub delta: [i64; 4],
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The names in the upper directory (unchanged while its key is: no readdir needed).
+    pub names: Vec<Vec<u8>>,
+}
+
+/// The workspace part of a stat cache: upper directories, and the keys of upper symlinks and
+/// whiteouts (files are in the `StatCache`). `rules` is the root's exclude rules it was made
+/// under; a cache made under other rules is not used.
+#[derive(Clone, Debug, Default)]
+pub struct UpperCache {
+    pub rules: Vec<u8>,
+    pub dirs: HashMap<Vec<u8>, CachedDir>,
+    pub others: HashMap<Vec<u8>, StatKey>,
+}
+
+impl Store {
+    /// Loads the upper cache saved with a workspace checkpoint; empty when missing or unreadable.
+    pub fn load_upper_cache(&self, checkpoint: &ObjectId, root: &str) -> UpperCache {
+        let p = upper_cache_path(&self.statcache_path(checkpoint, root));
+        match fs::read(&p) {
+            Ok(data) => decode_upper(&data).unwrap_or_else(|e| {
+                log::warn!("ignoring upper cache {}: {e}", p.display());
+                UpperCache::default()
+            }),
+            Err(_) => UpperCache::default(),
+        }
+    }
+
+    /// Saves an upper cache (best effort: it is only a cache).
+    pub fn save_upper_cache(&self, checkpoint: &ObjectId, root: &str, cache: &UpperCache) {
+        let p = upper_cache_path(&self.statcache_path(checkpoint, root));
+        if let Err(e) = write(&p, &encode_upper(cache)) {
+            log::warn!("could not write upper cache {}: {e}", p.display());
+        }
+    }
+}
+
+fn upper_cache_path(statcache: &Path) -> std::path::PathBuf {
+    let mut s = statcache.as_os_str().to_owned();
+    s.push(".upper");
+    s.into()
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+fn put_key(out: &mut Vec<u8>, k: &StatKey) {
+    out.extend_from_slice(&k.size.to_le_bytes());
+    out.extend_from_slice(&k.mtime_ns.to_le_bytes());
+    out.extend_from_slice(&k.ctime_ns.to_le_bytes());
+    out.extend_from_slice(&k.ino.to_le_bytes());
+}
+
+fn get_key(r: &mut Reader<'_>) -> Result<StatKey> {
+    Ok(StatKey {
+        size: r.u64()?,
+        mtime_ns: r.i64()?,
+        ctime_ns: r.i64()?,
+        ino: r.u64()?,
+    })
+}
+
+fn get_bytes(r: &mut Reader<'_>) -> Result<Vec<u8>> {
+    let n = r.u32()? as usize;
+    Ok(r.take(n)?.to_vec())
+}
+
+fn encode_upper(c: &UpperCache) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + c.dirs.len() * 160 + c.others.len() * 64);
+    out.extend_from_slice(UPPER_MAGIC);
+    put_bytes(&mut out, &c.rules);
+    out.extend_from_slice(&(c.dirs.len() as u64).to_le_bytes());
+    for (path, d) in &c.dirs {
+        put_bytes(&mut out, path);
+        put_key(&mut out, &d.key);
+        out.extend_from_slice(&d.tree.0);
+        out.extend_from_slice(&d.subdirs.to_le_bytes());
+        out.extend_from_slice(&d.entries.to_le_bytes());
+        for v in d.delta {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&(d.xattrs.len() as u32).to_le_bytes());
+        for (k, v) in &d.xattrs {
+            put_bytes(&mut out, k);
+            put_bytes(&mut out, v);
+        }
+        out.extend_from_slice(&(d.names.len() as u32).to_le_bytes());
+        for n in &d.names {
+            put_bytes(&mut out, n);
+        }
+    }
+    out.extend_from_slice(&(c.others.len() as u64).to_le_bytes());
+    for (path, k) in &c.others {
+        put_bytes(&mut out, path);
+        put_key(&mut out, k);
+    }
+    out
+}
+
+fn decode_upper(data: &[u8]) -> Result<UpperCache> {
+    let mut r = Reader { data, pos: 0 };
+    if r.take(4)? != UPPER_MAGIC {
+        return Err(Error::Corrupt("upper cache has a bad magic".into()));
+    }
+    let mut c = UpperCache {
+        rules: get_bytes(&mut r)?,
+        ..UpperCache::default()
+    };
+    let n = r.u64()? as usize;
+    for _ in 0..n {
+        let path = get_bytes(&mut r)?;
+        let key = get_key(&mut r)?;
+        let tree = r.id()?;
+        let subdirs = r.u32()?;
+        let entries = r.u64()?;
+        let mut delta = [0i64; 4];
+        for v in &mut delta {
+            *v = r.i64()?;
+        }
+        let nx = r.u32()? as usize;
+        let mut xattrs = Vec::with_capacity(nx.min(64));
+        for _ in 0..nx {
+            let k = get_bytes(&mut r)?;
+            xattrs.push((k, get_bytes(&mut r)?));
+        }
+        let nn = r.u32()? as usize;
+        let mut names = Vec::with_capacity(nn.min(data.len() / 4));
+        for _ in 0..nn {
+            names.push(get_bytes(&mut r)?);
+        }
+        let d = CachedDir {
+            key,
+            tree,
+            subdirs,
+            entries,
+            delta,
+            xattrs,
+            names,
+        };
+        c.dirs.insert(path, d);
+    }
+    let n = r.u64()? as usize;
+    for _ in 0..n {
+        let path = get_bytes(&mut r)?;
+        c.others.insert(path, get_key(&mut r)?);
+    }
+    if r.pos != data.len() {
+        return Err(Error::Corrupt("upper cache has trailing bytes".into()));
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upper_cache_round_trips() {
+        let key = StatKey {
+            size: 3,
+            mtime_ns: -4,
+            ctime_ns: 5,
+            ino: 6,
+        };
+        let mut c = UpperCache {
+            rules: b"*.pem\nsecrets/**".to_vec(),
+            ..UpperCache::default()
+        };
+        c.dirs.insert(
+            b"a/b".to_vec(),
+            CachedDir {
+                key: key.clone(),
+                tree: ObjectId::of(b"t"),
+                subdirs: 2,
+                entries: 7,
+                delta: [1, -2, 3, -4],
+                xattrs: vec![(b"user.k".to_vec(), b"v".to_vec())],
+                names: vec![b"x".to_vec(), b"link".to_vec()],
+            },
+        );
+        c.others.insert(b"a/link".to_vec(), key);
+        let mut bad = encode_upper(&c);
+        let d = decode_upper(&bad).unwrap();
+        assert_eq!((d.rules, d.dirs, d.others), (c.rules, c.dirs, c.others));
+        bad.push(0);
+        assert!(decode_upper(&bad).is_err());
+    }
+}

@@ -11,6 +11,7 @@
 //! `accept_prefix`: a file an agent keeps appending to is captured as a prefix. The root's
 //! exclude rules from STORE.json apply as in `capture`.
 
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, Metadata};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -25,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::RootRecord;
 use crate::store::object::ObjectBatch;
-use crate::store::statcache::{Cached, StatCache, RACY_WINDOW_NS};
+use crate::store::statcache::{Cached, CachedDir, StatCache, StatKey, UpperCache, RACY_WINDOW_NS};
 use crate::store::tree::{Entry, EntryKind, Tree};
 use crate::store::Store;
 
@@ -47,12 +48,29 @@ impl Totals {
         self.dirs += sign * o.dirs;
         self.symlinks += sign * o.symlinks;
     }
+    fn since(self, before: Totals) -> Totals {
+        let mut d = self;
+        d.add(before, -1);
+        d
+    }
+    fn to_array(self) -> [i64; 4] {
+        [self.files, self.bytes, self.dirs, self.symlinks]
+    }
+    fn from_array(a: [i64; 4]) -> Totals {
+        Totals {
+            files: a[0],
+            bytes: a[1],
+            dirs: a[2],
+            symlinks: a[3],
+        }
+    }
 }
 
 /// The result of merging one root.
 pub struct Merged {
     pub record: RootRecord,
     pub cache: StatCache,
+    pub upper_cache: UpperCache,
     /// Change of the root's totals relative to the base.
     pub delta: Totals,
     /// Upper files that had to be read (their stat differed from the last checkpoint's).
@@ -73,6 +91,12 @@ struct MDir {
     meta: Metadata,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     children: Vec<(Vec<u8>, MNode)>,
+    rel: Vec<u8>,
+    /// The names the upper directory holds (excluded ones and whiteouts too).
+    names: Vec<Vec<u8>>,
+    /// What handling this directory added to the totals during the walk (its entry in the
+    /// parent included); files read later add theirs in `build`.
+    walk_delta: Totals,
 }
 
 struct Ctx<'a> {
@@ -85,6 +109,29 @@ struct Ctx<'a> {
     /// Stat cache entries for files that are not read jobs (metadata-only copies).
     cached_ready: Vec<(Vec<u8>, Cached)>,
     delta: Totals,
+    /// The last checkpoint's upper directories, symlinks and whiteouts.
+    old_upper: UpperCache,
+    /// This merge's, for the next one.
+    new_upper: UpperCache,
+    /// Upper directories whose whole subtree still has the stat keys `old_upper` recorded.
+    clean: HashMap<Vec<u8>, bool>,
+    /// Directories taken whole from `old_upper`.
+    reused: HashSet<Vec<u8>>,
+    /// Stat keys older than this can be cached (see `RACY_WINDOW_NS`).
+    settled_before: i64,
+}
+
+impl Ctx<'_> {
+    fn settled(&self, k: &StatKey) -> bool {
+        k.mtime_ns < self.settled_before && k.ctime_ns < self.settled_before
+    }
+}
+
+/// What the last checkpoint taken from this upper layer cached (empty after a fresh mount).
+#[derive(Default)]
+pub struct Previous {
+    pub files: StatCache,
+    pub upper: UpperCache,
 }
 
 /// Merges `base` (the lower root) with the upper directory `upper`.
@@ -94,9 +141,13 @@ pub fn merge_root(
     root: &str,
     base: &RootRecord,
     upper: &Path,
-    old: StatCache,
+    previous: Previous,
     start_ns: i64,
 ) -> Result<Merged> {
+    let Previous {
+        files: old,
+        upper: old_upper,
+    } = previous;
     let meta = fs::symlink_metadata(upper).map_err(|e| Error::io(upper, e))?;
     let rules = store
         .config()
@@ -104,6 +155,12 @@ pub fn merge_root(
         .get(root)
         .map(|rc| rc.exclude.clone())
         .unwrap_or_default();
+    let fingerprint = rules.join("\n").into_bytes();
+    let old_upper = if old_upper.rules == fingerprint {
+        old_upper
+    } else {
+        UpperCache::default()
+    };
     let mut ctx = Ctx {
         store,
         exclude: crate::capture::compile_exclude(root, &rules)?,
@@ -112,6 +169,14 @@ pub fn merge_root(
         jobs: Vec::new(),
         cached_ready: Vec::new(),
         delta: Totals::default(),
+        old_upper,
+        new_upper: UpperCache {
+            rules: fingerprint,
+            ..UpperCache::default()
+        },
+        clean: HashMap::new(),
+        reused: HashSet::new(),
+        settled_before: start_ns - RACY_WINDOW_NS,
     };
     let lower = Some(load_tree(store, &base.tree)?);
     let xattrs = xattrs_of(upper)?.user;
@@ -126,22 +191,20 @@ pub fn merge_root(
             .retain(|(k, _)| !k.starts_with(OVERLAY_XATTR_PREFIX));
     }
     log::debug!(
-        "{}: upper walked in {walked:?}, {} files read in {:?}",
+        "{}: upper walked in {walked:?} ({} unchanged directories reused), {} files read in {:?}",
         upper.display(),
+        ctx.reused.len(),
         ctx.jobs.len(),
         t0.elapsed() - walked
     );
     let mut cache = StatCache::new();
     let (mut files_read, mut bytes_read) = (0, 0);
-    let settled = |k: &crate::store::statcache::StatKey| {
-        k.mtime_ns < start_ns - RACY_WINDOW_NS && k.ctime_ns < start_ns - RACY_WINDOW_NS
-    };
     for (job, d) in ctx.jobs.iter().zip(&results) {
         if d.read {
             files_read += 1;
             bytes_read += d.key.size;
         }
-        if settled(&d.key) {
+        if ctx.settled(&d.key) {
             let c = Cached {
                 key: d.key.clone(),
                 chunks: d.chunks.clone(),
@@ -151,12 +214,13 @@ pub fn merge_root(
         }
     }
     for (rel, c) in std::mem::take(&mut ctx.cached_ready) {
-        if settled(&c.key) {
+        if ctx.settled(&c.key) {
             cache.insert(rel, c);
         }
     }
     let mut delta = ctx.delta;
-    let (tree, subdirs) = build(batch, &root, &results, &mut delta)?;
+    let (tree, subdirs, _) = build(&mut ctx, batch, &root, &results, &mut delta)?;
+    carry_reused(&mut ctx, &mut cache);
     let record = RootRecord {
         tree,
         mode: root.meta.mode() & 0o7777,
@@ -171,6 +235,7 @@ pub fn merge_root(
     Ok(Merged {
         record,
         cache,
+        upper_cache: ctx.new_upper,
         delta,
         files_read,
         bytes_read,
@@ -293,6 +358,7 @@ fn merge_dir(
         names.push(ent.map_err(|e| Error::io(upper, e))?.file_name());
     }
     names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let all_names: Vec<Vec<u8>> = names.iter().map(|n| n.as_bytes().to_vec()).collect();
     let mut upper_nodes: Vec<(Vec<u8>, Option<MNode>)> = Vec::with_capacity(names.len());
     for name in names {
         let nb = name.as_bytes().to_vec();
@@ -307,15 +373,41 @@ fn merge_dir(
             Err(e) => return Err(Error::io(&child, e)),
         };
         let lower_same = lower.and_then(|t| t.get(&nb));
+        let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
         if is_whiteout(&m) {
             if let Some(l) = lower_same {
                 ctx.delta.add(totals_of(ctx.store, l)?, -1);
             }
+            remember_other(ctx, rel_bytes, &m);
             upper_nodes.push((nb, None));
             continue;
         }
         let ft = m.file_type();
-        let node = if ft.is_dir() {
+        let before = ctx.delta;
+        let node = if ft.is_dir() && is_clean(ctx, &child, &rel_bytes, &m)? {
+            // Nothing under it changed since the last checkpoint: its tree and totals are the
+            // ones recorded then, without reading its xattrs or its lower tree.
+            let Some(d) = ctx.old_upper.dirs.get(&rel_bytes).cloned() else {
+                return Err(Error::Invalid(
+                    "internal: clean directory not cached".into(),
+                ));
+            };
+            ctx.delta.add(Totals::from_array(d.delta), 1);
+            ctx.reused.insert(rel_bytes);
+            MNode::Ready(Entry {
+                name: nb.clone(),
+                kind: EntryKind::Dir {
+                    tree: d.tree,
+                    subdirs: d.subdirs,
+                },
+                mode: m.mode() & 0o7777,
+                uid: m.uid(),
+                gid: m.gid(),
+                mtime_ns: mtime_ns(&m),
+                size: d.entries,
+                xattrs: d.xattrs,
+            })
+        } else if ft.is_dir() {
             let Xattrs {
                 opaque,
                 redirect,
@@ -361,19 +453,13 @@ fn merge_dir(
             if !matches!(lower_same, Some(l) if l.is_dir() && !opaque && redirect.is_none()) {
                 ctx.delta.dirs += 1;
             }
-            MNode::Dir(Box::new(merge_dir(
-                ctx,
-                source.as_ref(),
-                &child,
-                &child_rel,
-                m,
-                user,
-            )?))
+            let mut sub = merge_dir(ctx, source.as_ref(), &child, &child_rel, m, user)?;
+            sub.walk_delta = ctx.delta.since(before);
+            MNode::Dir(Box::new(sub))
         } else if ft.is_file() {
             if let Some(l) = lower_same {
                 ctx.delta.add(totals_of(ctx.store, l)?, -1);
             }
-            let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
             let (cached, mut previous) = split_cached(ctx.old.remove(&rel_bytes), &m);
             // Unchanged since the last checkpoint (stat key equal, so xattrs too): reused as
             // it is, whatever kind of copy it is, without another syscall.
@@ -449,6 +535,7 @@ fn merge_dir(
             }
             ctx.delta.symlinks += 1;
             let xattrs = xattrs_of(&child)?.user;
+            remember_other(ctx, rel_bytes, &m);
             MNode::Ready(symlink_entry(&nb, &child, &m, xattrs)?)
         } else {
             return Err(special_file_error(&child, &m));
@@ -472,20 +559,114 @@ fn merge_dir(
         meta,
         xattrs,
         children,
+        rel: rel.as_os_str().as_bytes().to_vec(),
+        names: all_names,
+        walk_delta: Totals::default(),
     })
 }
 
+/// Caches the stat key of an upper symlink or whiteout.
+fn remember_other(ctx: &mut Ctx<'_>, rel: Vec<u8>, m: &Metadata) {
+    let key = stat_key(m);
+    if ctx.settled(&key) {
+        ctx.new_upper.others.insert(rel, key);
+    }
+}
+
+/// Whether the upper directory `rel` and everything under it still have the stat keys the
+/// last checkpoint cached (each directory is checked once per merge). A directory's key
+/// changes when an entry is added, removed or renamed in it and when its own metadata or
+/// xattrs change; a file's when its content, metadata or xattrs change; so equal keys all the
+/// way down mean the subtree merges to the same tree as before.
+fn is_clean(ctx: &mut Ctx<'_>, abs: &Path, rel: &[u8], m: &Metadata) -> Result<bool> {
+    if let Some(&c) = ctx.clean.get(rel) {
+        return Ok(c);
+    }
+    let c = check_clean(ctx, abs, rel, m)?;
+    ctx.clean.insert(rel.to_vec(), c);
+    Ok(c)
+}
+
+fn check_clean(ctx: &mut Ctx<'_>, abs: &Path, rel: &[u8], m: &Metadata) -> Result<bool> {
+    // Same key, same names: no readdir.
+    let names = match ctx.old_upper.dirs.get(rel) {
+        Some(d) if d.key == stat_key(m) => d.names.clone(),
+        _ => return Ok(false),
+    };
+    let rel_path = Path::new(std::ffi::OsStr::from_bytes(rel));
+    for name in names {
+        let name = std::ffi::OsStr::from_bytes(&name);
+        let child_rel = rel_path.join(name);
+        if ctx.exclude.0.is_match(name) || ctx.exclude.1.is_match(&child_rel) {
+            continue;
+        }
+        let child = abs.join(name);
+        let cm = match fs::symlink_metadata(&child) {
+            Ok(cm) => cm,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(Error::io(&child, e)),
+        };
+        let crel = child_rel.as_os_str().as_bytes();
+        let key = stat_key(&cm);
+        let same = if cm.is_dir() {
+            is_clean(ctx, &child, crel, &cm)?
+        } else if cm.is_file() {
+            ctx.old.get(crel).is_some_and(|c| c.key == key)
+        } else {
+            ctx.old_upper.others.get(crel) == Some(&key)
+        };
+        if !same {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Copies the cache entries of everything under the directories taken whole into this
+/// merge's caches (they were not walked, so nothing else records them).
+fn carry_reused(ctx: &mut Ctx<'_>, files: &mut StatCache) {
+    if ctx.reused.is_empty() {
+        return;
+    }
+    let reused = &ctx.reused;
+    let under = |p: &[u8]| {
+        reused.contains(p)
+            || p.iter()
+                .enumerate()
+                .any(|(i, &b)| b == b'/' && reused.contains(&p[..i]))
+    };
+    for (p, c) in ctx.old.drain() {
+        if under(&p) {
+            files.insert(p, c);
+        }
+    }
+    for (p, d) in ctx.old_upper.dirs.drain() {
+        if under(&p) {
+            ctx.new_upper.dirs.insert(p, d);
+        }
+    }
+    for (p, k) in ctx.old_upper.others.drain() {
+        if under(&p) {
+            ctx.new_upper.others.insert(p, k);
+        }
+    }
+}
+
+/// Encodes a merged directory bottom-up; returns (tree id, subdirs, what its files read in
+/// this merge add to the totals). Records each subdirectory in the upper cache.
 fn build(
+    ctx: &mut Ctx<'_>,
     batch: &ObjectBatch<'_>,
     dir: &MDir,
     results: &[FileData],
     delta: &mut Totals,
-) -> Result<(ObjectId, u32)> {
+) -> Result<(ObjectId, u32, Totals)> {
     let mut entries = Vec::with_capacity(dir.children.len());
     let mut subdirs = 0u32;
+    let mut files = Totals::default();
     for (name, node) in &dir.children {
         match node {
-            MNode::Keep(e) => {
+            MNode::Keep(e) | MNode::Ready(e) => {
                 if e.is_dir() {
                     subdirs += 1;
                 }
@@ -493,14 +674,29 @@ fn build(
             }
             MNode::File(i) => {
                 let d = &results[*i];
-                delta.files += 1;
-                delta.bytes += d.key.size as i64;
+                files.files += 1;
+                files.bytes += d.key.size as i64;
                 entries.push(d.entry(name));
             }
-            MNode::Ready(e) => entries.push(e.clone()),
             MNode::Dir(sub) => {
-                let (tree, sd) = build(batch, sub, results, delta)?;
+                let (tree, sd, sub_files) = build(ctx, batch, sub, results, delta)?;
+                files.add(sub_files, 1);
                 subdirs += 1;
+                let key = stat_key(&sub.meta);
+                if ctx.settled(&key) {
+                    let mut total = sub.walk_delta;
+                    total.add(sub_files, 1);
+                    let cached = CachedDir {
+                        key,
+                        tree,
+                        subdirs: sd,
+                        entries: sub.children.len() as u64,
+                        delta: total.to_array(),
+                        xattrs: sub.xattrs.clone(),
+                        names: sub.names.clone(),
+                    };
+                    ctx.new_upper.dirs.insert(sub.rel.clone(), cached);
+                }
                 entries.push(Entry {
                     name: name.clone(),
                     kind: EntryKind::Dir { tree, subdirs: sd },
@@ -514,6 +710,9 @@ fn build(
             }
         }
     }
+    if dir.rel.is_empty() {
+        delta.add(files, 1);
+    }
     let id = batch.ensure(&Tree { entries }.encode())?;
-    Ok((id, subdirs))
+    Ok((id, subdirs, files))
 }

@@ -224,7 +224,11 @@ fn upper_base(store: &Store, branch: &str, head: ObjectId) -> Result<ObjectId> {
 /// What `merge_all` produces.
 struct MergedAll {
     roots: BTreeMap<String, RootRecord>,
-    caches: Vec<(String, crate::store::statcache::StatCache)>,
+    caches: Vec<(
+        String,
+        crate::store::statcache::StatCache,
+        crate::store::statcache::UpperCache,
+    )>,
     stats: Stats,
     files_read: u64,
     bytes_read: u64,
@@ -253,16 +257,19 @@ fn merge_all(
             roots.insert(name.clone(), rec.clone());
             continue;
         }
-        let old = parent
-            .map(|p| store.load_statcache(&p, name))
+        let previous = parent
+            .map(|p| merge::Previous {
+                files: store.load_statcache(&p, name),
+                upper: store.load_upper_cache(&p, name),
+            })
             .unwrap_or_default();
-        let m = merge::merge_root(store, batch, name, rec, &upper, old, start)?;
+        let m = merge::merge_root(store, batch, name, rec, &upper, previous, start)?;
         stats.dirs = (stats.dirs as i64 + m.delta.dirs).max(0) as u64;
         stats.symlinks = (stats.symlinks as i64 + m.delta.symlinks).max(0) as u64;
         files_read += m.files_read;
         bytes_read += m.bytes_read;
         roots.insert(name.clone(), m.record);
-        caches.push((name.clone(), m.cache));
+        caches.push((name.clone(), m.cache, m.upper_cache));
     }
     stats.files = roots.values().map(|r| r.files).sum();
     stats.bytes = roots.values().map(|r| r.bytes).sum();
@@ -365,8 +372,9 @@ fn checkpoint_locked(
     if let Some(l) = label {
         store.create_label(l, &id)?;
     }
-    for (name, cache) in &caches {
+    for (name, cache, upper) in &caches {
         store.save_statcache(&id, name, cache);
+        store.save_upper_cache(&id, name, upper);
     }
     Ok(CheckpointReport {
         id,
