@@ -20,8 +20,10 @@
 //!   run/mounts/B.json     a mounted workspace (mountpoints, lower dirs); run/lower/: the store's
 //!                         read-only view, mounted for overlay lower layers
 //!   displaced/            directories set aside by restore/switch (never deleted silently)
-//!   cache/                rebuildable only: stat/ caches for incremental capture; materialized/:
-//!                         unnamed (O_TMPFILE) copies of big files a view daemon passes through
+//!   cache/                rebuildable only: stat/<id>-<root> caches for incremental capture
+//!                         (and <id>-<root>.upper: a workspace's upper directories, see
+//!                         `statcache`); materialized/: unnamed (O_TMPFILE) copies of big files
+//!                         a view daemon passes through
 //!   audit.jsonl           append-only, one JSON line per operation, synced per line (switch:
 //!                         written, left to writeback; it only rearranges live mounts)
 //!   lock                  flock: exclusive while a mutating command runs
