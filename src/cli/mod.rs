@@ -157,7 +157,8 @@ pub enum Command {
         json: JsonFlag,
     },
     /// Repair after a crash: roll back an interrupted operation, clear its RUNNING marker and
-    /// remove half-written temp files. Refuses while the recorded process is alive.
+    /// remove half-written temp files; thaw a cgroup that a killed `checkpoint
+    /// --freeze-cgroup` left frozen. Refuses while the recorded process is alive.
     Recover {
         store: PathBuf,
         #[command(flatten)]
