@@ -567,7 +567,7 @@ fn read_xattrs_file(f: &File, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(out)
 }
 
-fn is_unsupported(e: &io::Error) -> bool {
+pub(crate) fn is_unsupported(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::ENODATA))
 }
 

@@ -113,13 +113,11 @@ pub(crate) fn chunk_file(
         }
         // The run's last chunk was checked without the byte after it, which its cut may have
         // looked at: chunk it again unless it is `max` long.
-        if chunks.len() > run_start {
-            if let Some(last) = chunks.last().copied() {
-                if u64::from(last.len) < max {
-                    chunks.pop();
-                    pos -= u64::from(last.len);
-                    progress.fetch_sub(u64::from(last.len), Ordering::Relaxed);
-                }
+        if let Some(&last) = chunks[run_start..].last() {
+            if u64::from(last.len) < max {
+                chunks.pop();
+                pos -= u64::from(last.len);
+                progress.fetch_sub(u64::from(last.len), Ordering::Relaxed);
             }
         }
         if pos >= size {

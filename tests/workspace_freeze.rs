@@ -120,16 +120,23 @@ fn modified(p: &Path) -> std::time::SystemTime {
     fs::metadata(p).unwrap().modified().unwrap()
 }
 
-#[test]
-fn a_frozen_cgroup_is_captured_at_one_instant_and_thawed() {
+/// A workspace whose `db.bin` a `REWRITER` in a fresh cgroup rewrites without pause; `None`
+/// where no cgroup can be made.
+fn rewriting_workspace(name: &str) -> Option<(Workspace, PathBuf, Cgroup)> {
     let w = Workspace::new(|room| fs::write(room.join("db.bin"), vec![b'\n'; 4096]).unwrap());
     let path = w.path("db.bin");
     fs::write(&path, (b"000000000000\n").repeat(80000)).unwrap();
-    let Some(mut cg) = Cgroup::new("instant") else {
-        return;
-    };
+    let mut cg = Cgroup::new(name)?;
     cg.spawn(REWRITER, &[&path]);
     std::thread::sleep(Duration::from_millis(200));
+    Some((w, path, cg))
+}
+
+#[test]
+fn a_frozen_cgroup_is_captured_at_one_instant_and_thawed() {
+    let Some((w, path, cg)) = rewriting_workspace("instant") else {
+        return;
+    };
     let dir = cg.dir.to_str().unwrap().to_string();
     for i in 0..5 {
         let out = ok(&[
@@ -179,14 +186,9 @@ fn a_frozen_cgroup_is_captured_at_one_instant_and_thawed() {
 
 #[test]
 fn recover_thaws_a_cgroup_left_frozen_by_a_killed_checkpoint() {
-    let w = Workspace::new(|room| fs::write(room.join("db.bin"), vec![b'\n'; 4096]).unwrap());
-    let path = w.path("db.bin");
-    fs::write(&path, (b"000000000000\n").repeat(80000)).unwrap();
-    let Some(mut cg) = Cgroup::new("recover") else {
+    let Some((w, _path, cg)) = rewriting_workspace("recover") else {
         return;
     };
-    cg.spawn(REWRITER, &[&path]);
-    std::thread::sleep(Duration::from_millis(200));
     let dir = cg.dir.to_str().unwrap().to_string();
     // Abort the checkpoint at its Nth I/O step until one dies while the cgroup is frozen
     // (the rewritten file's new chunk is written while the writers stand still).

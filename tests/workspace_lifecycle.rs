@@ -1,6 +1,7 @@
 //! Live workspaces: checkpoint, switch with a busy cwd, fork independence, dirty refusal,
 //! discard, branch lifecycle, survival of a crashed daemon.
 
+mod common;
 mod wscommon;
 
 use std::fs;
@@ -341,17 +342,7 @@ fn checkpoints_keep_user_xattrs_and_no_overlay_ones() {
 /// insertion all come back byte-exact, and the store verifies.
 #[test]
 fn edited_big_files_checkpoint_byte_exact() {
-    let noise = |seed: u64, len: usize| {
-        let mut x = seed;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect::<Vec<u8>>()
-    };
+    let noise = |seed, len| common::random_bytes(seed, len);
     let base = noise(3, 6 << 20);
     let b2 = base.clone();
     let w = Workspace::new(move |room| {

@@ -40,8 +40,6 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Parses the command line. Help and version print as usual; a usage error becomes one line
-/// on stderr (clap's message without its multi-line usage block) and exit code 2.
 impl Cli {
     /// Whether this process serves a mount (a view daemon): it must outlive a reader that
     /// went away, so SIGPIPE stays ignored there.
@@ -54,6 +52,8 @@ impl Cli {
     }
 }
 
+/// Parses the command line. Help and version print as usual; a usage error becomes one line
+/// on stderr (clap's message without its multi-line usage block) and exit code 2.
 pub fn parse() -> Cli {
     match Cli::try_parse() {
         Ok(cli) => cli,

@@ -43,22 +43,32 @@ pub type StatCache = HashMap<Vec<u8>, Cached>;
 impl Store {
     /// Loads the stat cache of a checkpoint's root; empty when missing or unreadable.
     pub fn load_statcache(&self, checkpoint: &ObjectId, root: &str) -> StatCache {
-        let p = self.statcache_path(checkpoint, root);
-        match fs::read(&p) {
-            Ok(data) => decode(&data).unwrap_or_else(|e| {
-                log::warn!("ignoring stat cache {}: {e}", p.display());
-                StatCache::new()
-            }),
-            Err(_) => StatCache::new(),
-        }
+        load_cache(&self.statcache_path(checkpoint, root), decode, "stat cache")
     }
 
     /// Saves a stat cache (best effort: it is only a cache).
     pub fn save_statcache(&self, checkpoint: &ObjectId, root: &str, cache: &StatCache) {
         let p = self.statcache_path(checkpoint, root);
-        if let Err(e) = write(&p, &encode(cache)) {
-            log::warn!("could not write stat cache {}: {e}", p.display());
-        }
+        save_cache(&p, &encode(cache), "stat cache");
+    }
+}
+
+/// Reads and decodes a cache file; a missing one is empty, an unreadable one is empty and
+/// logged (caches are rebuildable).
+fn load_cache<T: Default>(p: &Path, decode: fn(&[u8]) -> Result<T>, what: &str) -> T {
+    match fs::read(p) {
+        Ok(data) => decode(&data).unwrap_or_else(|e| {
+            log::warn!("ignoring {what} {}: {e}", p.display());
+            T::default()
+        }),
+        Err(_) => T::default(),
+    }
+}
+
+/// Writes a cache file, logging a failure (best effort).
+fn save_cache(p: &Path, data: &[u8], what: &str) {
+    if let Err(e) = write(p, data) {
+        log::warn!("could not write {what} {}: {e}", p.display());
     }
 }
 
@@ -176,21 +186,13 @@ impl Store {
     /// Loads the upper cache saved with a workspace checkpoint; empty when missing or unreadable.
     pub fn load_upper_cache(&self, checkpoint: &ObjectId, root: &str) -> UpperCache {
         let p = upper_cache_path(&self.statcache_path(checkpoint, root));
-        match fs::read(&p) {
-            Ok(data) => decode_upper(&data).unwrap_or_else(|e| {
-                log::warn!("ignoring upper cache {}: {e}", p.display());
-                UpperCache::default()
-            }),
-            Err(_) => UpperCache::default(),
-        }
+        load_cache(&p, decode_upper, "upper cache")
     }
 
     /// Saves an upper cache (best effort: it is only a cache).
     pub fn save_upper_cache(&self, checkpoint: &ObjectId, root: &str, cache: &UpperCache) {
         let p = upper_cache_path(&self.statcache_path(checkpoint, root));
-        if let Err(e) = write(&p, &encode_upper(cache)) {
-            log::warn!("could not write upper cache {}: {e}", p.display());
-        }
+        save_cache(&p, &encode_upper(cache), "upper cache");
     }
 }
 

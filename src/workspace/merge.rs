@@ -6,10 +6,15 @@
 //! the kernel writes it: a whiteout is a character device 0/0; a directory with
 //! `trusted.overlay.opaque=y` hides the lower directory; `trusted.overlay.redirect` names the
 //! lower directory a renamed directory (or the lower file a renamed metadata-only copy) came
-//! from; a file with `trusted.overlay.metacopy` holds new metadata only, its bytes are the lower
-//! file's (content ids reused, nothing read). `trusted.overlay.*` xattrs are never captured. Files the upper holds are read (or reused from the stat cache) with
+//! from; a file with `trusted.overlay.metacopy` holds new metadata only, its bytes are the
+//! lower file's (content ids reused, nothing read). `trusted.overlay.*` xattrs are never
+//! captured. Files the upper holds are read (or reused from the stat cache) with
 //! `accept_prefix`: a file an agent keeps appending to is captured as a prefix. The root's
 //! exclude rules from STORE.json apply as in `capture`.
+//!
+//! An upper directory whose whole subtree keeps the stat keys the last checkpoint cached (the
+//! `UpperCache` beside its stat cache) is not merged again: its tree id and totals are reused
+//! (`is_clean`), at the cost of one `lstat` per entry under it.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, Metadata};
@@ -19,8 +24,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use crate::capture::{
-    mtime_ns, read_files, special_file_error, split_cached, stat_key, symlink_entry, FileData,
-    FileJob, Progress,
+    is_unsupported, mtime_ns, read_files, special_file_error, split_cached, stat_key,
+    symlink_entry, FileData, FileJob, Progress,
 };
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -218,8 +223,9 @@ pub fn merge_root(
             cache.insert(rel, c);
         }
     }
+    let (tree, subdirs, files) = build(&mut ctx, batch, &root, &results)?;
     let mut delta = ctx.delta;
-    let (tree, subdirs, _) = build(&mut ctx, batch, &root, &results, &mut delta)?;
+    delta.add(files, 1);
     carry_reused(&mut ctx, &mut cache);
     let record = RootRecord {
         tree,
@@ -266,7 +272,7 @@ fn xattrs_of(p: &Path) -> Result<Xattrs> {
     };
     let names = match xattr::list(p) {
         Ok(n) => n,
-        Err(e) if unsupported(&e) => return Ok(x),
+        Err(e) if is_unsupported(&e) => return Ok(x),
         Err(e) => return Err(Error::io(p, e)),
     };
     for n in names {
@@ -282,7 +288,7 @@ fn xattrs_of(p: &Path) -> Result<Xattrs> {
         let v = match xattr::get(p, &n) {
             Ok(Some(v)) => v,
             Ok(None) => continue,
-            Err(e) if unsupported(&e) => continue,
+            Err(e) if is_unsupported(&e) => continue,
             Err(e) => return Err(Error::io(p, e)),
         };
         match nb.strip_prefix(OVERLAY_XATTR_PREFIX) {
@@ -294,10 +300,6 @@ fn xattrs_of(p: &Path) -> Result<Xattrs> {
     }
     x.user.sort();
     Ok(x)
-}
-
-fn unsupported(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::ENODATA))
 }
 
 /// Recursive totals of a lower entry (reads the subtree of a directory).
@@ -387,14 +389,13 @@ fn merge_dir(
         let node = if ft.is_dir() && is_clean(ctx, &child, &rel_bytes, &m)? {
             // Nothing under it changed since the last checkpoint: its tree and totals are the
             // ones recorded then, without reading its xattrs or its lower tree.
-            let Some(d) = ctx.old_upper.dirs.get(&rel_bytes).cloned() else {
+            let Some(d) = ctx.old_upper.dirs.remove(&rel_bytes) else {
                 return Err(Error::Invalid(
                     "internal: clean directory not cached".into(),
                 ));
             };
             ctx.delta.add(Totals::from_array(d.delta), 1);
-            ctx.reused.insert(rel_bytes);
-            MNode::Ready(Entry {
+            let entry = Entry {
                 name: nb.clone(),
                 kind: EntryKind::Dir {
                     tree: d.tree,
@@ -405,8 +406,11 @@ fn merge_dir(
                 gid: m.gid(),
                 mtime_ns: mtime_ns(&m),
                 size: d.entries,
-                xattrs: d.xattrs,
-            })
+                xattrs: d.xattrs.clone(),
+            };
+            ctx.new_upper.dirs.insert(rel_bytes.clone(), d);
+            ctx.reused.insert(rel_bytes);
+            MNode::Ready(entry)
         } else if ft.is_dir() {
             let Xattrs {
                 opaque,
@@ -630,10 +634,9 @@ fn carry_reused(ctx: &mut Ctx<'_>, files: &mut StatCache) {
     }
     let reused = &ctx.reused;
     let under = |p: &[u8]| {
-        reused.contains(p)
-            || p.iter()
-                .enumerate()
-                .any(|(i, &b)| b == b'/' && reused.contains(&p[..i]))
+        p.iter()
+            .enumerate()
+            .any(|(i, &b)| b == b'/' && reused.contains(&p[..i]))
     };
     for (p, c) in ctx.old.drain() {
         if under(&p) {
@@ -659,7 +662,6 @@ fn build(
     batch: &ObjectBatch<'_>,
     dir: &MDir,
     results: &[FileData],
-    delta: &mut Totals,
 ) -> Result<(ObjectId, u32, Totals)> {
     let mut entries = Vec::with_capacity(dir.children.len());
     let mut subdirs = 0u32;
@@ -679,7 +681,7 @@ fn build(
                 entries.push(d.entry(name));
             }
             MNode::Dir(sub) => {
-                let (tree, sd, sub_files) = build(ctx, batch, sub, results, delta)?;
+                let (tree, sd, sub_files) = build(ctx, batch, sub, results)?;
                 files.add(sub_files, 1);
                 subdirs += 1;
                 let key = stat_key(&sub.meta);
@@ -709,9 +711,6 @@ fn build(
                 });
             }
         }
-    }
-    if dir.rel.is_empty() {
-        delta.add(files, 1);
     }
     let id = batch.ensure(&Tree { entries }.encode())?;
     Ok((id, subdirs, files))
