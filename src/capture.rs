@@ -97,12 +97,27 @@ pub(crate) struct FileJob {
     pub(crate) cached: Option<Cached>,
     /// (mode, uid, gid) from the walk's `lstat`, used for cached files.
     pub(crate) owner: (u32, u32, u32),
-    /// Live workspaces: a file that only grew while being read is captured as the prefix
-    /// that existed when reading started (an appending writer never yields torn bytes).
-    pub(crate) accept_prefix: bool,
+    /// The size the walk's `lstat` saw (biggest files are read first).
+    pub(crate) size: u64,
+    /// What to do when the file changes while it is read.
+    pub(crate) on_change: OnChange,
     /// The chunks this path had in the previous checkpoint when it changed since: those whose
     /// bytes still match are reused without chunking (see `chunker`).
     pub(crate) previous: Vec<Chunk>,
+}
+
+/// How reading a file treats a change made meanwhile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnChange {
+    /// Read it again, up to `CHANGE_RETRIES` times, then fail naming it (plain captures).
+    Retry,
+    /// Live workspaces: read it again; at the last attempt a file that only grew is captured
+    /// as the prefix that existed when reading started (an appending writer never yields
+    /// torn bytes).
+    AcceptPrefix,
+    /// The first pass of a checkpoint that then freezes the writers: no retry; the file comes
+    /// back with a stat key that matches nothing, so the frozen pass reads it again.
+    Provisional,
 }
 
 /// The result of reading one file.
@@ -457,8 +472,9 @@ fn walk_dir(
                 rel: rel_bytes,
                 cached,
                 previous,
-                accept_prefix: false,
+                on_change: OnChange::Retry,
                 owner: (m.mode() & 0o7777, m.uid(), m.gid()),
+                size: m.len(),
             });
             Node::File(jobs.len() - 1)
         } else if ft.is_symlink() {
@@ -582,6 +598,13 @@ pub(crate) fn read_files(
         .map(|n| n.get())
         .unwrap_or(2)
         .clamp(1, 8);
+    // Files to read, biggest first, so the last ones to finish are small and every core
+    // stays busy to the end (a few big logs and databases dominate a checkpoint).
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| {
+        let j = &jobs[i];
+        std::cmp::Reverse(if j.cached.is_some() { 0 } else { j.size })
+    });
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let results: Vec<Mutex<Option<FileData>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
@@ -592,8 +615,10 @@ pub(crate) fn read_files(
                 if failed.load(Ordering::Relaxed) {
                     return;
                 }
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(job) = jobs.get(i) else { return };
+                let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    return;
+                };
+                let job = &jobs[i];
                 match read_file(batch, chunker, job, progress) {
                     Ok(d) => {
                         progress.files.fetch_add(1, Ordering::Relaxed);
@@ -669,7 +694,21 @@ fn read_file(
         )?;
         let after = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
         let stable = stat_key(&after) == key;
-        let grew = job.accept_prefix
+        if !stable && job.on_change == OnChange::Provisional {
+            return Ok(FileData {
+                key: StatKey {
+                    ctime_ns: i64::MAX,
+                    ..key
+                },
+                mode: before.mode() & 0o7777,
+                uid: before.uid(),
+                gid: before.gid(),
+                chunks,
+                xattrs,
+                read: true,
+            });
+        }
+        let grew = job.on_change == OnChange::AcceptPrefix
             && attempt + 1 == CHANGE_RETRIES
             && after.len() >= key.size
             && after.ino() == key.ino;

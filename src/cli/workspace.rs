@@ -152,6 +152,14 @@ pub fn checkpoint(
             human_bytes(st.new_bytes),
             r.elapsed_ms
         );
+        if let Some(h) = &r.held {
+            println!(
+                "writers held for {:.1} ms; {} files ({}) read meanwhile",
+                h.micros as f64 / 1000.0,
+                h.files_read,
+                human_bytes(h.bytes_read)
+            );
+        }
     }
     Ok(0)
 }

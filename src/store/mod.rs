@@ -73,6 +73,13 @@ pub struct ChunkerConfig {
     pub min: u32,
     pub avg: u32,
     pub max: u32,
+    /// SQLite databases (files over `min` bytes that start with `SQLite format 3\0` and a valid
+    /// page size) are cut at fixed offsets every `max(sqlite_block, page size)` bytes instead:
+    /// a transaction rewrites scattered pages, and content-defined chunks of 256 KiB would each
+    /// hold one of them (a turn's 208 dirty pages of a 67 MB database made 45 MiB of new
+    /// chunks; with 16 KiB blocks, 3 MiB). Absent in stores made before it: plain FastCDC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sqlite_block: Option<u32>,
 }
 
 impl Default for ChunkerConfig {
@@ -84,6 +91,7 @@ impl Default for ChunkerConfig {
             min: 64 * 1024,
             avg: 256 * 1024,
             max: 1024 * 1024,
+            sqlite_block: Some(16 * 1024),
         }
     }
 }

@@ -29,7 +29,9 @@ const FSYNC_EACH_LIMIT: usize = 2048;
 const FSYNC_THREADS: usize = 16;
 /// Objects this large start their writeback as soon as they are written (see
 /// `fsio::write_new_early`): a checkpoint's new chunks reach the disk while hashing goes on.
-const EARLY_WRITEBACK_BYTES: usize = 32 << 10;
+/// 4 KiB takes in the 16 KiB blocks of SQLite databases: on the large bench room their 400
+/// fsyncs went from 50 ms to 40 ms.
+const EARLY_WRITEBACK_BYTES: usize = 4 << 10;
 
 impl Store {
     /// True when the object is present (raw or compressed).
@@ -189,12 +191,14 @@ impl<'a> ObjectBatch<'a> {
         // A few objects (a workspace checkpoint after one turn): fsync each, cheaper than
         // syncfs on a busy filesystem. Many (a first capture): one syncfs for all.
         let few = pending.len() <= FSYNC_EACH_LIMIT;
+        let t0 = std::time::Instant::now();
         if few {
             let tmps: Vec<PathBuf> = pending.iter().map(|(_, t)| t.clone()).collect();
             sync_parallel(&tmps)?;
         } else {
             fsio::sync_filesystem(self.store.root())?;
         }
+        let synced = t0.elapsed();
         let compressed = self.store.compressed();
         let mut dirs = std::collections::BTreeSet::new();
         for (id, tmp) in pending {
@@ -211,11 +215,20 @@ impl<'a> ObjectBatch<'a> {
                 dirs.insert(d.to_path_buf());
             }
         }
+        let linked = t0.elapsed();
+        let n_dirs = dirs.len();
         if few {
-            sync_parallel(&dirs.into_iter().collect::<Vec<_>>())
+            sync_parallel(&dirs.into_iter().collect::<Vec<_>>())?;
         } else {
-            fsio::sync_filesystem(self.store.root())
+            fsio::sync_filesystem(self.store.root())?;
         }
+        log::debug!(
+            "{} objects synced in {synced:?}, linked by {linked:?}, {n_dirs} directories \
+             synced by {:?}",
+            self.new_objects(),
+            t0.elapsed()
+        );
+        Ok(())
     }
 
     /// Removes the temp files of objects not yet committed (after a failure).

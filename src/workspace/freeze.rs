@@ -1,13 +1,18 @@
 //! Holding a workload's writes for the instant of a checkpoint: `checkpoint --freeze-cgroup
-//! DIR` freezes the cgroup the agent runs in (`docker pause` does the same), reads the upper
-//! layers, then thaws it before the new objects are synced.
+//! DIR` freezes the cgroup the agent runs in (`docker pause` does the same) for a short second
+//! pass over the upper layers, then thaws it before the new objects are synced.
+//!
+//! The hold is short because a first pass, with the writers running, reads everything that
+//! changed since the last checkpoint. The frozen pass starts from that pass's caches, so it
+//! costs one `lstat` per upper entry plus a read of only the files changed after the first
+//! pass saw them (or in the clock tick it started in). After one agent turn that is a few
+//! milliseconds on a small room (figures in README).
 //!
 //! Kernel overlayfs has no hook to pause writers, so this is how a checkpoint of a workspace
 //! gets one instant across every root and every writer, in-place writers (SQLite pages, mmap)
 //! included: a frozen task stops between system calls, so no write is half done, and nothing
 //! changes while the changed files are read. The processes do not see it (no signal, unlike
-//! SIGSTOP); they only lose the time the hold lasts, which is the walk and read part of the
-//! checkpoint, not its fsyncs.
+//! SIGSTOP); they only lose the time the hold lasts.
 //!
 //! Both cgroup interfaces work: v2 (`cgroup.freeze`, `cgroup.events`) and v1's freezer
 //! controller (`freezer.state`). Freezing is hierarchical in both. A cgroup that holds the
@@ -25,7 +30,7 @@ use crate::error::{Error, Result};
 const FREEZE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Interface {
+pub enum Interface {
     /// cgroup v2: `cgroup.freeze` is 0/1, `cgroup.events` says `frozen 1` once done.
     V2,
     /// cgroup v1 freezer: `freezer.state` is THAWED / FREEZING / FROZEN.
@@ -46,6 +51,28 @@ fn interface(dir: &Path) -> Result<Interface> {
     }
 }
 
+/// Checks that every directory in `dirs` is a cgroup that can be frozen and does not hold this
+/// process (`checkpoint` calls it before any work, so bad input costs nothing).
+///
+/// # Errors
+/// `Usage`, naming the directory at fault.
+pub fn check(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Interface)>> {
+    let me = std::process::id();
+    let mut out = Vec::with_capacity(dirs.len());
+    for dir in dirs {
+        let kind = interface(dir)?;
+        if holds_pid(dir, me)? {
+            return Err(Error::Usage(format!(
+                "--freeze-cgroup {}: this ckptfs process runs inside that cgroup and would \
+                 freeze itself; run the checkpoint from outside it",
+                dir.display()
+            )));
+        }
+        out.push((dir.clone(), kind));
+    }
+    Ok(out)
+}
+
 /// Cgroups frozen by this process; thawed by `thaw`, or on drop after an error.
 pub struct Frozen {
     cgroups: Vec<(PathBuf, Interface)>,
@@ -62,18 +89,9 @@ impl Frozen {
         let mut frozen = Frozen {
             cgroups: Vec::new(),
         };
-        let me = std::process::id();
-        for dir in dirs {
-            let kind = interface(dir)?;
-            if holds_pid(dir, me)? {
-                return Err(Error::Usage(format!(
-                    "--freeze-cgroup {}: this ckptfs process runs inside that cgroup and would \
-                     freeze itself; run the checkpoint from outside it",
-                    dir.display()
-                )));
-            }
-            set(dir, kind, true)?;
-            frozen.cgroups.push((dir.clone(), kind));
+        for (dir, kind) in check(dirs)? {
+            set(&dir, kind, true)?;
+            frozen.cgroups.push((dir, kind));
         }
         let deadline = Instant::now() + FREEZE_TIMEOUT;
         for (dir, kind) in &frozen.cgroups {

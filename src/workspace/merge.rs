@@ -9,7 +9,8 @@
 //! from; a file with `trusted.overlay.metacopy` holds new metadata only, its bytes are the
 //! lower file's (content ids reused, nothing read). `trusted.overlay.*` xattrs are never
 //! captured. Files the upper holds are read (or reused from the stat cache) with
-//! `accept_prefix`: a file an agent keeps appending to is captured as a prefix. The root's
+//! `OnChange::AcceptPrefix`: a file an agent keeps appending to is captured as a prefix (or
+//! `Provisional` in the first pass of a checkpoint that freezes the writers). The root's
 //! exclude rules from STORE.json apply as in `capture`.
 //!
 //! An upper directory whose whole subtree keeps the stat keys the last checkpoint cached (the
@@ -25,13 +26,13 @@ use std::path::Path;
 
 use crate::capture::{
     is_unsupported, mtime_ns, read_files, special_file_error, split_cached, stat_key,
-    symlink_entry, FileData, FileJob, Progress,
+    symlink_entry, FileData, FileJob, OnChange, Progress,
 };
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::RootRecord;
 use crate::store::object::ObjectBatch;
-use crate::store::statcache::{Cached, CachedDir, StatCache, StatKey, UpperCache, RACY_WINDOW_NS};
+use crate::store::statcache::{Cached, CachedDir, StatCache, StatKey, UpperCache};
 use crate::store::tree::{Entry, EntryKind, Tree};
 use crate::store::Store;
 
@@ -122,7 +123,9 @@ struct Ctx<'a> {
     clean: HashMap<Vec<u8>, bool>,
     /// Directories taken whole from `old_upper`.
     reused: HashSet<Vec<u8>>,
-    /// Stat keys older than this can be cached (see `RACY_WINDOW_NS`).
+    on_change: OnChange,
+    /// Stat keys whose mtime and ctime are both earlier than this can be cached: the coarse
+    /// clock when the merge started (see `merge_root`).
     settled_before: i64,
 }
 
@@ -139,16 +142,33 @@ pub struct Previous {
     pub upper: UpperCache,
 }
 
+/// How a merge reads: when it started and what a file changing while read does.
+#[derive(Clone, Copy)]
+pub(crate) struct Pass {
+    pub(crate) start_ns: i64,
+    pub(crate) on_change: OnChange,
+}
+
 /// Merges `base` (the lower root) with the upper directory `upper`.
-pub fn merge_root(
+///
+/// `pass.start_ns` is `util::coarse_now_ns()` read before the walk. A stat key whose mtime and
+/// ctime are both earlier is cached: the upper layer is on a local filesystem, which stamps
+/// every later change of the file (or directory) at or after `start_ns`, so a later change
+/// always changes the key. A key stamped in the clock tick the merge started in is not cached,
+/// since a change in that same tick could keep it equal ("racily clean" in git's terms).
+pub(crate) fn merge_root(
     store: &Store,
     batch: &ObjectBatch<'_>,
     root: &str,
     base: &RootRecord,
     upper: &Path,
     previous: Previous,
-    start_ns: i64,
+    pass: Pass,
 ) -> Result<Merged> {
+    let Pass {
+        start_ns,
+        on_change,
+    } = pass;
     let Previous {
         files: old,
         upper: old_upper,
@@ -181,7 +201,8 @@ pub fn merge_root(
         },
         clean: HashMap::new(),
         reused: HashSet::new(),
-        settled_before: start_ns - RACY_WINDOW_NS,
+        settled_before: start_ns,
+        on_change,
     };
     let lower = Some(load_tree(store, &base.tree)?);
     let xattrs = xattrs_of(upper)?.user;
@@ -529,7 +550,8 @@ fn merge_dir(
                     cached,
                     previous,
                     owner: (m.mode() & 0o7777, m.uid(), m.gid()),
-                    accept_prefix: true,
+                    size: m.len(),
+                    on_change: ctx.on_change,
                 });
                 MNode::File(ctx.jobs.len() - 1)
             }

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::capture::OnChange;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
@@ -91,6 +92,20 @@ pub struct CheckpointReport {
     pub files_read: u64,
     pub bytes_read: u64,
     pub elapsed_ms: u64,
+    /// With `--freeze-cgroup`: how long the writers were held, and what was read meanwhile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<Held>,
+}
+
+/// The frozen part of a checkpoint with `--freeze-cgroup`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Held {
+    /// From the freeze request to the thaw, in microseconds.
+    pub micros: u64,
+    /// Files read while frozen (changed after the first pass read them, or in the clock tick
+    /// it started in) and their bytes.
+    pub files_read: u64,
+    pub bytes_read: u64,
 }
 
 /// How `switch` treats un-checkpointed changes.
@@ -240,9 +255,13 @@ fn merge_all(
     batch: &ObjectBatch<'_>,
     branch: &str,
     base: &Checkpoint,
-    parent: Option<ObjectId>,
+    mut previous: impl FnMut(&str) -> merge::Previous,
+    on_change: OnChange,
 ) -> Result<MergedAll> {
-    let start = now_ns();
+    let pass = merge::Pass {
+        start_ns: crate::util::coarse_now_ns(),
+        on_change,
+    };
     let mut roots = BTreeMap::new();
     let mut caches = Vec::new();
     let mut stats = Stats {
@@ -257,13 +276,7 @@ fn merge_all(
             roots.insert(name.clone(), rec.clone());
             continue;
         }
-        let previous = parent
-            .map(|p| merge::Previous {
-                files: store.load_statcache(&p, name),
-                upper: store.load_upper_cache(&p, name),
-            })
-            .unwrap_or_default();
-        let m = merge::merge_root(store, batch, name, rec, &upper, previous, start)?;
+        let m = merge::merge_root(store, batch, name, rec, &upper, previous(name), pass)?;
         stats.dirs = (stats.dirs as i64 + m.delta.dirs).max(0) as u64;
         stats.symlinks = (stats.symlinks as i64 + m.delta.symlinks).max(0) as u64;
         files_read += m.files_read;
@@ -283,12 +296,24 @@ fn merge_all(
     })
 }
 
-/// The checkpoint whose stat cache can describe the upper layer's files: the head, when it was
-/// taken from this upper (head != base). A head that is the base itself was captured from
+/// The caches of the checkpoint that can describe the upper layer's files: the head's, when it
+/// was taken from this upper (head != base). A head that is the base itself was captured from
 /// other files (another upper, or a plain capture with a cache of every file in the tree,
 /// whose loading alone costs 0.1 s on a 100k-file room), so its cache cannot match.
-fn cache_source(head: ObjectId, base: ObjectId) -> Option<ObjectId> {
-    (head != base).then_some(head)
+fn saved_caches(
+    store: &Store,
+    head: ObjectId,
+    base: ObjectId,
+) -> impl FnMut(&str) -> merge::Previous + '_ {
+    move |root| {
+        if head == base {
+            return merge::Previous::default();
+        }
+        merge::Previous {
+            files: store.load_statcache(&head, root),
+            upper: store.load_upper_cache(&head, root),
+        }
+    }
 }
 
 /// Un-checkpointed changes of `branch`'s workspace (reads only files whose stat changed).
@@ -298,7 +323,15 @@ pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
     let base = store.read_checkpoint(&base_id)?;
     let head_c = store.read_checkpoint(&head)?;
     let batch = ObjectBatch::dry_run(store);
-    let m = merge_all(store, &batch, branch, &base, cache_source(head, base_id))?;
+    let previous = saved_caches(store, head, base_id);
+    let m = merge_all(
+        store,
+        &batch,
+        branch,
+        &base,
+        previous,
+        OnChange::AcceptPrefix,
+    )?;
     let roots = m.roots;
     let mut report = DirtyReport {
         files_changed: m.files_read,
@@ -338,17 +371,70 @@ fn checkpoint_locked(
     let (_, head) = require_branch(store, branch)?;
     let base_id = upper_base(store, branch, head)?;
     let base = store.read_checkpoint(&base_id)?;
+    freeze::check(hold)?;
     let batch = ObjectBatch::new(store);
-    // Writers in these cgroups stand still from here until every changed file is read.
-    let frozen = freeze::Frozen::freeze(hold)?;
+    let mut held = None;
     let MergedAll {
         roots,
         caches,
         mut stats,
         files_read,
         bytes_read,
-    } = merge_all(store, &batch, branch, &base, cache_source(head, base_id))?;
-    frozen.thaw()?;
+    } = if hold.is_empty() {
+        let previous = saved_caches(store, head, base_id);
+        merge_all(
+            store,
+            &batch,
+            branch,
+            &base,
+            previous,
+            OnChange::AcceptPrefix,
+        )?
+    } else {
+        // A first pass while the writers run reads what changed (the bulk of the work); the
+        // pass while they are frozen then reads only what changed after the first one saw it
+        // (its caches make every other file and directory cost one lstat).
+        let previous = saved_caches(store, head, base_id);
+        let first = merge_all(
+            store,
+            &batch,
+            branch,
+            &base,
+            previous,
+            OnChange::Provisional,
+        )?;
+        let mut pre: BTreeMap<String, merge::Previous> = first
+            .caches
+            .into_iter()
+            .map(|(name, files, upper)| (name, merge::Previous { files, upper }))
+            .collect();
+        let t_hold = std::time::Instant::now();
+        // Writers in these cgroups stand still from here until every changed file is read.
+        let frozen = freeze::Frozen::freeze(hold)?;
+        let previous = |name: &str| pre.remove(name).unwrap_or_default();
+        let m = merge_all(
+            store,
+            &batch,
+            branch,
+            &base,
+            previous,
+            OnChange::AcceptPrefix,
+        )?;
+        frozen.thaw()?;
+        held = Some(Held {
+            micros: t_hold.elapsed().as_micros() as u64,
+            files_read: m.files_read,
+            bytes_read: m.bytes_read,
+        });
+        let mut stats = m.stats;
+        stats.files_read += first.files_read;
+        MergedAll {
+            stats,
+            files_read: first.files_read + m.files_read,
+            bytes_read: first.bytes_read + m.bytes_read,
+            ..m
+        }
+    };
     let merged = t0.elapsed();
     batch.commit()?;
     log::debug!(
@@ -382,6 +468,7 @@ fn checkpoint_locked(
         files_read,
         bytes_read,
         elapsed_ms: t0.elapsed().as_millis() as u64,
+        held,
     })
 }
 
