@@ -5,7 +5,8 @@
 # For each scale: generate a room (../shared/bench/gen_room.py), capture it, mount it as a
 # workspace, then measure
 #   1. checkpoint time after one agent turn (ckptfs) vs restic backup and git commit of the same
-#      change,
+#      change; then once more with the turn run in a cgroup that the checkpoint freezes
+#      (--freeze-cgroup), reporting how long the writers were held,
 #   2. switch time to another checkpoint vs `restic restore` and `cp -a` of the same state,
 #   3. a workload (3 turns, `git add -A && git commit`, 5000 SQLite inserts) on the workspace vs
 #      native ext4 vs kernel overlayfs vs fuse-overlayfs. Each starts from the same state: one
@@ -62,6 +63,24 @@ for scale in "${@:-small large}"; do
     t_ckpt2=$(timeit "$B" checkpoint "$T/room" -m turn2)
     store_turn=$("$B" show "$T/store" main --json | python3 -c "import json,sys; print(json.load(sys.stdin)['checkpoint']['stats']['new_bytes'])")
 
+    # -- the same with the writers held: the turn runs in an agent cgroup, which the
+    #    checkpoint freezes (--freeze-cgroup) for its second pass
+    t_ckpt3=n/a; held=n/a
+    cgbase=$(findmnt -n -t cgroup2 -o TARGET | head -1)
+    [ -n "$cgbase" ] || cgbase=$(findmnt -n -t cgroup -o TARGET,OPTIONS | awk '/freezer/ {print $1; exit}')
+    if [ -n "$cgbase" ] && mkdir "$cgbase/ckptfs-bench-$$"; then
+        CG=$cgbase/ckptfs-bench-$$
+        sleep 3600 & sleeper=$!
+        echo "$sleeper" >"$CG/cgroup.procs"
+        sh -c "echo \$\$ >'$CG/cgroup.procs'; exec python3 '$GEN' turn '$T/room' --seed 102" >/dev/null
+        t0=$(now)
+        out=$("$B" checkpoint "$T/room" -m turn3 --freeze-cgroup "$CG" --json)
+        t_ckpt3=$(secs "$t0" "$(now)")
+        held=$(echo "$out" | python3 -c "import json,sys; h=json.load(sys.stdin)['held']; print(f\"{h['micros']/1000:.1f} ms ({h['files_read']} files read while held)\")")
+        kill "$sleeper"; wait "$sleeper" 2>/dev/null || true
+        rmdir "$CG"
+    fi
+
     # -- peers for the checkpoint: restic and git on a plain copy with the same turn
     cp -a "$T/src" "$T/plain"
     restic init -q -r "$T/restic" >/dev/null
@@ -102,6 +121,7 @@ for scale in "${@:-small large}"; do
     echo "| measure | ckptfs | peers |"
     echo "|---|---|---|"
     echo "| checkpoint after one turn | ${t_ckpt} s (next turn ${t_ckpt2} s) | restic backup ${t_restic} s; git add+commit ${t_git} s |"
+    echo "| checkpoint after one turn, writers held (--freeze-cgroup) | ${t_ckpt3} s; writers held ${held} | |"
     echo "| store growth for the turn | $((store_turn / 1024)) KiB | restic $(((r1 - r0) / 1024)) KiB |"
     echo "| switch to another checkpoint | ${t_sw1} s (back: ${t_sw2} s) | restic restore ${t_rrest} s; cp -a ${t_cp} s |"
     echo "| mount a workspace | ${t_mount} s | |"

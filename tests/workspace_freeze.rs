@@ -249,3 +249,78 @@ fn the_frozen_pass_reads_only_what_changed_after_the_first() {
     assert!(o.stdout == big, "big.bin differs in the checkpoint");
     assert!(!cg.frozen());
 }
+
+/// `mount --freeze-cgroup`: recorded with the workspace, frozen by every checkpoint without
+/// the flag (also `switch --checkpoint-first`), kept across the switch; a directory that is
+/// not a cgroup is refused at mount with nothing mounted.
+#[test]
+fn a_cgroup_given_at_mount_is_frozen_by_every_checkpoint() {
+    let w = Workspace::new(|room| fs::write(room.join("db.bin"), vec![b'\n'; 4096]).unwrap());
+    let Some(mut cg) = Cgroup::new("mount") else {
+        return;
+    };
+    let dir = cg.dir.to_str().unwrap().to_string();
+    ok(&["umount", w.room()]);
+    let o = run(&[
+        "mount",
+        w.store(),
+        "--branch",
+        "main",
+        "--freeze-cgroup",
+        "/tmp",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--freeze-cgroup /tmp"), "{err}");
+    assert!(
+        !wscommon::mounted(&w.room),
+        "mounted despite the bad cgroup"
+    );
+    ok(&[
+        "mount",
+        w.store(),
+        "--branch",
+        "main",
+        "--freeze-cgroup",
+        &dir,
+    ]);
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(&["status", w.store(), "--json"])).unwrap();
+    assert_eq!(status[0]["freeze_cgroups"][0], dir.as_str(), "{status}");
+    let path = w.path("db.bin");
+    fs::write(&path, (b"000000000000\n").repeat(80000)).unwrap();
+    cg.spawn(REWRITER, &[&path]);
+    std::thread::sleep(Duration::from_millis(200));
+    let whole = |id: &str| {
+        let o = Command::new(wscommon::bin())
+            .args(["cat", w.store(), &format!("{id}:ws/db.bin")])
+            .output()
+            .unwrap();
+        o.stdout.len() == 13 * 80000 && lines_all_equal(&o.stdout)
+    };
+    for i in 0..3 {
+        let out = ok(&["checkpoint", w.room(), "-m", &format!("c{i}"), "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(v["held"]["micros"].as_u64().is_some(), "not held: {out}");
+        assert!(
+            whole(v["id"].as_str().unwrap()),
+            "checkpoint {i} mixed two states"
+        );
+        assert!(!cg.frozen());
+    }
+    // The writer keeps the workspace dirty: the checkpoint taken first is held too.
+    ok(&["fork", w.store(), "main", "--name", "other"]);
+    ok(&["switch", w.room(), "--to", "other", "--checkpoint-first"]);
+    let log: serde_json::Value =
+        serde_json::from_str(&ok(&["log", w.store(), "--branch", "main", "--json"])).unwrap();
+    let first = log[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(log[0]["message"], "before switch", "{log}");
+    assert!(
+        whole(&first),
+        "the checkpoint before the switch mixed two states"
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(&["status", w.store(), "--json"])).unwrap();
+    assert_eq!(status[0]["branch"], "other");
+    assert_eq!(status[0]["freeze_cgroups"][0], dir.as_str(), "{status}");
+}

@@ -838,6 +838,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     &a.roots,
                     a.at.as_deref(),
                     a.relocate,
+                    &a.freeze_cgroups,
                     a.json,
                 )
             }

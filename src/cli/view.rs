@@ -46,6 +46,12 @@ pub struct MountArgs {
     /// With --branch --at: confirm mounting a root away from its recorded path.
     #[arg(long, requires = "branch")]
     pub relocate: bool,
+    /// With --branch: every checkpoint of this workspace (also `switch --checkpoint-first`)
+    /// freezes the processes in this cgroup (a directory under /sys/fs/cgroup, v2 or v1's
+    /// freezer) for its second, short pass, so all writers are captured at one instant.
+    /// Recorded with the mount and kept across switches. Repeatable.
+    #[arg(long = "freeze-cgroup", value_name = "DIR", requires = "branch")]
+    pub freeze_cgroups: Vec<PathBuf>,
     /// With --branch: print the mounted workspace as JSON.
     #[arg(long, requires = "branch")]
     pub json: bool,

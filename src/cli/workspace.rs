@@ -19,6 +19,7 @@ pub fn mount_branch(
     roots: &[String],
     at: Option<&Path>,
     relocate: bool,
+    freeze_cgroups: &[PathBuf],
     json: bool,
 ) -> Result<i32> {
     let s = Store::open(store)?;
@@ -44,6 +45,7 @@ pub fn mount_branch(
             branch: branch.to_string(),
             roots: roots.to_vec(),
             relocate: reloc,
+            freeze_cgroups: freeze_cgroups.to_vec(),
         },
     )?;
     if json {
@@ -56,6 +58,9 @@ pub fn mount_branch(
         );
         for (n, r) in &st.roots {
             println!("  {n} at {}", r.mountpoint.display());
+        }
+        for c in &st.freeze_cgroups {
+            println!("  checkpoints freeze cgroup {}", c.display());
         }
     }
     Ok(0)
@@ -248,6 +253,8 @@ struct WorkspaceStatus {
     dirty: bool,
     files_changed: u64,
     bytes_changed: u64,
+    /// Cgroups its checkpoints freeze (`mount --freeze-cgroup`).
+    freeze_cgroups: Vec<PathBuf>,
 }
 
 /// Status of the workspaces of a store (or of the one a path is in).
@@ -278,6 +285,7 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
             dirty: d.dirty,
             files_changed: d.files_changed,
             bytes_changed: d.bytes_changed,
+            freeze_cgroups: st.freeze_cgroups.clone(),
         };
         out.push(serde_json::to_value(&ws).unwrap_or_default());
     }
@@ -310,6 +318,9 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
             for (n, p) in m {
                 println!("  {n} at {}", p.as_str().unwrap_or(""));
             }
+        }
+        for c in w["freeze_cgroups"].as_array().into_iter().flatten() {
+            println!("  checkpoints freeze cgroup {}", c.as_str().unwrap_or(""));
         }
     }
 }

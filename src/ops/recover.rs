@@ -60,7 +60,7 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
                     .extend(crate::workspace::roll_back_switch(store, &phase)?);
             }
         }
-        if m.op == "checkpoint" {
+        if m.op == "checkpoint" || m.op == "switch" {
             let cgroups: Vec<std::path::PathBuf> = m
                 .args
                 .get("freeze_cgroups")

@@ -61,6 +61,9 @@ pub struct WorkspaceState {
     pub base: ObjectId,
     pub roots: BTreeMap<String, MountedRoot>,
     pub mounted_ns: i64,
+    /// Cgroups every checkpoint of this workspace freezes (`mount --freeze-cgroup`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub freeze_cgroups: Vec<PathBuf>,
 }
 
 /// What to mount.
@@ -71,6 +74,8 @@ pub struct MountOptions {
     pub roots: Vec<String>,
     /// Relocated mountpoints (explicitly asked for): root -> directory.
     pub relocate: BTreeMap<String, PathBuf>,
+    /// Cgroups to freeze at every checkpoint of the workspace (see `freeze`).
+    pub freeze_cgroups: Vec<PathBuf>,
 }
 
 /// A workspace's un-checkpointed changes.
@@ -481,6 +486,16 @@ pub fn checkpoint(
     message: &str,
     hold: &[PathBuf],
 ) -> Result<CheckpointReport> {
+    // The workspace's own cgroups (`mount --freeze-cgroup`) are frozen too.
+    let mut hold = hold.to_vec();
+    if let Some(st) = state(store, branch)? {
+        for c in st.freeze_cgroups {
+            if !hold.contains(&c) {
+                hold.push(c);
+            }
+        }
+    }
+    let hold = &hold[..];
     // The marker names the frozen cgroups, so `recover` can thaw them after a crash.
     let args = serde_json::json!({"branch": branch, "label": label, "freeze_cgroups": hold});
     store.mutate("checkpoint", args, |_| {
@@ -625,6 +640,11 @@ fn plan_roots(
 /// `ckptfs mount STORE --branch B`: mounts the branch's roots writable.
 pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
     check_name("branch", &opts.branch)?;
+    // Absolute, so a checkpoint run from anywhere finds them.
+    let mut freeze_cgroups = Vec::new();
+    for (dir, _) in freeze::check(&opts.freeze_cgroups)? {
+        freeze_cgroups.push(fs::canonicalize(&dir).map_err(|e| Error::io(&dir, e))?);
+    }
     let args =
         serde_json::json!({"branch": opts.branch, "roots": opts.roots, "relocate": opts.relocate});
     // The lower view is its own daemon, which takes the store lock to pin: start it first.
@@ -678,6 +698,7 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
             base,
             roots,
             mounted_ns: now_ns(),
+            freeze_cgroups: freeze_cgroups.clone(),
         };
         write_mount_state(store, &st)?;
         let summary = serde_json::json!({"base": base});
@@ -837,7 +858,12 @@ pub fn switch(
     new_name: Option<&str>,
 ) -> Result<SwitchReport> {
     let t0 = std::time::Instant::now();
-    let args = serde_json::json!({"from": from_branch, "to": target, "name": new_name});
+    // The marker names the cgroups a checkpoint first would freeze, for `recover`.
+    let hold = state(store, from_branch)?
+        .map(|s| s.freeze_cgroups)
+        .unwrap_or_default();
+    let args = serde_json::json!({"from": from_branch, "to": target, "name": new_name,
+        "freeze_cgroups": hold});
     lower::ensure_view(store)?;
     let (report, moved) = store.mutate_live("switch", args, |m| {
         let st = state(store, from_branch)?
@@ -855,8 +881,9 @@ pub fn switch(
                     )))
                 }
                 DirtyPolicy::CheckpointFirst => {
+                    let hold = &st.freeze_cgroups;
                     checkpointed =
-                        Some(checkpoint_locked(store, from_branch, None, "before switch", &[])?.id);
+                        Some(checkpoint_locked(store, from_branch, None, "before switch", hold)?.id);
                 }
                 DirtyPolicy::Discard => {}
             }
@@ -908,6 +935,7 @@ pub fn switch(
                 branch: to_branch.clone(),
                 roots: st.roots.keys().cloned().collect(),
                 relocate,
+                freeze_cgroups: st.freeze_cgroups.clone(),
             };
             let roots = plan_roots(store, &to_branch, &base, &opts)?;
             // Durable, but only when new: switching back to a branch finds it already there
@@ -922,6 +950,7 @@ pub fn switch(
                 base,
                 roots,
                 mounted_ns: now_ns(),
+                freeze_cgroups: st.freeze_cgroups.clone(),
             };
             write_mount_state(store, &new_state)?;
             Ok(displaced.take())
