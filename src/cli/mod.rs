@@ -243,6 +243,24 @@ pub enum Command {
         #[command(flatten)]
         json: JsonFlag,
     },
+    /// Run a command (the agent) in a cgroup of the workspace, so checkpoints hold its writes.
+    ///
+    /// Makes a cgroup for the workspace (once; under the cgroup hierarchy's `ckptfs/`),
+    /// records it with the mount as `mount --freeze-cgroup` does, moves this process into it
+    /// and executes COMMAND there. The command and everything it starts are then frozen for
+    /// the few milliseconds of each checkpoint's second pass, so every checkpoint captures all
+    /// of their files at one instant. `umount` removes the cgroup once it is empty.
+    /// Example: `ckptfs exec /workspace/room -- python3 agent.py`.
+    Exec {
+        /// A workspace mountpoint (or a path inside it), or the store directory.
+        place: PathBuf,
+        /// Which workspace, when PLACE is the store and several are mounted.
+        #[arg(long, short)]
+        branch: Option<String>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Show another branch or checkpoint at the same paths (restore), without copying files.
     ///
     /// A checkpoint that is not a branch head starts a new branch (named by --name, or
@@ -790,6 +808,11 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Branch(BranchCommand::Delete { store, name, force }) => {
             workspace::branch_delete(&store, &name, force)
         }
+        Command::Exec {
+            place,
+            branch,
+            command,
+        } => workspace::exec(&place, branch.as_deref(), &command),
         Command::Checkpoint {
             place,
             branch,

@@ -133,6 +133,24 @@ fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
     Ok((s, st.branch))
 }
 
+/// `ckptfs exec`: joins the workspace's cgroup, then becomes COMMAND (it only returns on
+/// error).
+pub fn exec(place: &Path, branch: Option<&str>, command: &[std::ffi::OsString]) -> Result<i32> {
+    use std::os::unix::process::CommandExt;
+    let Some((program, args)) = command.split_first() else {
+        return Err(Error::Usage("exec needs a command after --".into()));
+    };
+    let (s, b) = target(place, branch)?;
+    let cgroup = workspace::agent_cgroup(&s, &b)?;
+    drop(s);
+    workspace::freeze::join(&cgroup)?;
+    let err = std::process::Command::new(program).args(args).exec();
+    Err(Error::io_op(
+        format!("running {}", program.to_string_lossy()),
+        err,
+    ))
+}
+
 pub fn checkpoint(
     place: &Path,
     branch: Option<&str>,

@@ -73,6 +73,92 @@ pub fn check(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Interface)>> {
     Ok(out)
 }
 
+/// The directory under a cgroup hierarchy's root that holds the cgroups `ckptfs exec` makes.
+const OWN_DIR: &str = "ckptfs";
+
+/// Makes (or finds) the cgroup `name` in ckptfs's own directory of the cgroup v2 hierarchy,
+/// or of v1's freezer hierarchy where no v2 one is mounted.
+///
+/// # Errors
+/// `Usage` when no freezable hierarchy is mounted; `Io` when the directory cannot be made
+/// (a read-only cgroupfs in a container), saying what to do instead.
+pub fn make_cgroup(name: &str) -> Result<PathBuf> {
+    let info = "/proc/self/mountinfo";
+    let text = fs::read_to_string(info).map_err(|e| Error::io(info, e))?;
+    let (mut v2, mut v1) = (None, None);
+    for line in text.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let Some(point) = left.split(' ').nth(4) else {
+            continue;
+        };
+        let mut r = right.split(' ');
+        let (fstype, opts) = (r.next(), r.nth(1).unwrap_or(""));
+        if fstype == Some("cgroup2") && v2.is_none() {
+            v2 = Some(PathBuf::from(point));
+        } else if fstype == Some("cgroup")
+            && v1.is_none()
+            && opts.split(',').any(|o| o == "freezer")
+        {
+            v1 = Some(PathBuf::from(point));
+        }
+    }
+    let base = v2.or(v1).ok_or_else(|| {
+        Error::Usage(
+            "no cgroup v2 hierarchy and no v1 freezer hierarchy is mounted, so there is no \
+             cgroup to run the command in"
+                .into(),
+        )
+    })?;
+    let dir = base.join(OWN_DIR).join(name);
+    fs::create_dir_all(&dir).map_err(|e| {
+        Error::io_op(
+            format!(
+                "creating cgroup {} (where that is not allowed, run the agent in a cgroup of \
+                 your own and give `mount --freeze-cgroup DIR`)",
+                dir.display()
+            ),
+            e,
+        )
+    })?;
+    interface(&dir)?;
+    Ok(dir)
+}
+
+/// Whether `dir` is a cgroup `make_cgroup` made.
+pub fn is_own(dir: &Path) -> bool {
+    dir.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new(OWN_DIR))
+}
+
+/// Moves this process into the cgroup `dir` (the processes it starts are born there).
+///
+/// # Errors
+/// `Io` when `cgroup.procs` cannot be written.
+pub fn join(dir: &Path) -> Result<()> {
+    let p = dir.join("cgroup.procs");
+    fs::write(&p, std::process::id().to_string()).map_err(|e| Error::io(&p, e))
+}
+
+/// Removes a cgroup `make_cgroup` made once no process is left in it (`umount`). A cgroup
+/// still in use, or one the operator named, is left alone.
+pub fn remove_if_own_and_empty(dir: &Path) {
+    if !is_own(dir) {
+        return;
+    }
+    for _ in 0..20 {
+        let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        if !procs.trim().is_empty() {
+            return;
+        }
+        if fs::remove_dir(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        // An exited task can linger for a moment after its parent reaped it.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Cgroups frozen by this process; thawed by `thaw`, or on drop after an error.
 pub struct Frozen {
     cgroups: Vec<(PathBuf, Interface)>,

@@ -24,6 +24,7 @@ pub mod overlay;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -489,7 +490,7 @@ pub fn checkpoint(
     // The workspace's own cgroups (`mount --freeze-cgroup`) are frozen too.
     let mut hold = hold.to_vec();
     if let Some(st) = state(store, branch)? {
-        for c in st.freeze_cgroups {
+        for c in recorded_cgroups(st) {
             if !hold.contains(&c) {
                 hold.push(c);
             }
@@ -723,6 +724,9 @@ pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmo
         }
         fs::remove_file(store.workspace_state_path(branch))
             .map_err(|e| Error::io(store.workspace_state_path(branch), e))?;
+        for c in &st.freeze_cgroups {
+            freeze::remove_if_own_and_empty(c);
+        }
         let summary = serde_json::json!({"unmounted": out.len()});
         Ok((out, summary))
     })?;
@@ -731,6 +735,39 @@ pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmo
         lower::release_view(store)?;
     }
     Ok(out)
+}
+
+/// The cgroups recorded with a workspace that still exist. One that is gone holds no process,
+/// so there is nothing to freeze in it (and refusing would block every checkpoint).
+fn recorded_cgroups(st: WorkspaceState) -> Vec<PathBuf> {
+    st.freeze_cgroups
+        .into_iter()
+        .filter(|c| {
+            let there = c.is_dir();
+            if !there {
+                log::warn!("cgroup {} recorded with the workspace is gone", c.display());
+            }
+            there
+        })
+        .collect()
+}
+
+/// The cgroup `ckptfs exec` runs commands in for `branch`'s mounted workspace: made on first
+/// use and recorded with the mount (as `mount --freeze-cgroup` records one), so every
+/// checkpoint of the workspace freezes it.
+pub fn agent_cgroup(store: &Store, branch: &str) -> Result<PathBuf> {
+    store.mutate("exec", serde_json::json!({"branch": branch}), |_| {
+        let mut st = state(store, branch)?
+            .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {branch}")))?;
+        let tag = ObjectId::of(store.root().as_os_str().as_bytes()).short();
+        let dir = freeze::make_cgroup(&format!("{branch}-{tag}"))?;
+        if !st.freeze_cgroups.contains(&dir) {
+            st.freeze_cgroups.push(dir.clone());
+            write_mount_state(store, &st)?;
+        }
+        let summary = serde_json::json!({ "cgroup": dir });
+        Ok((dir, summary))
+    })
 }
 
 /// Moves `branch`'s upper layers to `displaced/` (never deleted silently).
@@ -860,7 +897,7 @@ pub fn switch(
     let t0 = std::time::Instant::now();
     // The marker names the cgroups a checkpoint first would freeze, for `recover`.
     let hold = state(store, from_branch)?
-        .map(|s| s.freeze_cgroups)
+        .map(recorded_cgroups)
         .unwrap_or_default();
     let args = serde_json::json!({"from": from_branch, "to": target, "name": new_name,
         "freeze_cgroups": hold});
@@ -881,7 +918,7 @@ pub fn switch(
                     )))
                 }
                 DirtyPolicy::CheckpointFirst => {
-                    let hold = &st.freeze_cgroups;
+                    let hold = &recorded_cgroups(st.clone());
                     checkpointed =
                         Some(checkpoint_locked(store, from_branch, None, "before switch", hold)?.id);
                 }
