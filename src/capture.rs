@@ -694,25 +694,21 @@ fn read_file(
         )?;
         let after = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
         let stable = stat_key(&after) == key;
-        if !stable && job.on_change == OnChange::Provisional {
-            return Ok(FileData {
-                key: StatKey {
-                    ctime_ns: i64::MAX,
-                    ..key
-                },
-                mode: before.mode() & 0o7777,
-                uid: before.uid(),
-                gid: before.gid(),
-                chunks,
-                xattrs,
-                read: true,
-            });
-        }
+        // Left for the frozen pass: a key that matches nothing makes it read the file again.
+        let provisional = !stable && job.on_change == OnChange::Provisional;
         let grew = job.on_change == OnChange::AcceptPrefix
             && attempt + 1 == CHANGE_RETRIES
             && after.len() >= key.size
             && after.ino() == key.ino;
-        if (stable || grew) && total == key.size {
+        if provisional || ((stable || grew) && total == key.size) {
+            let key = if provisional {
+                StatKey {
+                    ctime_ns: i64::MAX,
+                    ..key
+                }
+            } else {
+                key
+            };
             return Ok(FileData {
                 key,
                 mode: before.mode() & 0o7777,
