@@ -235,9 +235,12 @@ pub enum Command {
         #[arg(short, long, default_value = "")]
         message: String,
         /// Hold the writes of the processes in this cgroup (a directory under /sys/fs/cgroup:
-        /// cgroup v2, or v1's freezer) while the changed files are read, so every root and
-        /// every writer, in-place ones included, is captured at one instant. The processes are
-        /// frozen, not signalled, and thawed before the new objects are synced. Repeatable.
+        /// cgroup v2, or v1's freezer), so every root and every writer, in-place ones
+        /// included, is captured at one instant. A first pass reads the changes while they
+        /// run; they are frozen (not signalled) only for a second pass that reads what
+        /// changed since, a few milliseconds, and thawed before the new objects are synced.
+        /// Adds to the cgroups recorded with the mount (`mount --freeze-cgroup`, `exec`).
+        /// Repeatable.
         #[arg(long, value_name = "DIR")]
         freeze_cgroup: Vec<PathBuf>,
         #[command(flatten)]
