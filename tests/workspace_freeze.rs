@@ -391,4 +391,6 @@ fn exec_runs_the_agent_in_a_cgroup_that_checkpoints_freeze() {
         "umount left the empty cgroup {}",
         cg.display()
     );
+    let own = cg.parent().unwrap();
+    assert!(!own.exists(), "umount left {} behind", own.display());
 }

@@ -152,6 +152,10 @@ pub fn remove_if_own_and_empty(dir: &Path) {
             return;
         }
         if fs::remove_dir(dir).is_ok() || !dir.exists() {
+            // ckptfs's own directory too, once no workspace has a cgroup in it.
+            if let Some(own) = dir.parent() {
+                let _in_use = fs::remove_dir(own);
+            }
             return;
         }
         // An exited task can linger for a moment after its parent reaped it.
