@@ -94,7 +94,6 @@ pub(crate) fn chunk_file(
     progress: &AtomicU64,
 ) -> Result<(Vec<Chunk>, u64)> {
     let mut chunks = Vec::new();
-    let mut buf = ReadBuf::new();
     if size <= u64::from(chunker.min) {
         let mut data = Vec::with_capacity(size as usize);
         f.take(size)
@@ -110,9 +109,10 @@ pub(crate) fn chunk_file(
         progress.fetch_add(data.len() as u64, Ordering::Relaxed);
         return Ok((chunks, data.len() as u64));
     }
-    if let Some(block) = sqlite_block(chunker, f, size, path)? {
+    if let Some(block) = sqlite_block(chunker, f, path)? {
         return chunk_fixed(batch, f, size, path, previous, block, progress);
     }
+    let mut buf = ReadBuf::new();
     let max = u64::from(chunker.max);
     let mut starts = Vec::with_capacity(previous.len());
     let mut prev_size = 0u64;
@@ -190,9 +190,9 @@ pub(crate) fn chunk_file(
     Ok((chunks, pos))
 }
 
-/// The block size a SQLite database of `size` bytes is cut into, or `None` for any other
-/// file (or when the store does not cut databases apart).
-fn sqlite_block(chunker: &ChunkerConfig, f: &File, size: u64, path: &Path) -> Result<Option<u64>> {
+/// The block size a SQLite database (over `min` bytes: the caller checks) is cut into, or
+/// `None` for any other file (or when the store does not cut databases apart).
+fn sqlite_block(chunker: &ChunkerConfig, f: &File, path: &Path) -> Result<Option<u64>> {
     let Some(block) = chunker.sqlite_block else {
         return Ok(None);
     };
@@ -202,7 +202,7 @@ fn sqlite_block(chunker: &ChunkerConfig, f: &File, size: u64, path: &Path) -> Re
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(Error::io(path, e)),
     }
-    if size <= u64::from(chunker.min) || &header[..16] != b"SQLite format 3\0" {
+    if &header[..16] != b"SQLite format 3\0" {
         return Ok(None);
     }
     // Big-endian at offset 16; 1 means 65536 (the file format's own rule).
@@ -295,6 +295,18 @@ mod tests {
             .collect()
     }
 
+    /// FastCDC with `min`, 4x `min` on average, 16x at most (real stores use 64K/256K/1M),
+    /// so test files make many chunks.
+    fn small_chunks(min: u32, sqlite_block: Option<u32>) -> ChunkerConfig {
+        ChunkerConfig {
+            algorithm: "fastcdc-v2020".into(),
+            min,
+            avg: 4 * min,
+            max: 16 * min,
+            sqlite_block,
+        }
+    }
+
     fn chunks_of(
         batch: &ObjectBatch<'_>,
         cfg: &ChunkerConfig,
@@ -326,13 +338,7 @@ mod tests {
         let store = temp_store(dir.path());
         let batch = ObjectBatch::dry_run(&store);
         // Small sizes make many chunks per file; real stores use 64K/256K/1M.
-        let cfg = ChunkerConfig {
-            algorithm: "fastcdc-v2020".into(),
-            min: 4096,
-            avg: 16384,
-            max: 65536,
-            sqlite_block: None,
-        };
+        let cfg = small_chunks(4096, None);
         let base = noise(7, 3 << 20);
         let prev = chunks_of(&batch, &cfg, dir.path(), &base, &[]);
         assert!(prev.len() > 50, "{} chunks", prev.len());
@@ -384,13 +390,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = temp_store(dir.path());
         let batch = ObjectBatch::dry_run(&store);
-        let cfg = ChunkerConfig {
-            algorithm: "fastcdc-v2020".into(),
-            min: 4096,
-            avg: 16384,
-            max: 65536,
-            sqlite_block: Some(16384),
-        };
+        let cfg = small_chunks(4096, Some(16384));
         let db = |page: u16, len: usize, seed: u64| {
             let mut d = noise(seed, len);
             d[..16].copy_from_slice(b"SQLite format 3\0");
@@ -450,9 +450,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let store = temp_store(dir.path());
             let batch = ObjectBatch::dry_run(&store);
-            let cfg = ChunkerConfig {
-                algorithm: "fastcdc-v2020".into(), min: 2048, avg: 8192, max: 16384, sqlite_block: None,
-            };
+            let cfg = small_chunks(2048, None);
             let base = noise(seed, len);
             let mut data = base.clone();
             for (k, (at, del, ins)) in edits.iter().enumerate() {

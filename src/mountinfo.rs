@@ -13,6 +13,8 @@ pub struct MountEntry {
     pub mountpoint: PathBuf,
     pub fstype: String,
     pub source: String,
+    /// The filesystem's own options (e.g. a cgroup v1 hierarchy's controllers).
+    pub options: String,
 }
 
 fn unescape_mountinfo(s: &str) -> String {
@@ -43,7 +45,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
         let Some(sep) = fields.iter().position(|f| *f == "-") else {
             continue;
         };
-        if fields.len() < sep + 3 || fields.len() < 5 {
+        if fields.len() < sep + 4 || fields.len() < 5 {
             continue;
         }
         out.push(MountEntry {
@@ -51,6 +53,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             mountpoint: PathBuf::from(unescape_mountinfo(fields[4])),
             fstype: fields[sep + 1].to_string(),
             source: unescape_mountinfo(fields[sep + 2]),
+            options: fields[sep + 3].to_string(),
         });
     }
     out
@@ -80,5 +83,6 @@ mod tests {
         assert_eq!(m.mountpoint, PathBuf::from("/mnt/a b"));
         assert_eq!(m.fstype, "overlay");
         assert_eq!(m.source, "ckptfs:/s:main");
+        assert_eq!(m.options, "rw,lowerdir=x");
     }
 }

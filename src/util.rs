@@ -20,7 +20,7 @@ pub fn coarse_now_ns() -> i64 {
     match clock_gettime(ClockId::CLOCK_REALTIME_COARSE) {
         Ok(t) => t.tv_sec() * 1_000_000_000 + t.tv_nsec(),
         // Not offered (never on Linux): the fine clock less a generous tick.
-        Err(_) => now_ns() - 20_000_000,
+        Err(_) => now_ns() - crate::store::statcache::RACY_WINDOW_NS,
     }
 }
 

@@ -23,22 +23,12 @@ impl Cgroup {
     /// `None` (the test is skipped, saying why) only where no cgroup can be made at all: no
     /// cgroup2 or v1 freezer mount, or a read-only one (an unprivileged container).
     fn new(name: &str) -> Option<Cgroup> {
-        let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let mut v2 = None;
-        let mut v1 = None;
-        for l in info.lines() {
-            let f: Vec<&str> = l.split(' ').collect();
-            let Some(dash) = f.iter().position(|x| *x == "-") else {
-                continue;
-            };
-            let (point, fstype, opts) = (f[4], f[dash + 1], f.get(dash + 3).unwrap_or(&""));
-            if fstype == "cgroup2" && v2.is_none() {
-                v2 = Some(PathBuf::from(point));
-            } else if fstype == "cgroup" && opts.split(',').any(|o| o == "freezer") {
-                v1 = Some(PathBuf::from(point));
-            }
-        }
-        let Some(base) = v2.or(v1) else {
+        let mounts = ckptfs::mountinfo::mounts().unwrap();
+        let v2 = mounts.iter().find(|m| m.fstype == "cgroup2");
+        let v1 = mounts
+            .iter()
+            .find(|m| m.fstype == "cgroup" && m.options.split(',').any(|o| o == "freezer"));
+        let Some(base) = v2.or(v1).map(|m| m.mountpoint.clone()) else {
             eprintln!("SKIPPED: no cgroup2 mount and no v1 freezer mount on this machine");
             return None;
         };

@@ -23,7 +23,7 @@ const ZSTD_LEVEL: i32 = 3;
 /// filesystem merges them into few journal commits); more share one syncfs. syncfs also
 /// waits for every other writer's dirty data, which on a busy machine costs seconds, and
 /// right after an agent's turn that includes the turn's own writes: a workspace checkpoint of
-/// the large bench room makes about 330 new chunks, which stay under this limit.
+/// the large bench room makes about 410 new objects, which stay under this limit.
 const FSYNC_EACH_LIMIT: usize = 2048;
 /// Threads issuing those fsyncs.
 const FSYNC_THREADS: usize = 16;

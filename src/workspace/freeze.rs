@@ -83,28 +83,12 @@ const OWN_DIR: &str = "ckptfs";
 /// `Usage` when no freezable hierarchy is mounted; `Io` when the directory cannot be made
 /// (a read-only cgroupfs in a container), saying what to do instead.
 pub fn make_cgroup(name: &str) -> Result<PathBuf> {
-    let info = "/proc/self/mountinfo";
-    let text = fs::read_to_string(info).map_err(|e| Error::io(info, e))?;
-    let (mut v2, mut v1) = (None, None);
-    for line in text.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let Some(point) = left.split(' ').nth(4) else {
-            continue;
-        };
-        let mut r = right.split(' ');
-        let (fstype, opts) = (r.next(), r.nth(1).unwrap_or(""));
-        if fstype == Some("cgroup2") && v2.is_none() {
-            v2 = Some(PathBuf::from(point));
-        } else if fstype == Some("cgroup")
-            && v1.is_none()
-            && opts.split(',').any(|o| o == "freezer")
-        {
-            v1 = Some(PathBuf::from(point));
-        }
-    }
-    let base = v2.or(v1).ok_or_else(|| {
+    let mounts = crate::mountinfo::mounts()?;
+    let v2 = mounts.iter().find(|m| m.fstype == "cgroup2");
+    let v1 = mounts
+        .iter()
+        .find(|m| m.fstype == "cgroup" && m.options.split(',').any(|o| o == "freezer"));
+    let base = v2.or(v1).map(|m| m.mountpoint.clone()).ok_or_else(|| {
         Error::Usage(
             "no cgroup v2 hierarchy and no v1 freezer hierarchy is mounted, so there is no \
              cgroup to run the command in"

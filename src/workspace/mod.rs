@@ -379,68 +379,29 @@ fn checkpoint_locked(
     let base = store.read_checkpoint(&base_id)?;
     freeze::check(hold)?;
     let batch = ObjectBatch::new(store);
-    let mut held = None;
+    // With writers to hold, this is a first pass while they run, which reads what changed (the
+    // bulk of the work); the pass while they are frozen then reads only what changed after
+    // the first one saw it (its caches make every other file and directory cost one lstat).
+    let on_change = if hold.is_empty() {
+        OnChange::AcceptPrefix
+    } else {
+        OnChange::Provisional
+    };
+    let previous = saved_caches(store, head, base_id);
+    let first = merge_all(store, &batch, branch, &base, previous, on_change)?;
+    let (all, held) = if hold.is_empty() {
+        (first, None)
+    } else {
+        let (m, h) = second_pass(store, &batch, branch, &base, hold, first)?;
+        (m, Some(h))
+    };
     let MergedAll {
         roots,
         caches,
         mut stats,
         files_read,
         bytes_read,
-    } = if hold.is_empty() {
-        let previous = saved_caches(store, head, base_id);
-        merge_all(
-            store,
-            &batch,
-            branch,
-            &base,
-            previous,
-            OnChange::AcceptPrefix,
-        )?
-    } else {
-        // A first pass while the writers run reads what changed (the bulk of the work); the
-        // pass while they are frozen then reads only what changed after the first one saw it
-        // (its caches make every other file and directory cost one lstat).
-        let previous = saved_caches(store, head, base_id);
-        let first = merge_all(
-            store,
-            &batch,
-            branch,
-            &base,
-            previous,
-            OnChange::Provisional,
-        )?;
-        let mut pre: BTreeMap<String, merge::Previous> = first
-            .caches
-            .into_iter()
-            .map(|(name, files, upper)| (name, merge::Previous { files, upper }))
-            .collect();
-        let t_hold = std::time::Instant::now();
-        // Writers in these cgroups stand still from here until every changed file is read.
-        let frozen = freeze::Frozen::freeze(hold)?;
-        let previous = |name: &str| pre.remove(name).unwrap_or_default();
-        let m = merge_all(
-            store,
-            &batch,
-            branch,
-            &base,
-            previous,
-            OnChange::AcceptPrefix,
-        )?;
-        frozen.thaw()?;
-        held = Some(Held {
-            micros: t_hold.elapsed().as_micros() as u64,
-            files_read: m.files_read,
-            bytes_read: m.bytes_read,
-        });
-        let mut stats = m.stats;
-        stats.files_read += first.files_read;
-        MergedAll {
-            stats,
-            files_read: first.files_read + m.files_read,
-            bytes_read: first.bytes_read + m.bytes_read,
-            ..m
-        }
-    };
+    } = all;
     let merged = t0.elapsed();
     batch.commit()?;
     log::debug!(
@@ -476,6 +437,43 @@ fn checkpoint_locked(
         elapsed_ms: t0.elapsed().as_millis() as u64,
         held,
     })
+}
+
+/// The frozen pass of a checkpoint that holds the writers in the cgroups `hold`, starting
+/// from the caches of the `first` pass; returns the merge and how long the writers were held.
+fn second_pass(
+    store: &Store,
+    batch: &ObjectBatch<'_>,
+    branch: &str,
+    base: &Checkpoint,
+    hold: &[PathBuf],
+    first: MergedAll,
+) -> Result<(MergedAll, Held)> {
+    let mut pre: BTreeMap<String, merge::Previous> = first
+        .caches
+        .into_iter()
+        .map(|(name, files, upper)| (name, merge::Previous { files, upper }))
+        .collect();
+    let t_hold = std::time::Instant::now();
+    // Writers in these cgroups stand still from here until every changed file is read.
+    let frozen = freeze::Frozen::freeze(hold)?;
+    let previous = |name: &str| pre.remove(name).unwrap_or_default();
+    let m = merge_all(store, batch, branch, base, previous, OnChange::AcceptPrefix)?;
+    frozen.thaw()?;
+    let held = Held {
+        micros: t_hold.elapsed().as_micros() as u64,
+        files_read: m.files_read,
+        bytes_read: m.bytes_read,
+    };
+    let mut stats = m.stats;
+    stats.files_read += first.files_read;
+    let m = MergedAll {
+        stats,
+        files_read: first.files_read + m.files_read,
+        bytes_read: first.bytes_read + m.bytes_read,
+        ..m
+    };
+    Ok((m, held))
 }
 
 /// `ckptfs checkpoint`: a checkpoint of the workspace of `branch`. The cgroups in `hold`
@@ -918,9 +916,9 @@ pub fn switch(
                     )))
                 }
                 DirtyPolicy::CheckpointFirst => {
-                    let hold = &recorded_cgroups(st.clone());
-                    checkpointed =
-                        Some(checkpoint_locked(store, from_branch, None, "before switch", hold)?.id);
+                    // The cgroups the marker names, so `recover` thaws what this froze.
+                    let c = checkpoint_locked(store, from_branch, None, "before switch", &hold)?;
+                    checkpointed = Some(c.id);
                 }
                 DirtyPolicy::Discard => {}
             }
