@@ -616,6 +616,15 @@ pub(crate) fn read_files(
                     return;
                 }
                 let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    // Nothing left to start: while the others finish, make the objects
+                    // written so far durable (the commit then syncs only the rest).
+                    if let Err(e) = batch.sync_ahead() {
+                        failed.store(true, Ordering::Relaxed);
+                        first_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                    }
                     return;
                 };
                 let job = &jobs[i];

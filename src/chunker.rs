@@ -268,18 +268,8 @@ fn chunk_fixed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{InitOptions, RootConfig, Store};
+    use crate::store::{temp_store, Store};
     use std::io::Write;
-
-    fn temp_store(dir: &Path) -> Store {
-        let mut opts = InitOptions::default();
-        let root = RootConfig {
-            path: dir.join("root"),
-            exclude: Vec::new(),
-        };
-        opts.roots.insert("r".into(), root);
-        Store::init(&dir.join("store"), &opts).unwrap()
-    }
 
     /// Deterministic pseudo-random bytes (xorshift), so chunk cuts fall where they would in
     /// real data.

@@ -216,16 +216,40 @@ pub fn write_atomic_new(path: &Path, data: &[u8], mode: u32) -> Result<bool> {
         write_new(&tmp, data, mode)?;
         sync_path(&tmp)?;
         fault_point("link").map_err(|e| Error::io(path, e))?;
-        match fs::hard_link(&tmp, path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
-            Err(e) => return Err(Error::io(path, e)),
+        if !publish_new(&tmp, path)? {
+            return Ok(false);
         }
         sync_path(dir)?;
         Ok(true)
     })();
     let _ignored_cleanup = fs::remove_file(&tmp);
     result
+}
+
+/// Moves the file `tmp` to `dest` unless `dest` exists, in which case `tmp` is removed and
+/// the answer is `Ok(false)`. Never replaces `dest`: one `renameat2(RENAME_NOREPLACE)`, or
+/// `link` + `unlink` on filesystems without it.
+pub fn publish_new(tmp: &Path, dest: &Path) -> Result<bool> {
+    use nix::errno::Errno;
+    let renamed = nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        tmp,
+        nix::fcntl::AT_FDCWD,
+        dest,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    );
+    let published = match renamed {
+        Ok(()) => return Ok(true),
+        Err(Errno::EEXIST) => false,
+        Err(Errno::EINVAL | Errno::ENOSYS | Errno::EOPNOTSUPP) => match fs::hard_link(tmp, dest) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(Error::io(dest, e)),
+        },
+        Err(e) => return Err(Error::io(dest, io::Error::from(e))),
+    };
+    fs::remove_file(tmp).map_err(|e| Error::io(tmp, e))?;
+    Ok(published)
 }
 
 /// Appends one line to `path` (created if missing) and syncs it: the audit log's write-through.

@@ -635,3 +635,15 @@ pub fn parse_config(bytes: &[u8]) -> std::result::Result<Config, String> {
     }
     Ok(config)
 }
+
+/// A store in `dir/store` with one root `r` at `dir/root`, for unit tests.
+#[cfg(test)]
+pub(crate) fn temp_store(dir: &Path) -> Store {
+    let mut opts = InitOptions::default();
+    let root = RootConfig {
+        path: dir.join("root"),
+        exclude: Vec::new(),
+    };
+    opts.roots.insert("r".into(), root);
+    Store::init(&dir.join("store"), &opts).unwrap()
+}

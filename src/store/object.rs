@@ -2,13 +2,14 @@
 //!
 //! Writers use an [`ObjectBatch`]: new objects go to `tmp/` unsynced; `commit` makes them
 //! durable (fsync of each from several threads for a small batch, one `syncfs` for a big one),
-//! links them to their final names (an existing object is success: dedup), and syncs the
-//! directories. So an object never appears under its final name before its bytes are durable,
-//! and a capture of many files costs two syncs instead of one per object.
+//! renames them to their final names without replacing any (an existing object is success:
+//! dedup), and syncs the directories. So an object never appears under its final name before
+//! its bytes are durable, and a capture of many files costs two syncs instead of one per
+//! object. `sync_ahead` does the same early for the objects written so far, from a thread
+//! that has run out of files to read while others still hash.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
-use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -109,6 +110,10 @@ pub struct ObjectBatch<'a> {
     /// Dry run: compute ids, write nothing (used to tell whether a workspace is dirty).
     dry: bool,
     pending: Mutex<HashMap<ObjectId, PathBuf>>,
+    /// Objects `sync_ahead` made durable under their names.
+    published_ahead: AtomicU64,
+    /// Object directories that got new names since `commit` last synced them.
+    dirs: Mutex<BTreeSet<PathBuf>>,
     seen: Mutex<HashSet<ObjectId>>,
     new_objects: AtomicU64,
     new_bytes: AtomicU64,
@@ -120,6 +125,8 @@ impl<'a> ObjectBatch<'a> {
             store,
             dry: false,
             pending: Mutex::new(HashMap::new()),
+            published_ahead: AtomicU64::new(0),
+            dirs: Mutex::new(BTreeSet::new()),
             seen: Mutex::new(HashSet::new()),
             new_objects: AtomicU64::new(0),
             new_bytes: AtomicU64::new(0),
@@ -182,15 +189,66 @@ impl<'a> ObjectBatch<'a> {
         self.new_bytes.load(Ordering::Relaxed)
     }
 
+    /// Makes the objects written so far durable under their names, ahead of `commit`, which
+    /// then only has the rest, and the directories, to sync. For a thread with nothing else to
+    /// do while others still hash: the disk works meanwhile. A batch too big to fsync object by
+    /// object is left to `commit`'s syncfs. (An object published before its checkpoint record
+    /// is garbage if the record never comes, as with `commit`: gc removes it.)
+    ///
+    /// # Errors
+    /// I/O errors of the fsyncs or renames.
+    pub fn sync_ahead(&self) -> Result<()> {
+        loop {
+            if self.new_objects() as usize > FSYNC_EACH_LIMIT {
+                return Ok(());
+            }
+            let taken: Vec<(ObjectId, PathBuf)> = lock(&self.pending).drain().collect();
+            if taken.is_empty() {
+                return Ok(());
+            }
+            let tmps: Vec<PathBuf> = taken.iter().map(|(_, t)| t.clone()).collect();
+            if let Err(e) = sync_parallel(&tmps) {
+                lock(&self.pending).extend(taken);
+                return Err(e);
+            }
+            let n = taken.len();
+            self.publish(taken)?;
+            self.published_ahead.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Renames synced objects to their names, noting their directories for `commit` to sync.
+    fn publish(&self, objects: Vec<(ObjectId, PathBuf)>) -> Result<()> {
+        let compressed = self.store.compressed();
+        let mut objects = objects.into_iter();
+        while let Some((id, tmp)) = objects.next() {
+            let dest = self.store.object_path(&id, compressed);
+            // Never replaces an existing object; an existing one is success (dedup).
+            let published = fsio::fault_point("rename")
+                .map_err(|e| Error::io(&dest, e))
+                .and_then(|()| fsio::publish_new(&tmp, &dest));
+            if let Err(e) = published {
+                // Left for `abandon` to remove.
+                lock(&self.pending).extend(std::iter::once((id, tmp)).chain(objects));
+                return Err(e);
+            }
+            if let Some(d) = dest.parent() {
+                lock(&self.dirs).insert(d.to_path_buf());
+            }
+        }
+        Ok(())
+    }
+
     /// Makes every pending object durable under its final name.
     pub fn commit(&self) -> Result<()> {
         let pending: Vec<(ObjectId, PathBuf)> = lock(&self.pending).drain().collect();
-        if pending.is_empty() {
+        let ahead = self.published_ahead.load(Ordering::Relaxed);
+        if pending.is_empty() && ahead == 0 {
             return Ok(());
         }
         // A few objects (a workspace checkpoint after one turn): fsync each, cheaper than
         // syncfs on a busy filesystem. Many (a first capture): one syncfs for all.
-        let few = pending.len() <= FSYNC_EACH_LIMIT;
+        let few = pending.len() as u64 + ahead <= FSYNC_EACH_LIMIT as u64;
         let t0 = std::time::Instant::now();
         if few {
             let tmps: Vec<PathBuf> = pending.iter().map(|(_, t)| t.clone()).collect();
@@ -199,33 +257,19 @@ impl<'a> ObjectBatch<'a> {
             fsio::sync_filesystem(self.store.root())?;
         }
         let synced = t0.elapsed();
-        let compressed = self.store.compressed();
-        let mut dirs = std::collections::BTreeSet::new();
-        for (id, tmp) in pending {
-            let dest = self.store.object_path(&id, compressed);
-            fsio::fault_point("rename").map_err(|e| Error::io(&dest, e))?;
-            // link(2) never replaces an existing object; an existing one is success.
-            match fs::hard_link(&tmp, &dest) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(Error::io(&dest, e)),
-            }
-            fs::remove_file(&tmp).map_err(|e| Error::io(&tmp, e))?;
-            if let Some(d) = dest.parent() {
-                dirs.insert(d.to_path_buf());
-            }
-        }
+        self.publish(pending)?;
         let linked = t0.elapsed();
-        let n_dirs = dirs.len();
+        let dirs: Vec<PathBuf> = std::mem::take(&mut *lock(&self.dirs)).into_iter().collect();
         if few {
-            sync_parallel(&dirs.into_iter().collect::<Vec<_>>())?;
+            sync_parallel(&dirs)?;
         } else {
             fsio::sync_filesystem(self.store.root())?;
         }
         log::debug!(
-            "{} objects synced in {synced:?}, linked by {linked:?}, {n_dirs} directories \
-             synced by {:?}",
+            "{} objects ({ahead} published ahead) synced in {synced:?}, renamed by {linked:?}, \
+             {} directories synced by {:?}",
             self.new_objects(),
+            dirs.len(),
             t0.elapsed()
         );
         Ok(())
@@ -269,4 +313,49 @@ fn sync_parallel(paths: &[PathBuf]) -> Result<()> {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::temp_store;
+
+    fn tmp_files(store: &Store) -> usize {
+        fs::read_dir(store.tmp_dir()).map_or(0, |d| d.count())
+    }
+
+    #[test]
+    fn objects_synced_ahead_are_in_place_and_commit_adds_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = temp_store(dir.path());
+        let batch = ObjectBatch::new(&store);
+        let early: Vec<ObjectId> = (0..5u8)
+            .map(|i| batch.ensure(&[i; 5000]).unwrap())
+            .collect();
+        assert!(early.iter().all(|id| !store.has_object(id)));
+        batch.sync_ahead().unwrap();
+        // Published under their names, no temp file left for them.
+        assert!(early.iter().all(|id| store.has_object(id)));
+        assert_eq!(tmp_files(&store), 0);
+        let late = batch.ensure(b"late").unwrap();
+        assert!(!store.has_object(&late));
+        batch.commit().unwrap();
+        for id in early.iter().chain([&late]) {
+            store.read_object(id).unwrap();
+        }
+        assert_eq!(batch.new_objects(), 6);
+        assert_eq!(tmp_files(&store), 0);
+    }
+
+    #[test]
+    fn an_abandoned_batch_leaves_no_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = temp_store(dir.path());
+        let batch = ObjectBatch::new(&store);
+        let id = batch.ensure(b"never committed").unwrap();
+        assert_eq!(tmp_files(&store), 1);
+        drop(batch);
+        assert_eq!(tmp_files(&store), 0);
+        assert!(!store.has_object(&id));
+    }
 }
