@@ -268,7 +268,7 @@ fn chunk_fixed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{temp_store, Store};
+    use crate::store::temp_store;
     use std::io::Write;
 
     /// Deterministic pseudo-random bytes (xorshift), so chunk cuts fall where they would in
