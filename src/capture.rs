@@ -606,6 +606,8 @@ pub(crate) fn read_files(
         std::cmp::Reverse(if j.cached.is_some() { 0 } else { j.size })
     });
     let next = AtomicUsize::new(0);
+    // Files being read right now.
+    let reading = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let results: Vec<Mutex<Option<FileData>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
@@ -618,6 +620,9 @@ pub(crate) fn read_files(
                 let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
                     // Nothing left to start: while the others finish, make the objects
                     // written so far durable (the commit then syncs only the rest).
+                    if reading.load(Ordering::Relaxed) == 0 {
+                        return;
+                    }
                     if let Err(e) = batch.sync_ahead() {
                         failed.store(true, Ordering::Relaxed);
                         first_error
@@ -628,7 +633,10 @@ pub(crate) fn read_files(
                     return;
                 };
                 let job = &jobs[i];
-                match read_file(batch, chunker, job, progress) {
+                reading.fetch_add(1, Ordering::Relaxed);
+                let read = read_file(batch, chunker, job, progress);
+                reading.fetch_sub(1, Ordering::Relaxed);
+                match read {
                     Ok(d) => {
                         progress.files.fetch_add(1, Ordering::Relaxed);
                         *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(d);

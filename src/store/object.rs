@@ -11,7 +11,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -112,6 +112,8 @@ pub struct ObjectBatch<'a> {
     pending: Mutex<HashMap<ObjectId, PathBuf>>,
     /// Objects `sync_ahead` made durable under their names.
     published_ahead: AtomicU64,
+    /// Whether `sync_ahead` does anything (see `hold_back`).
+    ahead_allowed: AtomicBool,
     /// Object directories that got new names since `commit` last synced them.
     dirs: Mutex<BTreeSet<PathBuf>>,
     seen: Mutex<HashSet<ObjectId>>,
@@ -126,6 +128,7 @@ impl<'a> ObjectBatch<'a> {
             dry: false,
             pending: Mutex::new(HashMap::new()),
             published_ahead: AtomicU64::new(0),
+            ahead_allowed: AtomicBool::new(true),
             dirs: Mutex::new(BTreeSet::new()),
             seen: Mutex::new(HashSet::new()),
             new_objects: AtomicU64::new(0),
@@ -199,7 +202,9 @@ impl<'a> ObjectBatch<'a> {
     /// I/O errors of the fsyncs or renames.
     pub fn sync_ahead(&self) -> Result<()> {
         loop {
-            if self.new_objects() as usize > FSYNC_EACH_LIMIT {
+            if !self.ahead_allowed.load(Ordering::Relaxed)
+                || self.new_objects() as usize > FSYNC_EACH_LIMIT
+            {
                 return Ok(());
             }
             let taken: Vec<(ObjectId, PathBuf)> = lock(&self.pending).drain().collect();
@@ -215,6 +220,12 @@ impl<'a> ObjectBatch<'a> {
             self.publish(taken)?;
             self.published_ahead.fetch_add(n as u64, Ordering::Relaxed);
         }
+    }
+
+    /// From now on `sync_ahead` does nothing and everything waits for `commit`: for a pass
+    /// that runs while writers are held, which must not wait for the disk.
+    pub fn hold_back(&self) {
+        self.ahead_allowed.store(false, Ordering::Relaxed);
     }
 
     /// Renames synced objects to their names, noting their directories for `commit` to sync.

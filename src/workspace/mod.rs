@@ -454,6 +454,8 @@ fn second_pass(
         .into_iter()
         .map(|(name, files, upper)| (name, merge::Previous { files, upper }))
         .collect();
+    // The first pass's objects are synced after the thaw, not while the writers wait.
+    batch.hold_back();
     let t_hold = std::time::Instant::now();
     // Writers in these cgroups stand still from here until every changed file is read.
     let frozen = freeze::Frozen::freeze(hold)?;
