@@ -96,6 +96,7 @@ for scale in "${@:-small large}"; do
 
     # -- switch: to the base checkpoint (a fork) and back; peers restore the same state
     "$B" fork "$T/store" base --name at-base >/dev/null
+    sync # the peers above leave gigabytes being written back; a switch fsyncs its state
     t_sw1=$(timeit "$B" switch "$T/room" --to at-base)
     t_sw2=$(timeit "$B" switch "$T/room" --to main)
     snap=$(restic snapshots -q -r "$T/restic" --json | python3 -c "import json,sys; print(json.load(sys.stdin)[0]['short_id'])")

@@ -8,8 +8,8 @@
 //!                         the id is the SHA-256 of the uncompressed bytes
 //!   checkpoints/<64 hex>  immutable checkpoint records (JSON); the id is the SHA-256 of the file
 //!   refs/branches/B.json  movable branch head + lifecycle state (replaced atomically, CAS under lock)
-//!   refs/labels/L         immutable label -> checkpoint id (created with link(2), never replaced)
-//!   tmp/                  objects being written by a capture; linked into objects/ once durable
+//!   refs/labels/L         immutable label -> checkpoint id (renameat2 NOREPLACE: never replaced)
+//!   tmp/                  objects being written by a capture; renamed into objects/ once durable
 //!   run/RUNNING.json      marker of the mutating operation in progress (a crash leaves it behind)
 //!   run/                  also pid files and control sockets of mount daemons
 //!   run/views/PID.json    state of a live read-only view daemon (mountpoint, fsname, what)
@@ -30,7 +30,7 @@
 //! ```
 //!
 //! Durability order: all objects of a checkpoint are durable (written, synced — fsync each or
-//! one `syncfs` for big batches — linked to their names, directories synced) before its record
+//! one `syncfs` for big batches — renamed to their names, directories synced) before its record
 //! is written; the record is durable before a ref moves.
 //! Garbage-collection roots are the refs (branch heads and labels), labelled checkpoints, the
 //! checkpoints kept by the retention policy, and live pins (`run/pins/`); see `ops::gc` for the

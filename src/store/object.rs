@@ -359,6 +359,19 @@ mod tests {
     }
 
     #[test]
+    fn a_held_back_batch_syncs_nothing_before_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = temp_store(dir.path());
+        let batch = ObjectBatch::new(&store);
+        let id = batch.ensure(&[7u8; 5000]).unwrap();
+        batch.hold_back();
+        batch.sync_ahead().unwrap();
+        assert!(!store.has_object(&id));
+        batch.commit().unwrap();
+        store.read_object(&id).unwrap();
+    }
+
+    #[test]
     fn an_abandoned_batch_leaves_no_temp_files() {
         let dir = tempfile::tempdir().unwrap();
         let store = temp_store(dir.path());
