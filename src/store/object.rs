@@ -5,8 +5,8 @@
 //! renames them to their final names without replacing any (an existing object is success:
 //! dedup), and syncs the directories. So an object never appears under its final name before
 //! its bytes are durable, and a capture of many files costs two syncs instead of one per
-//! object. `sync_ahead` does the same early for the objects written so far, from a thread
-//! that has run out of files to read while others still hash.
+//! object. `sync_ahead` fsyncs the objects written so far early, from a thread that has run
+//! out of files to read while others still hash; they keep their temp names until `commit`.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
@@ -110,12 +110,10 @@ pub struct ObjectBatch<'a> {
     /// Dry run: compute ids, write nothing (used to tell whether a workspace is dirty).
     dry: bool,
     pending: Mutex<HashMap<ObjectId, PathBuf>>,
-    /// Objects `sync_ahead` made durable under their names.
-    published_ahead: AtomicU64,
+    /// Objects `sync_ahead` made durable, still under their temp names.
+    synced: Mutex<Vec<(ObjectId, PathBuf)>>,
     /// Whether `sync_ahead` does anything (see `hold_back`).
     ahead_allowed: AtomicBool,
-    /// Object directories that got new names since `commit` last synced them.
-    dirs: Mutex<BTreeSet<PathBuf>>,
     seen: Mutex<HashSet<ObjectId>>,
     new_objects: AtomicU64,
     new_bytes: AtomicU64,
@@ -127,9 +125,8 @@ impl<'a> ObjectBatch<'a> {
             store,
             dry: false,
             pending: Mutex::new(HashMap::new()),
-            published_ahead: AtomicU64::new(0),
+            synced: Mutex::new(Vec::new()),
             ahead_allowed: AtomicBool::new(true),
-            dirs: Mutex::new(BTreeSet::new()),
             seen: Mutex::new(HashSet::new()),
             new_objects: AtomicU64::new(0),
             new_bytes: AtomicU64::new(0),
@@ -192,14 +189,14 @@ impl<'a> ObjectBatch<'a> {
         self.new_bytes.load(Ordering::Relaxed)
     }
 
-    /// Makes the objects written so far durable under their names, ahead of `commit`, which
-    /// then only has the rest, and the directories, to sync. For a thread with nothing else to
-    /// do while others still hash: the disk works meanwhile. A batch too big to fsync object by
-    /// object is left to `commit`'s syncfs. (An object published before its checkpoint record
-    /// is garbage if the record never comes, as with `commit`: gc removes it.)
+    /// Fsyncs the objects written so far, ahead of `commit`, which then only has the rest to
+    /// sync before it renames them all to their names. For a thread with nothing else to do
+    /// while others still hash: the disk works meanwhile. The objects stay in `tmp/` until
+    /// `commit`, so a failed operation still leaves the store as it was. A batch too big to
+    /// fsync object by object is left to `commit`'s syncfs.
     ///
     /// # Errors
-    /// I/O errors of the fsyncs or renames.
+    /// I/O errors of the fsyncs (the objects stay pending, for `commit` or `abandon`).
     pub fn sync_ahead(&self) -> Result<()> {
         loop {
             if !self.ahead_allowed.load(Ordering::Relaxed)
@@ -212,13 +209,14 @@ impl<'a> ObjectBatch<'a> {
                 return Ok(());
             }
             let tmps: Vec<PathBuf> = taken.iter().map(|(_, t)| t.clone()).collect();
-            if let Err(e) = sync_parallel(&tmps) {
-                lock(&self.pending).extend(taken);
-                return Err(e);
+            let synced = sync_parallel(&tmps);
+            match synced {
+                Ok(()) => lock(&self.synced).extend(taken),
+                Err(e) => {
+                    lock(&self.pending).extend(taken);
+                    return Err(e);
+                }
             }
-            let n = taken.len();
-            self.publish(taken)?;
-            self.published_ahead.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
 
@@ -228,38 +226,16 @@ impl<'a> ObjectBatch<'a> {
         self.ahead_allowed.store(false, Ordering::Relaxed);
     }
 
-    /// Renames synced objects to their names, noting their directories for `commit` to sync.
-    fn publish(&self, objects: Vec<(ObjectId, PathBuf)>) -> Result<()> {
-        let compressed = self.store.compressed();
-        let mut objects = objects.into_iter();
-        while let Some((id, tmp)) = objects.next() {
-            let dest = self.store.object_path(&id, compressed);
-            // Never replaces an existing object; an existing one is success (dedup).
-            let published = fsio::fault_point("rename")
-                .map_err(|e| Error::io(&dest, e))
-                .and_then(|()| fsio::publish_new(&tmp, &dest));
-            if let Err(e) = published {
-                // Left for `abandon` to remove.
-                lock(&self.pending).extend(std::iter::once((id, tmp)).chain(objects));
-                return Err(e);
-            }
-            if let Some(d) = dest.parent() {
-                lock(&self.dirs).insert(d.to_path_buf());
-            }
-        }
-        Ok(())
-    }
-
     /// Makes every pending object durable under its final name.
     pub fn commit(&self) -> Result<()> {
         let pending: Vec<(ObjectId, PathBuf)> = lock(&self.pending).drain().collect();
-        let ahead = self.published_ahead.load(Ordering::Relaxed);
-        if pending.is_empty() && ahead == 0 {
+        let ahead: Vec<(ObjectId, PathBuf)> = std::mem::take(&mut *lock(&self.synced));
+        if pending.is_empty() && ahead.is_empty() {
             return Ok(());
         }
         // A few objects (a workspace checkpoint after one turn): fsync each, cheaper than
         // syncfs on a busy filesystem. Many (a first capture): one syncfs for all.
-        let few = pending.len() as u64 + ahead <= FSYNC_EACH_LIMIT as u64;
+        let few = pending.len() + ahead.len() <= FSYNC_EACH_LIMIT;
         let t0 = std::time::Instant::now();
         if few {
             let tmps: Vec<PathBuf> = pending.iter().map(|(_, t)| t.clone()).collect();
@@ -268,16 +244,27 @@ impl<'a> ObjectBatch<'a> {
             fsio::sync_filesystem(self.store.root())?;
         }
         let synced = t0.elapsed();
-        self.publish(pending)?;
-        let linked = t0.elapsed();
-        let dirs: Vec<PathBuf> = std::mem::take(&mut *lock(&self.dirs)).into_iter().collect();
+        let n_ahead = ahead.len();
+        let compressed = self.store.compressed();
+        let mut dirs = BTreeSet::new();
+        for (id, tmp) in ahead.into_iter().chain(pending) {
+            let dest = self.store.object_path(&id, compressed);
+            fsio::fault_point("rename").map_err(|e| Error::io(&dest, e))?;
+            // Never replaces an existing object; an existing one is success (dedup).
+            fsio::publish_new(&tmp, &dest)?;
+            if let Some(d) = dest.parent() {
+                dirs.insert(d.to_path_buf());
+            }
+        }
+        let renamed = t0.elapsed();
+        let dirs: Vec<PathBuf> = dirs.into_iter().collect();
         if few {
             sync_parallel(&dirs)?;
         } else {
             fsio::sync_filesystem(self.store.root())?;
         }
         log::debug!(
-            "{} objects ({ahead} published ahead) synced in {synced:?}, renamed by {linked:?}, \
+            "{} objects ({n_ahead} synced ahead) synced in {synced:?}, renamed by {renamed:?}, \
              {} directories synced by {:?}",
             self.new_objects(),
             dirs.len(),
@@ -288,7 +275,8 @@ impl<'a> ObjectBatch<'a> {
 
     /// Removes the temp files of objects not yet committed (after a failure).
     pub fn abandon(&self) {
-        for (_, tmp) in lock(&self.pending).drain() {
+        let synced = std::mem::take(&mut *lock(&self.synced));
+        for (_, tmp) in lock(&self.pending).drain().chain(synced) {
             let _ignored_cleanup = fs::remove_file(tmp);
         }
     }
@@ -336,7 +324,7 @@ mod tests {
     }
 
     #[test]
-    fn objects_synced_ahead_are_in_place_and_commit_adds_the_rest() {
+    fn objects_synced_ahead_are_published_by_commit_with_the_rest() {
         let dir = tempfile::tempdir().unwrap();
         let store = temp_store(dir.path());
         let batch = ObjectBatch::new(&store);
@@ -345,9 +333,10 @@ mod tests {
             .collect();
         assert!(early.iter().all(|id| !store.has_object(id)));
         batch.sync_ahead().unwrap();
-        // Published under their names, no temp file left for them.
-        assert!(early.iter().all(|id| store.has_object(id)));
-        assert_eq!(tmp_files(&store), 0);
+        // Synced, but under their temp names until commit: nothing in the store yet.
+        assert!(early.iter().all(|id| !store.has_object(id)));
+        assert_eq!(batch.synced.lock().unwrap().len(), 5);
+        assert!(batch.pending.lock().unwrap().is_empty());
         let late = batch.ensure(b"late").unwrap();
         assert!(!store.has_object(&late));
         batch.commit().unwrap();
@@ -366,7 +355,7 @@ mod tests {
         let id = batch.ensure(&[7u8; 5000]).unwrap();
         batch.hold_back();
         batch.sync_ahead().unwrap();
-        assert!(!store.has_object(&id));
+        assert!(batch.synced.lock().unwrap().is_empty());
         batch.commit().unwrap();
         store.read_object(&id).unwrap();
     }
@@ -377,7 +366,10 @@ mod tests {
         let store = temp_store(dir.path());
         let batch = ObjectBatch::new(&store);
         let id = batch.ensure(b"never committed").unwrap();
-        assert_eq!(tmp_files(&store), 1);
+        batch.ensure(b"synced ahead, never committed").unwrap();
+        batch.sync_ahead().unwrap();
+        batch.ensure(b"pending").unwrap();
+        assert_eq!(tmp_files(&store), 3);
         drop(batch);
         assert_eq!(tmp_files(&store), 0);
         assert!(!store.has_object(&id));
