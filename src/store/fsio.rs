@@ -208,7 +208,8 @@ fn replace(path: &Path, data: &[u8], mode: u32, sync: bool) -> Result<()> {
 }
 
 /// Publishes `data` at `path` atomically and never overwrites: temp -> fsync -> `publish_new`
-/// -> fsync dir. Returns `Ok(false)` when `path` already exists (the caller decides if that is an error).
+/// -> fsync dir. Returns `Ok(false)` when `path` already exists (the caller decides if that is
+/// an error).
 pub fn write_atomic_new(path: &Path, data: &[u8], mode: u32) -> Result<bool> {
     let dir = parent_of(path)?;
     let tmp = temp_path(dir, "n");

@@ -209,8 +209,7 @@ impl<'a> ObjectBatch<'a> {
                 return Ok(());
             }
             let tmps: Vec<PathBuf> = taken.iter().map(|(_, t)| t.clone()).collect();
-            let synced = sync_parallel(&tmps);
-            match synced {
+            match sync_parallel(&tmps) {
                 Ok(()) => lock(&self.synced).extend(taken),
                 Err(e) => {
                     lock(&self.pending).extend(taken);
