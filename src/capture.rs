@@ -129,6 +129,10 @@ pub(crate) struct FileData {
     pub(crate) chunks: Vec<Chunk>,
     pub(crate) xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     pub(crate) read: bool,
+    /// The inode number and ctime the tree entry records: the file's own, except for a
+    /// file a workspace copied up (see `workspace::merge`).
+    pub(crate) ino: u64,
+    pub(crate) ctime_ns: i64,
 }
 
 impl FileData {
@@ -145,6 +149,8 @@ impl FileData {
             mtime_ns: self.key.mtime_ns,
             size: self.key.size,
             xattrs: self.xattrs.clone(),
+            ctime_ns: self.ctime_ns,
+            ino: self.ino,
         }
     }
 }
@@ -386,6 +392,8 @@ fn capture_root(
                     key: data.key.clone(),
                     chunks: data.chunks.clone(),
                     xattrs: data.xattrs.clone(),
+                    ino: data.ino,
+                    ctime_ns: data.ctime_ns,
                 },
             );
         }
@@ -540,6 +548,8 @@ pub(crate) fn symlink_entry(
         gid: m.gid(),
         mtime_ns: mtime_ns(m),
         xattrs,
+        ctime_ns: ctime_ns(m),
+        ino: m.ino(),
     })
 }
 
@@ -684,6 +694,8 @@ fn read_file(
             chunks: c.chunks.clone(),
             xattrs: c.xattrs.clone(),
             read: false,
+            ino: c.ino,
+            ctime_ns: c.ctime_ns,
         });
     }
     for attempt in 0..CHANGE_RETRIES {
@@ -727,6 +739,8 @@ fn read_file(
                 key
             };
             return Ok(FileData {
+                ino: key.ino,
+                ctime_ns: key.ctime_ns,
                 key,
                 mode: before.mode() & 0o7777,
                 uid: before.uid(),
@@ -784,12 +798,14 @@ fn build_tree(
                     mtime_ns: mtime_ns(&sub.meta),
                     size: sub.children.len() as u64,
                     xattrs: sub.xattrs.clone(),
+                    ctime_ns: ctime_ns(&sub.meta),
+                    ino: sub.meta.ino(),
                 });
             }
             Node::Symlink(e) => entries.push(e.clone()),
         }
     }
     let tree = Tree { entries };
-    let id = batch.ensure(&tree.encode())?;
+    let id = batch.ensure_tree(&tree)?;
     Ok((id, subdirs, files, bytes))
 }

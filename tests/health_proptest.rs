@@ -26,6 +26,8 @@ fn valid_tree() -> Vec<u8> {
         mtime_ns: 3,
         size: 3,
         xattrs: vec![(b"user.x".to_vec(), b"y".to_vec())],
+        ctime_ns: 4,
+        ino: 5,
     };
     let mut entries = vec![file("a"), file("b")];
     entries.push(Entry {
@@ -40,6 +42,8 @@ fn valid_tree() -> Vec<u8> {
         mtime_ns: 0,
         size: 0,
         xattrs: vec![],
+        ctime_ns: 0,
+        ino: 0,
     });
     entries.push(Entry {
         name: b"l".to_vec(),
@@ -52,6 +56,8 @@ fn valid_tree() -> Vec<u8> {
         mtime_ns: 0,
         size: 4,
         xattrs: vec![],
+        ctime_ns: 0,
+        ino: 0,
     });
     Tree { entries }.encode()
 }

@@ -235,3 +235,35 @@ fn progress_is_shown_on_a_terminal_only() {
         "no progress on a terminal: {text:?}"
     );
 }
+
+/// Stores of format 2 record each entry's ctime and inode number (tree encoding `CKT2`),
+/// which `ls`-style reads and views rely on; a version-1 store keeps writing `CKT1` trees,
+/// which the builds that made it can still read, and reads the same otherwise.
+#[test]
+fn format_2_trees_record_ctime_and_inode_and_version_1_stores_keep_theirs() {
+    use std::os::unix::fs::MetadataExt;
+    for version in [1u64, 2] {
+        let env = Env::new();
+        small_tree(env.ws());
+        let cfg_path = env.store.join("STORE.json");
+        let mut cfg: serde_json::Value =
+            serde_json::from_slice(&fs::read(&cfg_path).unwrap()).unwrap();
+        assert_eq!(cfg["version"], 2, "new stores are format 2");
+        cfg["version"] = version.into();
+        fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+        let id = env.capture_id(&[]);
+        let rec = record(&env.store, &id);
+        let tree = rec["roots"]["ws"]["tree"].as_str().unwrap();
+        let raw = fs::read(env.object_file(tree)).unwrap(); // uncompressed by default
+        let want: &[u8] = if version == 1 { b"CKT1" } else { b"CKT2" };
+        assert_eq!(&raw[..4], want, "store version {version}");
+        if version == 2 {
+            let m = fs::symlink_metadata(env.ws().join("a.txt")).unwrap();
+            let found = raw.windows(8).any(|w| w == m.ino().to_le_bytes());
+            assert!(found, "a.txt's inode number is not in its tree");
+        }
+        let out = env.path("out");
+        env.restore(&id, &out);
+        assert_trees_equal(env.ws(), &out);
+    }
+}

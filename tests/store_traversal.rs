@@ -23,6 +23,8 @@ fn file_entry(name: &[u8], chunk: ObjectId, len: u32) -> Entry {
         mtime_ns: 0,
         size: u64::from(len),
         xattrs: vec![],
+        ctime_ns: 0,
+        ino: 0,
     }
 }
 
@@ -56,6 +58,8 @@ fn bad_entry_names_are_rejected_on_decode() {
                 mtime_ns: 0,
                 size: 1,
                 xattrs: vec![],
+                ctime_ns: 0,
+                ino: 0,
             }],
         };
         let t2 = put_raw_object(&env.store, &parent.encode());

@@ -221,3 +221,119 @@ fn sqlite_updates_store_only_the_blocks_they_touch() {
         "the database differs in the checkpoint"
     );
 }
+
+/// Runs git in `repo` (identity and branch name fixed); returns stdout.
+fn git_in(repo: &std::path::Path, args: &str) -> String {
+    sh(&format!(
+        "cd '{}' && git -c user.name=t -c user.email=t@e -c init.defaultBranch=main {args}",
+        repo.display()
+    ))
+}
+
+/// (low 32 bits of st_ino, st_ctime in ns) of a path: what git's index keeps of them.
+fn git_stat(p: &std::path::Path) -> (u32, i128) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::symlink_metadata(p).unwrap();
+    (
+        m.ino() as u32,
+        i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+    )
+}
+
+/// git's index caches every file's stat data (inode number, ctime, mtime, size) and re-reads a
+/// file whose stat differs. A workspace shows files with the inode numbers (low 32 bits,
+/// which is what the index keeps) and ctimes they were captured with, so an index written
+/// before the capture, or before a checkpoint and a remount, still matches: `git diff-files`,
+/// which compares without refreshing, lists nothing, and `git status` reads no file.
+#[test]
+fn git_index_stays_fresh_across_capture_switch_and_remount() {
+    let mut native = Vec::new();
+    let w = Workspace::new(|room| {
+        seed(room);
+        let repo = room.join("proj");
+        git_in(&repo, "init -q");
+        for i in 0..40 {
+            fs::write(repo.join(format!("f{i}.txt")), format!("file {i}\n")).unwrap();
+        }
+        git_in(&repo, "add -A");
+        git_in(&repo, "commit -qm first");
+        for name in ["f1.txt", "f2.txt", ".git/index"] {
+            native.push(git_stat(&repo.join(name)));
+        }
+    });
+    let repo = w.path("proj");
+    // The index was written natively, before the capture.
+    for (name, was) in ["f1.txt", "f2.txt", ".git/index"].iter().zip(&native) {
+        assert_eq!(git_stat(&repo.join(name)), *was, "{name}: stat as captured");
+    }
+    let stale = || git_in(&repo, "diff-files --name-only");
+    assert_eq!(
+        stale(),
+        "",
+        "files stat-dirty right after mounting the capture"
+    );
+
+    // A turn: a modified file, a new one, a renamed one (metadata-only copy with a
+    // redirect), a chmod (metadata-only copy), and one opened for writing without a change.
+    fs::write(repo.join("f1.txt"), "changed\n").unwrap();
+    fs::write(repo.join("new.txt"), "new\n").unwrap();
+    git_in(&repo, "mv f5.txt moved.txt");
+    sh(&format!("chmod +x '{}'", repo.join("f6.txt").display()));
+    fs::OpenOptions::new()
+        .append(true)
+        .open(repo.join("f7.txt"))
+        .unwrap();
+    git_in(&repo, "add -A");
+    git_in(&repo, "commit -qm second");
+    assert_eq!(git_in(&repo, "status --porcelain"), "");
+    assert_eq!(stale(), "");
+    let before: Vec<_> = [
+        "f1.txt",
+        "new.txt",
+        "moved.txt",
+        "f6.txt",
+        "f7.txt",
+        "f9.txt",
+    ]
+    .iter()
+    .map(|n| git_stat(&repo.join(n)))
+    .collect();
+
+    round_trip_through_switch(&w);
+    assert_eq!(stale(), "", "files stat-dirty after a switch away and back");
+
+    // A remount drops the checkpointed upper layer: every file now comes from the store.
+    ok(&["umount", w.room()]);
+    ok(&["mount", w.store(), "--branch", "main"]);
+    assert!(
+        fs::read_dir(w.store.join("upper/main/ws")).map_or(true, |mut d| d.next().is_none()),
+        "the upper layer was not dropped, so the remount proves nothing"
+    );
+    for (name, was) in [
+        "f1.txt",
+        "new.txt",
+        "moved.txt",
+        "f6.txt",
+        "f7.txt",
+        "f9.txt",
+    ]
+    .iter()
+    .zip(&before)
+    {
+        let now = git_stat(&repo.join(name));
+        if *name == "f7.txt" {
+            // Opened for writing without a change: copied up, but recorded as the file it
+            // was copied from (so the workspace did not turn dirty); its inode number holds.
+            assert_eq!(now.0, was.0, "{name}: inode number");
+        } else {
+            assert_eq!(now, *was, "{name}: stat after the remount");
+        }
+    }
+    assert_eq!(
+        stale(),
+        "f7.txt\n",
+        "only the unchanged copy may be stat-dirty"
+    );
+    assert_eq!(git_in(&repo, "status --porcelain"), "");
+    git_in(&repo, "fsck --strict");
+}

@@ -111,6 +111,20 @@ fn modified(p: &Path) -> std::time::SystemTime {
     fs::metadata(p).unwrap().modified().unwrap()
 }
 
+/// Waits until a just-started `REWRITER` has rewritten `p` (Python can take a second to start
+/// on a loaded machine; a checkpoint before that would see a file at rest).
+fn wait_until_rewritten(p: &Path) {
+    let before = modified(p);
+    let t0 = std::time::Instant::now();
+    while modified(p) == before {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the rewriter never wrote"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A workspace whose `db.bin` a `REWRITER` in a fresh cgroup rewrites without pause; `None`
 /// where no cgroup can be made.
 fn rewriting_workspace(name: &str) -> Option<(Workspace, PathBuf, Cgroup)> {
@@ -119,7 +133,7 @@ fn rewriting_workspace(name: &str) -> Option<(Workspace, PathBuf, Cgroup)> {
     fs::write(&path, (b"000000000000\n").repeat(80000)).unwrap();
     let mut cg = Cgroup::new(name)?;
     cg.spawn(REWRITER, &[&path]);
-    std::thread::sleep(Duration::from_millis(200));
+    wait_until_rewritten(&path);
     Some((w, path, cg))
 }
 
@@ -280,7 +294,7 @@ fn a_cgroup_given_at_mount_is_frozen_by_every_checkpoint() {
     let path = w.path("db.bin");
     fs::write(&path, (b"000000000000\n").repeat(80000)).unwrap();
     cg.spawn(REWRITER, &[&path]);
-    std::thread::sleep(Duration::from_millis(200));
+    wait_until_rewritten(&path);
     let whole = |id: &str| {
         let o = Command::new(wscommon::bin())
             .args(["cat", w.store(), &format!("{id}:ws/db.bin")])

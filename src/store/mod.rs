@@ -62,7 +62,10 @@ use crate::id::ObjectId;
 /// Value of `format` in STORE.json.
 pub const FORMAT_NAME: &str = "ckptfs-store";
 /// The store format version this build writes and reads. Newer versions are refused.
-pub const FORMAT_VERSION: u32 = 1;
+/// - 1: trees without ctimes and inode numbers (`CKT1`).
+/// - 2: trees record each entry's captured ctime and inode number (`CKT2`), which views show.
+///   A version-1 store keeps writing `CKT1` trees, so older builds can still read it.
+pub const FORMAT_VERSION: u32 = 2;
 /// Name of the config file at the store root.
 pub const CONFIG_FILE: &str = "STORE.json";
 
@@ -366,6 +369,10 @@ impl Store {
     }
     pub fn config(&self) -> &Config {
         &self.config
+    }
+    /// Whether trees record ctimes and inode numbers (format version 2 and later).
+    pub fn records_stat(&self) -> bool {
+        self.config.version >= 2
     }
     pub fn compressed(&self) -> bool {
         self.config.compression == "zstd"

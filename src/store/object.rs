@@ -16,6 +16,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::store::tree::Tree;
 use crate::store::{fsio, Store};
 
 /// zstd level for compressed stores: fast, still ~3x on text.
@@ -177,6 +178,20 @@ impl<'a> ObjectBatch<'a> {
         self.new_bytes
             .fetch_add(stored.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Makes sure the encoding of `tree` will exist after `commit`; returns its id. In a
+    /// version-1 store, entries are stored without ctimes and inode numbers (`CKT1`), which
+    /// the builds that made it can read.
+    pub fn ensure_tree(&self, tree: &Tree) -> Result<ObjectId> {
+        if self.store.records_stat() {
+            return self.ensure(&tree.encode());
+        }
+        let mut plain = tree.clone();
+        for e in &mut plain.entries {
+            (e.ctime_ns, e.ino) = (0, 0);
+        }
+        self.ensure(&plain.encode())
     }
 
     /// Number of objects this batch added to the store.

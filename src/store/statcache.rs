@@ -16,7 +16,7 @@ use crate::id::ObjectId;
 use crate::store::tree::{Chunk, Reader};
 use crate::store::Store;
 
-const MAGIC: &[u8; 4] = b"CKS1";
+const MAGIC: &[u8; 4] = b"CKS2";
 /// Entries whose mtime or ctime is this close to the capture start are not cached.
 pub const RACY_WINDOW_NS: i64 = 20_000_000;
 
@@ -35,6 +35,10 @@ pub struct Cached {
     pub key: StatKey,
     pub chunks: Vec<Chunk>,
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The inode number and ctime its tree entry records: the key's, except for a file a
+    /// workspace copied up (see `workspace::merge`).
+    pub ino: u64,
+    pub ctime_ns: i64,
 }
 
 /// Relative path (bytes, `/`-separated) -> cached file.
@@ -92,6 +96,8 @@ fn encode(cache: &StatCache) -> Vec<u8> {
         out.extend_from_slice(&c.key.mtime_ns.to_le_bytes());
         out.extend_from_slice(&c.key.ctime_ns.to_le_bytes());
         out.extend_from_slice(&c.key.ino.to_le_bytes());
+        out.extend_from_slice(&c.ino.to_le_bytes());
+        out.extend_from_slice(&c.ctime_ns.to_le_bytes());
         out.extend_from_slice(&(c.chunks.len() as u32).to_le_bytes());
         for ch in &c.chunks {
             out.extend_from_slice(&ch.id.0);
@@ -110,8 +116,16 @@ fn encode(cache: &StatCache) -> Vec<u8> {
 
 fn decode(data: &[u8]) -> Result<StatCache> {
     let mut r = Reader { data, pos: 0 };
-    if r.take(4)? != MAGIC {
-        return Err(Error::Corrupt("stat cache has a bad magic".into()));
+    match r.take(4)? {
+        m if m == MAGIC => {}
+        b"CKS1" => {
+            return Err(Error::Corrupt(
+                "written by an older ckptfs (without recorded inode numbers); files are read once \
+                 more and the cache is written anew"
+                    .into(),
+            ))
+        }
+        _ => return Err(Error::Corrupt("stat cache has a bad magic".into())),
     }
     let n = r.u64()? as usize;
     let mut out = StatCache::with_capacity(n.min(data.len() / 40));
@@ -124,6 +138,7 @@ fn decode(data: &[u8]) -> Result<StatCache> {
             ctime_ns: r.i64()?,
             ino: r.u64()?,
         };
+        let (ino, ctime_ns) = (r.u64()?, r.i64()?);
         let nc = r.u32()? as usize;
         let mut chunks = Vec::with_capacity(nc.min(data.len() / 36));
         for _ in 0..nc {
@@ -146,6 +161,8 @@ fn decode(data: &[u8]) -> Result<StatCache> {
                 key,
                 chunks,
                 xattrs,
+                ino,
+                ctime_ns,
             },
         );
     }

@@ -1,14 +1,18 @@
 //! Trees: the canonical binary encoding of one directory's entries.
 //!
 //! ```text
-//! tree    = "CKT1" u32:count entry*            (entries strictly sorted by name bytes)
+//! tree    = ("CKT1" | "CKT2") u32:count entry*  (entries strictly sorted by name bytes)
 //! entry   = u16:namelen name u8:kind u32:mode u32:uid u32:gid i64:mtime_ns u64:size
+//!           [i64:ctime_ns u64:ino]                (CKT2 only)
 //!           u16:nxattr (u16:len name u32:len value)*  payload
 //! payload = file:    u32:nchunks (id[32] u32:len)*   (sum of len == size)
 //!           dir:     id[32] u32:subdirs              (subdirs = number of child dirs)
 //!           symlink: u32:len target
 //! ```
-//! Integers are little-endian. Decoding rejects names that are empty, `.`, `..`, or contain
+//! `ctime_ns` and `ino` are what the entry had when it was captured: views present them, so
+//! tools that cache stat data (git's index) find a restored tree unchanged. A tree whose
+//! entries all lack them (0: written before CKT2, or built without a source file) is encoded
+//! as CKT1, so such trees keep their ids. Integers are little-endian. Decoding rejects names that are empty, `.`, `..`, or contain
 //! `/` or NUL, unsorted or duplicate names, and trailing bytes: a tree can never make a view
 //! or a restore step outside its directory.
 
@@ -16,6 +20,8 @@ use crate::error::{Error, Result};
 use crate::id::{ObjectId, ID_LEN};
 
 const MAGIC: &[u8; 4] = b"CKT1";
+/// Entries carry their captured ctime and inode number.
+const MAGIC2: &[u8; 4] = b"CKT2";
 
 /// A chunk of a file's content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +52,10 @@ pub struct Entry {
     pub size: u64,
     /// Extended attributes, sorted by name.
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// `st_ctime` when captured; 0 when not recorded (views then show the mtime).
+    pub ctime_ns: i64,
+    /// `st_ino` when captured; 0 when not recorded.
+    pub ino: u64,
 }
 
 impl Entry {
@@ -105,11 +115,12 @@ impl Tree {
 
     /// Canonical encoding. Entries must already be sorted by name.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64 + self.entries.len() * 96);
-        out.extend_from_slice(MAGIC);
+        let stat = self.entries.iter().any(|e| e.ctime_ns != 0 || e.ino != 0);
+        let mut out = Vec::with_capacity(64 + self.entries.len() * 112);
+        out.extend_from_slice(if stat { MAGIC2 } else { MAGIC });
         out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
         for e in &self.entries {
-            encode_entry(e, &mut out);
+            encode_entry(e, stat, &mut out);
         }
         out
     }
@@ -120,9 +131,11 @@ impl Tree {
     /// `Corrupt` describing the first defect.
     pub fn decode(data: &[u8]) -> Result<Tree> {
         let mut r = Reader { data, pos: 0 };
-        if r.take(4)? != MAGIC {
-            return Err(Error::Corrupt("tree object has a bad magic".into()));
-        }
+        let stat = match r.take(4)? {
+            m if m == MAGIC => false,
+            m if m == MAGIC2 => true,
+            _ => return Err(Error::Corrupt("tree object has a bad magic".into())),
+        };
         let count = r.u32()? as usize;
         // Each entry is at least 36 bytes: refuse counts the data cannot hold.
         if count > data.len() / 36 + 1 {
@@ -132,7 +145,7 @@ impl Tree {
         }
         let mut entries: Vec<Entry> = Vec::with_capacity(count);
         for _ in 0..count {
-            let e = decode_entry(&mut r)?;
+            let e = decode_entry(&mut r, stat)?;
             if let Some(prev) = entries.last() {
                 if prev.name >= e.name {
                     return Err(Error::Corrupt(format!(
@@ -150,8 +163,8 @@ impl Tree {
     }
 }
 
-/// Appends the encoding of one entry (also used by the stat cache).
-pub fn encode_entry(e: &Entry, out: &mut Vec<u8>) {
+/// Appends the encoding of one entry, with its ctime and inode number when `stat` (CKT2).
+fn encode_entry(e: &Entry, stat: bool, out: &mut Vec<u8>) {
     out.extend_from_slice(&(e.name.len() as u16).to_le_bytes());
     out.extend_from_slice(&e.name);
     let (kind, _) = kind_code(&e.kind);
@@ -161,6 +174,10 @@ pub fn encode_entry(e: &Entry, out: &mut Vec<u8>) {
     out.extend_from_slice(&e.gid.to_le_bytes());
     out.extend_from_slice(&e.mtime_ns.to_le_bytes());
     out.extend_from_slice(&e.size.to_le_bytes());
+    if stat {
+        out.extend_from_slice(&e.ctime_ns.to_le_bytes());
+        out.extend_from_slice(&e.ino.to_le_bytes());
+    }
     out.extend_from_slice(&(e.xattrs.len() as u16).to_le_bytes());
     for (k, v) in &e.xattrs {
         out.extend_from_slice(&(k.len() as u16).to_le_bytes());
@@ -237,8 +254,8 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Decodes and validates one entry.
-pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry> {
+/// Decodes and validates one entry (with ctime and inode number when `stat`: CKT2).
+fn decode_entry(r: &mut Reader<'_>, stat: bool) -> Result<Entry> {
     let nlen = r.u16()? as usize;
     let name = r.take(nlen)?.to_vec();
     check_entry_name(&name)?;
@@ -253,6 +270,7 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry> {
     let gid = r.u32()?;
     let mtime_ns = r.i64()?;
     let size = r.u64()?;
+    let (ctime_ns, ino) = if stat { (r.i64()?, r.u64()?) } else { (0, 0) };
     let nx = r.u16()? as usize;
     let mut xattrs: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(nx.min(64));
     for _ in 0..nx {
@@ -318,6 +336,8 @@ pub fn decode_entry(r: &mut Reader<'_>) -> Result<Entry> {
         mtime_ns,
         size,
         xattrs,
+        ctime_ns,
+        ino,
     })
 }
 
@@ -340,6 +360,34 @@ mod tests {
             mtime_ns: 5,
             size: 1,
             xattrs: vec![(b"user.a".to_vec(), b"1".to_vec())],
+            ctime_ns: 0,
+            ino: 0,
+        }
+    }
+
+    #[test]
+    fn captured_ctime_and_inode_survive_and_old_trees_keep_their_encoding() {
+        let old = Tree {
+            entries: vec![file("a"), file("b")],
+        };
+        let enc = old.encode();
+        assert_eq!(&enc[..4], MAGIC, "a tree without stat data must stay CKT1");
+        assert_eq!(Tree::decode(&enc).unwrap(), old);
+        let mut b = file("b");
+        b.ctime_ns = 1_700_000_000_123_456_789;
+        b.ino = 0x1_2345_6789;
+        let new = Tree {
+            entries: vec![file("a"), b],
+        };
+        let enc2 = new.encode();
+        assert_eq!(&enc2[..4], MAGIC2);
+        assert_eq!(enc2.len(), enc.len() + 2 * 16);
+        let back = Tree::decode(&enc2).unwrap();
+        assert_eq!(back, new);
+        assert_eq!(back.entries[1].ino, 0x1_2345_6789);
+        assert_eq!(back.entries[1].ctime_ns, 1_700_000_000_123_456_789);
+        for n in 0..enc2.len() {
+            assert!(Tree::decode(&enc2[..n]).is_err());
         }
     }
 

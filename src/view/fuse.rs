@@ -229,7 +229,7 @@ fn file_attr(a: &Attr) -> FileAttr {
         blocks: a.blocks(),
         atime: t,
         mtime: t,
-        ctime: t,
+        ctime: time(a.ctime_ns),
         crtime: t,
         kind: file_type(a.kind),
         perm: (a.perm & 0o7777) as u16,

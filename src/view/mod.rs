@@ -17,7 +17,8 @@
 //! - **Lazy**: creating a view reads one checkpoint record (or nothing, for browse); trees are
 //!   decoded on first lookup/readdir, chunks read on first access.
 //! - **Stable inodes**: an inode number is a hash of (parent inode, name), so it is the same
-//!   across walks and remounts, never derived from content (identical files stay distinct).
+//!   across walks and remounts, never derived from content (identical files stay distinct);
+//!   its low 32 bits are the captured inode number when the tree recorded one ([`entry_ino`]).
 //!   The table only holds inodes the kernel references (lookup counts, dropped on forget), so
 //!   memory does not grow with what has been walked.
 //! - **Bounded memory**: decoded trees and verified chunks sit in byte-budgeted LRU caches.
@@ -90,6 +91,8 @@ pub struct Attr {
     pub uid: u32,
     pub gid: u32,
     pub mtime_ns: i64,
+    /// The captured ctime, or the mtime when the tree did not record one.
+    pub ctime_ns: i64,
     pub size: u64,
     pub nlink: u32,
 }
@@ -289,6 +292,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The inode number of a stored entry in directory `parent`: [`child_ino`], with its low 32
+/// bits replaced by the inode number the entry had when captured, if recorded. Tools that
+/// cache stat data compare those bits (git's index keeps `st_ino` as 32 bits), so a restored
+/// tree looks unchanged to them; the high bits, from the path, keep numbers distinct across
+/// the checkpoints of one view.
+pub fn entry_ino(parent: Ino, e: &Entry) -> Ino {
+    let hashed = child_ino(parent, &e.name);
+    if e.ino == 0 {
+        return hashed;
+    }
+    let high = hashed & 0x7fff_ffff_0000_0000;
+    // Never in the reserved range, even with all-zero high bits (2^-31 odds).
+    let high = if high == 0 { 1 << 32 } else { high };
+    high | (e.ino & 0xffff_ffff)
+}
+
 /// The inode number of `name` in directory `parent`: stable across walks and remounts.
 pub fn child_ino(parent: Ino, name: &[u8]) -> Ino {
     let mut h = Sha256::new();
@@ -313,6 +332,7 @@ fn dir_attr(ino: Ino, perm: u32, uid: u32, gid: u32, mtime_ns: i64, subdirs: u64
         uid,
         gid,
         mtime_ns,
+        ctime_ns: mtime_ns,
         size: DIR_SIZE,
         nlink: u32::try_from(2 + subdirs).unwrap_or(u32::MAX),
     }
@@ -565,11 +585,12 @@ impl View {
                     .entries
                     .binary_search_by(|e| e.name.as_slice().cmp(name))
                     .map_err(|_| not_found(name))?;
+                let entry = &tree.entries[index];
                 Ok(entry_node(
                     parent,
                     name_arc,
-                    ino,
-                    &tree.entries[index],
+                    entry_ino(parent, entry),
+                    entry,
                     EntryRef {
                         tree: *tree_id,
                         index: index as u32,
@@ -604,6 +625,7 @@ impl View {
                 uid,
                 gid,
                 mtime_ns: self.created_ns,
+                ctime_ns: self.created_ns,
                 size: target.len() as u64,
                 nlink: 1,
             },
@@ -1205,7 +1227,7 @@ impl View {
                 };
                 Ok(tree.entries.get(i).map(|e| {
                     let name: Arc<[u8]> = Arc::from(e.name.as_slice());
-                    let ino = child_ino(dir.attr.ino, &e.name);
+                    let ino = entry_ino(dir.attr.ino, e);
                     let node = entry_node(
                         dir.attr.ino,
                         name,
@@ -1326,6 +1348,11 @@ fn entry_node(parent: Ino, name: Arc<[u8]>, ino: Ino, e: &Entry, r: EntryRef) ->
             uid: e.uid,
             gid: e.gid,
             mtime_ns: e.mtime_ns,
+            ctime_ns: if e.ctime_ns == 0 {
+                e.mtime_ns
+            } else {
+                e.ctime_ns
+            },
             size,
             nlink: u32::try_from(nlink).unwrap_or(u32::MAX),
         },

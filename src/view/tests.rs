@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::*;
@@ -98,9 +99,19 @@ fn lookup_read_and_stable_inodes() {
     v.release(fh);
     let sub = v.lookup(ROOT_INO, b"sub").unwrap();
     assert_eq!(sub.attr.nlink, 3);
+    // The low 32 bits are the captured inode number (what git's index compares), the rest
+    // comes from the path; the ctime is the captured one.
+    let deep = v.lookup(sub.attr.ino, b"deep").unwrap();
+    let native = fs::symlink_metadata(t.path().join("src/sub/deep")).unwrap();
+    assert_eq!(deep.attr.ino as u32, native.ino() as u32);
     assert_eq!(
-        v.lookup(sub.attr.ino, b"deep").unwrap().attr.ino,
-        child_ino(sub.attr.ino, b"deep")
+        deep.attr.ino >> 32,
+        child_ino(sub.attr.ino, b"deep") >> 32,
+        "high bits from the path"
+    );
+    assert_eq!(
+        deep.attr.ctime_ns,
+        native.ctime() * 1_000_000_000 + native.ctime_nsec()
     );
     // Stable: the same number again, and after the kernel forgot it.
     v.forget(a.attr.ino, 1);

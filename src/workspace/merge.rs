@@ -25,7 +25,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use crate::capture::{
-    is_unsupported, mtime_ns, read_files, special_file_error, split_cached, stat_key,
+    ctime_ns, is_unsupported, mtime_ns, read_files, special_file_error, split_cached, stat_key,
     symlink_entry, FileData, FileJob, OnChange, Progress,
 };
 use crate::error::{Error, Result};
@@ -112,6 +112,9 @@ struct Ctx<'a> {
     base_tree: ObjectId,
     old: StatCache,
     jobs: Vec<FileJob>,
+    /// Per job: the lower file it was copied up from, and whether overlayfs shows the copy
+    /// with that file's inode number (`trusted.overlay.origin`).
+    sources: Vec<Option<(Entry, bool)>>,
     /// Stat cache entries for files that are not read jobs (metadata-only copies).
     cached_ready: Vec<(Vec<u8>, Cached)>,
     delta: Totals,
@@ -192,6 +195,7 @@ pub(crate) fn merge_root(
         base_tree: base.tree,
         old,
         jobs: Vec::new(),
+        sources: Vec::new(),
         cached_ready: Vec::new(),
         delta: Totals::default(),
         old_upper,
@@ -211,10 +215,13 @@ pub(crate) fn merge_root(
     let walked = t0.elapsed();
     let progress = Progress::new();
     let mut results = read_files(batch, &store.config().chunker, &ctx.jobs, &progress)?;
-    for d in &mut results {
+    for (d, source) in results.iter_mut().zip(&ctx.sources) {
         // Overlayfs's own (trusted.overlay.origin on copied-up files) are never captured.
         d.xattrs
             .retain(|(k, _)| !k.starts_with(OVERLAY_XATTR_PREFIX));
+        if let (true, Some((from, origin))) = (d.read, source) {
+            (d.ino, d.ctime_ns) = shown_stat(&d.entry(&from.name), from, *origin);
+        }
     }
     log::debug!(
         "{}: upper walked in {walked:?} ({} unchanged directories reused), {} files read in {:?}",
@@ -235,6 +242,8 @@ pub(crate) fn merge_root(
                 key: d.key.clone(),
                 chunks: d.chunks.clone(),
                 xattrs: d.xattrs.clone(),
+                ino: d.ino,
+                ctime_ns: d.ctime_ns,
             };
             cache.insert(job.rel.clone(), c);
         }
@@ -278,8 +287,50 @@ struct Xattrs {
     opaque: bool,
     redirect: Option<Vec<u8>>,
     metacopy: bool,
+    /// Copied up from a lower file (overlayfs then shows that file's inode number).
+    origin: bool,
     /// Everything but `trusted.overlay.*`, sorted: what a checkpoint records.
     user: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The inode number and ctime to record for `copy`, an upper file copied up from `from`:
+/// overlayfs shows it with `from`'s inode number when it recorded the origin; and a copy
+/// that changed nothing (a read-write open of the same path) records `from`'s ctime too, so
+/// it stays the same entry and the workspace stays clean.
+fn shown_stat(copy: &Entry, from: &Entry, origin: bool) -> (u64, i64) {
+    if !origin {
+        return (copy.ino, copy.ctime_ns);
+    }
+    // Same name too: a renamed file is a change whatever its ctime.
+    let unchanged = Entry {
+        ctime_ns: copy.ctime_ns,
+        ino: copy.ino,
+        ..from.clone()
+    } == *copy;
+    match (unchanged, from.ino) {
+        (true, _) => (from.ino, from.ctime_ns),
+        // Not recorded (a tree from before CKT2): the copy's own is as good as any.
+        (false, 0) => (copy.ino, copy.ctime_ns),
+        (false, ino) => (ino, copy.ctime_ns),
+    }
+}
+
+/// The lower entry an upper file was copied up from: the one its redirect names (a renamed
+/// file), else the one of the same name.
+fn copy_source(
+    ctx: &Ctx<'_>,
+    lower: Option<&Tree>,
+    lower_same: Option<&Entry>,
+    x: &Xattrs,
+) -> Result<Option<Entry>> {
+    Ok(match &x.redirect {
+        Some(r) if r.starts_with(b"/") => {
+            let i = r.iter().rposition(|&c| c == b'/').unwrap_or(0);
+            lower_at(ctx, &r[..i])?.and_then(|t| t.get(&r[i + 1..]).cloned())
+        }
+        Some(r) => lower.and_then(|t| t.get(r).cloned()),
+        None => lower_same.cloned(),
+    })
 }
 
 /// Lists a path's xattrs once and reads only the values the merge needs (overlayfs's
@@ -289,6 +340,7 @@ fn xattrs_of(p: &Path) -> Result<Xattrs> {
         opaque: false,
         redirect: None,
         metacopy: false,
+        origin: false,
         user: Vec::new(),
     };
     let names = match xattr::list(p) {
@@ -298,6 +350,10 @@ fn xattrs_of(p: &Path) -> Result<Xattrs> {
     };
     for n in names {
         let nb = n.as_bytes();
+        if nb.strip_prefix(OVERLAY_XATTR_PREFIX) == Some(b"origin") {
+            x.origin = true;
+            continue;
+        }
         let wanted = match nb.strip_prefix(OVERLAY_XATTR_PREFIX) {
             Some(b"opaque" | b"redirect" | b"metacopy") => true,
             Some(_) => false,
@@ -428,6 +484,8 @@ fn merge_dir(
                 mtime_ns: mtime_ns(&m),
                 size: d.entries,
                 xattrs: d.xattrs.clone(),
+                ctime_ns: ctime_ns(&m),
+                ino: m.ino(),
             };
             ctx.new_upper.dirs.insert(rel_bytes.clone(), d);
             ctx.reused.insert(rel_bytes);
@@ -492,23 +550,22 @@ fn merge_dir(
                 Some(_) => None,
                 None => Some(xattrs_of(&child)?),
             };
+            // The lower file this one was copied up from, by name or by its redirect (a
+            // renamed file); overlayfs shows the copy with that file's inode number.
+            let source = match &x {
+                Some(x) if x.origin || x.metacopy => copy_source(ctx, lower, lower_same, x)?,
+                _ => None,
+            };
+            let origin = x.as_ref().is_some_and(|x| x.origin);
             if let Some(x) = x.filter(|x| x.metacopy) {
                 // A metadata-only copy-up (chmod, chown, utimes, rename): the upper file is a
-                // hole with the new metadata; its bytes are still the lower file's, found by
-                // name or by its redirect (a renamed file): content ids reused, nothing read.
-                let data = match &x.redirect {
-                    Some(r) if r.starts_with(b"/") => {
-                        let i = r.iter().rposition(|&c| c == b'/').unwrap_or(0);
-                        lower_at(ctx, &r[..i])?.and_then(|t| t.get(&r[i + 1..]).cloned())
-                    }
-                    Some(r) => lower.and_then(|t| t.get(r).cloned()),
-                    None => lower_same.cloned(),
-                };
+                // hole with the new metadata; its bytes are still the lower file's: content
+                // ids reused, nothing read.
                 let Some(Entry {
                     kind: EntryKind::File { chunks },
                     size,
                     ..
-                }) = data
+                }) = source.clone()
                 else {
                     return Err(Error::Corrupt(format!(
                         "{}: a metadata-only copy whose data is not in the base checkpoint",
@@ -517,13 +574,7 @@ fn merge_dir(
                 };
                 ctx.delta.files += 1;
                 ctx.delta.bytes += size as i64;
-                let c = Cached {
-                    key: stat_key(&m),
-                    chunks: chunks.clone(),
-                    xattrs: x.user.clone(),
-                };
-                ctx.cached_ready.push((rel_bytes, c));
-                MNode::Ready(Entry {
+                let mut entry = Entry {
                     name: nb.clone(),
                     kind: EntryKind::File { chunks },
                     mode: m.mode() & 0o7777,
@@ -532,7 +583,24 @@ fn merge_dir(
                     mtime_ns: mtime_ns(&m),
                     size,
                     xattrs: x.user,
-                })
+                    ctime_ns: ctime_ns(&m),
+                    ino: m.ino(),
+                };
+                if let Some(from) = &source {
+                    (entry.ino, entry.ctime_ns) = shown_stat(&entry, from, origin);
+                }
+                let EntryKind::File { chunks } = &entry.kind else {
+                    unreachable!("built as a file just above")
+                };
+                let c = Cached {
+                    key: stat_key(&m),
+                    chunks: chunks.clone(),
+                    xattrs: entry.xattrs.clone(),
+                    ino: entry.ino,
+                    ctime_ns: entry.ctime_ns,
+                };
+                ctx.cached_ready.push((rel_bytes, c));
+                MNode::Ready(entry)
             } else {
                 // Copied up since the last checkpoint: the lower file is the previous version.
                 if cached.is_none() && previous.is_empty() {
@@ -553,6 +621,8 @@ fn merge_dir(
                     size: m.len(),
                     on_change: ctx.on_change,
                 });
+                // (None for a cached file: its stat cache entry keeps what it recorded.)
+                ctx.sources.push(source.map(|s| (s, origin)));
                 MNode::File(ctx.jobs.len() - 1)
             }
         } else if ft.is_symlink() {
@@ -730,10 +800,12 @@ fn build(
                     mtime_ns: mtime_ns(&sub.meta),
                     size: sub.children.len() as u64,
                     xattrs: sub.xattrs.clone(),
+                    ctime_ns: ctime_ns(&sub.meta),
+                    ino: sub.meta.ino(),
                 });
             }
         }
     }
-    let id = batch.ensure(&Tree { entries }.encode())?;
+    let id = batch.ensure_tree(&Tree { entries })?;
     Ok((id, subdirs, files))
 }
