@@ -8,13 +8,16 @@
 //! is shorter than `max`, and on the window it sees (`min(max, bytes left)`). So a previous
 //! chunk is reused only when
 //! - both versions had at least `max` bytes from its start (same window), and
-//! - its bytes hash to its id, and the byte after it is checked too: the next previous chunk
-//!   must also match (or the chunk is `max` long, a cut that looked at nothing beyond itself).
+//! - its bytes are its content (equal to the stored chunk, compared byte for byte when the
+//!   page cache holds that, else hashed to its id), and the byte after it is checked too: the
+//!   next previous chunk must also match (or the chunk is `max` long, a cut that looked at
+//!   nothing beyond itself).
 //!
 //! Where a previous chunk does not match, the chunker runs from the last position known to be
 //! a cut and stops as soon as one of its cuts lands on a previous chunk's start again (resync),
 //! so an in-place edit in a database file costs the chunks around the edit, and an append to a
-//! log costs its tail plus a SHA-256 pass (no chunker, no object writes) over the prefix.
+//! log costs its tail plus a comparison (or a SHA-256 pass) over the prefix: no chunker, no
+//! object writes.
 //!
 //! SQLite databases are the exception (`ChunkerConfig::sqlite_block`): they are cut into
 //! fixed blocks aligned to their pages, since a transaction rewrites pages scattered over the
@@ -113,6 +116,7 @@ pub(crate) fn chunk_file(
         return chunk_fixed(batch, f, size, path, previous, block, progress);
     }
     let mut buf = ReadBuf::new();
+    let mut stored = ReadBuf::new();
     let max = u64::from(chunker.max);
     let mut starts = Vec::with_capacity(previous.len());
     let mut prev_size = 0u64;
@@ -128,7 +132,8 @@ pub(crate) fn chunk_file(
         while i < previous.len() && starts[i] < pos {
             i += 1;
         }
-        // Reuse a run of previous chunks whose bytes still hash to their ids.
+        // Reuse a run of previous chunks whose bytes are still theirs (compared with the stored
+        // chunk when the page cache holds it, else hashed).
         let run_start = chunks.len();
         while i < previous.len() && starts[i] == pos && eligible(i) {
             let c = previous[i];
@@ -139,7 +144,7 @@ pub(crate) fn chunk_file(
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok((chunks, pos)),
                 Err(e) => return Err(Error::io(path, e)),
             }
-            if ObjectId::of(buf) != c.id {
+            if !batch.holds(&c.id, buf, stored.get(buf.len() + 1)) {
                 break;
             }
             chunks.push(c);
@@ -321,9 +326,15 @@ mod tests {
         chunks
     }
 
-    /// Every kind of edit gives exactly the chunks of a pass without a previous version.
+    /// Every kind of edit gives exactly the chunks of a pass without a previous version,
+    /// whether previous chunks are hashed (not in the store) or compared with stored objects.
     #[test]
     fn reusing_previous_chunks_gives_the_same_cuts_as_a_full_pass() {
+        edits_give_the_cuts_of_a_full_pass(false);
+        edits_give_the_cuts_of_a_full_pass(true);
+    }
+
+    fn edits_give_the_cuts_of_a_full_pass(stored: bool) {
         let dir = tempfile::tempdir().unwrap();
         let store = temp_store(dir.path());
         let batch = ObjectBatch::dry_run(&store);
@@ -359,6 +370,14 @@ mod tests {
         let mut after_cut = base.clone();
         after_cut[at] ^= 0x5a;
         edits.push(("byte-after-cut", after_cut));
+        if stored {
+            // Every version's chunks in the store (and in the page cache).
+            let writer = ObjectBatch::new(&store);
+            for data in std::iter::once(&base).chain(edits.iter().map(|(_, d)| d)) {
+                chunks_of(&writer, &cfg, dir.path(), data, &[]);
+            }
+            writer.commit().unwrap();
+        }
         for (what, data) in &edits {
             let full = chunks_of(&batch, &cfg, dir.path(), data, &[]);
             let inc = chunks_of(&batch, &cfg, dir.path(), data, &prev);
@@ -371,6 +390,12 @@ mod tests {
         let other = chunks_of(&batch, &cfg, dir.path(), &noise(11, 1 << 20), &[]);
         let inc = chunks_of(&batch, &cfg, dir.path(), &base, &other);
         assert_eq!(inc, prev);
+        let compared = batch.compared_bytes();
+        if stored && crate::store::nowait_reads_supported(dir.path()) {
+            assert!(compared > 10 << 20, "only {compared} bytes compared");
+        } else if !stored {
+            assert_eq!(compared, 0);
+        }
     }
 
     /// A SQLite database is cut into page-aligned blocks; rewriting scattered pages changes

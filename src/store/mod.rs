@@ -654,3 +654,21 @@ pub(crate) fn temp_store(dir: &Path) -> Store {
     opts.roots.insert("r".into(), root);
     Store::init(&dir.join("store"), &opts).unwrap()
 }
+
+/// Whether the filesystem of `dir` answers `preadv2(RWF_NOWAIT)` (tmpfs does not: stored
+/// objects are then always hashed, never compared), for unit tests.
+#[cfg(test)]
+pub(crate) fn nowait_reads_supported(dir: &Path) -> bool {
+    let p = dir.join("nowait-probe");
+    fs::write(&p, b"probe").unwrap();
+    let f = fs::File::open(&p).unwrap();
+    let mut b = [0u8; 8];
+    let r = rustix::io::preadv2(
+        &f,
+        &mut [std::io::IoSliceMut::new(&mut b)],
+        0,
+        rustix::io::ReadWriteFlags::NOWAIT,
+    );
+    fs::remove_file(&p).unwrap();
+    r != Err(rustix::io::Errno::OPNOTSUPP)
+}

@@ -98,6 +98,39 @@ impl Store {
         Ok(data)
     }
 
+    /// Whether the stored object `id` holds exactly `data`, when the page cache can tell:
+    /// `None` when the store compresses objects, the object is not stored, or any of its
+    /// bytes would have to come from the disk (`preadv2` with `RWF_NOWAIT`). A copy and a
+    /// `memcmp` cost several times less than SHA-256 (1.45 GB/s per core here) and, this way,
+    /// never wait for the disk. `scratch` must be longer than `data` (to see a longer object).
+    /// Equal bytes prove `data` hashes to `id` as far as the store's objects are intact,
+    /// which dedup trusts in the same way.
+    pub fn cached_object_equals(
+        &self,
+        id: &ObjectId,
+        data: &[u8],
+        scratch: &mut [u8],
+    ) -> Option<bool> {
+        if self.compressed() || scratch.len() <= data.len() {
+            return None;
+        }
+        let file = fs::File::open(self.object_path(id, false)).ok()?;
+        let mut got = 0usize;
+        while got < scratch.len() {
+            let mut bufs = [std::io::IoSliceMut::new(&mut scratch[got..])];
+            let flags = rustix::io::ReadWriteFlags::NOWAIT;
+            match rustix::io::preadv2(&file, &mut bufs, got as u64, flags) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(rustix::io::Errno::INTR) => {}
+                // EAGAIN: some of it is not in the page cache; anything else: let the hash
+                // decide.
+                Err(_) => return None,
+            }
+        }
+        Some(got == data.len() && scratch[..got] == *data)
+    }
+
     /// Size in bytes of an object's file, if present.
     pub fn object_file_size(&self, id: &ObjectId) -> Option<u64> {
         let (p, _) = self.locate_object(id)?;
@@ -118,6 +151,8 @@ pub struct ObjectBatch<'a> {
     seen: Mutex<HashSet<ObjectId>>,
     new_objects: AtomicU64,
     new_bytes: AtomicU64,
+    /// Bytes `holds` compared with stored objects instead of hashing them.
+    compared_bytes: AtomicU64,
 }
 
 impl<'a> ObjectBatch<'a> {
@@ -131,6 +166,7 @@ impl<'a> ObjectBatch<'a> {
             seen: Mutex::new(HashSet::new()),
             new_objects: AtomicU64::new(0),
             new_bytes: AtomicU64::new(0),
+            compared_bytes: AtomicU64::new(0),
         }
     }
 
@@ -192,6 +228,24 @@ impl<'a> ObjectBatch<'a> {
             (e.ctime_ns, e.ino) = (0, 0);
         }
         self.ensure(&plain.encode())
+    }
+
+    /// Whether `data` is the content of object `id`: compared with the stored object when
+    /// the page cache holds it (see [`Store::cached_object_equals`]), else hashed.
+    pub fn holds(&self, id: &ObjectId, data: &[u8], scratch: &mut [u8]) -> bool {
+        match self.store.cached_object_equals(id, data, scratch) {
+            Some(same) => {
+                self.compared_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                same
+            }
+            None => ObjectId::of(data) == *id,
+        }
+    }
+
+    /// Bytes `holds` compared with stored objects instead of hashing them.
+    pub fn compared_bytes(&self) -> u64 {
+        self.compared_bytes.load(Ordering::Relaxed)
     }
 
     /// Number of objects this batch added to the store.
@@ -279,10 +333,12 @@ impl<'a> ObjectBatch<'a> {
         }
         log::debug!(
             "{} objects ({n_ahead} synced ahead) synced in {synced:?}, renamed by {renamed:?}, \
-             {} directories synced by {:?}",
+             {} directories synced by {:?}; {} MiB of unchanged chunks compared with stored \
+             objects instead of hashed",
             self.new_objects(),
             dirs.len(),
-            t0.elapsed()
+            t0.elapsed(),
+            self.compared_bytes() >> 20
         );
         Ok(())
     }
@@ -359,6 +415,44 @@ mod tests {
         }
         assert_eq!(batch.new_objects(), 6);
         assert_eq!(tmp_files(&store), 0);
+    }
+
+    #[test]
+    fn stored_objects_are_compared_from_the_page_cache_else_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = temp_store(dir.path());
+        let nowait = crate::store::nowait_reads_supported(dir.path());
+        let batch = ObjectBatch::new(&store);
+        let data = vec![5u8; 100_000];
+        let id = batch.ensure(&data).unwrap();
+        let mut scratch = vec![0u8; data.len() + 1];
+        // Under its temp name until commit: not comparable.
+        assert_eq!(store.cached_object_equals(&id, &data, &mut scratch), None);
+        batch.commit().unwrap();
+        let mut other = data.clone();
+        other[99_999] = 6;
+        let expect = |v: bool| nowait.then_some(v);
+        assert_eq!(
+            store.cached_object_equals(&id, &data, &mut scratch),
+            expect(true)
+        );
+        assert_eq!(
+            store.cached_object_equals(&id, &other, &mut scratch),
+            expect(false)
+        );
+        // A prefix of the object is not the object.
+        assert_eq!(
+            store.cached_object_equals(&id, &data[..99_999], &mut scratch[..100_000]),
+            expect(false)
+        );
+        // `holds` answers the same whichever way it decides.
+        let reader = ObjectBatch::dry_run(&store);
+        assert!(reader.holds(&id, &data, &mut scratch));
+        assert!(!reader.holds(&id, &other, &mut scratch));
+        let absent = ObjectId::of(b"absent");
+        assert!(reader.holds(&absent, b"absent", &mut scratch));
+        assert!(!reader.holds(&absent, b"other!", &mut scratch));
+        assert_eq!(reader.compared_bytes(), if nowait { 200_000 } else { 0 });
     }
 
     #[test]

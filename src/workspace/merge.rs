@@ -576,7 +576,9 @@ fn merge_dir(
                 ctx.delta.bytes += size as i64;
                 let mut entry = Entry {
                     name: nb.clone(),
-                    kind: EntryKind::File { chunks },
+                    kind: EntryKind::File {
+                        chunks: chunks.clone(),
+                    },
                     mode: m.mode() & 0o7777,
                     uid: m.uid(),
                     gid: m.gid(),
@@ -589,12 +591,9 @@ fn merge_dir(
                 if let Some(from) = &source {
                     (entry.ino, entry.ctime_ns) = shown_stat(&entry, from, origin);
                 }
-                let EntryKind::File { chunks } = &entry.kind else {
-                    unreachable!("built as a file just above")
-                };
                 let c = Cached {
                     key: stat_key(&m),
-                    chunks: chunks.clone(),
+                    chunks,
                     xattrs: entry.xattrs.clone(),
                     ino: entry.ino,
                     ctime_ns: entry.ctime_ns,
