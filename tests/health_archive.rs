@@ -379,3 +379,55 @@ fn conflicting_refs_import_nothing() {
     );
     ok(&["verify", s(&other)]);
 }
+
+/// An archive from a format-2 store (trees with ctimes and inode numbers) imported into a
+/// version-1 store upgrades it to version 2 first, so older builds refuse the store rather
+/// than fail on those trees; an archive of version-1 trees leaves a version-1 store alone.
+#[test]
+fn unarchive_upgrades_a_version_1_store_only_for_trees_that_need_it() {
+    let t = tempdir();
+    let set_version = |store: &Path, v: u64| {
+        let p = store.join("STORE.json");
+        let mut cfg: serde_json::Value = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+        cfg["version"] = v.into();
+        fs::write(&p, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    };
+    let version = |store: &Path| {
+        let cfg: serde_json::Value =
+            serde_json::from_slice(&fs::read(store.join("STORE.json")).unwrap()).unwrap();
+        cfg["version"].as_u64().unwrap()
+    };
+    // A version-1 source store writes version-1 trees; its archive keeps a target at 1.
+    let old_room = t.path().join("old-room");
+    make_room(&old_room, 3, 5);
+    let old = t.path().join("old");
+    init(&old, &old_room);
+    set_version(&old, 1);
+    capture(&old, &["-l", "old-first"]);
+    let old_file = t.path().join("old.ckar");
+    ok(&["archive", s(&old), "old-first", "--out", s(&old_file)]);
+    let target_room = t.path().join("target-room");
+    make_room(&target_room, 2, 9);
+    let target = t.path().join("target");
+    init(&target, &target_room);
+    set_version(&target, 1);
+    let u = json(&["unarchive", s(&old_file), s(&target), "--json"]);
+    assert!(u.get("upgraded_to").is_none(), "{u}");
+    assert_eq!(version(&target), 1);
+    // A format-2 archive upgrades it.
+    let (a, _) = fixture(t.path());
+    let file = t.path().join("new.ckar");
+    ok(&[
+        "archive",
+        s(&t.path().join("store")),
+        "first",
+        "--out",
+        s(&file),
+    ]);
+    let out = ok(&["unarchive", s(&file), s(&target)]);
+    assert!(out.contains("upgraded to version 2"), "{out}");
+    assert_eq!(version(&target), 2);
+    ok(&["verify", s(&target)]);
+    let back = t.path().join("back");
+    ok(&["restore", s(&target), &a, "--to", s(&back)]);
+}

@@ -240,6 +240,12 @@ pub fn run_unarchive(a: UnarchiveArgs) -> Result<i32> {
         for (n, p) in &r.relocated {
             println!("root {n} now recorded at {}", p.display());
         }
+        if let Some(v) = r.upgraded_to {
+            println!(
+                "store format upgraded to version {v} (trees with ctimes and inode numbers): \
+                 older ckptfs builds refuse it"
+            );
+        }
     }
     Ok(0)
 }

@@ -113,6 +113,10 @@ pub struct UnarchiveReport {
     pub branches: Vec<String>,
     pub labels: Vec<String>,
     pub relocated: BTreeMap<String, PathBuf>,
+    /// The existing store's new format version, when its trees had to gain ctimes and inode
+    /// numbers (an archive from a newer store).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgraded_to: Option<u32>,
 }
 
 /// One entry read from an archive (already checked).
@@ -813,6 +817,8 @@ struct Scan {
     objects: HashSet<ObjectId>,
     /// Objects that decode as trees -> their children (id, is a tree).
     trees: HashMap<ObjectId, Vec<(ObjectId, bool)>>,
+    /// Some tree records ctimes and inode numbers (store format 2).
+    stat_trees: bool,
     checkpoints: BTreeMap<ObjectId, Checkpoint>,
 }
 
@@ -820,6 +826,7 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
     let mut objects = HashSet::new();
     let mut trees = HashMap::new();
     let mut checkpoints = BTreeMap::new();
+    let mut stat_trees = false;
     let manifest = read_archive(chain(files), &mut |item| {
         match item {
             ArchiveItem::Object { id, data } => {
@@ -836,6 +843,7 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
                         })
                         .collect::<Vec<_>>();
                     trees.insert(id, kids);
+                    stat_trees |= crate::store::tree::records_stat(&data);
                 }
                 objects.insert(id);
             }
@@ -849,6 +857,7 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
         manifest,
         objects,
         trees,
+        stat_trees,
         checkpoints,
     };
     check_complete(&scan)?;
@@ -994,10 +1003,22 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
     if created {
         config.chunker = m.chunker.clone();
     }
+    // A version-1 store taking trees that record ctimes and inode numbers becomes version 2
+    // before any of them lands, so older builds refuse it instead of failing on those trees.
+    let upgrade = scan.stat_trees && !store.records_stat();
+    if upgrade {
+        config.version = crate::store::FORMAT_VERSION;
+        report.upgraded_to = Some(config.version);
+    }
     let config_changed = config != *store.config();
     let args = serde_json::json!({"file": base, "sha256": digest, "relocate": opts.relocate});
     store.mutate("unarchive", args, |_| {
         check_ref_conflicts(&store, m)?;
+        if upgrade {
+            let mut c = store.config().clone();
+            c.version = config.version;
+            store.write_config_file(&c)?;
+        }
         // 1. Objects (re-hashed by read_archive, deduplicated by the batch).
         let batch = ObjectBatch::new(&store);
         let mut present = 0u64;

@@ -86,6 +86,12 @@ pub struct Tree {
     pub entries: Vec<Entry>,
 }
 
+/// Whether an encoded tree records ctimes and inode numbers (`CKT2`): only stores of format
+/// version 2 and later may hold such trees.
+pub fn records_stat(encoded: &[u8]) -> bool {
+    encoded.starts_with(MAGIC2)
+}
+
 /// Checks one entry name as stored in a tree.
 pub fn check_entry_name(name: &[u8]) -> Result<()> {
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
