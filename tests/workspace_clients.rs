@@ -290,17 +290,16 @@ fn git_index_stays_fresh_across_capture_switch_and_remount() {
     git_in(&repo, "commit -qm second");
     assert_eq!(git_in(&repo, "status --porcelain"), "");
     assert_eq!(stale(), "");
-    let before: Vec<_> = [
+    // Edited, new, renamed, chmod-ed, copied up unchanged, untouched.
+    let turned = [
         "f1.txt",
         "new.txt",
         "moved.txt",
         "f6.txt",
         "f7.txt",
         "f9.txt",
-    ]
-    .iter()
-    .map(|n| git_stat(&repo.join(n)))
-    .collect();
+    ];
+    let before: Vec<_> = turned.iter().map(|n| git_stat(&repo.join(n))).collect();
 
     round_trip_through_switch(&w);
     assert_eq!(stale(), "", "files stat-dirty after a switch away and back");
@@ -312,17 +311,7 @@ fn git_index_stays_fresh_across_capture_switch_and_remount() {
         fs::read_dir(w.store.join("upper/main/ws")).map_or(true, |mut d| d.next().is_none()),
         "the upper layer was not dropped, so the remount proves nothing"
     );
-    for (name, was) in [
-        "f1.txt",
-        "new.txt",
-        "moved.txt",
-        "f6.txt",
-        "f7.txt",
-        "f9.txt",
-    ]
-    .iter()
-    .zip(&before)
-    {
+    for (name, was) in turned.iter().zip(&before) {
         let now = git_stat(&repo.join(name));
         if *name == "f7.txt" {
             // Opened for writing without a change: copied up, but recorded as the file it
