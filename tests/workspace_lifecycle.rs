@@ -309,7 +309,8 @@ fn checkpoint_equals_a_capture_of_what_the_mount_shows() {
             "round {i}: the checkpoint differs from a capture of the mount"
         );
         // ... and each file's inode number (the low 32 bits: a capture of the mount records
-        // the view's 64-bit numbers) and ctime as the mount showed them.
+        // the view's 64-bit numbers) and ctime as the mount showed them, and every directory's
+        // and symlink's mtime (which `diff` does not compare).
         let files = |t: &serde_json::Value| stat_of_files(&w.store, t.as_str().unwrap());
         assert_eq!(
             files(&ours.0),
@@ -319,7 +320,8 @@ fn checkpoint_equals_a_capture_of_what_the_mount_shows() {
     }
 }
 
-/// Path -> (low 32 bits of the recorded inode number, ctime) of every file below a tree.
+/// Path -> (low 32 bits of the recorded inode number, ctime) of every file, and (0, mtime)
+/// of every directory and symlink, below a tree.
 fn stat_of_files(store: &std::path::Path, tree: &str) -> Vec<(String, u32, i64)> {
     use ckptfs::store::tree::{EntryKind, Tree};
     fn walk(
@@ -332,9 +334,12 @@ fn stat_of_files(store: &std::path::Path, tree: &str) -> Vec<(String, u32, i64)>
         for e in t.entries {
             let p = format!("{pre}/{}", String::from_utf8_lossy(&e.name));
             match e.kind {
-                EntryKind::Dir { tree, .. } => walk(s, &tree, &p, out),
+                EntryKind::Dir { tree, .. } => {
+                    out.push((p.clone(), 0, e.mtime_ns));
+                    walk(s, &tree, &p, out)
+                }
                 EntryKind::File { .. } => out.push((p, e.ino as u32, e.ctime_ns)),
-                EntryKind::Symlink { .. } => {}
+                EntryKind::Symlink { .. } => out.push((p, 0, e.mtime_ns)),
             }
         }
     }

@@ -12,9 +12,9 @@
 //! `ctime_ns` and `ino` are what the entry had when it was captured: views present them, so
 //! tools that cache stat data (git's index) find a restored tree unchanged. A tree whose
 //! entries all lack them (0: written before CKT2, or built without a source file) is encoded
-//! as CKT1, so such trees keep their ids. Integers are little-endian. Decoding rejects names that are empty, `.`, `..`, or contain
-//! `/` or NUL, unsorted or duplicate names, and trailing bytes: a tree can never make a view
-//! or a restore step outside its directory.
+//! as CKT1, so such trees keep their ids. Integers are little-endian. Decoding rejects names
+//! that are empty, `.`, `..`, or contain `/` or NUL, unsorted or duplicate names, and trailing
+//! bytes: a tree can never make a view or a restore step outside its directory.
 
 use crate::error::{Error, Result};
 use crate::id::{ObjectId, ID_LEN};

@@ -292,13 +292,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The inode number of a stored entry in directory `parent`: [`child_ino`], with its low 32
-/// bits replaced by the inode number the entry had when captured, if recorded. Tools that
-/// cache stat data compare those bits (git's index keeps `st_ino` as 32 bits), so a restored
-/// tree looks unchanged to them; the high bits, from the path, keep numbers distinct across
-/// the checkpoints of one view.
-pub fn entry_ino(parent: Ino, e: &Entry) -> Ino {
-    let hashed = child_ino(parent, &e.name);
+/// The inode number of stored entry `e` whose [`child_ino`] is `hashed`: its low 32 bits
+/// replaced by the inode number the entry had when captured, if recorded. Tools that cache
+/// stat data compare those bits (git's index keeps `st_ino` as 32 bits), so a restored tree
+/// looks unchanged to them; the high bits, from the path, keep numbers distinct across the
+/// checkpoints of one view.
+pub fn entry_ino(hashed: Ino, e: &Entry) -> Ino {
     if e.ino == 0 {
         return hashed;
     }
@@ -589,7 +588,7 @@ impl View {
                 Ok(entry_node(
                     parent,
                     name_arc,
-                    entry_ino(parent, entry),
+                    entry_ino(ino, entry),
                     entry,
                     EntryRef {
                         tree: *tree_id,
@@ -1227,7 +1226,7 @@ impl View {
                 };
                 Ok(tree.entries.get(i).map(|e| {
                     let name: Arc<[u8]> = Arc::from(e.name.as_slice());
-                    let ino = entry_ino(dir.attr.ino, e);
+                    let ino = entry_ino(child_ino(dir.attr.ino, &e.name), e);
                     let node = entry_node(
                         dir.attr.ino,
                         name,

@@ -215,12 +215,13 @@ pub(crate) fn merge_root(
     let walked = t0.elapsed();
     let progress = Progress::new();
     let mut results = read_files(batch, &store.config().chunker, &ctx.jobs, &progress)?;
-    for (d, source) in results.iter_mut().zip(&ctx.sources) {
+    for ((d, source), job) in results.iter_mut().zip(&ctx.sources).zip(&ctx.jobs) {
         // Overlayfs's own (trusted.overlay.origin on copied-up files) are never captured.
         d.xattrs
             .retain(|(k, _)| !k.starts_with(OVERLAY_XATTR_PREFIX));
         if let (true, Some((from, origin))) = (d.read, source) {
-            (d.ino, d.ctime_ns) = shown_stat(&d.entry(&from.name), from, *origin);
+            let name = job.rel.rsplit(|&c| c == b'/').next().unwrap_or(&job.rel);
+            (d.ino, d.ctime_ns) = shown_stat(&d.entry(name), from, *origin);
         }
     }
     log::debug!(
