@@ -398,3 +398,313 @@ fn exec_runs_the_agent_in_a_cgroup_that_checkpoints_freeze() {
     let own = cg.parent().unwrap();
     assert!(!own.exists(), "umount left {} behind", own.display());
 }
+
+/// Thaws a filesystem on drop, in case a failed assert left it frozen (before the workspace
+/// next to it is unmounted).
+struct ThawOnDrop(PathBuf);
+
+impl Drop for ThawOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("fsfreeze").arg("-u").arg(&self.0).output();
+    }
+}
+
+/// A process outside any cgroup of ours, killed on drop.
+struct Writer(Child);
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether the filesystem of `dir` is frozen, without waiting on it: freezing a frozen
+/// filesystem fails with EBUSY at once (one that is not is frozen and thawed again).
+fn fs_frozen(dir: &Path) -> bool {
+    let o = Command::new("fsfreeze")
+        .arg("-f")
+        .arg(dir)
+        .output()
+        .unwrap();
+    if o.status.success() {
+        assert!(Command::new("fsfreeze")
+            .arg("-u")
+            .arg(dir)
+            .status()
+            .unwrap()
+            .success());
+        return false;
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("busy"), "fsfreeze -f {}: {err}", dir.display());
+    true
+}
+
+/// A workspace whose store is on a filesystem of its own: an ext4 image on a loop device in
+/// the temp dir (unmounted by `Workspace`'s drop, after the thaw guard returned first). The
+/// room holds `db.bin` for a `REWRITER`. `None` (the test skipped, saying why) where the
+/// machine cannot mount a loop device.
+fn workspace_on_own_fs(mount_args: &[&str]) -> Option<(ThawOnDrop, Workspace)> {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let mnt = tmp.path().join("fs");
+    fs::create_dir(&mnt).unwrap();
+    fs::File::create(&img).unwrap().set_len(512 << 20).unwrap();
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(
+        mkfs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mkfs.stderr)
+    );
+    let m = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img)
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    if !m.status.success() {
+        eprintln!(
+            "SKIPPED: cannot mount a loop device here ({})",
+            String::from_utf8_lossy(&m.stderr).trim()
+        );
+        return None;
+    }
+    let room = tmp.path().join("room");
+    fs::create_dir(&room).unwrap();
+    fs::write(room.join("db.bin"), (b"000000000000\n").repeat(80000)).unwrap();
+    let w = Workspace {
+        store: mnt.join("store"),
+        room,
+        tmp,
+    };
+    let thaw = ThawOnDrop(mnt);
+    ok(&["init", w.store(), "--root", &format!("ws={}", w.room())]);
+    ok(&["capture", w.store(), "-m", "initial"]);
+    let mut args = vec!["mount", w.store(), "--branch", "main"];
+    args.extend_from_slice(mount_args);
+    ok(&args);
+    Some((thaw, w))
+}
+
+/// `checkpoint --freeze-fs` holds a writer that is in no cgroup at all: every checkpoint
+/// captures one whole state of a file rewritten in place without pause, and the writer runs
+/// on after each.
+#[test]
+fn freeze_fs_holds_a_writer_outside_any_cgroup() {
+    let Some((_thaw, w)) = workspace_on_own_fs(&[]) else {
+        return;
+    };
+    let path = w.path("db.bin");
+    let _writer = Writer(
+        Command::new("python3")
+            .arg("-c")
+            .arg(REWRITER)
+            .arg(&path)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until_rewritten(&path);
+    for i in 0..5 {
+        let out = ok(&[
+            "checkpoint",
+            w.room(),
+            "-m",
+            &format!("frozen fs {i}"),
+            "--freeze-fs",
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(v["held"]["micros"].as_u64().is_some(), "not held: {out}");
+        let id = v["id"].as_str().unwrap();
+        let o = Command::new(wscommon::bin())
+            .args(["cat", w.store(), &format!("{id}:ws/db.bin")])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        assert_eq!(o.stdout.len(), 13 * 80000);
+        assert!(
+            lines_all_equal(&o.stdout),
+            "checkpoint {i} captured a mix of two states of the file"
+        );
+        let before = modified(&path);
+        let t0 = Instant::now();
+        while modified(&path) == before {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the writer did not run on after checkpoint {i}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// `mount --freeze-fs` is recorded (status shows it) and every plain checkpoint then holds the
+/// writers; a store on the root filesystem is refused, naming it, with nothing mounted.
+#[test]
+fn freeze_fs_at_mount_is_recorded_and_the_root_filesystem_refused() {
+    let Some((_thaw, w)) = workspace_on_own_fs(&["--freeze-fs"]) else {
+        return;
+    };
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(&["status", w.room(), "--json"])).unwrap();
+    assert!(
+        status.to_string().contains("\"freeze_fs\":true"),
+        "{status}"
+    );
+    fs::write(w.path("new.txt"), b"after mount\n").unwrap();
+    let out = ok(&["checkpoint", w.room(), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["held"]["micros"].as_u64().is_some(), "not held: {out}");
+    let id = v["id"].as_str().unwrap();
+    assert_eq!(
+        ok(&["cat", w.store(), &format!("{id}:ws/new.txt")]),
+        "after mount\n"
+    );
+
+    // On the root filesystem (where /var/tmp usually is): refused before anything happens.
+    let var_tmp = Path::new("/var/tmp");
+    let dev = |p: &Path| std::os::unix::fs::MetadataExt::dev(&fs::metadata(p).unwrap());
+    if dev(var_tmp) != dev(Path::new("/")) {
+        eprintln!("SKIPPED (root filesystem part): /var/tmp is not on the root filesystem");
+        return;
+    }
+    let tmp = tempfile::tempdir_in(var_tmp).unwrap();
+    let store = tmp.path().join("store");
+    let room = tmp.path().join("room");
+    fs::create_dir(&room).unwrap();
+    fs::write(room.join("a.txt"), b"a\n").unwrap();
+    ok(&[
+        "init",
+        wscommon::s(&store),
+        "--root",
+        &format!("ws={}", room.display()),
+    ]);
+    ok(&["capture", wscommon::s(&store), "-m", "initial"]);
+    let o = run(&[
+        "mount",
+        wscommon::s(&store),
+        "--branch",
+        "main",
+        "--freeze-fs",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--freeze-fs") && err.contains(wscommon::s(&store)),
+        "{err}"
+    );
+    assert!(!wscommon::mounted(&room), "mounted despite the refusal");
+    let _ = Command::new(wscommon::bin())
+        .args(["umount", wscommon::s(&room)])
+        .output();
+}
+
+/// The state letter of process `pid` in /proc (T: stopped; None once reaped).
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// A checkpoint with `--freeze-fs`, stopped in its frozen pass (`CKPTFS_FAULT=stop:N`): the
+/// store's filesystem is frozen and a writer in no cgroup stands still. Killed there, its
+/// watchdog thaws the filesystem and the writer runs on. Where the watchdog is gone too
+/// (frozen again here by hand), `recover` thaws it before anything else, without waiting on it.
+#[test]
+fn a_checkpoint_killed_while_the_filesystem_is_frozen_leaves_it_thawed() {
+    let Some((thaw, w)) = workspace_on_own_fs(&[]) else {
+        return;
+    };
+    let mnt = thaw.0.clone();
+    let path = w.path("db.bin");
+    let _writer = Writer(
+        Command::new("python3")
+            .arg("-c")
+            .arg(REWRITER)
+            .arg(&path)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until_rewritten(&path);
+    let err_file = w.tmp.path().join("checkpoint.err");
+    let mut stopped = None;
+    for n in 1..60 {
+        let mut c = Command::new(wscommon::bin())
+            .args(["checkpoint", w.room(), "--freeze-fs"])
+            .env("CKPTFS_FAULT", format!("stop:{n}"))
+            .stderr(fs::File::create(&err_file).unwrap())
+            .spawn()
+            .unwrap();
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                panic!("checkpoint ended ({st}) without stopping at step {n}");
+            }
+            if proc_state(c.id()) == Some('T') {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if fs::read_to_string(&err_file).unwrap().contains("(frozen)") {
+            stopped = Some(c);
+            break;
+        }
+        // Stopped before the freeze: let it finish, then try the next step.
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(c.id() as i32),
+            nix::sys::signal::Signal::SIGCONT,
+        )
+        .unwrap();
+        assert!(c.wait().unwrap().success());
+    }
+    let mut c = stopped.expect("no checkpoint stopped in its frozen pass");
+    assert!(fs_frozen(&mnt), "the store's filesystem is not frozen");
+    let before = modified(&path);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(modified(&path), before, "the writer was not held");
+    c.kill().unwrap();
+    c.wait().unwrap();
+    let t0 = Instant::now();
+    while fs_frozen(&mnt) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the watchdog did not thaw the filesystem"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_until_rewritten(&path);
+
+    // The watchdog gone as well: frozen, and only recover's marker knows.
+    assert!(Command::new("fsfreeze")
+        .arg("-f")
+        .arg(&mnt)
+        .status()
+        .unwrap()
+        .success());
+    let mut rec = Command::new(wscommon::bin())
+        .args(["recover", w.store()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while rec.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(20) {
+            let _ = Command::new("fsfreeze").arg("-u").arg(&mnt).status();
+            let _ = rec.wait();
+            panic!("recover waited on the frozen filesystem");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = rec.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("thawed the filesystem"), "{text}");
+    assert!(!fs_frozen(&mnt), "recover left it frozen");
+    wait_until_rewritten(&path);
+    assert!(ok(&["checkpoint", w.room(), "--freeze-fs"]).contains("checkpoint"));
+}

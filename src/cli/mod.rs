@@ -158,7 +158,8 @@ pub enum Command {
     },
     /// Repair after a crash: roll back an interrupted operation, clear its RUNNING marker and
     /// remove half-written temp files; thaw a cgroup that a killed `checkpoint
-    /// --freeze-cgroup` left frozen. Refuses while the recorded process is alive.
+    /// --freeze-cgroup` left frozen, or the store's filesystem that a killed `checkpoint
+    /// --freeze-fs` and its watchdog left frozen. Refuses while the recorded process is alive.
     Recover {
         store: PathBuf,
         #[command(flatten)]
@@ -243,6 +244,13 @@ pub enum Command {
         /// Repeatable.
         #[arg(long, value_name = "DIR")]
         freeze_cgroup: Vec<PathBuf>,
+        /// Hold the writes of every process for the second pass, in a cgroup or not, by
+        /// freezing the filesystem the store (and so the upper layers) is on, as
+        /// `fsfreeze -f` does. The store must be on a filesystem of its own: the root
+        /// filesystem is refused, and anything else on that filesystem waits too. A watchdog
+        /// thaws it if the checkpoint dies or holds it over 10 s.
+        #[arg(long)]
+        freeze_fs: bool,
         #[command(flatten)]
         json: JsonFlag,
     },
@@ -822,13 +830,17 @@ pub fn run(cli: Cli) -> Result<i32> {
             label,
             message,
             freeze_cgroup,
+            freeze_fs,
             json,
         } => workspace::checkpoint(
             &place,
             branch.as_deref(),
             label.as_deref(),
             &message,
-            &freeze_cgroup,
+            &ckptfs::workspace::Hold {
+                cgroups: freeze_cgroup,
+                filesystem: freeze_fs,
+            },
             json.json,
         ),
         Command::Switch {
@@ -864,7 +876,10 @@ pub fn run(cli: Cli) -> Result<i32> {
                     &a.roots,
                     a.at.as_deref(),
                     a.relocate,
-                    &a.freeze_cgroups,
+                    &ckptfs::workspace::Hold {
+                        cgroups: a.freeze_cgroups.clone(),
+                        filesystem: a.freeze_fs,
+                    },
                     a.json,
                 )
             }

@@ -52,6 +52,12 @@ pub struct MountArgs {
     /// Recorded with the mount and kept across switches. Repeatable.
     #[arg(long = "freeze-cgroup", value_name = "DIR", requires = "branch")]
     pub freeze_cgroups: Vec<PathBuf>,
+    /// With --branch: every checkpoint of this workspace (also `switch --checkpoint-first`)
+    /// freezes the store's filesystem for its second, short pass, holding every process's
+    /// writes, in a cgroup or not (see `checkpoint --freeze-fs`). Recorded with the mount
+    /// and kept across switches.
+    #[arg(long, requires = "branch")]
+    pub freeze_fs: bool,
     /// With --branch: print the mounted workspace as JSON.
     #[arg(long, requires = "branch")]
     pub json: bool,

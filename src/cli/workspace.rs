@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use ckptfs::id::ObjectId;
 use ckptfs::store::checkpoint::Checkpoint;
 use ckptfs::util::{format_utc, human_bytes};
-use ckptfs::workspace::{self, DirtyPolicy, MountOptions};
+use ckptfs::workspace::{self, DirtyPolicy, Hold, MountOptions};
 use ckptfs::{Error, Result, Store};
 
 use super::print_json;
@@ -19,7 +19,7 @@ pub fn mount_branch(
     roots: &[String],
     at: Option<&Path>,
     relocate: bool,
-    freeze_cgroups: &[PathBuf],
+    hold: &Hold,
     json: bool,
 ) -> Result<i32> {
     let s = Store::open(store)?;
@@ -45,7 +45,8 @@ pub fn mount_branch(
             branch: branch.to_string(),
             roots: roots.to_vec(),
             relocate: reloc,
-            freeze_cgroups: freeze_cgroups.to_vec(),
+            freeze_cgroups: hold.cgroups.clone(),
+            freeze_fs: hold.filesystem,
         },
     )?;
     if json {
@@ -61,6 +62,12 @@ pub fn mount_branch(
         }
         for c in &st.freeze_cgroups {
             println!("  checkpoints freeze cgroup {}", c.display());
+        }
+        if st.freeze_fs {
+            println!(
+                "  checkpoints freeze the filesystem of {}",
+                s.root().display()
+            );
         }
     }
     Ok(0)
@@ -156,11 +163,11 @@ pub fn checkpoint(
     branch: Option<&str>,
     label: Option<&str>,
     message: &str,
-    freeze_cgroups: &[PathBuf],
+    hold: &Hold,
     json: bool,
 ) -> Result<i32> {
     let (s, b) = target(place, branch)?;
-    let r = workspace::checkpoint(&s, &b, label, message, freeze_cgroups)?;
+    let r = workspace::checkpoint(&s, &b, label, message, hold)?;
     if json {
         print_json(&r)?;
     } else {
@@ -273,6 +280,8 @@ struct WorkspaceStatus {
     bytes_changed: u64,
     /// Cgroups its checkpoints freeze (`mount --freeze-cgroup`).
     freeze_cgroups: Vec<PathBuf>,
+    /// Its checkpoints freeze the store's filesystem (`mount --freeze-fs`).
+    freeze_fs: bool,
 }
 
 /// Status of the workspaces of a store (or of the one a path is in).
@@ -304,6 +313,7 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
             files_changed: d.files_changed,
             bytes_changed: d.bytes_changed,
             freeze_cgroups: st.freeze_cgroups.clone(),
+            freeze_fs: st.freeze_fs,
         };
         out.push(serde_json::to_value(&ws).unwrap_or_default());
     }
@@ -339,6 +349,9 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
         }
         for c in w["freeze_cgroups"].as_array().into_iter().flatten() {
             println!("  checkpoints freeze cgroup {}", c.as_str().unwrap_or(""));
+        }
+        if w["freeze_fs"].as_bool() == Some(true) {
+            println!("  checkpoints freeze the store's filesystem");
         }
     }
 }

@@ -6,7 +6,9 @@
 //! and pid files, writable object files (back to 0444), a store directory open to others (back
 //! to 0700), and mounts of this store whose daemon is gone (lazily detached). An interrupted
 //! `archive` has its partial output files removed; an interrupted `gc` or `unarchive` needs no
-//! rollback (both keep the store consistent at every step: rerun them to finish).
+//! rollback (both keep the store consistent at every step: rerun them to finish). A checkpoint
+//! that died holding writers has its cgroups thawed, and its store's filesystem
+//! (`--freeze-fs`) before anything else, since every write there would wait.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -46,6 +48,14 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
             )));
         }
         report.interrupted = Some(format!("{} (pid {})", m.op, m.pid));
+        // First, before anything writes to a filesystem a dead checkpoint left frozen.
+        if let Some(dir) = m.args.get("freeze_fs").and_then(|v| v.as_str()) {
+            report
+                .actions
+                .extend(crate::workspace::freeze::thaw_fs_after_crash(Path::new(
+                    dir,
+                )));
+        }
         if m.op == "restore" {
             if let Ok(phase) = serde_json::from_value::<RestorePhase>(m.phase.clone()) {
                 roll_back_restore(&phase, &mut report)?;

@@ -2,7 +2,8 @@
 //!
 //! Every durable write in the store goes through here, so crash tests can make the Nth
 //! write/sync/rename fail (or abort the process) by setting `CKPTFS_FAULT=fail:N` or
-//! `CKPTFS_FAULT=abort:N` in the environment. `CKPTFS_FAULT=count` makes the binary print
+//! `CKPTFS_FAULT=abort:N` in the environment; `CKPTFS_FAULT=stop:N` stops the process there
+//! (SIGSTOP) for a test to look at what it holds. `CKPTFS_FAULT=count` makes the binary print
 //! `ckptfs: io steps: N` on stderr at exit, so tests know how many steps an operation takes.
 //! Without the variable the hook is one relaxed atomic increment.
 
@@ -21,6 +22,7 @@ static FAULT_COUNTER: AtomicU64 = AtomicU64::new(0);
 enum FaultMode {
     Fail,
     Abort,
+    Stop,
     Count,
 }
 
@@ -36,6 +38,7 @@ fn fault_config() -> Option<(FaultMode, u64)> {
         match mode {
             "fail" => Some((FaultMode::Fail, n)),
             "abort" => Some((FaultMode::Abort, n)),
+            "stop" => Some((FaultMode::Stop, n)),
             _ => None,
         }
     })
@@ -55,6 +58,11 @@ pub fn fault_point(what: &str) -> io::Result<()> {
                 FaultMode::Abort => {
                     eprintln!("ckptfs: injected abort at I/O step {n} ({what})");
                     std::process::abort();
+                }
+                FaultMode::Stop => {
+                    eprintln!("ckptfs: injected stop at I/O step {n} ({what})");
+                    nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP)
+                        .map_err(io::Error::from)?;
                 }
                 FaultMode::Count => {}
             }

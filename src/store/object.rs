@@ -138,6 +138,9 @@ impl Store {
     }
 }
 
+/// An object `defer_writes` keeps in memory: its id and bytes.
+type Deferred = (ObjectId, Vec<u8>);
+
 /// A set of objects being written by one operation; see the module doc.
 pub struct ObjectBatch<'a> {
     store: &'a Store,
@@ -153,6 +156,8 @@ pub struct ObjectBatch<'a> {
     new_bytes: AtomicU64,
     /// Bytes `holds` compared with stored objects instead of hashing them.
     compared_bytes: AtomicU64,
+    /// New objects kept in memory instead of written (see `defer_writes`).
+    deferred: Mutex<Option<Vec<Deferred>>>,
 }
 
 impl<'a> ObjectBatch<'a> {
@@ -167,6 +172,7 @@ impl<'a> ObjectBatch<'a> {
             new_objects: AtomicU64::new(0),
             new_bytes: AtomicU64::new(0),
             compared_bytes: AtomicU64::new(0),
+            deferred: Mutex::new(None),
         }
     }
 
@@ -195,6 +201,15 @@ impl<'a> ObjectBatch<'a> {
         if self.dry || self.store.has_object(&id) {
             return Ok(());
         }
+        if let Some(deferred) = lock(&self.deferred).as_mut() {
+            deferred.push((id, data.to_vec()));
+            return Ok(());
+        }
+        self.write_object(id, data)
+    }
+
+    /// Writes a new object to its temp file, pending until `commit`.
+    fn write_object(&self, id: ObjectId, data: &[u8]) -> Result<()> {
         let compressed = self.store.compressed();
         let stored: std::borrow::Cow<[u8]> = if compressed {
             zstd::bulk::compress(data, ZSTD_LEVEL)
@@ -294,8 +309,30 @@ impl<'a> ObjectBatch<'a> {
         self.ahead_allowed.store(false, Ordering::Relaxed);
     }
 
+    /// From now on new objects stay in memory until `write_deferred`: for a pass while the
+    /// store's own filesystem is frozen (`checkpoint --freeze-fs`), where a write would wait
+    /// for the thaw, that is for itself. Implies `hold_back`.
+    pub fn defer_writes(&self) {
+        self.hold_back();
+        lock(&self.deferred).get_or_insert_with(Vec::new);
+    }
+
+    /// Writes the objects `defer_writes` kept in memory (pending until `commit`, as any other)
+    /// and ends deferring.
+    ///
+    /// # Errors
+    /// I/O errors writing a temp file.
+    pub fn write_deferred(&self) -> Result<()> {
+        let deferred = lock(&self.deferred).take().unwrap_or_default();
+        for (id, data) in deferred {
+            self.write_object(id, &data)?;
+        }
+        Ok(())
+    }
+
     /// Makes every pending object durable under its final name.
     pub fn commit(&self) -> Result<()> {
+        self.write_deferred()?;
         let pending: Vec<(ObjectId, PathBuf)> = lock(&self.pending).drain().collect();
         let ahead: Vec<(ObjectId, PathBuf)> = std::mem::take(&mut *lock(&self.synced));
         if pending.is_empty() && ahead.is_empty() {

@@ -18,16 +18,32 @@
 //! controller (`freezer.state`). Freezing is hierarchical in both. A cgroup that holds the
 //! checkpointing process itself is refused (it would freeze itself). If the process dies while
 //! the cgroup is frozen, the RUNNING marker names the cgroups and `ckptfs recover` thaws them.
+//!
+//! `--freeze-fs` holds every process instead, in a cgroup or not: it freezes the filesystem the
+//! store is on (FIFREEZE, as `fsfreeze -f` does), where the upper layers live, so every write
+//! into the workspace waits, shared-mmap page faults included. That needs the store on a
+//! filesystem of its own: the root filesystem is refused, and everything else on the store's
+//! filesystem is held too. Freezing syncs the filesystem first with the writers already held,
+//! so the checkpoint syncs it just before. While frozen, the checkpoint itself writes nothing
+//! there (its new objects wait in memory, see `ObjectBatch::defer_writes`). The kernel keeps a
+//! filesystem frozen until someone thaws it, even after the process that froze it died, so a
+//! watchdog process (`bash`, `fsfreeze` from util-linux) thaws it when the checkpoint dies or
+//! holds it longer than [`FREEZE_TIMEOUT`]; the checkpoint then fails rather than record a
+//! state that was not one instant.
 
 use std::fs;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
 /// How long tasks get to reach a freezable point (a task in uninterruptible sleep, e.g. on a
-/// hung NFS mount, can delay it).
-const FREEZE_TIMEOUT: Duration = Duration::from_secs(10);
+/// hung NFS mount, can delay it); also the longest a frozen filesystem stays frozen.
+pub const FREEZE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Interface {
@@ -265,4 +281,158 @@ fn holds_pid(dir: &Path, pid: u32) -> Result<bool> {
         }
     }
     Ok(false)
+}
+
+/// Checks that the filesystem holding the store `dir` may be frozen by `--freeze-fs`: it must
+/// not be the root filesystem, which would stop the whole system.
+///
+/// # Errors
+/// `Usage`, naming the store; `Io` when it cannot be examined.
+pub fn check_fs(dir: &Path) -> Result<()> {
+    let dev = |p: &Path| {
+        fs::metadata(p)
+            .map(|m| m.dev())
+            .map_err(|e| Error::io(p, e))
+    };
+    if dev(dir)? == dev(Path::new("/"))? {
+        return Err(Error::Usage(format!(
+            "--freeze-fs: the store {} is on the root filesystem, and freezing that would stop \
+             the whole system; put the store on a filesystem of its own, or hold the agent's \
+             writes with --freeze-cgroup",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The store's filesystem, to be frozen by this process: [`FrozenFs::prepare`] starts the
+/// watchdog (before the writers are held: starting a process takes milliseconds), `freeze`
+/// and `thaw` do it, and drop thaws it after an error and lets the watchdog go. The watchdog
+/// thaws it when this process dies or holds it too long (see the module doc).
+pub struct FrozenFs {
+    dir: PathBuf,
+    file: fs::File,
+    /// Whether this process froze it and has not thawed it yet.
+    frozen: bool,
+    watchdog: Option<Child>,
+}
+
+impl FrozenFs {
+    /// Checks the filesystem holding `dir` ([`check_fs`]) and starts the watchdog.
+    ///
+    /// # Errors
+    /// `Usage` for the root filesystem; `Io` when the watchdog cannot start.
+    pub fn prepare(dir: &Path) -> Result<FrozenFs> {
+        check_fs(dir)?;
+        let file = fs::File::open(dir).map_err(|e| Error::io(dir, e))?;
+        // Its own process group: a Ctrl-C that stops the checkpoint must not stop it too.
+        let watchdog = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "read -r -t {} line || fsfreeze -u -- \"$1\"",
+                FREEZE_TIMEOUT.as_secs()
+            ))
+            .arg("ckptfs-thaw-watchdog")
+            .arg(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| {
+                Error::io_op(
+                    "--freeze-fs: starting the thaw watchdog (needs bash and fsfreeze from \
+                     util-linux)",
+                    e,
+                )
+            })?;
+        Ok(FrozenFs {
+            dir: dir.to_path_buf(),
+            file,
+            frozen: false,
+            watchdog: Some(watchdog),
+        })
+    }
+
+    /// Freezes the filesystem: from here every write to it waits.
+    ///
+    /// # Errors
+    /// `Io` when it cannot be frozen (already frozen: EBUSY; not supported, e.g. tmpfs:
+    /// EOPNOTSUPP).
+    pub fn freeze(&mut self) -> Result<()> {
+        let t0 = Instant::now();
+        crate::sys::freeze_filesystem(&self.file).map_err(|e| {
+            Error::io_op(
+                format!(
+                    "--freeze-fs: freezing the filesystem of {}",
+                    self.dir.display()
+                ),
+                e,
+            )
+        })?;
+        self.frozen = true;
+        log::debug!(
+            "froze the filesystem of {} in {:?}",
+            self.dir.display(),
+            t0.elapsed()
+        );
+        Ok(())
+    }
+
+    /// Thaws the filesystem.
+    ///
+    /// # Errors
+    /// `Invalid` when it was thawed meanwhile (the watchdog after [`FREEZE_TIMEOUT`], or an
+    /// operator): what was read is then not one instant. `Io` when thawing fails.
+    pub fn thaw(&mut self) -> Result<()> {
+        self.frozen = false;
+        match crate::sys::thaw_filesystem(&self.file) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(Error::Invalid(format!(
+                "the filesystem of {} was thawed before the frozen pass ended (held over {} s, \
+                 or thawed by someone else); nothing was checkpointed",
+                self.dir.display(),
+                FREEZE_TIMEOUT.as_secs()
+            ))),
+            Err(e) => Err(Error::io_op(
+                format!("thawing the filesystem of {}", self.dir.display()),
+                e,
+            )),
+        }
+    }
+}
+
+impl Drop for FrozenFs {
+    fn drop(&mut self) {
+        if self.frozen {
+            self.frozen = false;
+            if let Err(e) = crate::sys::thaw_filesystem(&self.file) {
+                log::warn!("thawing the filesystem of {}: {e}", self.dir.display());
+            }
+        }
+        // All is well: the watchdog exits without thawing.
+        if let Some(mut child) = self.watchdog.take() {
+            if let Some(mut stdin) = child.stdin.take() {
+                let _gone_already = stdin.write_all(b"ok\n");
+            }
+            let _reaped = child.wait();
+        }
+    }
+}
+
+/// `recover`: thaws the store's filesystem if a checkpoint with `--freeze-fs` died with it
+/// frozen (and its watchdog too); says what it did.
+pub fn thaw_fs_after_crash(dir: &Path) -> Option<String> {
+    let f = fs::File::open(dir).ok()?;
+    match crate::sys::thaw_filesystem(&f) {
+        Ok(()) => Some(format!(
+            "thawed the filesystem of {} that the interrupted checkpoint had frozen",
+            dir.display()
+        )),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
+        Err(e) => Some(format!(
+            "could not thaw the filesystem of {}: {e}",
+            dir.display()
+        )),
+    }
 }

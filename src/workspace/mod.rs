@@ -65,6 +65,42 @@ pub struct WorkspaceState {
     /// Cgroups every checkpoint of this workspace freezes (`mount --freeze-cgroup`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub freeze_cgroups: Vec<PathBuf>,
+    /// Every checkpoint of this workspace freezes the store's filesystem (`mount --freeze-fs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub freeze_fs: bool,
+}
+
+/// What a checkpoint holds still for its second pass (see `freeze`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Hold {
+    /// Cgroups to freeze (`--freeze-cgroup`, and those recorded with the mount).
+    pub cgroups: Vec<PathBuf>,
+    /// Freeze the store's filesystem, holding every writer (`--freeze-fs`).
+    pub filesystem: bool,
+}
+
+impl Hold {
+    /// Nothing to hold: the checkpoint is one pass with the writers running.
+    pub fn is_empty(&self) -> bool {
+        self.cgroups.is_empty() && !self.filesystem
+    }
+
+    /// The checks `checkpoint` makes before any work, so bad input costs nothing.
+    fn check(&self, store: &Store) -> Result<()> {
+        freeze::check(&self.cgroups)?;
+        if self.filesystem {
+            freeze::check_fs(store.root())?;
+        }
+        Ok(())
+    }
+
+    /// The RUNNING marker's record of it, for `recover` to thaw what a crash left frozen.
+    fn marker(&self, store: &Store) -> (serde_json::Value, serde_json::Value) {
+        (
+            serde_json::json!(self.cgroups),
+            serde_json::json!(self.filesystem.then(|| store.root().to_path_buf())),
+        )
+    }
 }
 
 /// What to mount.
@@ -77,6 +113,8 @@ pub struct MountOptions {
     pub relocate: BTreeMap<String, PathBuf>,
     /// Cgroups to freeze at every checkpoint of the workspace (see `freeze`).
     pub freeze_cgroups: Vec<PathBuf>,
+    /// Freeze the store's filesystem at every checkpoint of the workspace (see `freeze`).
+    pub freeze_fs: bool,
 }
 
 /// A workspace's un-checkpointed changes.
@@ -98,12 +136,13 @@ pub struct CheckpointReport {
     pub files_read: u64,
     pub bytes_read: u64,
     pub elapsed_ms: u64,
-    /// With `--freeze-cgroup`: how long the writers were held, and what was read meanwhile.
+    /// With `--freeze-cgroup` or `--freeze-fs`: how long the writers were held, and what was
+    /// read meanwhile.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held: Option<Held>,
 }
 
-/// The frozen part of a checkpoint with `--freeze-cgroup`.
+/// The frozen part of a checkpoint with `--freeze-cgroup` or `--freeze-fs`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Held {
     /// From the freeze request to the thaw, in microseconds.
@@ -363,7 +402,7 @@ fn checkpoint_locked(
     branch: &str,
     label: Option<&str>,
     message: &str,
-    hold: &[PathBuf],
+    hold: &Hold,
 ) -> Result<CheckpointReport> {
     let t0 = std::time::Instant::now();
     if let Some(l) = label {
@@ -377,7 +416,7 @@ fn checkpoint_locked(
     let (_, head) = require_branch(store, branch)?;
     let base_id = upper_base(store, branch, head)?;
     let base = store.read_checkpoint(&base_id)?;
-    freeze::check(hold)?;
+    hold.check(store)?;
     let batch = ObjectBatch::new(store);
     // With writers to hold, this is a first pass while they run, which reads what changed (the
     // bulk of the work); the pass while they are frozen then reads only what changed after
@@ -439,14 +478,14 @@ fn checkpoint_locked(
     })
 }
 
-/// The frozen pass of a checkpoint that holds the writers in the cgroups `hold`, starting
-/// from the caches of the `first` pass; returns the merge and how long the writers were held.
+/// The frozen pass of a checkpoint that holds the writers (`hold`), starting from the caches
+/// of the `first` pass; returns the merge and how long the writers were held.
 fn second_pass(
     store: &Store,
     batch: &ObjectBatch<'_>,
     branch: &str,
     base: &Checkpoint,
-    hold: &[PathBuf],
+    hold: &Hold,
     first: MergedAll,
 ) -> Result<(MergedAll, Held)> {
     let mut pre: BTreeMap<String, merge::Previous> = first
@@ -456,17 +495,39 @@ fn second_pass(
         .collect();
     // The first pass's objects are synced after the thaw, not while the writers wait.
     batch.hold_back();
+    let mut frozen_fs = if hold.filesystem {
+        // The watchdog starts first, then the filesystem is synced while the writers run
+        // (freezing syncs it with them already held). While it is frozen, new objects wait
+        // in memory (a write there would wait for the thaw, that is for this very pass).
+        let f = freeze::FrozenFs::prepare(store.root())?;
+        fsio::sync_filesystem(store.root())?;
+        batch.defer_writes();
+        Some(f)
+    } else {
+        None
+    };
     let t_hold = std::time::Instant::now();
-    // Writers in these cgroups stand still from here until every changed file is read.
-    let frozen = freeze::Frozen::freeze(hold)?;
+    // The writers stand still from here until every changed file is read.
+    let frozen = freeze::Frozen::freeze(&hold.cgroups)?;
+    if let Some(f) = &mut frozen_fs {
+        f.freeze()?;
+        // Lets crash tests stop or die here, with the filesystem frozen.
+        fsio::fault_point("frozen").map_err(|e| Error::io(store.root(), e))?;
+    }
     let previous = |name: &str| pre.remove(name).unwrap_or_default();
     let m = merge_all(store, batch, branch, base, previous, OnChange::AcceptPrefix)?;
+    if let Some(f) = &mut frozen_fs {
+        f.thaw()?;
+    }
     frozen.thaw()?;
+    let held_micros = t_hold.elapsed().as_micros() as u64;
+    drop(frozen_fs);
     let held = Held {
-        micros: t_hold.elapsed().as_micros() as u64,
+        micros: held_micros,
         files_read: m.files_read,
         bytes_read: m.bytes_read,
     };
+    batch.write_deferred()?;
     let mut stats = m.stats;
     stats.files_read += first.files_read;
     let m = MergedAll {
@@ -478,27 +539,30 @@ fn second_pass(
     Ok((m, held))
 }
 
-/// `ckptfs checkpoint`: a checkpoint of the workspace of `branch`. The cgroups in `hold`
-/// are frozen while the upper layers are read (see `freeze`).
+/// `ckptfs checkpoint`: a checkpoint of the workspace of `branch`. What `hold` names is
+/// frozen while the upper layers are read (see `freeze`).
 pub fn checkpoint(
     store: &Store,
     branch: &str,
     label: Option<&str>,
     message: &str,
-    hold: &[PathBuf],
+    hold: &Hold,
 ) -> Result<CheckpointReport> {
-    // The workspace's own cgroups (`mount --freeze-cgroup`) are frozen too.
-    let mut hold = hold.to_vec();
+    // What the workspace's mount records (`mount --freeze-cgroup`, `--freeze-fs`) is held too.
+    let mut hold = hold.clone();
     if let Some(st) = state(store, branch)? {
+        hold.filesystem |= st.freeze_fs;
         for c in recorded_cgroups(st) {
-            if !hold.contains(&c) {
-                hold.push(c);
+            if !hold.cgroups.contains(&c) {
+                hold.cgroups.push(c);
             }
         }
     }
-    let hold = &hold[..];
-    // The marker names the frozen cgroups, so `recover` can thaw them after a crash.
-    let args = serde_json::json!({"branch": branch, "label": label, "freeze_cgroups": hold});
+    let hold = &hold;
+    // The marker names what gets frozen, so `recover` can thaw it after a crash.
+    let (cgroups, fs) = hold.marker(store);
+    let args = serde_json::json!({"branch": branch, "label": label, "freeze_cgroups": cgroups,
+        "freeze_fs": fs});
     store.mutate("checkpoint", args, |_| {
         let r = checkpoint_locked(store, branch, label, message, hold)?;
         let summary = serde_json::json!({"checkpoint": r.id, "files_read": r.files_read,
@@ -646,6 +710,9 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
     for (dir, _) in freeze::check(&opts.freeze_cgroups)? {
         freeze_cgroups.push(fs::canonicalize(&dir).map_err(|e| Error::io(&dir, e))?);
     }
+    if opts.freeze_fs {
+        freeze::check_fs(store.root())?;
+    }
     let args =
         serde_json::json!({"branch": opts.branch, "roots": opts.roots, "relocate": opts.relocate});
     // The lower view is its own daemon, which takes the store lock to pin: start it first.
@@ -700,6 +767,7 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
             roots,
             mounted_ns: now_ns(),
             freeze_cgroups: freeze_cgroups.clone(),
+            freeze_fs: opts.freeze_fs,
         };
         write_mount_state(store, &st)?;
         let summary = serde_json::json!({"base": base});
@@ -895,12 +963,16 @@ pub fn switch(
     new_name: Option<&str>,
 ) -> Result<SwitchReport> {
     let t0 = std::time::Instant::now();
-    // The marker names the cgroups a checkpoint first would freeze, for `recover`.
+    // The marker names what a checkpoint first would freeze, for `recover`.
     let hold = state(store, from_branch)?
-        .map(recorded_cgroups)
+        .map(|st| Hold {
+            filesystem: st.freeze_fs,
+            cgroups: recorded_cgroups(st),
+        })
         .unwrap_or_default();
+    let (cgroups, fs) = hold.marker(store);
     let args = serde_json::json!({"from": from_branch, "to": target, "name": new_name,
-        "freeze_cgroups": hold});
+        "freeze_cgroups": cgroups, "freeze_fs": fs});
     lower::ensure_view(store)?;
     let (report, moved) = store.mutate_live("switch", args, |m| {
         let st = state(store, from_branch)?
@@ -973,6 +1045,7 @@ pub fn switch(
                 roots: st.roots.keys().cloned().collect(),
                 relocate,
                 freeze_cgroups: st.freeze_cgroups.clone(),
+                freeze_fs: st.freeze_fs,
             };
             let roots = plan_roots(store, &to_branch, &base, &opts)?;
             // Durable, but only when new: switching back to a branch finds it already there
@@ -988,6 +1061,7 @@ pub fn switch(
                 roots,
                 mounted_ns: now_ns(),
                 freeze_cgroups: st.freeze_cgroups.clone(),
+                freeze_fs: st.freeze_fs,
             };
             write_mount_state(store, &new_state)?;
             Ok(displaced.take())
