@@ -412,6 +412,23 @@ impl Drop for ThawOnDrop {
 /// A process outside any cgroup of ours, killed on drop.
 struct Writer(Child);
 
+impl Writer {
+    /// A `REWRITER` of `path` that has started writing.
+    fn rewriting(path: &Path) -> Writer {
+        let w = Writer(
+            Command::new("python3")
+                .arg("-c")
+                .arg(REWRITER)
+                .arg(path)
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_until_rewritten(path);
+        w
+    }
+}
+
 impl Drop for Writer {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -500,16 +517,7 @@ fn freeze_fs_holds_a_writer_outside_any_cgroup() {
         return;
     };
     let path = w.path("db.bin");
-    let _writer = Writer(
-        Command::new("python3")
-            .arg("-c")
-            .arg(REWRITER)
-            .arg(&path)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until_rewritten(&path);
+    let _writer = Writer::rewriting(&path);
     for i in 0..5 {
         let out = ok(&[
             "checkpoint",
@@ -622,16 +630,7 @@ fn a_checkpoint_killed_while_the_filesystem_is_frozen_leaves_it_thawed() {
     };
     let mnt = thaw.0.clone();
     let path = w.path("db.bin");
-    let _writer = Writer(
-        Command::new("python3")
-            .arg("-c")
-            .arg(REWRITER)
-            .arg(&path)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until_rewritten(&path);
+    let _writer = Writer::rewriting(&path);
     let err_file = w.tmp.path().join("checkpoint.err");
     let mut stopped = None;
     for n in 1..60 {

@@ -466,6 +466,9 @@ mod tests {
         // Under its temp name until commit: not comparable.
         assert_eq!(store.cached_object_equals(&id, &data, &mut scratch), None);
         batch.commit().unwrap();
+        // Written with early writeback, whose DONTNEED drops pages already clean: read it
+        // once so the page cache holds it whatever the disk's speed.
+        store.read_object(&id).unwrap();
         let mut other = data.clone();
         other[99_999] = 6;
         let expect = |v: bool| nowait.then_some(v);
@@ -490,6 +493,49 @@ mod tests {
         assert!(reader.holds(&absent, b"absent", &mut scratch));
         assert!(!reader.holds(&absent, b"other!", &mut scratch));
         assert_eq!(reader.compared_bytes(), if nowait { 200_000 } else { 0 });
+    }
+
+    #[test]
+    fn deferred_objects_write_nothing_until_written_and_commit_publishes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = temp_store(dir.path());
+        let batch = ObjectBatch::new(&store);
+        let before = batch.ensure(&[1u8; 5000]).unwrap();
+        assert_eq!(tmp_files(&store), 1);
+        batch.defer_writes();
+        let a = batch.ensure(&[2u8; 5000]).unwrap();
+        let again = batch.ensure(&[2u8; 5000]).unwrap();
+        assert_eq!(a, again);
+        let b = batch.ensure(b"deferred").unwrap();
+        // Nothing touches the filesystem while deferred; sync_ahead is held back.
+        assert_eq!(tmp_files(&store), 1);
+        batch.sync_ahead().unwrap();
+        assert!(batch.synced.lock().unwrap().is_empty());
+        assert_eq!(batch.new_objects(), 1);
+        batch.write_deferred().unwrap();
+        assert_eq!(tmp_files(&store), 3);
+        // Written ones are no longer deferred: the next goes to a temp file at once.
+        let c = batch.ensure(b"after").unwrap();
+        assert_eq!(tmp_files(&store), 4);
+        batch.commit().unwrap();
+        for id in [before, a, b, c] {
+            store.read_object(&id).unwrap();
+        }
+        assert_eq!(batch.new_objects(), 4);
+        assert_eq!(tmp_files(&store), 0);
+
+        // Commit writes what is still deferred; an abandoned batch leaves nothing.
+        let batch = ObjectBatch::new(&store);
+        batch.defer_writes();
+        let d = batch.ensure(b"committed while deferred").unwrap();
+        batch.commit().unwrap();
+        store.read_object(&d).unwrap();
+        let batch = ObjectBatch::new(&store);
+        batch.defer_writes();
+        let e = batch.ensure(b"abandoned").unwrap();
+        drop(batch);
+        assert!(!store.has_object(&e));
+        assert_eq!(tmp_files(&store), 0);
     }
 
     #[test]
