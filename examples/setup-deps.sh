@@ -8,8 +8,10 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v fuse-overlayfs >/dev/null 2>&1 || need+=(fuse-overlayfs)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
-command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
-command -v fsfreeze >/dev/null 2>&1 || need+=(util-linux)
+# In /usr/sbin, which a non-root PATH may lack.
+has() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
+has mkfs.ext4 || need+=(e2fsprogs)
+has fsfreeze || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "missing packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
