@@ -28,8 +28,8 @@
 //! there (its new objects wait in memory, see `ObjectBatch::defer_writes`). The kernel keeps a
 //! filesystem frozen until someone thaws it, even after the process that froze it died, so a
 //! watchdog process (`bash`, `fsfreeze` from util-linux) thaws it when the checkpoint dies or
-//! holds it longer than [`FREEZE_TIMEOUT`]; the checkpoint then fails rather than record a
-//! state that was not one instant.
+//! holds it longer than [`FREEZE_TIMEOUT`] from the freeze; the checkpoint then fails rather
+//! than record a state that was not one instant.
 
 use std::fs;
 use std::io::Write;
@@ -307,13 +307,16 @@ pub fn check_fs(dir: &Path) -> Result<()> {
 
 /// The store's filesystem, to be frozen by this process: [`FrozenFs::prepare`] starts the
 /// watchdog (before the writers are held: starting a process takes milliseconds), `freeze`
-/// and `thaw` do it, and drop thaws it after an error and lets the watchdog go. The watchdog
-/// thaws it when this process dies or holds it too long (see the module doc).
+/// arms it and freezes, `thaw` thaws, and drop thaws after an error and lets the watchdog go.
+/// The watchdog thaws it when this process dies or holds it [`FREEZE_TIMEOUT`] after `freeze`
+/// (see the module doc).
 pub struct FrozenFs {
     dir: PathBuf,
     file: fs::File,
     /// Whether this process froze it and has not thawed it yet.
     frozen: bool,
+    /// Whether the watchdog was told "go" (its time limit runs from there).
+    armed: bool,
     watchdog: Option<Child>,
 }
 
@@ -325,11 +328,13 @@ impl FrozenFs {
     pub fn prepare(dir: &Path) -> Result<FrozenFs> {
         check_fs(dir)?;
         let file = fs::File::open(dir).map_err(|e| Error::io(dir, e))?;
-        // Its own process group: a Ctrl-C that stops the checkpoint must not stop it too.
+        // It waits for "go" (sent just before the freeze; end of input without it: nothing
+        // was frozen), then for "ok" within the time limit, else thaws. Its own process
+        // group: a Ctrl-C that stops the checkpoint must not stop it too.
         let watchdog = Command::new("bash")
             .arg("-c")
             .arg(format!(
-                "read -r -t {} line || fsfreeze -u -- \"$1\"",
+                "read -r go || exit 0; read -r -t {} ok || fsfreeze -u -- \"$1\"",
                 FREEZE_TIMEOUT.as_secs()
             ))
             .arg("ckptfs-thaw-watchdog")
@@ -350,6 +355,7 @@ impl FrozenFs {
             dir: dir.to_path_buf(),
             file,
             frozen: false,
+            armed: false,
             watchdog: Some(watchdog),
         })
     }
@@ -361,6 +367,25 @@ impl FrozenFs {
     /// EOPNOTSUPP).
     pub fn freeze(&mut self) -> Result<()> {
         let t0 = Instant::now();
+        let go = self
+            .watchdog
+            .as_mut()
+            .and_then(|c| c.stdin.as_mut())
+            .map(|stdin| stdin.write_all(b"go\n"));
+        match go {
+            Some(Ok(())) => self.armed = true,
+            Some(Err(e)) => {
+                return Err(Error::io_op(
+                    "--freeze-fs: the thaw watchdog is gone; nothing was frozen",
+                    e,
+                ))
+            }
+            None => {
+                return Err(Error::Invalid(
+                    "--freeze-fs: freeze without a watchdog".into(),
+                ))
+            }
+        }
         crate::sys::freeze_filesystem(&self.file).map_err(|e| {
             Error::io_op(
                 format!(
@@ -410,10 +435,13 @@ impl Drop for FrozenFs {
                 log::warn!("thawing the filesystem of {}: {e}", self.dir.display());
             }
         }
-        // All is well: the watchdog exits without thawing.
+        // All is well: the watchdog exits without thawing ("ok" once armed, else the end
+        // of its input).
         if let Some(mut child) = self.watchdog.take() {
             if let Some(mut stdin) = child.stdin.take() {
-                let _gone_already = stdin.write_all(b"ok\n");
+                if self.armed {
+                    let _gone_already = stdin.write_all(b"ok\n");
+                }
             }
             let _reaped = child.wait();
         }
