@@ -24,7 +24,7 @@
 //! whole file; a previous block at the same offset and length is reused when its bytes still
 //! hash to its id.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
@@ -60,6 +60,7 @@ impl Read for ReadAt<'_> {
 /// A read buffer that starts on a cache line. The kernel copies from the page cache much
 /// faster into an aligned buffer: reading and hashing a 67 MB file took 85 ms into a `Vec`
 /// from `malloc` (16 bytes past a page start) and 54 ms into this, on the 2-core bench VM.
+#[derive(Default)]
 pub(crate) struct ReadBuf {
     v: Vec<u8>,
     off: usize,
@@ -86,10 +87,32 @@ impl ReadBuf {
 }
 
 thread_local! {
-    /// Each reading thread's buffers for a file's bytes and a stored chunk's, kept from file to
-    /// file: a fresh buffer costs a page fault and a zeroed page per 4 KiB on first touch,
-    /// which was 6% of a large room's checkpoint (perf, 2-core bench VM).
-    static BUFFERS: RefCell<(ReadBuf, ReadBuf)> = const { RefCell::new((ReadBuf::new(), ReadBuf::new())) };
+    /// Each reading thread's buffers, kept from file to file (see [`Buffers`]).
+    static BUFFERS: Cell<(ReadBuf, ReadBuf)> = const { Cell::new((ReadBuf::new(), ReadBuf::new())) };
+}
+
+/// This thread's buffers for a file's bytes and a stored chunk's, taken for one file and put
+/// back on drop: a fresh buffer costs a page fault and a zeroed page per 4 KiB on first
+/// touch, which was 6% of a large room's checkpoint (perf, 2-core bench VM).
+struct Buffers {
+    data: ReadBuf,
+    stored: ReadBuf,
+}
+
+impl Buffers {
+    fn take() -> Buffers {
+        let (data, stored) = BUFFERS.take();
+        Buffers { data, stored }
+    }
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        BUFFERS.set((
+            std::mem::take(&mut self.data),
+            std::mem::take(&mut self.stored),
+        ));
+    }
 }
 
 /// Chunks the first `size` bytes of `f` (objects go to `batch`); returns the chunks and the
@@ -120,30 +143,11 @@ pub(crate) fn chunk_file(
         progress.fetch_add(data.len() as u64, Ordering::Relaxed);
         return Ok((chunks, data.len() as u64));
     }
-    BUFFERS.with_borrow_mut(|(buf, stored)| {
-        if let Some(block) = sqlite_block(chunker, f, path)? {
-            return chunk_fixed(batch, f, size, path, previous, block, progress, buf);
-        }
-        chunk_cdc(
-            batch, chunker, f, size, path, previous, progress, buf, stored,
-        )
-    })
-}
-
-/// [`chunk_file`] for a file cut by FastCDC.
-#[allow(clippy::too_many_arguments)]
-fn chunk_cdc(
-    batch: &ObjectBatch<'_>,
-    chunker: &ChunkerConfig,
-    f: &File,
-    size: u64,
-    path: &Path,
-    previous: &[Chunk],
-    progress: &AtomicU64,
-    buf: &mut ReadBuf,
-    stored: &mut ReadBuf,
-) -> Result<(Vec<Chunk>, u64)> {
-    let mut chunks = Vec::new();
+    if let Some(block) = sqlite_block(chunker, f, path)? {
+        return chunk_fixed(batch, f, size, path, previous, block, progress);
+    }
+    let mut bufs = Buffers::take();
+    let (buf, stored) = (&mut bufs.data, &mut bufs.stored);
     let max = u64::from(chunker.max);
     // Sized once for the biggest chunk (and the byte `holds` reads past a stored one).
     buf.get(max as usize + 1);
@@ -251,7 +255,6 @@ fn sqlite_block(chunker: &ChunkerConfig, f: &File, path: &Path) -> Result<Option
 
 /// Cuts the first `size` bytes of `f` into `block`-byte chunks (the last one shorter),
 /// reusing a previous chunk at the same offset and length whose bytes hash to its id.
-#[allow(clippy::too_many_arguments)]
 fn chunk_fixed(
     batch: &ObjectBatch<'_>,
     f: &File,
@@ -260,11 +263,11 @@ fn chunk_fixed(
     previous: &[Chunk],
     block: u64,
     progress: &AtomicU64,
-    buf: &mut ReadBuf,
 ) -> Result<(Vec<Chunk>, u64)> {
     // Read a few blocks per system call.
     let per_read = (1u64 << 20).max(block) / block * block;
-    let buf = buf.get(per_read as usize);
+    let mut bufs = Buffers::take();
+    let buf = bufs.data.get(per_read as usize);
     let mut chunks = Vec::with_capacity(size.div_ceil(block) as usize);
     let mut prev = previous.iter().scan(0u64, |off, c| {
         let at = *off;

@@ -220,7 +220,7 @@ pub(crate) fn merge_root(
         d.xattrs
             .retain(|(k, _)| !k.starts_with(OVERLAY_XATTR_PREFIX));
         if let (true, Some((from, origin))) = (d.read, source) {
-            let name = job.rel.rsplit(|&c| c == b'/').next().unwrap_or(&job.rel);
+            let name = job.abs.file_name().map_or(&job.rel[..], |n| n.as_bytes());
             (d.ino, d.ctime_ns) = shown_stat(&d.entry(name), from, *origin);
         }
     }

@@ -94,12 +94,20 @@ impl Hold {
         Ok(())
     }
 
-    /// The RUNNING marker's record of it, for `recover` to thaw what a crash left frozen.
-    fn marker(&self, store: &Store) -> (serde_json::Value, serde_json::Value) {
-        (
-            serde_json::json!(self.cgroups),
-            serde_json::json!(self.filesystem.then(|| store.root().to_path_buf())),
-        )
+    /// What a mounted workspace records (`mount --freeze-cgroup`, `--freeze-fs`, `exec`).
+    fn recorded(st: WorkspaceState) -> Hold {
+        Hold {
+            filesystem: st.freeze_fs,
+            cgroups: recorded_cgroups(st),
+        }
+    }
+
+    /// Adds what is frozen to the RUNNING marker's `args`, for `recover` to thaw what a
+    /// crash left frozen.
+    fn mark(&self, store: &Store, mut args: serde_json::Value) -> serde_json::Value {
+        args["freeze_cgroups"] = serde_json::json!(self.cgroups);
+        args["freeze_fs"] = serde_json::json!(self.filesystem.then(|| store.root()));
+        args
     }
 }
 
@@ -551,18 +559,16 @@ pub fn checkpoint(
     // What the workspace's mount records (`mount --freeze-cgroup`, `--freeze-fs`) is held too.
     let mut hold = hold.clone();
     if let Some(st) = state(store, branch)? {
-        hold.filesystem |= st.freeze_fs;
-        for c in recorded_cgroups(st) {
+        let recorded = Hold::recorded(st);
+        hold.filesystem |= recorded.filesystem;
+        for c in recorded.cgroups {
             if !hold.cgroups.contains(&c) {
                 hold.cgroups.push(c);
             }
         }
     }
     let hold = &hold;
-    // The marker names what gets frozen, so `recover` can thaw it after a crash.
-    let (cgroups, fs) = hold.marker(store);
-    let args = serde_json::json!({"branch": branch, "label": label, "freeze_cgroups": cgroups,
-        "freeze_fs": fs});
+    let args = hold.mark(store, serde_json::json!({"branch": branch, "label": label}));
     store.mutate("checkpoint", args, |_| {
         let r = checkpoint_locked(store, branch, label, message, hold)?;
         let summary = serde_json::json!({"checkpoint": r.id, "files_read": r.files_read,
@@ -965,14 +971,12 @@ pub fn switch(
     let t0 = std::time::Instant::now();
     // The marker names what a checkpoint first would freeze, for `recover`.
     let hold = state(store, from_branch)?
-        .map(|st| Hold {
-            filesystem: st.freeze_fs,
-            cgroups: recorded_cgroups(st),
-        })
+        .map(Hold::recorded)
         .unwrap_or_default();
-    let (cgroups, fs) = hold.marker(store);
-    let args = serde_json::json!({"from": from_branch, "to": target, "name": new_name,
-        "freeze_cgroups": cgroups, "freeze_fs": fs});
+    let args = hold.mark(
+        store,
+        serde_json::json!({"from": from_branch, "to": target, "name": new_name}),
+    );
     lower::ensure_view(store)?;
     let (report, moved) = store.mutate_live("switch", args, |m| {
         let st = state(store, from_branch)?
