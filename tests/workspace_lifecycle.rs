@@ -588,3 +588,62 @@ fn metadata_changes_copy_no_data_and_checkpoint_exactly() {
     assert_eq!(fs::read(w.path("big.bin")).unwrap(), vec![7u8; 3 << 20]);
     assert!(ok(&["verify", w.store()]).contains("0 findings"));
 }
+
+/// Overlayfs makes every whiteout a hard link of one shared inode, so each deletion changes
+/// the ctime of every earlier whiteout. A checkpoint must still leave the directories holding
+/// those earlier whiteouts unmerged (their tree ids reused), or every checkpoint after a
+/// deletion merges again every directory that ever had one.
+#[test]
+fn a_deletion_leaves_directories_with_older_whiteouts_unmerged() {
+    let w = Workspace::new(|room| {
+        for d in 0..4 {
+            for sub in 0..2 {
+                let p = room.join(format!("tree/d{d}/sub{sub}"));
+                fs::create_dir_all(&p).unwrap();
+                for f in 0..3 {
+                    fs::write(p.join(format!("f{f}.txt")), format!("{d}{sub}{f}\n")).unwrap();
+                }
+            }
+        }
+    });
+    let checkpoint = |msg: &str| -> serde_json::Value {
+        // Past the racy window, so the checkpoint caches what it merged.
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        let out = ok(&["checkpoint", w.room(), "-m", msg, "--json"]);
+        serde_json::from_str(&out).unwrap()
+    };
+    fs::remove_file(w.path("tree/d0/sub0/f0.txt")).unwrap();
+    checkpoint("first deletion");
+    let whiteout = w.store.join("upper/main/ws/tree/d0/sub0/f0.txt");
+    let ctime = |p: &std::path::Path| {
+        let m = fs::symlink_metadata(p).unwrap();
+        (
+            std::os::unix::fs::MetadataExt::ctime_nsec(&m),
+            std::os::unix::fs::MetadataExt::ctime(&m),
+        )
+    };
+    let before = ctime(&whiteout);
+    fs::remove_file(w.path("tree/d3/sub1/f1.txt")).unwrap();
+    assert_ne!(
+        ctime(&whiteout),
+        before,
+        "the premise: a new whiteout changes the ctime of the earlier one (shared inode)"
+    );
+    let v = checkpoint("second deletion");
+    // The root, tree, tree/d3 and tree/d3/sub1: not tree/d0 or tree/d0/sub0.
+    assert_eq!(v["dirs_merged"], 4, "{v}");
+    let id = v["id"].as_str().unwrap();
+    let ls = ok(&["ls", w.store(), &format!("{id}:ws"), "-r"]);
+    assert!(!ls.contains("d0/sub0/f0.txt"), "{ls}");
+    assert!(!ls.contains("d3/sub1/f1.txt"), "{ls}");
+    assert!(ls.contains("d0/sub0/f1.txt"), "{ls}");
+    // A file back where a whiteout was is a change like any other.
+    fs::write(w.path("tree/d0/sub0/f0.txt"), "back\n").unwrap();
+    let v = checkpoint("recreated");
+    assert_eq!(v["dirs_merged"], 4, "{v}");
+    let id = v["id"].as_str().unwrap();
+    assert_eq!(
+        ok(&["cat", w.store(), &format!("{id}:ws/tree/d0/sub0/f0.txt")]),
+        "back\n"
+    );
+}

@@ -173,11 +173,13 @@ pub fn checkpoint(
     } else {
         let st = &r.checkpoint.stats;
         println!(
-            "checkpoint {} on {}: {} files read ({}), {} new objects, {} new, {} ms",
+            "checkpoint {} on {}: {} files read ({}), {} directories merged, {} new objects, \
+             {} new, {} ms",
             r.id.short(),
             b,
             r.files_read,
             human_bytes(r.bytes_read),
+            r.dirs_merged,
             st.new_objects,
             human_bytes(st.new_bytes),
             r.elapsed_ms

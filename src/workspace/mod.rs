@@ -143,6 +143,9 @@ pub struct CheckpointReport {
     pub checkpoint: Checkpoint,
     pub files_read: u64,
     pub bytes_read: u64,
+    /// Upper directories merged again, all passes: the root and every directory something
+    /// changed under since the last checkpoint (the others keep their tree ids unread).
+    pub dirs_merged: u64,
     pub elapsed_ms: u64,
     /// With `--freeze-cgroup` or `--freeze-fs`: how long the writers were held, and what was
     /// read meanwhile.
@@ -159,6 +162,8 @@ pub struct Held {
     /// it started in) and their bytes.
     pub files_read: u64,
     pub bytes_read: u64,
+    /// Upper directories merged while frozen.
+    pub dirs_merged: u64,
 }
 
 /// How `switch` treats un-checkpointed changes.
@@ -300,6 +305,7 @@ struct MergedAll {
     stats: Stats,
     files_read: u64,
     bytes_read: u64,
+    dirs_merged: u64,
 }
 
 /// Merges base + upper for every root of the store; roots without an upper keep the base.
@@ -322,7 +328,7 @@ fn merge_all(
         symlinks: base.stats.symlinks,
         ..Stats::default()
     };
-    let (mut files_read, mut bytes_read) = (0, 0);
+    let (mut files_read, mut bytes_read, mut dirs_merged) = (0, 0, 0);
     for (name, rec) in &base.roots {
         let upper = store.upper_dir(branch, name);
         if !upper.is_dir() {
@@ -334,6 +340,7 @@ fn merge_all(
         stats.symlinks = (stats.symlinks as i64 + m.delta.symlinks).max(0) as u64;
         files_read += m.files_read;
         bytes_read += m.bytes_read;
+        dirs_merged += m.dirs_merged;
         roots.insert(name.clone(), m.record);
         caches.push((name.clone(), m.cache, m.upper_cache));
     }
@@ -346,6 +353,7 @@ fn merge_all(
         stats,
         files_read,
         bytes_read,
+        dirs_merged,
     })
 }
 
@@ -448,6 +456,7 @@ fn checkpoint_locked(
         mut stats,
         files_read,
         bytes_read,
+        dirs_merged,
     } = all;
     let merged = t0.elapsed();
     batch.commit()?;
@@ -481,6 +490,7 @@ fn checkpoint_locked(
         checkpoint: c,
         files_read,
         bytes_read,
+        dirs_merged,
         elapsed_ms: t0.elapsed().as_millis() as u64,
         held,
     })
@@ -534,6 +544,7 @@ fn second_pass(
         micros: held_micros,
         files_read: m.files_read,
         bytes_read: m.bytes_read,
+        dirs_merged: m.dirs_merged,
     };
     batch.write_deferred()?;
     let mut stats = m.stats;
@@ -542,6 +553,7 @@ fn second_pass(
         stats,
         files_read: first.files_read + m.files_read,
         bytes_read: first.bytes_read + m.bytes_read,
+        dirs_merged: first.dirs_merged + m.dirs_merged,
         ..m
     };
     Ok((m, held))
