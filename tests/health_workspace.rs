@@ -51,7 +51,13 @@ fn gc_keeps_what_a_live_workspace_stands_on() {
     let ws_base = st["base"].as_str().unwrap().to_string();
     assert!(left.contains(&ws_base), "workspace base pruned: {r}");
     assert!(left.contains(ids.last().unwrap()));
-    let _ = base;
+    assert_eq!(ws_base, base);
+    // With the workspace mounted, the policy still prunes what nothing stands on.
+    assert!(
+        !left.contains(&ids[0]) && !left.contains(&ids[1]),
+        "turns 0 and 1 kept: {r}"
+    );
+    assert_eq!(left.len(), 2, "{r}");
     // The mounted workspace still reads everything, including the lower layer.
     assert_eq!(
         fs::read_to_string(w.path("src/a.py")).unwrap(),
@@ -297,5 +303,123 @@ fn gc_never_removes_what_an_open_browse_view_shows() {
         fs::read_dir(store.join("checkpoints")).unwrap().count(),
         1,
         "gc --keep-last 1 without a view keeps only the head"
+    );
+}
+
+/// Checkpoint ids the live pins of the store's lower views list.
+fn lower_pins(store: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(format!("{store}/run/pins")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("lower-") {
+            continue;
+        }
+        let Ok(data) = fs::read(&p) else { continue };
+        let v: serde_json::Value = serde_json::from_slice(&data).unwrap();
+        let pid = v["pid"].as_u64().unwrap();
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let ids = v["checkpoints"].as_array().unwrap();
+        out.push(
+            ids.iter()
+                .map(|i| i.as_str().unwrap().to_string())
+                .collect(),
+        );
+    }
+    out
+}
+
+/// Waits (up to 10 s) until `cond` holds.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..100 {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("timed out waiting until {what}");
+}
+
+/// A process working in a workspace that `umount` detached (it had its cwd there) keeps
+/// reading the old base through the lower view; gc keeps that base while it does, and prunes
+/// it once the process has left.
+#[test]
+fn gc_keeps_the_base_a_detached_overlay_still_reads() {
+    let w = Workspace::new(populate);
+    let first = checkpoints(w.store())[0].clone();
+    let mut inside = Command::new("sleep")
+        .arg("600")
+        .current_dir(&w.room)
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let pid = inside.id();
+    let guard = Kill(&mut inside);
+    fs::write(w.path("turn.txt"), "turn\n").unwrap();
+    let head = w.checkpoint("turn");
+    ok(&["umount", w.room()]);
+    // Resumed: every change is in the head, so the head is the new base, and the first
+    // checkpoint is neither a base nor a head any more.
+    ok(&["mount", w.store(), "--branch", "main"]);
+    let st = fs::read_to_string(format!("{}/upper/main/base.json", w.store())).unwrap();
+    assert!(st.contains(&head), "{st}");
+    assert!(
+        lower_pins(w.store()).iter().any(|p| p.contains(&first)),
+        "{:?}",
+        lower_pins(w.store())
+    );
+    let gc = ok(&["gc", w.store(), "--keep-last", "1", "--json"]);
+    assert!(checkpoints(w.store()).contains(&first), "{gc}");
+    let old = format!("/proc/{pid}/cwd/src/a.py");
+    assert_eq!(fs::read_to_string(&old).unwrap(), "print(1)\n".repeat(500));
+    drop(guard);
+    // The detached overlay goes with its last user, the old lower view with it.
+    eventually("no lower view pins the first checkpoint", || {
+        !lower_pins(w.store()).iter().any(|p| p.contains(&first))
+    });
+    let gc = ok(&["gc", w.store(), "--keep-last", "1", "--json"]);
+    assert!(!checkpoints(w.store()).contains(&first), "{gc}");
+    assert_eq!(
+        fs::read_to_string(w.path("src/a.py")).unwrap(),
+        "print(1)\n".repeat(500)
+    );
+    assert!(ok(&["verify", w.store()]).contains("0 findings"));
+}
+
+/// After `switch`, the lower view keeps the old base pinned while the kernel holds its
+/// directory, and unpins it once the kernel forgets it (here: the shell left and the
+/// caches were dropped).
+#[test]
+fn the_lower_view_unpins_a_base_the_kernel_forgot() {
+    let w = Workspace::new(populate);
+    let first = checkpoints(w.store())[0].clone();
+    ok(&["fork", w.store(), &first, "--name", "other"]);
+    fs::write(w.path("turn.txt"), "turn\n").unwrap();
+    let head = w.checkpoint("turn");
+    // A new mount's base is the head it was mounted at: remount so main stands on `head`.
+    ok(&["umount", w.room()]);
+    ok(&["mount", w.store(), "--branch", "main"]);
+    assert_eq!(lower_pins(w.store()), vec![vec![head.clone()]]);
+    ok(&["switch", w.room(), "--to", "other"]);
+    // The kernel still caches the old overlay's lower directory: both stay pinned.
+    let mut both = vec![first.clone(), head.clone()];
+    both.sort();
+    assert_eq!(lower_pins(w.store()), vec![both]);
+    eventually("the lower view unpins main's old base", || {
+        // Drops unused dentries and inodes: the kernel forgets the old base's directory.
+        fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+        lower_pins(w.store()) == vec![vec![first.clone()]]
+    });
+    assert_eq!(
+        fs::read_to_string(w.path("src/a.py")).unwrap(),
+        "print(1)\n".repeat(500)
     );
 }

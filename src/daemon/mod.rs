@@ -212,27 +212,36 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
         Namespace::Checkpoint { id, root } => ("checkpoint", Some(*id), Some(root.clone())),
         Namespace::Browse => ("browse", None, None),
     };
+    // The workspaces' lower view pins only the checkpoints the kernel holds (the bases of
+    // overlays, attached or detached but still in use); any other browse view, everything.
+    let lower = checkpoint.is_none() && absolute(&store.lower_view_dir())? == mp;
     let pin = Pin {
-        all: checkpoint.is_none(),
+        all: checkpoint.is_none() && !lower,
         checkpoints: checkpoint.into_iter().collect(),
         ..Pin::default()
     };
-    let _pin = store.pin(
-        if checkpoint.is_some() {
-            "mount"
-        } else {
-            "browse"
-        },
-        pin,
-        || match checkpoint {
-            Some(id) => store.read_checkpoint(&id).map(|_| ()),
-            None => Ok(()),
-        },
-    )?;
+    let owner = match (checkpoint, lower) {
+        (Some(_), _) => "mount",
+        (None, true) => "lower",
+        (None, false) => "browse",
+    };
+    let guard = store.pin(owner, pin.clone(), || match checkpoint {
+        Some(id) => store.read_checkpoint(&id).map(|_| ()),
+        None => Ok(()),
+    })?;
     let state_path = store.view_state_path(pid);
     let log_path = store.view_log_path(pid);
     let mounts_dir = store.views_dir();
-    let view = Arc::new(View::new(store, ns, &opts.view)?);
+    let mut view = View::new(store, ns, &opts.view)?;
+    let _pin = if lower {
+        let mut pin = pin;
+        (pin.pid, pin.owner) = (pid, owner.to_string());
+        view.keep_pin_to_held(guard, pin);
+        None
+    } else {
+        Some(guard)
+    };
+    let view = Arc::new(view);
     let cfg = MountConfig {
         fsname: name.clone(),
         auto_unmount: true,

@@ -174,9 +174,14 @@ pub fn mount_is_dead(m: &MountEntry) -> bool {
 /// A socket younger than this may belong to a daemon between bind(2) and listen(2).
 const SOCKET_GRACE_SECS: u64 = 30;
 
-/// Socket files under `run/` (recursively) that nobody listens on (and older than a grace
-/// period, so a daemon that is just starting is not mistaken for a dead one).
-pub fn dead_sockets(store: &Store) -> Vec<PathBuf> {
+/// Files under `run/`, recursively, with their metadata, without entering a mount: the
+/// workspaces' lower view (`run/lower`) is the whole history through FUSE, and walking it
+/// would read every checkpoint's tree (and hand the kernel, and so the view's pin, every
+/// checkpoint).
+fn run_files(store: &Store) -> Vec<(PathBuf, fs::Metadata)> {
+    let Ok(top) = fs::symlink_metadata(store.run_dir()) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
     let mut stack = vec![store.run_dir()];
     while let Some(d) = stack.pop() {
@@ -185,43 +190,49 @@ pub fn dead_sockets(store: &Store) -> Vec<PathBuf> {
                 continue;
             };
             if md.is_dir() {
-                stack.push(p);
-            } else if md.file_type().is_socket()
+                if md.dev() == top.dev() {
+                    stack.push(p);
+                }
+            } else {
+                out.push((p, md));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Socket files under `run/` (recursively) that nobody listens on (and older than a grace
+/// period, so a daemon that is just starting is not mistaken for a dead one).
+pub fn dead_sockets(store: &Store) -> Vec<PathBuf> {
+    run_files(store)
+        .into_iter()
+        .filter(|(p, md)| {
+            md.file_type().is_socket()
                 && md
                     .modified()
                     .ok()
                     .and_then(|t| t.elapsed().ok())
                     .is_some_and(|age| age.as_secs() >= SOCKET_GRACE_SECS)
-                && std::os::unix::net::UnixStream::connect(&p).is_err()
-            {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
+                && std::os::unix::net::UnixStream::connect(p).is_err()
+        })
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// `*.pid` files under `run/` (recursively) whose process is gone.
 pub fn dead_pid_files(store: &Store) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![store.run_dir()];
-    while let Some(d) = stack.pop() {
-        for p in list_dir(&d).unwrap_or_default() {
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().and_then(|x| x.to_str()) == Some("pid") {
-                let pid = fs::read_to_string(&p)
+    run_files(store)
+        .into_iter()
+        .filter(|(p, _)| {
+            p.extension().and_then(|x| x.to_str()) == Some("pid")
+                && fs::read_to_string(p)
                     .ok()
-                    .and_then(|s| s.trim().parse::<u32>().ok());
-                if pid.is_some_and(|pid| !pid_alive(pid)) {
-                    out.push(p);
-                }
-            }
-        }
-    }
-    out.sort();
-    out
+                    .and_then(|s| s.trim().parse::<u32>().ok())
+                    .is_some_and(|pid| !pid_alive(pid))
+        })
+        .map(|(p, _)| p)
+        .collect()
 }
 
 /// Dead pins (`run/pins/*.json` whose pid is gone).

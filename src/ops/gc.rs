@@ -25,7 +25,9 @@
 //! **Pins** (`run/pins/`, registered by mounts and views under the exclusive lock) are read
 //! under the same exclusive lock that gc holds from plan to apply: pinned checkpoints and the
 //! heads of pinned branches are kept; a pin with `all: true` keeps every checkpoint (objects no
-//! checkpoint reaches are still swept).
+//! checkpoint reaches are still swept). The workspaces' lower view pins only the checkpoints
+//! whose directory the kernel holds (see `View::keep_pin_to_held`), so gc prunes while
+//! workspaces are mounted and still keeps the base of a detached overlay that is in use.
 //!
 //! **Pruned parents**: checkpoint records are immutable, so a kept checkpoint may name a pruned
 //! parent. `log --branch` stops there and says the older history was pruned.

@@ -36,6 +36,18 @@ impl PinGuard {
         let _lock = store.lock_exclusive()?;
         write_pin(&self.path, pin)
     }
+
+    /// Replaces the pin's contents without the store lock and without a sync: for the
+    /// workspaces' lower view, which updates its pin while it answers the kernel, and so
+    /// must never wait for the lock: the `mount` or `switch` that makes the kernel look a
+    /// checkpoint up holds it. That is also why this cannot slip between gc's plan and apply:
+    /// a checkpoint only becomes newly reachable there through such a command. The file only
+    /// describes a live process, which a reboot ends (as everything in `run/`).
+    pub fn replace_unlocked(&self, pin: &Pin) -> Result<()> {
+        let data = serde_json::to_vec_pretty(pin)
+            .map_err(|e| Error::Invalid(format!("encoding pin: {e}")))?;
+        fsio::write_atomic_replace_volatile(&self.path, &data, 0o600)
+    }
 }
 
 impl Drop for PinGuard {

@@ -39,6 +39,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::{Checkpoint, RootRecord};
+use crate::store::pin::{Pin, PinGuard};
 use crate::store::tree::{Chunk, Entry, EntryKind, Tree};
 use crate::store::Store;
 use crate::util::{check_name, format_utc};
@@ -286,6 +287,15 @@ pub struct View {
     created_ns: i64,
     /// Materialized copies of big files (passthrough backing files).
     copies: materialize::FileCache,
+    /// The workspaces' lower view only: its pin, kept to the checkpoints whose directory the
+    /// kernel holds (see [`View::keep_pin_to_held`]).
+    held_pin: Option<HeldPin>,
+}
+
+/// A pin that lists the checkpoints the kernel holds a `checkpoints/<id>` directory of.
+struct HeldPin {
+    guard: PinGuard,
+    pin: Mutex<Pin>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -409,6 +419,7 @@ impl View {
             next_fh: AtomicU64::new(1),
             created_ns,
             copies: materialize::FileCache::new(copies_dir, opts.file_cache_bytes),
+            held_pin: None,
         })
     }
 
@@ -517,6 +528,13 @@ impl View {
             return Ok(());
         }
         let mut inodes = lock(&self.inodes);
+        if let (Content::Checkpoint(id), false) =
+            (&node.content, inodes.contains_key(&node.attr.ino))
+        {
+            // Pinned before the kernel hears of it, so gc never finds it reachable and
+            // unpinned; a pin that cannot be written fails the lookup.
+            self.hold_in_pin(id, true)?;
+        }
         match inodes.get_mut(&node.attr.ino) {
             Some(slot) => {
                 if slot.node.parent != node.parent || slot.node.name != node.name {
@@ -555,9 +573,44 @@ impl View {
         if let Some(slot) = inodes.get_mut(&ino) {
             slot.lookups = slot.lookups.saturating_sub(n);
             if slot.lookups == 0 {
+                if let Content::Checkpoint(id) = &slot.node.content {
+                    // Nothing the kernel holds can reach it through this view any more.
+                    if let Err(e) = self.hold_in_pin(id, false) {
+                        log::warn!("unpinning checkpoint {}: {e}", id.short());
+                    }
+                }
                 inodes.remove(&ino);
             }
         }
+    }
+
+    /// Makes this view's pin follow the kernel: a checkpoint is pinned from its first lookup
+    /// until the kernel forgets its directory. For the workspaces' lower view, so gc can
+    /// prune the checkpoints no overlay uses while workspaces are mounted, yet keeps the base
+    /// of an overlay that `switch` or `umount` detached while a process still works in it:
+    /// that overlay holds the lower root `checkpoints/<id>/<root>`, so the kernel holds its
+    /// parent, and forgets it only once the overlay is gone and the entry evicted.
+    pub fn keep_pin_to_held(&mut self, guard: PinGuard, pin: Pin) {
+        self.held_pin = Some(HeldPin {
+            guard,
+            pin: Mutex::new(pin),
+        });
+    }
+
+    fn hold_in_pin(&self, id: &ObjectId, held: bool) -> Result<()> {
+        let Some(h) = &self.held_pin else {
+            return Ok(());
+        };
+        let mut pin = lock(&h.pin);
+        let at = pin.checkpoints.binary_search(id);
+        match (at, held) {
+            (Err(i), true) => pin.checkpoints.insert(i, *id),
+            (Ok(i), false) => {
+                pin.checkpoints.remove(i);
+            }
+            _ => return Ok(()),
+        }
+        h.guard.replace_unlocked(&pin)
     }
 
     /// Looks `name` up in directory `parent` and registers the result (one lookup count).

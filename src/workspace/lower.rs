@@ -5,7 +5,9 @@
 //! The view outlives the workspaces that use it only as long as the kernel needs it: when the
 //! last workspace is unmounted the view is detached lazily, so an overlay that a busy shell
 //! still holds (detached by `switch`/`umount`) keeps reading until it is released, and then
-//! the view daemon exits by itself.
+//! the view daemon exits by itself. Its pin lists only the checkpoints whose directory the
+//! kernel holds (the bases of live overlays, attached or detached), so gc can prune the rest
+//! while workspaces are mounted.
 
 use std::path::PathBuf;
 
