@@ -528,12 +528,12 @@ impl View {
             return Ok(());
         }
         let mut inodes = lock(&self.inodes);
-        if let (Content::Checkpoint(id), false) =
-            (&node.content, inodes.contains_key(&node.attr.ino))
-        {
-            // Pinned before the kernel hears of it, so gc never finds it reachable and
-            // unpinned; a pin that cannot be written fails the lookup.
-            self.hold_in_pin(id, true)?;
+        if let Content::Checkpoint(id) = &node.content {
+            if !inodes.contains_key(&node.attr.ino) {
+                // Pinned before the kernel hears of it, so gc never finds it reachable and
+                // unpinned; a pin that cannot be written fails the lookup.
+                self.hold_in_pin(id, true)?;
+            }
         }
         match inodes.get_mut(&node.attr.ino) {
             Some(slot) => {
