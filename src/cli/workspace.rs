@@ -45,8 +45,7 @@ pub fn mount_branch(
             branch: branch.to_string(),
             roots: roots.to_vec(),
             relocate: reloc,
-            freeze_cgroups: hold.cgroups.clone(),
-            freeze_fs: hold.filesystem,
+            hold: hold.clone(),
         },
     )?;
     if json {

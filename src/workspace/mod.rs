@@ -119,10 +119,8 @@ pub struct MountOptions {
     pub roots: Vec<String>,
     /// Relocated mountpoints (explicitly asked for): root -> directory.
     pub relocate: BTreeMap<String, PathBuf>,
-    /// Cgroups to freeze at every checkpoint of the workspace (see `freeze`).
-    pub freeze_cgroups: Vec<PathBuf>,
-    /// Freeze the store's filesystem at every checkpoint of the workspace (see `freeze`).
-    pub freeze_fs: bool,
+    /// What every checkpoint of the workspace holds still (see `freeze`).
+    pub hold: Hold,
 }
 
 /// A workspace's un-checkpointed changes.
@@ -725,10 +723,10 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
     check_name("branch", &opts.branch)?;
     // Absolute, so a checkpoint run from anywhere finds them.
     let mut freeze_cgroups = Vec::new();
-    for (dir, _) in freeze::check(&opts.freeze_cgroups)? {
+    for (dir, _) in freeze::check(&opts.hold.cgroups)? {
         freeze_cgroups.push(fs::canonicalize(&dir).map_err(|e| Error::io(&dir, e))?);
     }
-    if opts.freeze_fs {
+    if opts.hold.filesystem {
         freeze::check_fs(store.root())?;
     }
     let args =
@@ -785,7 +783,7 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
             roots,
             mounted_ns: now_ns(),
             freeze_cgroups: freeze_cgroups.clone(),
-            freeze_fs: opts.freeze_fs,
+            freeze_fs: opts.hold.filesystem,
         };
         write_mount_state(store, &st)?;
         let summary = serde_json::json!({"base": base});
@@ -1060,8 +1058,10 @@ pub fn switch(
                 branch: to_branch.clone(),
                 roots: st.roots.keys().cloned().collect(),
                 relocate,
-                freeze_cgroups: st.freeze_cgroups.clone(),
-                freeze_fs: st.freeze_fs,
+                hold: Hold {
+                    cgroups: st.freeze_cgroups.clone(),
+                    filesystem: st.freeze_fs,
+                },
             };
             let roots = plan_roots(store, &to_branch, &base, &opts)?;
             // Durable, but only when new: switching back to a branch finds it already there
