@@ -11,6 +11,8 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 # In /usr/sbin, which a non-root PATH may lack.
 has() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 has mkfs.ext4 || need+=(e2fsprogs)
+has mkfs.xfs || need+=(xfsprogs)
+has mkfs.btrfs || need+=(btrfs-progs)
 has fsfreeze || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then

@@ -22,6 +22,7 @@ use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::snapshot::{self, Snapshots, SNAPSHOT_MIN};
 use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
 use crate::store::object::ObjectBatch;
 use crate::store::statcache::{Cached, StatCache, StatKey, RACY_WINDOW_NS};
@@ -104,6 +105,8 @@ pub(crate) struct FileJob {
     /// The chunks this path had in the previous checkpoint when it changed since: those whose
     /// bytes still match are reused without chunking (see `chunker`).
     pub(crate) previous: Vec<Chunk>,
+    /// The reflink snapshot that holds `previous`'s bytes, if one was kept (see `snapshot`).
+    pub(crate) previous_snapshot: Option<String>,
 }
 
 /// How reading a file treats a change made meanwhile.
@@ -133,6 +136,8 @@ pub(crate) struct FileData {
     /// file a workspace copied up (see `workspace::merge`).
     pub(crate) ino: u64,
     pub(crate) ctime_ns: i64,
+    /// The reflink snapshot kept of these bytes (see `snapshot`).
+    pub(crate) snapshot: Option<String>,
 }
 
 impl FileData {
@@ -370,7 +375,7 @@ fn capture_root(
         t.elapsed()
     );
     let t = Instant::now();
-    let results = read_files(batch, chunker, &jobs, progress)?;
+    let results = read_files(batch, chunker, &jobs, progress, None)?;
     log::debug!(
         "{}: files read and hashed in {:?}",
         src.display(),
@@ -394,6 +399,7 @@ fn capture_root(
                     xattrs: data.xattrs.clone(),
                     ino: data.ino,
                     ctime_ns: data.ctime_ns,
+                    snapshot: None,
                 },
             );
         }
@@ -474,12 +480,13 @@ fn walk_dir(
             )?))
         } else if ft.is_file() {
             let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
-            let (cached, previous) = split_cached(old.remove(&rel_bytes), &m);
+            let (cached, previous, _) = split_cached(old.remove(&rel_bytes), &m);
             jobs.push(FileJob {
                 abs: child_abs,
                 rel: rel_bytes,
                 cached,
                 previous,
+                previous_snapshot: None,
                 on_change: OnChange::Retry,
                 owner: (m.mode() & 0o7777, m.uid(), m.gid()),
                 size: m.len(),
@@ -502,12 +509,15 @@ fn walk_dir(
 }
 
 /// The stat cache entry of a file: reused whole when its stat key still matches, else its
-/// chunks are the previous version to try first.
-pub(crate) fn split_cached(entry: Option<Cached>, m: &Metadata) -> (Option<Cached>, Vec<Chunk>) {
+/// chunks (and the snapshot holding their bytes) are the previous version to try first.
+pub(crate) fn split_cached(
+    entry: Option<Cached>,
+    m: &Metadata,
+) -> (Option<Cached>, Vec<Chunk>, Option<String>) {
     match entry {
-        Some(c) if c.key == stat_key(m) => (Some(c), Vec::new()),
-        Some(c) => (None, c.chunks),
-        None => (None, Vec::new()),
+        Some(c) if c.key == stat_key(m) => (Some(c), Vec::new(), None),
+        Some(c) => (None, c.chunks, c.snapshot),
+        None => (None, Vec::new(), None),
     }
 }
 
@@ -603,6 +613,7 @@ pub(crate) fn read_files(
     chunker: &ChunkerConfig,
     jobs: &[FileJob],
     progress: &Progress,
+    snapshots: Option<&Snapshots>,
 ) -> Result<Vec<FileData>> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -644,7 +655,12 @@ pub(crate) fn read_files(
                 };
                 let job = &jobs[i];
                 reading.fetch_add(1, Ordering::Relaxed);
-                let read = read_file(batch, chunker, job, progress);
+                let read = match snapshots {
+                    Some(snaps) if job.cached.is_none() && job.size >= SNAPSHOT_MIN => {
+                        read_snapshot(batch, chunker, job, progress, snaps)
+                    }
+                    _ => read_file(batch, chunker, job, progress),
+                };
                 reading.fetch_sub(1, Ordering::Relaxed);
                 match read {
                     Ok(d) => {
@@ -696,6 +712,7 @@ fn read_file(
             read: false,
             ino: c.ino,
             ctime_ns: c.ctime_ns,
+            snapshot: c.snapshot.clone(),
         });
     }
     for attempt in 0..CHANGE_RETRIES {
@@ -719,6 +736,7 @@ fn read_file(
             key.size,
             &job.abs,
             &job.previous,
+            &[],
             &progress.bytes,
         )?;
         let after = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
@@ -748,6 +766,7 @@ fn read_file(
                 chunks,
                 xattrs,
                 read: true,
+                snapshot: None,
             });
         }
         log::debug!("{} changed while being read; retrying", job.abs.display());
@@ -756,6 +775,104 @@ fn read_file(
         "{} kept changing while being captured ({CHANGE_RETRIES} attempts); quiesce the writer and retry",
         job.abs.display()
     )))
+}
+
+/// Reads a changed file through a reflink snapshot of it (see `snapshot`): the snapshot is
+/// one instant of the file, and where the previous version's snapshot maps the same blocks,
+/// its chunks are reused unread. Falls back to [`read_file`] where the filesystem cannot clone.
+fn read_snapshot(
+    batch: &ObjectBatch<'_>,
+    chunker: &ChunkerConfig,
+    job: &FileJob,
+    progress: &Progress,
+    snaps: &Snapshots,
+) -> Result<FileData> {
+    if job.previous_snapshot.as_deref() == Some(snapshot::DECLINED) {
+        let mut d = read_file(batch, chunker, job, progress)?;
+        d.snapshot = job.previous_snapshot.clone();
+        return Ok(d);
+    }
+    let live = open_nofollow(&job.abs).map_err(|e| Error::io(&job.abs, e))?;
+    let before = live.metadata().map_err(|e| Error::io(&job.abs, e))?;
+    if !before.is_file() {
+        return Err(Error::Invalid(format!(
+            "{} changed type while being captured",
+            job.abs.display()
+        )));
+    }
+    let Some(snap) = snaps.take(&live) else {
+        return read_file(batch, chunker, job, progress);
+    };
+    let after = live.metadata().map_err(|e| Error::io(&job.abs, e))?;
+    let xattrs = read_xattrs_file(&live, &job.abs)?;
+    let size = snap
+        .file
+        .metadata()
+        .map_err(|e| Error::io(&job.abs, e))?
+        .len();
+    let old = job.previous_snapshot.as_deref().and_then(|n| snaps.open(n));
+    let cmp = snapshot::compare(old.as_ref(), &snap.file);
+    let (chunks, total) = crate::chunker::chunk_file(
+        batch,
+        chunker,
+        &snap.file,
+        size,
+        &job.abs,
+        &job.previous,
+        &cmp.same,
+        &progress.bytes,
+    )?;
+    if total != size {
+        return Err(Error::Invalid(format!(
+            "{}: its snapshot changed while being read",
+            job.abs.display()
+        )));
+    }
+    snaps.add_skipped(cmp.same.iter().map(|(s, e)| e - s).sum());
+    // The stat the snapshot goes with: the file's, unless it changed around the clone (the
+    // snapshot is then an instant between the two): recorded with a ctime that matches
+    // nothing, so the next checkpoint (or the frozen pass) reads the file again, through
+    // this snapshot.
+    let key = stat_key(&before);
+    let stable = stat_key(&after) == key && key.size == size;
+    let (key, ctime_ns) = if stable {
+        (key.clone(), key.ctime_ns)
+    } else {
+        let unmatched = StatKey {
+            size,
+            ctime_ns: i64::MAX,
+            ..key
+        };
+        let shown = if job.on_change == OnChange::Provisional {
+            i64::MAX
+        } else {
+            ctime_ns(&after)
+        };
+        (unmatched, shown)
+    };
+    let snapshot = if snapshot::decline(&cmp, size) {
+        log::debug!(
+            "{}: read whole from now on ({} unchanged ranges, {:?} extents)",
+            job.abs.display(),
+            cmp.same.len(),
+            cmp.extents
+        );
+        Some(snapshot::DECLINED.to_string())
+    } else {
+        snaps.keeps().then(|| snap.keep())
+    };
+    Ok(FileData {
+        ino: key.ino,
+        ctime_ns,
+        key,
+        mode: before.mode() & 0o7777,
+        uid: before.uid(),
+        gid: before.gid(),
+        chunks,
+        xattrs,
+        read: true,
+        snapshot,
+    })
 }
 
 fn open_nofollow(path: &Path) -> io::Result<File> {

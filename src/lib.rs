@@ -17,6 +17,7 @@ pub mod error;
 pub mod id;
 pub mod mountinfo;
 pub mod ops;
+mod snapshot;
 pub mod store;
 pub mod sys;
 pub mod util;

@@ -171,13 +171,22 @@ pub fn checkpoint(
         print_json(&r)?;
     } else {
         let st = &r.checkpoint.stats;
+        let unread = if r.bytes_unread > 0 {
+            format!(
+                ", {} of it unchanged by reflink snapshot, not read",
+                human_bytes(r.bytes_unread)
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "checkpoint {} on {}: {} files read ({}), {} directories merged, {} new objects, \
+            "checkpoint {} on {}: {} files read ({}{}), {} directories merged, {} new objects, \
              {} new, {} ms",
             r.id.short(),
             b,
             r.files_read,
             human_bytes(r.bytes_read),
+            unread,
             r.dirs_merged,
             st.new_objects,
             human_bytes(st.new_bytes),

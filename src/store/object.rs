@@ -183,6 +183,11 @@ impl<'a> ObjectBatch<'a> {
         b
     }
 
+    /// Whether this batch writes nothing (see [`ObjectBatch::dry_run`]).
+    pub fn is_dry_run(&self) -> bool {
+        self.dry
+    }
+
     /// Makes sure the object with these bytes will exist after `commit`; returns its id.
     pub fn ensure(&self, data: &[u8]) -> Result<ObjectId> {
         let id = ObjectId::of(data);

@@ -16,7 +16,9 @@ use crate::id::ObjectId;
 use crate::store::tree::{Chunk, Reader};
 use crate::store::Store;
 
-const MAGIC: &[u8; 4] = b"CKS2";
+const MAGIC: &[u8; 4] = b"CKS3";
+/// The format before entries named their reflink snapshot (read, never written).
+const MAGIC_V2: &[u8; 4] = b"CKS2";
 /// Entries whose mtime or ctime is this close to the capture start are not cached.
 pub const RACY_WINDOW_NS: i64 = 20_000_000;
 
@@ -39,6 +41,9 @@ pub struct Cached {
     /// workspace copied up (see `workspace::merge`).
     pub ino: u64,
     pub ctime_ns: i64,
+    /// The reflink snapshot holding exactly these chunks' bytes, in the workspace's snapshot
+    /// directory (see `snapshot`), if one was kept.
+    pub snapshot: Option<String>,
 }
 
 /// Relative path (bytes, `/`-separated) -> cached file.
@@ -110,23 +115,26 @@ fn encode(cache: &StatCache) -> Vec<u8> {
             out.extend_from_slice(&(v.len() as u32).to_le_bytes());
             out.extend_from_slice(v);
         }
+        let snapshot = c.snapshot.as_deref().unwrap_or("").as_bytes();
+        out.extend_from_slice(&(snapshot.len() as u32).to_le_bytes());
+        out.extend_from_slice(snapshot);
     }
     out
 }
 
 fn decode(data: &[u8]) -> Result<StatCache> {
     let mut r = Reader { data, pos: 0 };
-    match r.take(4)? {
-        m if m == MAGIC => {}
-        b"CKS1" => {
-            return Err(Error::Corrupt(
+    let with_snapshots =
+        match r.take(4)? {
+            m if m == MAGIC => true,
+            m if m == MAGIC_V2 => false,
+            b"CKS1" => return Err(Error::Corrupt(
                 "written by an older ckptfs (without recorded inode numbers); files are read once \
                  more and the cache is written anew"
                     .into(),
-            ))
-        }
-        _ => return Err(Error::Corrupt("stat cache has a bad magic".into())),
-    }
+            )),
+            _ => return Err(Error::Corrupt("stat cache has a bad magic".into())),
+        };
     let n = r.u64()? as usize;
     let mut out = StatCache::with_capacity(n.min(data.len() / 40));
     for _ in 0..n {
@@ -155,6 +163,14 @@ fn decode(data: &[u8]) -> Result<StatCache> {
             let v = r.take(vl)?.to_vec();
             xattrs.push((k, v));
         }
+        let snapshot = if with_snapshots {
+            let sl = r.u32()? as usize;
+            let name = String::from_utf8(r.take(sl)?.to_vec())
+                .map_err(|_| Error::Corrupt("stat cache names a snapshot in bad UTF-8".into()))?;
+            Some(name).filter(|n| !n.is_empty())
+        } else {
+            None
+        };
         out.insert(
             path,
             Cached {
@@ -163,6 +179,7 @@ fn decode(data: &[u8]) -> Result<StatCache> {
                 xattrs,
                 ino,
                 ctime_ns,
+                snapshot,
             },
         );
     }
@@ -333,6 +350,38 @@ fn decode_upper(data: &[u8]) -> Result<UpperCache> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_cache_round_trips_with_snapshot_names() {
+        let key = StatKey {
+            size: 3,
+            mtime_ns: -4,
+            ctime_ns: 5,
+            ino: 6,
+        };
+        let mut c = StatCache::new();
+        for (p, snapshot) in [(&b"a/log"[..], Some("18f-7-0")), (b"b", None)] {
+            c.insert(
+                p.to_vec(),
+                Cached {
+                    key: key.clone(),
+                    chunks: vec![Chunk {
+                        id: ObjectId::of(p),
+                        len: 3,
+                    }],
+                    xattrs: vec![(b"user.k".to_vec(), b"v".to_vec())],
+                    ino: 9,
+                    ctime_ns: 10,
+                    snapshot: snapshot.map(str::to_string),
+                },
+            );
+        }
+        let back = decode(&encode(&c)).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[&b"a/log"[..]].snapshot.as_deref(), Some("18f-7-0"));
+        assert_eq!(back[&b"b"[..]].snapshot, None);
+        assert_eq!(back[&b"b"[..]].chunks, c[&b"b"[..]].chunks);
+    }
 
     #[test]
     fn upper_cache_round_trips() {

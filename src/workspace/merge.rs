@@ -30,6 +30,7 @@ use crate::capture::{
 };
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::snapshot::Snapshots;
 use crate::store::checkpoint::RootRecord;
 use crate::store::object::ObjectBatch;
 use crate::store::statcache::{Cached, CachedDir, StatCache, StatKey, UpperCache};
@@ -82,6 +83,8 @@ pub struct Merged {
     /// Upper files that had to be read (their stat differed from the last checkpoint's).
     pub files_read: u64,
     pub bytes_read: u64,
+    /// Bytes of those files that reflink snapshots showed unchanged, so were not read.
+    pub bytes_unread: u64,
     /// Upper directories merged again (listed, their lower tree read): the root and every
     /// directory something changed under since the last checkpoint.
     pub dirs_merged: u64,
@@ -205,6 +208,9 @@ pub struct Previous {
 pub(crate) struct Pass {
     pub(crate) start_ns: i64,
     pub(crate) on_change: OnChange,
+    /// Whether big changed files may be read through reflink snapshots (see `snapshot`):
+    /// not while the upper's filesystem is frozen, where a clone would wait for the thaw.
+    pub(crate) snapshots: bool,
 }
 
 /// Merges `base` (the lower root) with the upper directory `upper`.
@@ -226,6 +232,7 @@ pub(crate) fn merge_root(
     let Pass {
         start_ns,
         on_change,
+        snapshots,
     } = pass;
     let Previous {
         files: old,
@@ -279,7 +286,18 @@ pub(crate) fn merge_root(
     let root = merge_dir(&mut ctx, lower.as_ref(), upper, Path::new(""), meta, xattrs)?;
     let walked = t0.elapsed();
     let progress = Progress::new();
-    let mut results = read_files(batch, &store.config().chunker, &ctx.jobs, &progress)?;
+    // Reflink snapshots of big changed files where the upper's filesystem shares blocks;
+    // kept for the next checkpoint, except in a dry run (`status`).
+    let snapshots = snapshots
+        .then(|| Snapshots::for_upper(upper, !batch.is_dry_run()))
+        .flatten();
+    let mut results = read_files(
+        batch,
+        &store.config().chunker,
+        &ctx.jobs,
+        &progress,
+        snapshots.as_ref(),
+    )?;
     for ((d, source), job) in results.iter_mut().zip(&ctx.sources).zip(&ctx.jobs) {
         // Overlayfs's own (trusted.overlay.origin on copied-up files) are never captured.
         d.xattrs
@@ -290,11 +308,15 @@ pub(crate) fn merge_root(
         }
     }
     log::debug!(
-        "{}: upper walked in {walked:?} ({} unchanged directories reused), {} files read in {:?}",
+        "{}: upper walked in {walked:?} ({} unchanged directories reused), {} files read in {:?}{}",
         upper.display(),
         ctx.reused.len(),
         ctx.jobs.len(),
-        t0.elapsed() - walked
+        t0.elapsed() - walked,
+        snapshots.as_ref().map_or(String::new(), |s| format!(
+            "; {:.1} MiB of them known unchanged from snapshots, not read",
+            s.skipped() as f64 / 1048576.0
+        ))
     );
     let mut cache = StatCache::new();
     let (mut files_read, mut bytes_read) = (0, 0);
@@ -303,16 +325,26 @@ pub(crate) fn merge_root(
             files_read += 1;
             bytes_read += d.key.size;
         }
-        if ctx.settled(&d.key) {
-            let c = Cached {
-                key: d.key.clone(),
-                chunks: d.chunks.clone(),
-                xattrs: d.xattrs.clone(),
-                ino: d.ino,
-                ctime_ns: d.ctime_ns,
-            };
-            cache.insert(job.rel.clone(), c);
-        }
+        // A file changed too recently to trust its stat key is cached with a key that
+        // matches nothing: read again next time, with these chunks (and snapshot) as the
+        // previous version to reuse.
+        let key = if ctx.settled(&d.key) {
+            d.key.clone()
+        } else {
+            StatKey {
+                ctime_ns: i64::MAX,
+                ..d.key.clone()
+            }
+        };
+        let c = Cached {
+            key,
+            chunks: d.chunks.clone(),
+            xattrs: d.xattrs.clone(),
+            ino: d.ino,
+            ctime_ns: d.ctime_ns,
+            snapshot: d.snapshot.clone(),
+        };
+        cache.insert(job.rel.clone(), c);
     }
     for (rel, c) in std::mem::take(&mut ctx.cached_ready) {
         if ctx.settled(&c.key) {
@@ -341,6 +373,7 @@ pub(crate) fn merge_root(
         delta,
         files_read,
         bytes_read,
+        bytes_unread: snapshots.as_ref().map_or(0, Snapshots::skipped),
         dirs_merged: ctx.dirs_merged,
     })
 }
@@ -631,7 +664,8 @@ fn merge_dir(
             if let Some(l) = lower_same {
                 ctx.delta.add(totals_of(ctx.store, l)?, -1);
             }
-            let (cached, mut previous) = split_cached(ctx.old.remove(&rel_bytes), &m);
+            let (cached, mut previous, previous_snapshot) =
+                split_cached(ctx.old.remove(&rel_bytes), &m);
             // Unchanged since the last checkpoint (stat key equal, so xattrs too): reused as
             // it is, whatever kind of copy it is, without another syscall.
             let x = match cached {
@@ -685,6 +719,7 @@ fn merge_dir(
                     xattrs: entry.xattrs.clone(),
                     ino: entry.ino,
                     ctime_ns: entry.ctime_ns,
+                    snapshot: None,
                 };
                 ctx.cached_ready.push((rel_bytes, c));
                 MNode::Ready(entry)
@@ -704,6 +739,7 @@ fn merge_dir(
                     rel: rel_bytes,
                     cached,
                     previous,
+                    previous_snapshot,
                     owner: (m.mode() & 0o7777, m.uid(), m.gid()),
                     size: m.len(),
                     on_change: ctx.on_change,

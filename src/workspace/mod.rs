@@ -141,6 +141,9 @@ pub struct CheckpointReport {
     pub checkpoint: Checkpoint,
     pub files_read: u64,
     pub bytes_read: u64,
+    /// Bytes of the files read that reflink snapshots showed unchanged since the last
+    /// checkpoint, so were not read (a store on XFS or btrfs; see `snapshot`).
+    pub bytes_unread: u64,
     /// Upper directories merged again, all passes: the root and every directory something
     /// changed under since the last checkpoint (the others keep their tree ids unread).
     pub dirs_merged: u64,
@@ -303,6 +306,7 @@ struct MergedAll {
     stats: Stats,
     files_read: u64,
     bytes_read: u64,
+    bytes_unread: u64,
     dirs_merged: u64,
 }
 
@@ -314,10 +318,12 @@ fn merge_all(
     base: &Checkpoint,
     mut previous: impl FnMut(&str) -> merge::Previous,
     on_change: OnChange,
+    snapshots: bool,
 ) -> Result<MergedAll> {
     let pass = merge::Pass {
         start_ns: crate::util::coarse_now_ns(),
         on_change,
+        snapshots,
     };
     let mut roots = BTreeMap::new();
     let mut caches = Vec::new();
@@ -326,7 +332,7 @@ fn merge_all(
         symlinks: base.stats.symlinks,
         ..Stats::default()
     };
-    let (mut files_read, mut bytes_read, mut dirs_merged) = (0, 0, 0);
+    let (mut files_read, mut bytes_read, mut bytes_unread, mut dirs_merged) = (0, 0, 0, 0);
     for (name, rec) in &base.roots {
         let upper = store.upper_dir(branch, name);
         if !upper.is_dir() {
@@ -338,6 +344,7 @@ fn merge_all(
         stats.symlinks = (stats.symlinks as i64 + m.delta.symlinks).max(0) as u64;
         files_read += m.files_read;
         bytes_read += m.bytes_read;
+        bytes_unread += m.bytes_unread;
         dirs_merged += m.dirs_merged;
         roots.insert(name.clone(), m.record);
         caches.push((name.clone(), m.cache, m.upper_cache));
@@ -351,6 +358,7 @@ fn merge_all(
         stats,
         files_read,
         bytes_read,
+        bytes_unread,
         dirs_merged,
     })
 }
@@ -390,6 +398,7 @@ pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
         &base,
         previous,
         OnChange::AcceptPrefix,
+        true,
     )?;
     let roots = m.roots;
     let mut report = DirtyReport {
@@ -441,7 +450,7 @@ fn checkpoint_locked(
         OnChange::Provisional
     };
     let previous = saved_caches(store, head, base_id);
-    let first = merge_all(store, &batch, branch, &base, previous, on_change)?;
+    let first = merge_all(store, &batch, branch, &base, previous, on_change, true)?;
     let (all, held) = if hold.is_empty() {
         (first, None)
     } else {
@@ -454,6 +463,7 @@ fn checkpoint_locked(
         mut stats,
         files_read,
         bytes_read,
+        bytes_unread,
         dirs_merged,
     } = all;
     let merged = t0.elapsed();
@@ -482,12 +492,19 @@ fn checkpoint_locked(
     for (name, cache, upper) in &caches {
         store.save_statcache(&id, name, cache);
         store.save_upper_cache(&id, name, upper);
+        // The snapshots this cache names stay for the next checkpoint; older ones go.
+        let keep = cache
+            .values()
+            .filter_map(|c| c.snapshot.as_deref())
+            .collect();
+        crate::snapshot::sweep(&store.upper_dir(branch, name), &keep);
     }
     Ok(CheckpointReport {
         id,
         checkpoint: c,
         files_read,
         bytes_read,
+        bytes_unread,
         dirs_merged,
         elapsed_ms: t0.elapsed().as_millis() as u64,
         held,
@@ -531,7 +548,15 @@ fn second_pass(
         fsio::fault_point("frozen").map_err(|e| Error::io(store.root(), e))?;
     }
     let previous = |name: &str| pre.remove(name).unwrap_or_default();
-    let m = merge_all(store, batch, branch, base, previous, OnChange::AcceptPrefix)?;
+    let m = merge_all(
+        store,
+        batch,
+        branch,
+        base,
+        previous,
+        OnChange::AcceptPrefix,
+        !hold.filesystem,
+    )?;
     if let Some(f) = &mut frozen_fs {
         f.thaw()?;
     }
@@ -551,6 +576,7 @@ fn second_pass(
         stats,
         files_read: first.files_read + m.files_read,
         bytes_read: first.bytes_read + m.bytes_read,
+        bytes_unread: first.bytes_unread + m.bytes_unread,
         dirs_merged: first.dirs_merged + m.dirs_merged,
         ..m
     };

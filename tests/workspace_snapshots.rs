@@ -1,0 +1,300 @@
+//! Reflink snapshots, with the store on XFS or btrfs (an image on a loop device): a checkpoint
+//! after a small change to big files reads only the changed parts and records exactly the
+//! files' bytes; a file rewritten in place without pause is captured at one instant without
+//! holding its writer; one snapshot per big file is kept, and `status` keeps none.
+
+mod wscommon;
+
+use std::fs;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use wscommon::{ok, Workspace};
+
+/// Deterministic bytes that do not compress or repeat (xorshift), as text lines.
+fn noise_lines(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            b"abcdefghijklmnopqrstuvwxyz{}:,\""[(x >> 40) as usize % 31]
+        })
+        .collect();
+    for i in (99..len).step_by(100) {
+        out[i] = b'\n';
+    }
+    out
+}
+
+/// A workspace whose store is on an image of filesystem `fs` (`xfs`, `btrfs`) in the temp
+/// dir (unmounted by `Workspace`'s drop), over a room made by `populate`. `None` (the test
+/// skipped, saying why) where the machine cannot mount a loop device.
+fn workspace_on(fs_type: &str, populate: impl FnOnce(&Path)) -> Option<Workspace> {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let mnt = tmp.path().join("fs");
+    fs::create_dir(&mnt).unwrap();
+    fs::File::create(&img).unwrap().set_len(512 << 20).unwrap();
+    let mkfs = Command::new(format!("mkfs.{fs_type}"))
+        .args(["-q", "-f"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(
+        mkfs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mkfs.stderr)
+    );
+    let m = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img)
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    if !m.status.success() {
+        eprintln!(
+            "SKIPPED: cannot mount a loop device here ({})",
+            String::from_utf8_lossy(&m.stderr).trim()
+        );
+        return None;
+    }
+    let room = tmp.path().join("room");
+    fs::create_dir(&room).unwrap();
+    populate(&room);
+    let w = Workspace {
+        store: mnt.join("store"),
+        room,
+        tmp,
+    };
+    ok(&["init", w.store(), "--root", &format!("ws={}", w.room())]);
+    ok(&["capture", w.store(), "-m", "initial"]);
+    ok(&["mount", w.store(), "--branch", "main"]);
+    Some(w)
+}
+
+fn checkpoint(w: &Workspace, msg: &str) -> serde_json::Value {
+    let out = ok(&["checkpoint", w.room(), "-m", msg, "--json"]);
+    serde_json::from_str(&out).unwrap()
+}
+
+fn cat(w: &Workspace, id: &str, rel: &str) -> Vec<u8> {
+    let o = Command::new(wscommon::bin())
+        .args(["cat", w.store(), &format!("{id}:ws/{rel}")])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o.stdout
+}
+
+fn snapshots(w: &Workspace) -> Vec<PathBuf> {
+    let dir = w.store.join("upper/main/.snapshots-ws");
+    match fs::read_dir(&dir) {
+        Ok(rd) => rd.map(|e| e.unwrap().path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn overwrite(p: &Path, at: u64, data: &[u8]) {
+    let mut f = fs::OpenOptions::new().write(true).open(p).unwrap();
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(data).unwrap();
+}
+
+fn append(p: &Path, data: &[u8]) {
+    let mut f = fs::OpenOptions::new().append(true).open(p).unwrap();
+    f.write_all(data).unwrap();
+}
+
+/// Asserts that checkpoint `id` holds exactly the workspace's `log.jsonl` and `db.bin`.
+fn assert_exact(w: &Workspace, id: &str) {
+    for rel in ["log.jsonl", "db.bin"] {
+        assert!(
+            cat(w, id, rel) == fs::read(w.path(rel)).unwrap(),
+            "{rel} differs in checkpoint {id}"
+        );
+    }
+}
+
+#[test]
+fn on_xfs_a_checkpoint_reads_only_the_changed_parts_of_big_files() {
+    reads_only_the_changed_parts("xfs");
+}
+
+#[test]
+fn on_btrfs_a_checkpoint_reads_only_the_changed_parts_of_big_files() {
+    reads_only_the_changed_parts("btrfs");
+}
+
+fn reads_only_the_changed_parts(fs_type: &str) {
+    let Some(w) = workspace_on(fs_type, |room| {
+        fs::write(room.join("log.jsonl"), noise_lines(1, 6 << 20)).unwrap();
+        fs::write(room.join("db.bin"), noise_lines(2, 3 << 20)).unwrap();
+        fs::write(room.join("small.txt"), b"small\n").unwrap();
+    }) else {
+        return;
+    };
+    let (log, db) = (w.path("log.jsonl"), w.path("db.bin"));
+    // First change: nothing to compare with yet, so both files are read whole, and a
+    // snapshot of each is kept.
+    append(&log, &noise_lines(3, 1000));
+    overwrite(&db, 1 << 20, b"first in-place edit");
+    let r = checkpoint(&w, "one");
+    assert_eq!(r["files_read"], 2, "{r}");
+    assert_eq!(r["bytes_unread"], 0, "{r}");
+    assert_exact(&w, r["id"].as_str().unwrap());
+    assert_eq!(snapshots(&w).len(), 2, "{:?}", snapshots(&w));
+
+    // Second change, as small: all but the blocks around it are known unchanged.
+    append(&log, &noise_lines(4, 3000));
+    overwrite(&db, (2 << 20) + 5, b"second in-place edit");
+    fs::write(w.path("small.txt"), b"changed\n").unwrap();
+    let r = checkpoint(&w, "two");
+    let unread = r["bytes_unread"].as_u64().unwrap();
+    assert!(
+        unread > (9 << 20) - (256 << 10),
+        "only {unread} bytes unread: {r}"
+    );
+    assert!(unread <= r["bytes_read"].as_u64().unwrap(), "{r}");
+    assert_exact(&w, r["id"].as_str().unwrap());
+    // The snapshots of checkpoint one gave way to those of checkpoint two.
+    let snaps = snapshots(&w);
+    assert_eq!(snaps.len(), 2, "{snaps:?}");
+
+    // Truncated into the middle and written back with a change: the truncated blocks are new,
+    // whatever the snapshot held there before.
+    let data = fs::read(&db).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&db)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let mut back = data[1 << 20..].to_vec();
+    back[4096] ^= 1;
+    append(&db, &back);
+    let r = checkpoint(&w, "three");
+    assert_exact(&w, r["id"].as_str().unwrap());
+    let unread = r["bytes_unread"].as_u64().unwrap();
+    assert!((1 << 20..2 << 20).contains(&unread), "{unread}: {r}");
+
+    // `status` reads changed files through snapshots too, and keeps none of them.
+    append(&log, b"{\"more\":1}\n");
+    let before: Vec<PathBuf> = snapshots(&w);
+    let st = ok(&["status", w.store(), "--json"]);
+    assert!(
+        st.contains("\"files_changed\":1") || st.contains("\"files_changed\": 1"),
+        "{st}"
+    );
+    let mut after = snapshots(&w);
+    after.sort();
+    let mut before = before;
+    before.sort();
+    assert_eq!(before, after);
+    // And the recorded checkpoints check out.
+    ok(&["verify", w.store()]);
+}
+
+/// A file rewritten in many scattered places (a database) costs more to clone than to read:
+/// after one comparison it is read whole, without snapshots, and captured exactly.
+#[test]
+fn on_xfs_a_file_rewritten_in_many_places_is_read_whole_from_then_on() {
+    let Some(w) = workspace_on("xfs", |room| {
+        fs::write(room.join("db.bin"), noise_lines(5, 4 << 20)).unwrap();
+    }) else {
+        return;
+    };
+    let db = w.path("db.bin");
+    let scatter = |seed: u64| {
+        for k in 0..40u64 {
+            overwrite(&db, k * 100_000 + seed, b"scattered rewrite");
+        }
+    };
+    scatter(1);
+    let r = checkpoint(&w, "one");
+    assert_eq!(r["bytes_unread"], 0, "{r}");
+    assert_eq!(snapshots(&w).len(), 1);
+    // Compared once, through the snapshot: then declined, and its snapshot gone.
+    scatter(2);
+    let r = checkpoint(&w, "two");
+    assert!(r["bytes_unread"].as_u64().unwrap() > 3 << 20, "{r}");
+    assert!(snapshots(&w).is_empty(), "{:?}", snapshots(&w));
+    assert!(cat(&w, r["id"].as_str().unwrap(), "db.bin") == fs::read(&db).unwrap());
+    // From then on read whole, as on any filesystem.
+    scatter(3);
+    let r = checkpoint(&w, "three");
+    assert_eq!(r["bytes_unread"], 0, "{r}");
+    assert!(snapshots(&w).is_empty(), "{:?}", snapshots(&w));
+    assert!(cat(&w, r["id"].as_str().unwrap(), "db.bin") == fs::read(&db).unwrap());
+}
+
+/// Rewrites the whole file in place, in one pwrite, with a counter on every line: each
+/// state of the file is one number repeated, and every state is new content.
+const REWRITER: &str = "import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+i = 0
+while True:
+    os.pwrite(fd, (b'%012d\\n' % i) * 160000, 0)
+    i += 1";
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn on_xfs_a_file_rewritten_without_pause_is_captured_at_one_instant_without_a_hold() {
+    captured_at_one_instant("xfs");
+}
+
+#[test]
+fn on_btrfs_a_file_rewritten_without_pause_is_captured_at_one_instant_without_a_hold() {
+    captured_at_one_instant("btrfs");
+}
+
+fn captured_at_one_instant(fs_type: &str) {
+    let Some(w) = workspace_on(fs_type, |room| {
+        fs::write(room.join("db.bin"), (b"000000000000\n").repeat(160000)).unwrap();
+    }) else {
+        return;
+    };
+    let path = w.path("db.bin");
+    let writer = KillOnDrop(
+        Command::new("python3")
+            .args(["-c", REWRITER])
+            .arg(&path)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let before = fs::metadata(&path).unwrap().modified().unwrap();
+    let t0 = Instant::now();
+    while fs::metadata(&path).unwrap().modified().unwrap() == before {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the rewriter never wrote"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut states = std::collections::HashSet::new();
+    for i in 0..6 {
+        let r = checkpoint(&w, &format!("rewrite {i}"));
+        let data = cat(&w, r["id"].as_str().unwrap(), "db.bin");
+        assert_eq!(data.len(), 13 * 160000);
+        let first = &data[..13];
+        assert!(
+            data.chunks(13).all(|l| l == first),
+            "checkpoint {i} captured a mix of two states of the file"
+        );
+        states.insert(first.to_vec());
+    }
+    assert!(states.len() > 1, "the writer never moved on: {states:?}");
+    drop(writer);
+}
