@@ -38,6 +38,7 @@ if [ -n "${BENCH_FS:-}" ]; then
     mount -o loop "$IMG" "$BASE"
     trap 'umount -l "$BASE" 2>/dev/null; rm -f "$IMG"' EXIT
 fi
+mkdir -p "$BASE"
 FS_TYPE=$(findmnt -n -o FSTYPE -T "$BASE" 2>/dev/null || echo "?")
 
 now() { date +%s.%N; }

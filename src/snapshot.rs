@@ -18,9 +18,12 @@
 //!   new clone and chunked as usual.
 //!
 //! A clone costs no data, only the blocks the live file rewrites afterwards (kept until the
-//! next checkpoint replaces the clone). Files under `SNAPSHOT_MIN` are read whole as before.
-//! Other filesystems (ext4, tmpfs) have no shared blocks: nothing changes there. Everything
-//! here is a cache: a missing or unreadable clone only means reading the file.
+//! next checkpoint replaces the clone), and it flushes the file's dirty pages first. Each
+//! rewritten block moves (that is what keeps the clone intact), so a file rewritten in many
+//! scattered places fragments, and clones and extent maps cost per extent: such files are
+//! read whole after one comparison ([`decline`]). Files under `SNAPSHOT_MIN` are read whole
+//! as before. Other filesystems (ext4, tmpfs) have no shared blocks: nothing changes there.
+//! Everything here is a cache: a missing or unreadable clone only means reading the file.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -53,7 +56,7 @@ pub(crate) struct Snapshots {
 /// drop unless kept by [`Snapshot::keep`].
 pub(crate) struct Snapshot {
     pub(crate) file: File,
-    pub(crate) name: String,
+    name: String,
     path: PathBuf,
     kept: bool,
 }
@@ -243,13 +246,16 @@ pub(crate) fn compare(old: Option<&File>, new: &File) -> Comparison {
 
 /// Whether a file is better read whole than through snapshots from now on. A clone and an
 /// extent map cost about 30 us per extent here (XFS on the bench VM: 70 ms for a 67 MB SQLite
-/// file in 3,117 extents), against about 0.4 ns per byte for reading and comparing: so a
-/// file whose blocks are rewritten in many scattered places (a database: every snapshot then
-/// leaves it in more pieces, as each rewritten block moves) stops being snapshotted, and so
-/// does one in extents averaging under 256 KiB.
+/// file in 3,117 extents), against about 0.4 ns per byte for reading and comparing, so they
+/// cost as much as reading once extents average about 75 KB. A file whose blocks are rewritten
+/// in many scattered places (a database: each rewritten block moves, so every snapshot leaves
+/// it in more pieces) stops being snapshotted after one comparison, and so does one in extents
+/// averaging under 64 KiB. An appended log gains one or two extents per checkpoint (its
+/// rewritten last block and the new run) while it grows by the turn's lines, so it stays
+/// well above that.
 pub(crate) fn decline(c: &Comparison, size: u64) -> bool {
     let scattered = c.same.len() as u64 > (size >> 20).max(16);
-    let fragmented = c.extents.map_or(true, |n| n as u64 > (size >> 18).max(64));
+    let fragmented = c.extents.map_or(true, |n| n as u64 > (size >> 16).max(64));
     scattered || fragmented
 }
 
@@ -356,8 +362,10 @@ mod tests {
         assert!(!decline(&c(1, Some(3)), 70 * mib));
         // A database with 200 pages rewritten here and there.
         assert!(decline(&c(200, Some(400)), 67 * mib));
-        // In 3,000 pieces (a database that was snapshotted through many rewrites).
+        // In 3,000 pieces (a database that was snapshotted through many rewrites); a log
+        // appended over many turns, in pieces of 128 KiB on average, is not.
         assert!(decline(&c(1, Some(3000)), 67 * mib));
+        assert!(!decline(&c(1, Some(536)), 67 * mib));
         // Small files get some slack; no extent map at all is declined.
         assert!(!decline(&c(16, Some(64)), 2 * mib));
         assert!(decline(&c(17, Some(3)), 2 * mib));

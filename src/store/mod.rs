@@ -17,6 +17,8 @@
 //!   upper/B/ROOT/         overlayfs upper layer of branch B's live workspace (whiteout = char
 //!                         0/0, opaque dir = trusted.overlay.opaque, renamed dir = .redirect)
 //!   upper/B/.work-ROOT/   overlayfs work dir;  upper/B/base.json: checkpoint the upper applies to
+//!   upper/B/.snapshots-ROOT/  reflink clones of big changed files as the last checkpoint
+//!                         read them (XFS, btrfs; named in its stat cache, see `snapshot`)
 //!   run/mounts/B.json     a mounted workspace (mountpoints, lower dirs); run/lower/: the store's
 //!                         read-only view, mounted for overlay lower layers
 //!   displaced/            directories set aside by restore/switch (never deleted silently)
