@@ -141,6 +141,30 @@ pub(crate) struct FileData {
 }
 
 impl FileData {
+    /// A file just read: owner and mode from `m` (its stat when opened), content `chunks`,
+    /// stat key `key`, and the ctime its tree entry shows.
+    fn read(
+        m: &Metadata,
+        key: StatKey,
+        ctime_ns: i64,
+        chunks: Vec<Chunk>,
+        xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+        snapshot: Option<String>,
+    ) -> FileData {
+        FileData {
+            ino: key.ino,
+            ctime_ns,
+            key,
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+            chunks,
+            xattrs,
+            read: true,
+            snapshot,
+        }
+    }
+
     /// The tree entry of this file under `name`.
     pub(crate) fn entry(&self, name: &[u8]) -> Entry {
         Entry {
@@ -716,17 +740,7 @@ fn read_file(
         });
     }
     for attempt in 0..CHANGE_RETRIES {
-        let f = match open_nofollow(&job.abs) {
-            Ok(f) => f,
-            Err(e) => return Err(Error::io(&job.abs, e)),
-        };
-        let before = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
-        if !before.is_file() {
-            return Err(Error::Invalid(format!(
-                "{} changed type while being captured",
-                job.abs.display()
-            )));
-        }
+        let (f, before) = open_regular(job)?;
         let key = stat_key(&before);
         let xattrs = read_xattrs_file(&f, &job.abs)?;
         let (chunks, total) = crate::chunker::chunk_file(
@@ -756,18 +770,8 @@ fn read_file(
             } else {
                 key
             };
-            return Ok(FileData {
-                ino: key.ino,
-                ctime_ns: key.ctime_ns,
-                key,
-                mode: before.mode() & 0o7777,
-                uid: before.uid(),
-                gid: before.gid(),
-                chunks,
-                xattrs,
-                read: true,
-                snapshot: None,
-            });
+            let ctime_ns = key.ctime_ns;
+            return Ok(FileData::read(&before, key, ctime_ns, chunks, xattrs, None));
         }
         log::debug!("{} changed while being read; retrying", job.abs.display());
     }
@@ -792,14 +796,7 @@ fn read_snapshot(
         d.snapshot = job.previous_snapshot.clone();
         return Ok(d);
     }
-    let live = open_nofollow(&job.abs).map_err(|e| Error::io(&job.abs, e))?;
-    let before = live.metadata().map_err(|e| Error::io(&job.abs, e))?;
-    if !before.is_file() {
-        return Err(Error::Invalid(format!(
-            "{} changed type while being captured",
-            job.abs.display()
-        )));
-    }
+    let (live, before) = open_regular(job)?;
     let Some(snap) = snaps.take(&live) else {
         return read_file(batch, chunker, job, progress);
     };
@@ -861,18 +858,22 @@ fn read_snapshot(
     } else {
         snaps.keeps().then(|| snap.keep())
     };
-    Ok(FileData {
-        ino: key.ino,
-        ctime_ns,
-        key,
-        mode: before.mode() & 0o7777,
-        uid: before.uid(),
-        gid: before.gid(),
-        chunks,
-        xattrs,
-        read: true,
-        snapshot,
-    })
+    Ok(FileData::read(
+        &before, key, ctime_ns, chunks, xattrs, snapshot,
+    ))
+}
+
+/// Opens a job's file and stats it: an error names it when it is no longer a regular file.
+fn open_regular(job: &FileJob) -> Result<(File, Metadata)> {
+    let f = open_nofollow(&job.abs).map_err(|e| Error::io(&job.abs, e))?;
+    let m = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
+    if !m.is_file() {
+        return Err(Error::Invalid(format!(
+            "{} changed type while being captured",
+            job.abs.display()
+        )));
+    }
+    Ok((f, m))
 }
 
 fn open_nofollow(path: &Path) -> io::Result<File> {

@@ -468,33 +468,7 @@ fn fs_frozen(dir: &Path) -> bool {
 /// machine cannot mount a loop device.
 fn workspace_on_own_fs(mount_args: &[&str]) -> Option<(ThawOnDrop, Workspace)> {
     let tmp = tempfile::tempdir().unwrap();
-    let img = tmp.path().join("fs.img");
-    let mnt = tmp.path().join("fs");
-    fs::create_dir(&mnt).unwrap();
-    fs::File::create(&img).unwrap().set_len(512 << 20).unwrap();
-    let mkfs = Command::new("mkfs.ext4")
-        .args(["-q", "-F"])
-        .arg(&img)
-        .output()
-        .unwrap();
-    assert!(
-        mkfs.status.success(),
-        "{}",
-        String::from_utf8_lossy(&mkfs.stderr)
-    );
-    let m = Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(&img)
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    if !m.status.success() {
-        eprintln!(
-            "SKIPPED: cannot mount a loop device here ({})",
-            String::from_utf8_lossy(&m.stderr).trim()
-        );
-        return None;
-    }
+    let mnt = wscommon::mount_image(tmp.path(), &["mkfs.ext4", "-q", "-F"], 512 << 20)?;
     let room = tmp.path().join("room");
     fs::create_dir(&room).unwrap();
     fs::write(room.join("db.bin"), (b"000000000000\n").repeat(80000)).unwrap();

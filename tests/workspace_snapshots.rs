@@ -35,33 +35,8 @@ fn noise_lines(seed: u64, len: usize) -> Vec<u8> {
 /// skipped, saying why) where the machine cannot mount a loop device.
 fn workspace_on(fs_type: &str, populate: impl FnOnce(&Path)) -> Option<Workspace> {
     let tmp = tempfile::tempdir().unwrap();
-    let img = tmp.path().join("fs.img");
-    let mnt = tmp.path().join("fs");
-    fs::create_dir(&mnt).unwrap();
-    fs::File::create(&img).unwrap().set_len(512 << 20).unwrap();
-    let mkfs = Command::new(format!("mkfs.{fs_type}"))
-        .args(["-q", "-f"])
-        .arg(&img)
-        .output()
-        .unwrap();
-    assert!(
-        mkfs.status.success(),
-        "{}",
-        String::from_utf8_lossy(&mkfs.stderr)
-    );
-    let m = Command::new("mount")
-        .args(["-o", "loop"])
-        .arg(&img)
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    if !m.status.success() {
-        eprintln!(
-            "SKIPPED: cannot mount a loop device here ({})",
-            String::from_utf8_lossy(&m.stderr).trim()
-        );
-        return None;
-    }
+    let mkfs = format!("mkfs.{fs_type}");
+    let mnt = wscommon::mount_image(tmp.path(), &[&mkfs, "-q", "-f"], 512 << 20)?;
     let room = tmp.path().join("room");
     fs::create_dir(&room).unwrap();
     populate(&room);

@@ -119,3 +119,36 @@ pub fn mounted(path: &Path) -> bool {
         .lines()
         .any(|l| l.split(' ').nth(4) == Some(s(path)))
 }
+
+/// Makes a `size`-byte image in `dir` with `mkfs` (program and arguments; the image path
+/// goes last) and mounts it on a loop device at `dir/fs` (`Workspace`'s drop unmounts it when
+/// `dir` is its temp dir). `None`, saying why, where the machine cannot mount a loop device.
+pub fn mount_image(dir: &Path, mkfs: &[&str], size: u64) -> Option<PathBuf> {
+    let img = dir.join("fs.img");
+    let mnt = dir.join("fs");
+    fs::create_dir(&mnt).expect("mkdir fs");
+    fs::File::create(&img)
+        .expect("create image")
+        .set_len(size)
+        .expect("size image");
+    let o = Command::new(mkfs[0])
+        .args(&mkfs[1..])
+        .arg(&img)
+        .output()
+        .expect("run mkfs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&img)
+        .arg(&mnt)
+        .output()
+        .expect("run mount");
+    if !m.status.success() {
+        eprintln!(
+            "SKIPPED: cannot mount a loop device here ({})",
+            String::from_utf8_lossy(&m.stderr).trim()
+        );
+        return None;
+    }
+    Some(mnt)
+}
