@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wscommon::{ok, run, Workspace};
+use wscommon::{ok, run, KillOnDrop, Workspace};
 
 /// A fresh cgroup (v2 if mounted, else v1's freezer) holding a writer process; the writer is
 /// killed and the cgroup thawed and removed on drop, even after a failed assert.
@@ -331,16 +331,6 @@ fn a_cgroup_given_at_mount_is_frozen_by_every_checkpoint() {
         serde_json::from_str(&ok(&["status", w.store(), "--json"])).unwrap();
     assert_eq!(status[0]["branch"], "other");
     assert_eq!(status[0]["freeze_cgroups"][0], dir.as_str(), "{status}");
-}
-
-/// Kills a process on drop, even after a failed assert.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// `ckptfs exec` runs the agent in a cgroup of the workspace's own: plain checkpoints hold

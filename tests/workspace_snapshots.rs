@@ -8,10 +8,10 @@ mod wscommon;
 use std::fs;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wscommon::{ok, Workspace};
+use wscommon::{ok, KillOnDrop, Workspace};
 
 /// Deterministic bytes that do not compress or repeat (xorshift), as text lines.
 fn noise_lines(seed: u64, len: usize) -> Vec<u8> {
@@ -217,15 +217,6 @@ i = 0
 while True:
     os.pwrite(fd, (b'%012d\\n' % i) * 160000, 0)
     i += 1";
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn on_xfs_a_file_rewritten_without_pause_is_captured_at_one_instant_without_a_hold() {

@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_ckptfs")
@@ -151,4 +151,14 @@ pub fn mount_image(dir: &Path, mkfs: &[&str], size: u64) -> Option<PathBuf> {
         return None;
     }
     Some(mnt)
+}
+
+/// Kills a process on drop, even after a failed assert.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
