@@ -149,7 +149,16 @@ pub(crate) fn chunk_file(
         return Ok((chunks, data.len() as u64));
     }
     if let Some(block) = sqlite_block(chunker, f, path)? {
-        return chunk_fixed(batch, f, size, path, previous, same, block, progress);
+        let fixed = Fixed {
+            batch,
+            f,
+            path,
+            previous,
+            same,
+            block,
+            progress,
+        };
+        return chunk_fixed(fixed, size);
     }
     let mut bufs = Buffers::take();
     let (buf, stored) = (&mut bufs.data, &mut bufs.stored);
@@ -271,29 +280,11 @@ fn sqlite_block(chunker: &ChunkerConfig, f: &File, path: &Path) -> Result<Option
 /// on the bench VM: SHA-256 of every block, and the objects for its rewritten pages).
 const FIXED_SPLIT: u64 = 32 << 20;
 
-/// Cuts the first `size` bytes of `f` into `block`-byte chunks (the last one shorter),
+/// Cuts the first `size` bytes of `fixed.f` into `block`-byte chunks (the last one shorter),
 /// reusing a previous chunk at the same offset and length whose bytes hash to its id, or
 /// that lies in `same` (not read at all).
-#[allow(clippy::too_many_arguments)]
-fn chunk_fixed(
-    batch: &ObjectBatch<'_>,
-    f: &File,
-    size: u64,
-    path: &Path,
-    previous: &[Chunk],
-    same: &[(u64, u64)],
-    block: u64,
-    progress: &AtomicU64,
-) -> Result<(Vec<Chunk>, u64)> {
-    let fixed = Fixed {
-        batch,
-        f,
-        path,
-        previous,
-        same,
-        block,
-        progress,
-    };
+fn chunk_fixed(fixed: Fixed<'_, '_>, size: u64) -> Result<(Vec<Chunk>, u64)> {
+    let block = fixed.block;
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
     let parts = (size / (FIXED_SPLIT / 2)).clamp(1, threads.clamp(1, 8));
     if size < FIXED_SPLIT || parts < 2 {
@@ -348,21 +339,13 @@ impl Fixed<'_, '_> {
     /// Cuts `[start, end)` (`start` on a block boundary); returns its chunks and the offset
     /// reached, short of `end` when the file shrank meanwhile.
     fn cut(self, start: u64, end: u64) -> Result<(Vec<Chunk>, u64)> {
-        let Fixed {
-            batch,
-            f,
-            path,
-            previous,
-            same,
-            block,
-            progress,
-        } = self;
+        let (same, block, progress) = (self.same, self.block, self.progress);
         // Read a few blocks per system call.
         let per_read = (1u64 << 20).max(block) / block * block;
         let mut bufs = Buffers::take();
         let buf = bufs.data.get(per_read as usize);
         let mut chunks = Vec::with_capacity((end - start).div_ceil(block) as usize);
-        let mut prev = previous.iter().scan(0u64, |off, c| {
+        let mut prev = self.previous.iter().scan(0u64, |off, c| {
             let at = *off;
             *off += u64::from(c.len);
             Some((at, c))
@@ -397,11 +380,11 @@ impl Fixed<'_, '_> {
                 .find(|&s| s > pos)
                 .unwrap_or(u64::MAX);
             let n = per_read.min(end - pos).min(next_same - pos) as usize;
-            match f.read_exact_at(&mut buf[..n], pos) {
+            match self.f.read_exact_at(&mut buf[..n], pos) {
                 Ok(()) => {}
                 // Shrank meanwhile: the caller sees the short total and reads again.
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok((chunks, pos)),
-                Err(e) => return Err(Error::io(path, e)),
+                Err(e) => return Err(Error::io(self.path, e)),
             }
             for data in buf[..n].chunks(block as usize) {
                 while next_prev.is_some_and(|(at, _)| at < pos) {
@@ -412,7 +395,7 @@ impl Fixed<'_, '_> {
                 let id = ObjectId::of(data);
                 let known = next_prev.is_some_and(|(at, c)| at == pos && c.id == id);
                 if !known {
-                    batch.ensure_with_id(id, data)?;
+                    self.batch.ensure_with_id(id, data)?;
                 }
                 chunks.push(Chunk {
                     id,

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wscommon::{ok, run, KillOnDrop, Workspace};
+use wscommon::{
+    lines_all_equal, modified, ok, run, wait_until_rewritten, KillOnDrop, Workspace, REWRITER,
+};
 
 /// A fresh cgroup (v2 if mounted, else v1's freezer) holding a writer process; the writer is
 /// killed and the cgroup thawed and removed on drop, even after a failed assert.
@@ -89,39 +91,6 @@ impl Drop for Cgroup {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-/// Rewrites the whole file in place, in one pwrite, with a counter on every line: each
-/// state of the file is one number repeated, and every state is new content.
-const REWRITER: &str = "import os, sys
-fd = os.open(sys.argv[1], os.O_WRONLY)
-i = 0
-while True:
-    os.pwrite(fd, (b'%012d\\n' % i) * 80000, 0)
-    i += 1";
-
-fn lines_all_equal(data: &[u8]) -> bool {
-    let mut lines = data.split(|&b| b == b'\n').filter(|l| !l.is_empty());
-    let first = lines.next();
-    first.is_some() && lines.all(|l| Some(l) == first)
-}
-
-fn modified(p: &Path) -> std::time::SystemTime {
-    fs::metadata(p).unwrap().modified().unwrap()
-}
-
-/// Waits until a just-started `REWRITER` has rewritten `p` (Python can take a second to start
-/// on a loaded machine; a checkpoint before that would see a file at rest).
-fn wait_until_rewritten(p: &Path) {
-    let before = modified(p);
-    let t0 = std::time::Instant::now();
-    while modified(p) == before {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the rewriter never wrote"
-        );
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -9,9 +9,8 @@ use std::fs;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use wscommon::{ok, KillOnDrop, Workspace};
+use wscommon::{lines_all_equal, ok, wait_until_rewritten, KillOnDrop, Workspace, REWRITER};
 
 /// Deterministic bytes that do not compress or repeat (xorshift), as text lines.
 fn noise_lines(seed: u64, len: usize) -> Vec<u8> {
@@ -209,15 +208,6 @@ fn on_xfs_a_file_rewritten_in_many_places_is_read_whole_from_then_on() {
     assert!(cat(&w, r["id"].as_str().unwrap(), "db.bin") == fs::read(&db).unwrap());
 }
 
-/// Rewrites the whole file in place, in one pwrite, with a counter on every line: each
-/// state of the file is one number repeated, and every state is new content.
-const REWRITER: &str = "import os, sys
-fd = os.open(sys.argv[1], os.O_WRONLY)
-i = 0
-while True:
-    os.pwrite(fd, (b'%012d\\n' % i) * 160000, 0)
-    i += 1";
-
 #[test]
 fn on_xfs_a_file_rewritten_without_pause_is_captured_at_one_instant_without_a_hold() {
     captured_at_one_instant("xfs");
@@ -243,15 +233,7 @@ fn captured_at_one_instant(fs_type: &str) {
             .spawn()
             .unwrap(),
     );
-    let before = fs::metadata(&path).unwrap().modified().unwrap();
-    let t0 = Instant::now();
-    while fs::metadata(&path).unwrap().modified().unwrap() == before {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the rewriter never wrote"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until_rewritten(&path);
     let mut states = std::collections::HashSet::new();
     for i in 0..6 {
         let r = checkpoint(&w, &format!("rewrite {i}"));
@@ -259,7 +241,7 @@ fn captured_at_one_instant(fs_type: &str) {
         assert_eq!(data.len(), 13 * 160000);
         let first = &data[..13];
         assert!(
-            data.chunks(13).all(|l| l == first),
+            lines_all_equal(&data),
             "checkpoint {i} captured a mix of two states of the file"
         );
         states.insert(first.to_vec());

@@ -162,3 +162,39 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// Rewrites the file named by its argument in place, without pause, in one pwrite of its
+/// whole length (as many 13-byte lines as it held at the start), with a counter on every
+/// line: each state of the file is one number repeated, and every state is new content.
+pub const REWRITER: &str = "import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+n = os.path.getsize(sys.argv[1]) // 13
+i = 0
+while True:
+    os.pwrite(fd, (b'%012d\\n' % i) * n, 0)
+    i += 1";
+
+/// Whether every non-empty line of `data` is the same (one state of a `REWRITER`'s file).
+pub fn lines_all_equal(data: &[u8]) -> bool {
+    let mut lines = data.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    let first = lines.next();
+    first.is_some() && lines.all(|l| Some(l) == first)
+}
+
+pub fn modified(p: &Path) -> std::time::SystemTime {
+    fs::metadata(p).expect("stat").modified().expect("mtime")
+}
+
+/// Waits until a just-started `REWRITER` has rewritten `p` (Python can take a second to start
+/// on a loaded machine; a checkpoint before that would see a file at rest).
+pub fn wait_until_rewritten(p: &Path) {
+    let before = modified(p);
+    let t0 = std::time::Instant::now();
+    while modified(p) == before {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "the rewriter never wrote"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
