@@ -182,23 +182,28 @@ fn unique_name() -> String {
     )
 }
 
-/// Removes the snapshots of the upper layer `upper` that `keep` does not name (those of files
-/// that changed again or went away, and those of a checkpoint that failed). Best effort: a
-/// snapshot left behind only takes room until the next checkpoint.
-pub(crate) fn sweep(upper: &Path, keep: &HashSet<&str>) {
+/// The snapshots of the upper layer `upper` that `keep` does not name.
+pub(crate) fn unnamed(upper: &Path, keep: &HashSet<&str>) -> Vec<PathBuf> {
     let Some(dir) = snapshot_dir(upper) else {
-        return;
+        return Vec::new();
     };
     let Ok(entries) = fs::read_dir(&dir) else {
-        return;
+        return Vec::new();
     };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        if name.to_str().is_some_and(|n| keep.contains(n)) {
-            continue;
-        }
-        if let Err(err) = fs::remove_file(e.path()) {
-            log::warn!("could not remove snapshot {}: {err}", e.path().display());
+    entries
+        .flatten()
+        .filter(|e| !e.file_name().to_str().is_some_and(|n| keep.contains(n)))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Removes the snapshots of the upper layer `upper` that `keep` does not name (those of files
+/// that changed again or went away, and those of a checkpoint that failed). Best effort: a
+/// snapshot left behind only takes room until the next checkpoint (or `gc`).
+pub(crate) fn sweep(upper: &Path, keep: &HashSet<&str>) {
+    for p in unnamed(upper, keep) {
+        if let Err(err) = fs::remove_file(&p) {
+            log::warn!("could not remove snapshot {}: {err}", p.display());
         }
     }
 }

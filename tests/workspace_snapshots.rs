@@ -249,3 +249,68 @@ fn captured_at_one_instant(fs_type: &str) {
     assert!(states.len() > 1, "the writer never moved on: {states:?}");
     drop(writer);
 }
+
+/// Clears the immutable flag it set on a directory, even when the test fails.
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(dir: PathBuf) -> Immutable {
+        wscommon::sh(&format!("chattr +i '{}'", dir.display()));
+        Immutable(dir)
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
+/// A checkpoint that fails after reading (here: its record cannot be written) leaves the
+/// clones it made; `gc` removes them, and keeps those the next checkpoint reads through.
+#[test]
+fn on_xfs_gc_removes_the_snapshots_of_a_failed_checkpoint() {
+    let Some(w) = workspace_on("xfs", |room| {
+        fs::write(room.join("log.jsonl"), noise_lines(6, 6 << 20)).unwrap();
+        fs::write(room.join("db.bin"), noise_lines(7, 3 << 20)).unwrap();
+    }) else {
+        return;
+    };
+    let (log, db) = (w.path("log.jsonl"), w.path("db.bin"));
+    append(&log, &noise_lines(8, 1000));
+    overwrite(&db, 1 << 20, b"first in-place edit");
+    checkpoint(&w, "one");
+    let mut named = snapshots(&w);
+    named.sort();
+    assert_eq!(named.len(), 2, "{named:?}");
+
+    append(&log, &noise_lines(9, 2000));
+    overwrite(&db, 2 << 20, b"second in-place edit");
+    {
+        let _guard = Immutable::set(w.store.join("checkpoints"));
+        let o = Command::new(wscommon::bin())
+            .args(["checkpoint", w.room(), "-m", "fails"])
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "the checkpoint was to fail");
+    }
+    let left = snapshots(&w);
+    assert_eq!(
+        left.len(),
+        4,
+        "the failed checkpoint's clones stay: {left:?}"
+    );
+
+    let out = ok(&["gc", w.store(), "--json"]);
+    assert!(out.contains("reflink snapshot no checkpoint uses"), "{out}");
+    let mut kept = snapshots(&w);
+    kept.sort();
+    assert_eq!(kept, named, "gc keeps exactly the last checkpoint's clones");
+
+    // Which the next checkpoint still reads through: only the edited parts are read.
+    let r = checkpoint(&w, "two");
+    assert!(r["bytes_unread"].as_u64().unwrap() > 8 << 20, "{r}");
+    assert_exact(&w, r["id"].as_str().unwrap());
+    ok(&["verify", w.store()]);
+}

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | durable | `STORE.json`, `refs/`, `audit.jsonl`, `lock`, labelled checkpoints, branch heads, what they reach | never deleted |
 //! | reviewable | unlabelled, non-head checkpoint records (`checkpoints/`) | pruned by the policy |
-//! | ephemeral | `tmp/` and `.tmp-*` files of dead processes, dead pins, sockets and pid files in `run/`, `upper/B/` of deleted branches, `displaced/` | pruned when nothing uses it (`displaced/` only with `--prune-displaced`) |
+//! | ephemeral | `tmp/` and `.tmp-*` files of dead processes, dead pins, sockets and pid files in `run/`, `upper/B/` of deleted branches, reflink snapshots in `upper/B/.snapshots-ROOT/` that B's next checkpoint will not use, `displaced/` | pruned when nothing uses it (`displaced/` only with `--prune-displaced`) |
 //! | cache-only | `cache/` | stat caches and materialized lower layers of pruned checkpoints; all of it with `--clear-cache`, except what a mount or a workspace uses |
 //!
 //! Objects (`objects/`) are swept when no kept checkpoint reaches them.
@@ -406,6 +406,11 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
             continue;
         }
         paths.push((p, true, "upper layer of a deleted branch".into()));
+    }
+    for b in &live_branches {
+        for p in crate::workspace::unused_snapshots(store, b)? {
+            paths.push((p, false, "reflink snapshot no checkpoint uses".into()));
+        }
     }
     for p in list_dir(&store.displaced_dir())? {
         if opts.prune_displaced {

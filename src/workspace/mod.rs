@@ -383,6 +383,37 @@ fn saved_caches(
     }
 }
 
+/// The reflink snapshots in `branch`'s upper layers that its next checkpoint will not use
+/// (see `snapshot`): those a failed checkpoint kept, or a stat cache gone since. For `gc`,
+/// under the store lock, so no checkpoint is adding any.
+///
+/// # Errors
+/// Reading the branch or its upper base record.
+pub(crate) fn unused_snapshots(store: &Store, branch: &str) -> Result<Vec<PathBuf>> {
+    let Some(head) = store.read_branch(branch)?.and_then(|b| b.head) else {
+        return Ok(Vec::new());
+    };
+    let base = upper_base(store, branch, head)?;
+    let dir = store.upper_branch_dir(branch);
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut unused = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(root) = name.to_str().and_then(|n| n.strip_prefix(".snapshots-")) else {
+            continue;
+        };
+        let files = saved_caches(store, head, base)(root).files;
+        let keep = files
+            .values()
+            .filter_map(|c| c.snapshot.as_deref())
+            .collect();
+        unused.extend(crate::snapshot::unnamed(&dir.join(root), &keep));
+    }
+    Ok(unused)
+}
+
 /// Un-checkpointed changes of `branch`'s workspace (reads only files whose stat changed).
 pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
     let (_, head) = require_branch(store, branch)?;
