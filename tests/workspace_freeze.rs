@@ -627,3 +627,99 @@ fn a_checkpoint_killed_while_the_filesystem_is_frozen_leaves_it_thawed() {
     wait_until_rewritten(&path);
     assert!(ok(&["checkpoint", w.room(), "--freeze-fs"]).contains("checkpoint"));
 }
+
+/// Holds `path` open (mode `a`, `r`) or mapped shared and writable with no descriptor left
+/// (mode `map`), says `ready`, then sleeps.
+const HOLDER: &str = r#"
+import ctypes, os, sys, time
+path, mode = sys.argv[1], sys.argv[2]
+if mode == "map":
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    fd = os.open(path, os.O_RDWR)
+    assert libc.mmap(None, 8192, 3, 1, fd, 0) not in (None, ctypes.c_void_p(-1).value)
+    os.close(fd)
+else:
+    f = open(path, mode)
+print("ready", flush=True)
+time.sleep(120)
+"#;
+
+/// Starts `argv` (a `HOLDER`) and waits for its `ready`; `None` if it ended without.
+fn holder(argv: &[&str]) -> Option<KillOnDrop> {
+    let mut c = Command::new(argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(c.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let c = KillOnDrop(c);
+    (line.trim() == "ready").then_some(c)
+}
+
+fn unheld_pids(w: &Workspace) -> Vec<u32> {
+    let status: serde_json::Value =
+        serde_json::from_str(&ok(&["status", w.store(), "--json"])).unwrap();
+    let mut pids: Vec<u32> = status[0]["unheld_writers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no unheld_writers: {status}"))
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap() as u32)
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// `status` names the processes writing into a workspace that its checkpoints do not hold:
+/// outside its cgroups, with a file open for writing or mapped shared and writable. Not
+/// readers, and not the agent `exec` started in the workspace's cgroup.
+#[test]
+fn status_names_the_writers_checkpoints_do_not_hold() {
+    let w = Workspace::new(|room| {
+        for f in ["log.txt", "agent.txt", "read.txt"] {
+            fs::write(room.join(f), b"line\n").unwrap();
+        }
+        fs::write(room.join("map.bin"), vec![0u8; 8192]).unwrap();
+    });
+    let p = |rel: &str| w.path(rel).to_str().unwrap().to_string();
+    let agent_file = p("agent.txt");
+    let Some(agent) = holder(&[
+        wscommon::bin(),
+        "exec",
+        w.room(),
+        "--",
+        "python3",
+        "-c",
+        HOLDER,
+        &agent_file,
+        "a",
+    ]) else {
+        eprintln!("SKIPPED: `ckptfs exec` could not make a cgroup here");
+        return;
+    };
+    let (log, read, map) = (p("log.txt"), p("read.txt"), p("map.bin"));
+    let appender = holder(&["python3", "-c", HOLDER, &log, "a"]).unwrap();
+    let _reader = holder(&["python3", "-c", HOLDER, &read, "r"]).unwrap();
+    let mapper = holder(&["python3", "-c", HOLDER, &map, "map"]).unwrap();
+    let mut expected = vec![appender.0.id(), mapper.0.id()];
+    expected.sort_unstable();
+    assert_eq!(unheld_pids(&w), expected, "agent {}", agent.0.id());
+    let text = ok(&["status", w.room()]);
+    assert!(
+        text.contains(&format!(
+            "not held by checkpoints: pid {} (python3) writing {log}",
+            appender.0.id()
+        )),
+        "{text}"
+    );
+    drop(appender);
+    assert_eq!(unheld_pids(&w), vec![mapper.0.id()]);
+}

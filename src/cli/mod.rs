@@ -364,7 +364,8 @@ pub enum Command {
     /// Unmount a `mount` or `browse` view: stops its daemon and waits until the mount is gone.
     Umount(view::UmountArgs),
     /// List live mounts of a store: workspaces (branch, base checkpoint, changes since the last
-    /// checkpoint) and read-only views (mountpoint, what they show, daemon pid).
+    /// checkpoint, processes writing into them that checkpoints do not hold) and read-only
+    /// views (mountpoint, what they show, daemon pid).
     ///
     /// Example: ckptfs status /var/lib/ckpt --json
     Status(view::StatusArgs),

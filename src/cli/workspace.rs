@@ -292,6 +292,9 @@ struct WorkspaceStatus {
     freeze_cgroups: Vec<PathBuf>,
     /// Its checkpoints freeze the store's filesystem (`mount --freeze-fs`).
     freeze_fs: bool,
+    /// Processes writing into it that its checkpoints do not hold (outside `freeze_cgroups`,
+    /// and no `freeze_fs`).
+    unheld_writers: Vec<workspace::freeze::Writer>,
 }
 
 /// Status of the workspaces of a store (or of the one a path is in).
@@ -309,8 +312,15 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
         }
         let d = workspace::dirty(&s, &st.branch).unwrap_or_default();
         let head = s.read_branch(&st.branch)?.and_then(|b| b.head);
+        let live = workspace::is_live(&s, &st)?;
+        let mountpoints: Vec<PathBuf> = st.roots.values().map(|r| r.mountpoint.clone()).collect();
+        let unheld_writers = if live && !st.freeze_fs {
+            workspace::freeze::unheld_writers(&mountpoints, &st.freeze_cgroups)
+        } else {
+            Vec::new()
+        };
         let ws = WorkspaceStatus {
-            live: workspace::is_live(&s, &st)?,
+            live,
             branch: st.branch.clone(),
             base: st.base,
             head,
@@ -324,6 +334,7 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
             bytes_changed: d.bytes_changed,
             freeze_cgroups: st.freeze_cgroups.clone(),
             freeze_fs: st.freeze_fs,
+            unheld_writers,
         };
         out.push(serde_json::to_value(&ws).unwrap_or_default());
     }
@@ -362,6 +373,14 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
         }
         if w["freeze_fs"].as_bool() == Some(true) {
             println!("  checkpoints freeze the store's filesystem");
+        }
+        for p in w["unheld_writers"].as_array().into_iter().flatten() {
+            println!(
+                "  not held by checkpoints: pid {} ({}) writing {}",
+                p["pid"],
+                p["command"].as_str().unwrap_or(""),
+                p["path"].as_str().unwrap_or("")
+            );
         }
     }
 }

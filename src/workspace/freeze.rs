@@ -464,3 +464,96 @@ pub fn thaw_fs_after_crash(dir: &Path) -> Option<String> {
         )),
     }
 }
+
+/// A process that can write into a workspace and that its checkpoints do not hold.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Writer {
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`).
+    pub command: String,
+    /// A file in the workspace it has open for writing or mapped shared and writable.
+    pub path: PathBuf,
+}
+
+/// The processes with a file open for writing (or mapped shared and writable) under one of
+/// `mountpoints` that are in none of the cgroups `held` (nor their descendants): writers a
+/// checkpoint of that workspace does not hold, so a file one of them rewrites in place may be
+/// captured mid-rewrite. One entry per process (its first such file). Processes that cannot
+/// be examined (gone meanwhile, or another user's without the rights) are skipped.
+pub fn unheld_writers(mountpoints: &[PathBuf], held: &[PathBuf]) -> Vec<Writer> {
+    let mut held_pids = std::collections::HashSet::new();
+    for dir in held {
+        collect_pids(dir, &mut held_pids);
+    }
+    let inside = |p: &Path| mountpoints.iter().any(|m| p.starts_with(m));
+    let own = std::process::id();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == own || held_pids.contains(&pid) {
+            continue;
+        }
+        let dir = e.path();
+        if let Some(path) = open_for_writing(&dir, &inside).or_else(|| mapped_shared(&dir, &inside))
+        {
+            let command = fs::read_to_string(dir.join("comm"))
+                .map(|c| c.trim_end().to_string())
+                .unwrap_or_default();
+            out.push(Writer { pid, command, path });
+        }
+    }
+    out.sort_by_key(|w| w.pid);
+    out
+}
+
+/// The pids in cgroup `dir` and its descendants.
+fn collect_pids(dir: &Path, pids: &mut std::collections::HashSet<u32>) {
+    if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+        pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+    }
+    for ent in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if ent.file_type().is_ok_and(|t| t.is_dir()) {
+            collect_pids(&ent.path(), pids);
+        }
+    }
+}
+
+/// A file under `inside` that process `/proc/PID` (`dir`) has open write-only or read-write.
+fn open_for_writing(dir: &Path, inside: &impl Fn(&Path) -> bool) -> Option<PathBuf> {
+    for fd in fs::read_dir(dir.join("fd")).ok()?.flatten() {
+        let Ok(target) = fs::read_link(fd.path()) else {
+            continue;
+        };
+        if !inside(&target) {
+            continue;
+        }
+        let info = dir.join("fdinfo").join(fd.file_name());
+        let flags = fs::read_to_string(info).ok().and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+        });
+        // O_WRONLY or O_RDWR.
+        if flags.is_some_and(|f| f & 3 != 0) {
+            return Some(target);
+        }
+    }
+    None
+}
+
+/// A file under `inside` that process `/proc/PID` (`dir`) maps shared and writable (its
+/// stores reach the file without a system call).
+fn mapped_shared(dir: &Path, inside: &impl Fn(&Path) -> bool) -> Option<PathBuf> {
+    let maps = fs::read_to_string(dir.join("maps")).ok()?;
+    maps.lines().find_map(|l| {
+        let mut f = l.splitn(6, ' ');
+        let perms = f.nth(1)?;
+        let path = Path::new(f.nth(3)?.trim_start());
+        (perms.starts_with("rw") && perms.ends_with('s') && inside(path)).then(|| path.into())
+    })
+}
