@@ -319,8 +319,9 @@ pub enum Command {
     /// Delete what the retention policy lets go: unlabelled, non-head checkpoints beyond
     /// --keep-* (per branch; default from STORE.json "retention", else keep all), then objects
     /// no kept checkpoint reaches, temp files of dead processes, dead pins, uppers of deleted
-    /// branches, reflink snapshots left by a failed checkpoint, and stale caches. Never touches refs, labels, branch heads or what a live pin
-    /// (mount, view, capture) reaches. --dry-run prints the same report without deleting.
+    /// branches, reflink snapshots left by a failed checkpoint, and stale caches. Never
+    /// touches refs, labels, branch heads or what a live pin (mount, view, capture) reaches.
+    /// --dry-run prints the same report without deleting.
     Gc(health::GcArgs),
     /// Export checkpoints or branches (or --all) to one portable file: zstd-compressed tar with
     /// a manifest, records and objects; prints its SHA-256 and writes FILE.sha256.
