@@ -797,6 +797,12 @@ fn read_snapshot(
         return Ok(d);
     }
     let (live, before) = open_regular(job)?;
+    // Nothing to compare with and nothing to keep (`status`): a clone would be wasted, and it
+    // would first flush whatever of the file is still unwritten.
+    let old = job.previous_snapshot.as_deref().and_then(|n| snaps.open(n));
+    if old.is_none() && !snaps.keeps() {
+        return read_file(batch, chunker, job, progress);
+    }
     let Some(snap) = snaps.take(&live) else {
         return read_file(batch, chunker, job, progress);
     };
@@ -807,7 +813,6 @@ fn read_snapshot(
         .metadata()
         .map_err(|e| Error::io(&job.abs, e))?
         .len();
-    let old = job.previous_snapshot.as_deref().and_then(|n| snaps.open(n));
     let cmp = snapshot::compare(old.as_ref(), &snap.file);
     let (chunks, total) = crate::chunker::chunk_file(
         batch,
