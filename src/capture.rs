@@ -797,12 +797,14 @@ fn read_snapshot(
         return Ok(d);
     }
     let (live, before) = open_regular(job)?;
-    // Nothing to compare with and nothing to keep (`status`): a clone would be wasted, and it
-    // would first flush whatever of the file is still unwritten.
+    // Nothing to compare with and nothing to keep (`status`): a clone would be wasted.
     let old = job.previous_snapshot.as_deref().and_then(|n| snaps.open(n));
     if old.is_none() && !snaps.keeps() {
         return read_file(batch, chunker, job, progress);
     }
+    // With no writer, and none let in until the read is done, the live file holds the clone's
+    // bytes: read it, from the page cache (the clone's pages are not cached).
+    let lease = snapshot::Lease::take(&live);
     let Some(snap) = snaps.take(&live) else {
         return read_file(batch, chunker, job, progress);
     };
@@ -814,16 +816,23 @@ fn read_snapshot(
         .map_err(|e| Error::io(&job.abs, e))?
         .len();
     let cmp = snapshot::compare(old.as_ref(), &snap.file);
-    let (chunks, total) = crate::chunker::chunk_file(
-        batch,
-        chunker,
-        &snap.file,
-        size,
-        &job.abs,
-        &job.previous,
-        &cmp.same,
-        &progress.bytes,
-    )?;
+    let chunk = |f: &File| {
+        crate::chunker::chunk_file(
+            batch,
+            chunker,
+            f,
+            size,
+            &job.abs,
+            &job.previous,
+            &cmp.same,
+            &progress.bytes,
+        )
+    };
+    let (mut chunks, mut total) = chunk(if lease.is_some() { &live } else { &snap.file })?;
+    if lease.is_some_and(|l| !l.held_throughout()) {
+        // A writer may have been let in meanwhile: read the clone after all.
+        (chunks, total) = chunk(&snap.file)?;
+    }
     if total != size {
         return Err(Error::Invalid(format!(
             "{}: its snapshot changed while being read",

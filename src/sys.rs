@@ -116,3 +116,36 @@ pub fn fiemap(f: &std::fs::File) -> std::io::Result<Vec<Extent>> {
         }
     }
 }
+
+/// Takes a read lease on `f` (open read-only): refused (EAGAIN) while any process has the
+/// file open for writing or mapped writable; while it stands, an open for writing or a
+/// truncation waits until [`release_lease`] (or `/proc/sys/fs/lease-break-time`). The
+/// process ignores SIGIO from then on: the kernel signals a lease holder when an opener
+/// starts waiting, and the holder here releases soon anyway.
+pub fn read_lease(f: &std::fs::File) -> std::io::Result<()> {
+    static IGNORE_SIGIO: std::sync::Once = std::sync::Once::new();
+    IGNORE_SIGIO.call_once(|| {
+        // SAFETY: installs the ignore disposition, no handler code runs; SIGIO is used for
+        // nothing else in this process.
+        unsafe {
+            libc::signal(libc::SIGIO, libc::SIG_IGN);
+        }
+    });
+    set_lease(f, libc::F_RDLCK)
+}
+
+/// Releases a lease [`read_lease`] took.
+pub fn release_lease(f: &std::fs::File) -> std::io::Result<()> {
+    set_lease(f, libc::F_UNLCK)
+}
+
+fn set_lease(f: &std::fs::File, kind: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_SETLEASE takes an int argument; the descriptor is open for the whole call.
+    let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, kind) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -126,6 +126,9 @@ fn reads_only_the_changed_parts(fs_type: &str) {
     append(&log, &noise_lines(4, 3000));
     overwrite(&db, (2 << 20) + 5, b"second in-place edit");
     fs::write(w.path("small.txt"), b"changed\n").unwrap();
+    // Past the clock tick of these writes: a file changed in the tick a checkpoint starts in
+    // is read again by the next one, which the third checkpoint below must not do.
+    std::thread::sleep(std::time::Duration::from_millis(30));
     let r = checkpoint(&w, "two");
     let unread = r["bytes_unread"].as_u64().unwrap();
     assert!(
@@ -313,4 +316,99 @@ fn on_xfs_gc_removes_the_snapshots_of_a_failed_checkpoint() {
     assert!(r["bytes_unread"].as_u64().unwrap() > 8 << 20, "{r}");
     assert_exact(&w, r["id"].as_str().unwrap());
     ok(&["verify", w.store()]);
+}
+
+/// Prints how many pages of the file named by its argument the page cache holds (mincore).
+const RESIDENT: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+p = libc.mmap(None, size, 1, 1, fd, 0)
+vec = ctypes.create_string_buffer((size + 4095) // 4096)
+assert libc.mincore(p, size, vec) == 0, ctypes.get_errno()
+print(sum(b & 1 for b in vec.raw))
+"#;
+
+fn resident_pages(p: &Path) -> u64 {
+    let o = Command::new("python3")
+        .args(["-c", RESIDENT])
+        .arg(p)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
+/// A clone's pages are not in the page cache (it is a new inode): where no process holds the
+/// file open for writing, a checkpoint reads the live file instead, under a read lease, and
+/// leaves the clone unread. A file a writer holds open is read through its clone.
+#[test]
+fn on_xfs_a_file_no_writer_holds_is_read_from_the_page_cache_not_its_clone() {
+    let Some(w) = workspace_on("xfs", |room| {
+        fs::write(room.join("log.jsonl"), noise_lines(10, 6 << 20)).unwrap();
+    }) else {
+        return;
+    };
+    let log = w.path("log.jsonl");
+    let only_snapshot = |w: &Workspace| {
+        let s = snapshots(w);
+        assert_eq!(s.len(), 1, "{s:?}");
+        s.into_iter().next().unwrap()
+    };
+    // First checkpoint after the copy-up: read whole, from the live file.
+    append(&log, &noise_lines(11, 1000));
+    let r = checkpoint(&w, "one");
+    assert_eq!(r["files_read"], 1, "{r}");
+    assert_exact_log(&w, &r);
+    assert_eq!(resident_pages(&only_snapshot(&w)), 0, "the clone was read");
+
+    // A writer holds the log open: the appended part is read through the new clone.
+    let holder = KillOnDrop(
+        Command::new("python3")
+            .args([
+                "-c",
+                "import sys, time; f = open(sys.argv[1], 'a'); print('ready', flush=True); time.sleep(60)",
+            ])
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut holder = holder;
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.0.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "ready");
+    append(&log, &noise_lines(12, 5000));
+    let r = checkpoint(&w, "two");
+    assert!(r["bytes_unread"].as_u64().unwrap() > 5 << 20, "{r}");
+    assert_exact_log(&w, &r);
+    assert!(
+        resident_pages(&only_snapshot(&w)) > 0,
+        "the clone was not read"
+    );
+
+    // The writer gone, the next change is read from the live file again.
+    drop(holder);
+    append(&log, &noise_lines(13, 5000));
+    let r = checkpoint(&w, "three");
+    assert!(r["bytes_unread"].as_u64().unwrap() > 5 << 20, "{r}");
+    assert_exact_log(&w, &r);
+    assert_eq!(resident_pages(&only_snapshot(&w)), 0, "the clone was read");
+}
+
+fn assert_exact_log(w: &Workspace, r: &serde_json::Value) {
+    let id = r["id"].as_str().unwrap();
+    assert!(
+        cat(w, id, "log.jsonl") == fs::read(w.path("log.jsonl")).unwrap(),
+        "log.jsonl differs in checkpoint {id}"
+    );
 }
