@@ -11,7 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use wscommon::{
-    lines_all_equal, modified, ok, run, wait_until_rewritten, KillOnDrop, Workspace, REWRITER,
+    holder, lines_all_equal, modified, ok, run, wait_until_rewritten, KillOnDrop, Workspace,
+    REWRITER,
 };
 
 /// A fresh cgroup (v2 if mounted, else v1's freezer) holding a writer process; the writer is
@@ -646,24 +647,6 @@ else:
 print("ready", flush=True)
 time.sleep(120)
 "#;
-
-/// Starts `argv` (a `HOLDER`) and waits for its `ready`; `None` if it ended without.
-fn holder(argv: &[&str]) -> Option<KillOnDrop> {
-    let mut c = Command::new(argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(c.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let c = KillOnDrop(c);
-    (line.trim() == "ready").then_some(c)
-}
 
 fn unheld_pids(w: &Workspace) -> Vec<u32> {
     let status: serde_json::Value =

@@ -368,25 +368,13 @@ fn on_xfs_a_file_no_writer_holds_is_read_from_the_page_cache_not_its_clone() {
     assert_eq!(resident_pages(&only_snapshot(&w)), 0, "the clone was read");
 
     // A writer holds the log open: the appended part is read through the new clone.
-    let holder = KillOnDrop(
-        Command::new("python3")
-            .args([
-                "-c",
-                "import sys, time; f = open(sys.argv[1], 'a'); print('ready', flush=True); time.sleep(60)",
-            ])
-            .arg(&log)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut holder = holder;
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(holder.0.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "ready");
+    let holder = wscommon::holder(&[
+        "python3",
+        "-c",
+        "import sys, time; f = open(sys.argv[1], 'a'); print('ready', flush=True); time.sleep(60)",
+        log.to_str().unwrap(),
+    ])
+    .expect("the holder did not start");
     append(&log, &noise_lines(12, 5000));
     let r = checkpoint(&w, "two");
     assert!(r["bytes_unread"].as_u64().unwrap() > 5 << 20, "{r}");

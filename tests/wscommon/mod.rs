@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_ckptfs")
@@ -161,6 +161,25 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Starts `argv`, a process that prints `ready` once set up, and waits for that line; `None`
+/// if it ended without.
+pub fn holder(argv: &[&str]) -> Option<KillOnDrop> {
+    let mut c = Command::new(argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(c.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let c = KillOnDrop(c);
+    (line.trim() == "ready").then_some(c)
 }
 
 /// Rewrites the file named by its argument in place, without pause, in one pwrite of its
