@@ -32,8 +32,10 @@
 //! mapped writable), and makes an open for writing (or a truncation) wait until it is
 //! released, so the live file holds the clone's bytes all along. A file a writer holds open
 //! is read through its clone. `status`, which keeps no clone, clones no file that has no
-//! previous clone to compare with. Other filesystems (ext4, tmpfs) have no shared blocks: nothing changes there.
-//! Everything here is a cache: a missing or unreadable clone only means reading the file.
+//! previous clone to compare with.
+//!
+//! Other filesystems (ext4, tmpfs) have no shared blocks: nothing changes there. Everything
+//! here is a cache: a missing or unreadable clone only means reading the file.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -190,6 +192,15 @@ fn unique_name() -> String {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// The snapshots a stat cache names: those its checkpoint keeps for the next one.
+pub(crate) fn named_by(cache: &crate::store::statcache::StatCache) -> HashSet<&str> {
+    cache
+        .values()
+        .filter_map(|c| c.snapshot.as_deref())
+        .filter(|n| *n != DECLINED)
+        .collect()
 }
 
 /// The snapshots of the upper layer `upper` that `keep` does not name.

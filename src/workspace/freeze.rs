@@ -268,19 +268,24 @@ fn is_frozen(dir: &Path, kind: Interface) -> Result<bool> {
 
 /// Whether `pid` is in the cgroup `dir` or one of its descendants.
 fn holds_pid(dir: &Path, pid: u32) -> Result<bool> {
-    let procs = dir.join("cgroup.procs");
-    if let Ok(text) = fs::read_to_string(&procs) {
-        if text.lines().any(|l| l.trim().parse() == Ok(pid)) {
-            return Ok(true);
-        }
+    let mut pids = std::collections::HashSet::new();
+    collect_pids(dir, &mut pids)?;
+    Ok(pids.contains(&pid))
+}
+
+/// Adds the pids in cgroup `dir` and its descendants to `pids` (a cgroup whose process list
+/// cannot be read adds none; a directory that cannot be listed is an error).
+fn collect_pids(dir: &Path, pids: &mut std::collections::HashSet<u32>) -> Result<()> {
+    if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+        pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
     }
     for ent in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let ent = ent.map_err(|e| Error::io(dir, e))?;
-        if ent.file_type().is_ok_and(|t| t.is_dir()) && holds_pid(&ent.path(), pid)? {
-            return Ok(true);
+        if ent.file_type().is_ok_and(|t| t.is_dir()) {
+            collect_pids(&ent.path(), pids)?;
         }
     }
-    Ok(false)
+    Ok(())
 }
 
 /// Checks that the filesystem holding the store `dir` may be frozen by `--freeze-fs`: it must
@@ -483,7 +488,8 @@ pub struct Writer {
 pub fn unheld_writers(mountpoints: &[PathBuf], held: &[PathBuf]) -> Vec<Writer> {
     let mut held_pids = std::collections::HashSet::new();
     for dir in held {
-        collect_pids(dir, &mut held_pids);
+        // Best effort: a cgroup gone meanwhile holds nobody.
+        let _ = collect_pids(dir, &mut held_pids);
     }
     let inside = |p: &Path| mountpoints.iter().any(|m| p.starts_with(m));
     let own = std::process::id();
@@ -509,18 +515,6 @@ pub fn unheld_writers(mountpoints: &[PathBuf], held: &[PathBuf]) -> Vec<Writer> 
     }
     out.sort_by_key(|w| w.pid);
     out
-}
-
-/// The pids in cgroup `dir` and its descendants.
-fn collect_pids(dir: &Path, pids: &mut std::collections::HashSet<u32>) {
-    if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
-        pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
-    }
-    for ent in fs::read_dir(dir).into_iter().flatten().flatten() {
-        if ent.file_type().is_ok_and(|t| t.is_dir()) {
-            collect_pids(&ent.path(), pids);
-        }
-    }
 }
 
 /// A file under `inside` that process `/proc/PID` (`dir`) has open write-only or read-write.

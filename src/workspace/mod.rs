@@ -405,10 +405,7 @@ pub(crate) fn unused_snapshots(store: &Store, branch: &str) -> Result<Vec<PathBu
             continue;
         };
         let files = saved_caches(store, head, base)(root).files;
-        let keep = files
-            .values()
-            .filter_map(|c| c.snapshot.as_deref())
-            .collect();
+        let keep = crate::snapshot::named_by(&files);
         unused.extend(crate::snapshot::unnamed(&dir.join(root), &keep));
     }
     Ok(unused)
@@ -524,11 +521,10 @@ fn checkpoint_locked(
         store.save_statcache(&id, name, cache);
         store.save_upper_cache(&id, name, upper);
         // The snapshots this cache names stay for the next checkpoint; older ones go.
-        let keep = cache
-            .values()
-            .filter_map(|c| c.snapshot.as_deref())
-            .collect();
-        crate::snapshot::sweep(&store.upper_dir(branch, name), &keep);
+        crate::snapshot::sweep(
+            &store.upper_dir(branch, name),
+            &crate::snapshot::named_by(cache),
+        );
     }
     Ok(CheckpointReport {
         id,
