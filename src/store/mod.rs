@@ -489,6 +489,11 @@ impl Store {
         self.statcache_dir()
             .join(format!("{}-{root}", checkpoint.to_hex()))
     }
+    /// `cache/materialized/`: unnamed (`O_TMPFILE`) copies of big files a view daemon passes
+    /// through.
+    pub fn materialized_dir(&self) -> PathBuf {
+        self.cache_dir().join("materialized")
+    }
     pub fn audit_path(&self) -> PathBuf {
         self.root.join("audit.jsonl")
     }

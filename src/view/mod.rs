@@ -391,7 +391,7 @@ impl View {
             }
         };
         let budget = usize::try_from(opts.cache_bytes).unwrap_or(usize::MAX);
-        let copies_dir = store.cache_dir().join("materialized");
+        let copies_dir = store.materialized_dir();
         let mut inodes = HashMap::new();
         inodes.insert(
             ROOT_INO,
