@@ -1,7 +1,8 @@
 //! The thin fuser 0.18 adapter over [`View`]: translate each kernel request, delegate, reply
-//! with the precise errno. No logic lives here beyond choosing TTLs and open flags.
+//! with the precise errno. No logic lives here beyond choosing TTLs and open flags; which big
+//! files pass through is decided by `backing.rs` (`Opens`), which this asks and obeys.
 //!
-//! Choices (see DESIGN §9 for the measurements behind them):
+//! Choices, each made to save kernel round trips, daemon work or disk reads:
 //! - immutable entries get long entry/attr TTLs and negative entries; browse entries that can
 //!   change (`labels/`, `branches/`, `latest`...) get one second;
 //! - files under 1 MiB open with `KEEP_CACHE` and handle 0 (the page cache serves them again
@@ -11,23 +12,22 @@
 //!   in `STORE/cache/` ([`crate::view::materialize`]) and opened with FUSE passthrough to it:
 //!   the kernel reads (and maps) the copy directly, no READ reaches the daemon. All opens of
 //!   one inode share one backing id; a file already open in page-cache mode stays so until
-//!   closed (mixing modes on one inode is ETXTBSY). The stack depth is 1, so a kernel overlayfs
-//!   can still use the mount as its lower layer. A copy that cannot be made (no space) leaves
-//!   that file in the page cache. Without passthrough (`--file-cache-size 0`, the overlay lower
-//!   view of workspaces, or a kernel that refuses it: not root, store on a stacked filesystem)
-//!   OPEN is answered ENOSYS once checked: the kernel then opens every file itself with
-//!   `KEEP_CACHE`, with no OPEN or RELEASE round trip at all;
+//!   closed (mixing modes on one inode is ETXTBSY): the rules are in `backing.rs`. The
+//!   stack depth is 1, so a kernel overlayfs can still use the mount as its lower layer. A
+//!   copy that cannot be made (no space) leaves that file in the page cache. Without
+//!   passthrough (`--file-cache-size 0`, the overlay lower view of workspaces, or a kernel
+//!   that refuses it: not root, store on a stacked filesystem) OPEN is answered ENOSYS once
+//!   checked: the kernel then opens every file itself with `KEEP_CACHE`, with no OPEN or
+//!   RELEASE round trip at all;
 //! - several worker threads (`n_threads`, `clone_fd`), since handlers block on disk reads;
 //! - every write-side request answers EROFS (the mount is also `ro`); a missing xattr is
 //!   ENODATA, never ENOSYS (which would disable xattrs for the whole mount).
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -39,6 +39,7 @@ use fuser::{
 };
 
 use crate::error::Error;
+use crate::view::backing::{self, OpenMode, OpenPlan, Opens};
 use crate::view::{Attr, Kind, Namespace, Node, View};
 
 /// TTL of immutable entries and attributes.
@@ -60,129 +61,58 @@ pub struct MountConfig {
 /// The fuser filesystem: a [`View`] and the passthrough bookkeeping.
 pub struct ViewFs {
     view: Arc<View>,
-    /// The kernel accepted FUSE_PASSTHROUGH and backing files open fine so far.
-    passthrough: AtomicBool,
-    opens: Mutex<Opens>,
-    next_fh: AtomicU64,
+    opens: Opens<BackingId>,
 }
 
-/// A tracked page-cache open of a big file (see [`Opens::cached`]).
-fn open_cached(o: &mut Opens, ino: u64, fh: u64, reply: ReplyOpen) {
-    *o.cached.entry(ino).or_default() += 1;
-    o.handles.insert(fh, (ino, None));
+/// Replies a tracked page-cache open of a big file.
+fn reply_cached(fh: u64, reply: ReplyOpen) {
     reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
-}
-
-/// Open handles of big files (small files are opened with handle 0 and not tracked).
-#[derive(Default)]
-struct Opens {
-    /// The backing id of each inode with passthrough opens: every open of one inode must use
-    /// the same id while any is open.
-    backing: HashMap<u64, Weak<BackingId>>,
-    /// What each handle holds: its inode and backing id (None: a page-cache open).
-    handles: HashMap<u64, (u64, Option<Arc<BackingId>>)>,
-    /// Page-cache opens of big files per inode (a passthrough open of the same inode meanwhile
-    /// would fail with ETXTBSY, so those stay in page-cache mode until closed).
-    cached: HashMap<u64, u32>,
 }
 
 impl ViewFs {
     pub fn new(view: Arc<View>) -> ViewFs {
         ViewFs {
             view,
-            passthrough: AtomicBool::new(false),
-            opens: Mutex::new(Opens::default()),
-            next_fh: AtomicU64::new(1),
+            opens: Opens::new(),
         }
-    }
-
-    fn opens(&self) -> MutexGuard<'_, Opens> {
-        self.opens
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Opens a big file: passthrough to its materialized copy when possible, else a tracked
     /// page-cache open.
     fn open_big(&self, ino: u64, reply: ReplyOpen) {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut o = self.opens();
-            let shared = o.backing.get(&ino).and_then(Weak::upgrade);
-            if let Some(id) = shared {
-                o.handles.insert(fh, (ino, Some(id.clone())));
-                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+        let fh = match self.opens.plan(ino) {
+            OpenPlan::Shared { fh, backing } => {
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &backing);
                 return;
             }
-            if o.cached.get(&ino).copied().unwrap_or(0) > 0 || !self.passthrough() {
-                open_cached(&mut o, ino, fh, reply);
-                return;
-            }
-        }
+            OpenPlan::Cached { fh } => return reply_cached(fh, reply),
+            OpenPlan::Materialize { fh } => fh,
+        };
         let copy = match self.view.materialized(ino) {
             Ok(c) => c,
-            Err(e @ (Error::Corrupt(_) | Error::NotFound(_))) => {
+            Err(e) if backing::fails_open(&e) => {
                 reply.error(fail("open", ino, &e));
                 return;
             }
             Err(e) => {
-                // No room for a copy (ENOSPC...): serve it from the page cache instead.
                 log::warn!(
                     "{}: {e}; reading it without passthrough",
                     self.view.path_of(ino)
                 );
-                open_cached(&mut self.opens(), ino, fh, reply);
-                return;
+                self.opens.open_cached(ino, fh);
+                return reply_cached(fh, reply);
             }
         };
-        let id = match reply.open_backing(&*copy) {
-            Ok(id) => Arc::new(id),
+        match reply.open_backing(&*copy) {
+            Ok(id) => {
+                let id = self.opens.attach(ino, fh, id);
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+            }
             Err(e) => {
-                // EPERM (not root), ELOOP (the store sits on a stacked filesystem)...: the
-                // kernel will refuse every backing file alike, so stop trying.
                 log::warn!("passthrough unavailable ({e}); reading files through the daemon");
-                self.passthrough.store(false, Ordering::Relaxed);
-                open_cached(&mut self.opens(), ino, fh, reply);
-                return;
+                self.opens.refused(ino, fh);
+                reply_cached(fh, reply);
             }
-        };
-        let mut o = self.opens();
-        // Another open may have registered one meanwhile: all opens must share it.
-        let id = match o.backing.get(&ino).and_then(Weak::upgrade) {
-            Some(theirs) => theirs,
-            None => {
-                o.backing.insert(ino, Arc::downgrade(&id));
-                id
-            }
-        };
-        o.handles.insert(fh, (ino, Some(id.clone())));
-        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
-    }
-
-    /// Whether big files go through passthrough: negotiated at INIT, dropped for good when
-    /// the kernel refuses a backing file.
-    fn passthrough(&self) -> bool {
-        self.passthrough.load(Ordering::Relaxed)
-    }
-
-    fn release_file(&self, fh: u64) {
-        let mut o = self.opens();
-        match o.handles.remove(&fh) {
-            Some((ino, None)) => {
-                if let Some(n) = o.cached.get_mut(&ino) {
-                    *n -= 1;
-                    if *n == 0 {
-                        o.cached.remove(&ino);
-                    }
-                }
-            }
-            Some((ino, Some(id))) => {
-                drop(id);
-                if o.backing.get(&ino).is_some_and(|w| w.strong_count() == 0) {
-                    o.backing.remove(&ino);
-                }
-            }
-            None => {}
         }
     }
 }
@@ -297,7 +227,7 @@ impl Filesystem for ViewFs {
             && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
             && config.set_max_stack_depth(1).is_ok()
         {
-            self.passthrough.store(true, Ordering::Relaxed);
+            self.opens.enable();
         }
         log::info!("view ready: {:?}", self.view.namespace());
         Ok(())
@@ -347,17 +277,20 @@ impl Filesystem for ViewFs {
             reply.error(Errno::EROFS);
             return;
         }
-        match self.view.file_size(ino.0) {
-            Err(e) => reply.error(fail("open", ino.0, &e)),
+        let size = match self.view.file_size(ino.0) {
+            Ok(size) => size,
+            Err(e) => return reply.error(fail("open", ino.0, &e)),
+        };
+        match self.opens.mode(&self.view, size) {
             // No passthrough (--file-cache-size 0, overlay lower layers, a kernel that refused
             // it): answer ENOSYS once the file is checked. The kernel counts that as success,
             // stops sending OPEN and RELEASE for the rest of the mount (one round trip each
             // per file, which dominate `grep -r` and an overlay's first reads), and opens with
             // KEEP_CACHE; reads arrive with handle 0.
-            Ok(_) if !self.passthrough() => reply.error(Errno::ENOSYS),
-            Ok(size) if self.view.wants_copy(size) => self.open_big(ino.0, reply),
+            OpenMode::NoOpen => reply.error(Errno::ENOSYS),
+            OpenMode::Big => self.open_big(ino.0, reply),
             // Small files: the page cache, kept across opens; reads arrive with handle 0.
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            OpenMode::Small => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
         }
     }
 
@@ -410,7 +343,7 @@ impl Filesystem for ViewFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.release_file(fh.0);
+        self.opens.release(fh.0);
         reply.ok();
     }
 

@@ -30,11 +30,13 @@
 //! `inodes.rs` numbers inodes and keeps the table of those the kernel holds; `browse.rs` the
 //! browse namespace; `read.rs` chunk maps, reads and the byte-budgeted caches; `prefetch.rs`
 //! readahead ahead of readers and walkers; `pin.rs` the lower view's pin; `materialize.rs`
-//! the copies big files pass through to; `fuse.rs` the adapter.
+//! the copies big files pass through to, and `backing.rs` which opens do; `fuse.rs` the
+//! adapter.
 
 pub mod fuse;
 pub mod materialize;
 
+mod backing;
 mod browse;
 mod inodes;
 mod pin;
