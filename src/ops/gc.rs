@@ -724,6 +724,50 @@ mod tests {
     const H: i64 = 3600 * 1_000_000_000;
 
     #[test]
+    fn reasons_serialise_to_the_strings_of_the_json_output() {
+        let reasons = [
+            KeepReason::BranchHead,
+            KeepReason::Label,
+            KeepReason::Pinned,
+            KeepReason::WorkspaceBase,
+            KeepReason::Policy,
+            KeepReason::NoPolicy,
+            KeepReason::PinKeepsAll,
+        ];
+        let kept: BTreeMap<KeepReason, usize> = reasons.iter().map(|r| (*r, 1)).collect();
+        let json = serde_json::to_value(&kept).unwrap();
+        let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
+        let mut names: Vec<&str> = reasons.iter().map(|r| r.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(keys, names, "JSON keys are the names, in name order");
+        let listed: Vec<&str> = kept.keys().map(|r| r.as_str()).collect();
+        assert_eq!(
+            listed, names,
+            "the text output lists reasons in name order too"
+        );
+        for g in [
+            Garbage::ClearedCache,
+            Garbage::StaleStatCache,
+            Garbage::LeftoverTemp,
+            Garbage::DeadPin,
+            Garbage::DeadSocket,
+            Garbage::DeadPidFile,
+            Garbage::OrphanUpper,
+            Garbage::UnusedSnapshot,
+            Garbage::Displaced,
+        ] {
+            assert_eq!(serde_json::to_value(g).unwrap(), g.as_str());
+        }
+        for p in [
+            PolicySource::CommandLine,
+            PolicySource::StoreConfig,
+            PolicySource::None,
+        ] {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
+        }
+    }
+
+    #[test]
     fn policies_table() {
         // Checkpoints every 6 hours over 4 weeks, newest = id 111.
         let now = 1_795_946_400_000_000_000; // 2026-11-29T10:00:00 (a Sunday)
