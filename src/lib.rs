@@ -4,9 +4,11 @@
 //! files become chunk objects (FastCDC + SHA-256), directories become [`store::tree::Tree`]
 //! objects, and one [`store::checkpoint::Checkpoint`] record ties one tree per root together.
 //! Branches (movable) and labels (immutable) name checkpoints. [`ops`] holds the operations
-//! over stored history: restore, verify, diff, recover, and keeping a store healthy: `gc`
-//! (retention classes and policy, plan then apply), `archive`/`unarchive` (portable tar+zstd
-//! exports with SHA-256) and `doctor` (invariant checks with fixes).
+//! over stored history: restore, verify, diff, `history` (what `log` lists and draws), recover,
+//! and keeping a store healthy: `gc` (retention classes and policy, plan then apply),
+//! `archive`/`unarchive` (portable tar+zstd exports with SHA-256) and `doctor` (invariant
+//! checks with fixes). `gc`, `doctor` and `recover` see the store's state and its stale
+//! artifacts through one `ops::inventory`; [`mountinfo`] is the one reader of the mount table.
 //!
 //! The CLI (`src/cli`) is a thin layer over this library; the library never sees clap.
 

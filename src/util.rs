@@ -116,36 +116,36 @@ pub fn parse_duration(s: &str) -> Result<i64> {
     Ok(total)
 }
 
-/// Parses a size such as `4096`, `100K`, `64M`, `2G` (binary units) into bytes.
+/// Parses a size: a whole number of bytes with an optional unit, `B`, `K`, `M`, `G` or `T`,
+/// each also written `KB`/`KiB`, `MB`/`MiB`..., in any case, with or without a space
+/// (`4096`, `16K`, `64 MiB`, `512MB`, `2g`, `0`).
+///
+/// Every unit is a power of 1024: `KB`, `KiB` and `K` all mean 1024 bytes. These sizes are
+/// memory and disk budgets, and `64MB` has meant 64 MiB in ckptfs from the start. Zero is a
+/// size; a caller that needs a positive one checks.
 ///
 /// # Errors
-/// `Usage` when it is not a positive size.
+/// `Usage` naming the value and the accepted forms, also when it does not fit in 64 bits.
 pub fn parse_size(s: &str) -> Result<u64> {
     let bad = || {
         Error::Usage(format!(
-            "bad size {s:?}: use bytes or a K, M, G suffix (e.g. 512M)"
+            "bad size {s:?}: use a number of bytes with an optional unit B, K, M, G or T \
+             (also KB/KiB, MB/MiB...: all powers of 1024), e.g. 64M or 512MB"
         ))
     };
     let t = s.trim();
-    let (digits, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m: u64 = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => return Err(bad()),
-            };
-            (&t[..i], m)
-        }
-        _ => (t, 1),
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (digits, unit) = (t[..split].trim_end(), &t[split..]);
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad()),
     };
     let n: u64 = digits.parse().map_err(|_| bad())?;
-    let v = n.checked_mul(mult).ok_or_else(bad)?;
-    if v == 0 {
-        return Err(bad());
-    }
-    Ok(v)
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
 }
 
 /// Human-readable byte count (KiB/MiB/GiB).
@@ -181,10 +181,68 @@ mod tests {
         assert!(parse_duration("7").is_err());
         assert!(parse_duration("x").is_err());
         assert!(parse_duration("").is_err());
-        assert_eq!(parse_size("2K").unwrap(), 2048);
-        assert_eq!(parse_size("100").unwrap(), 100);
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("1Q").is_err());
+    }
+
+    #[test]
+    fn sizes_table() {
+        const K: u64 = 1 << 10;
+        let ok: &[(&str, u64)] = &[
+            ("0", 0),
+            ("100", 100),
+            ("4096", 4096),
+            ("1048576", 1 << 20),
+            ("+5", 5),
+            (" 7 ", 7),
+            ("10B", 10),
+            ("10b", 10),
+            ("2K", 2 * K),
+            ("2k", 2 * K),
+            ("16K", 16 * K),
+            ("1KB", K),
+            ("1kb", K),
+            ("1KiB", K),
+            ("1kib", K),
+            ("64M", 64 << 20),
+            ("64m", 64 << 20),
+            ("64MB", 64 << 20),
+            ("64MiB", 64 << 20),
+            ("64 M", 64 << 20),
+            ("64 MiB", 64 << 20),
+            ("128MiB", 128 << 20),
+            ("512MB", 512 << 20),
+            ("1G", 1 << 30),
+            ("1GiB", 1 << 30),
+            ("4gb", 4 << 30),
+            ("2T", 2 << 40),
+            ("2TiB", 2 << 40),
+            ("3tb", 3 << 40),
+            ("16777215T", 16_777_215 << 40),
+        ];
+        for (s, want) in ok {
+            assert_eq!(parse_size(s).ok(), Some(*want), "{s:?}");
+        }
+        let bad = [
+            "",
+            " ",
+            "lots",
+            "K",
+            "MB",
+            "1Q",
+            "1KQ",
+            "1iB",
+            "1 K B",
+            "1.5G",
+            "-1",
+            "1e3",
+            "16777216T",
+            "18446744073709551616",
+        ];
+        for s in bad {
+            assert!(
+                matches!(parse_size(s), Err(Error::Usage(_))),
+                "{s:?} should be refused"
+            );
+        }
     }
 
     #[test]

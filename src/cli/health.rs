@@ -1,4 +1,4 @@
-//! CLI of the health commands: gc, archive, unarchive, doctor.
+//! CLI of the health commands: verify, recover, gc, archive, unarchive, doctor.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -6,13 +6,35 @@ use std::path::PathBuf;
 use clap::Args;
 
 use ckptfs::ops::archive::{self, ArchiveOptions, UnarchiveOptions};
-use ckptfs::ops::doctor;
+use ckptfs::ops::doctor::{self, Repair};
 use ckptfs::ops::gc::{self, GcOptions, GcReport};
+use ckptfs::ops::{recover, verify};
 use ckptfs::store::RetentionPolicy;
 use ckptfs::util::human_bytes;
-use ckptfs::{Result, Store};
+use ckptfs::{Error, Result, Store};
 
 use super::{print_json, split_kv, JsonFlag};
+
+/// `verify` arguments.
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    pub store: PathBuf,
+    /// Checkpoints to verify (default: all).
+    pub checkpoints: Vec<String>,
+    /// Verify every checkpoint (the default when none is given).
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `recover` arguments.
+#[derive(Args, Debug)]
+pub struct RecoverArgs {
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
 
 /// `gc` arguments.
 #[derive(Args, Debug)]
@@ -58,7 +80,8 @@ pub struct ArchiveArgs {
     /// The archive file to write (never overwritten); FILE.sha256 is written beside it.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
-    /// Cut the archive into FILE.part000, FILE.part001... of at most SIZE bytes (e.g. 1G).
+    /// Cut the archive into FILE.part000, FILE.part001... of at most SIZE bytes (e.g. 1G,
+    /// 512MB; K, M, G, T are powers of 1024, also written KB/KiB, MB/MiB...).
     #[arg(long, value_name = "SIZE")]
     pub split: Option<String>,
     #[command(flatten)]
@@ -90,6 +113,60 @@ pub struct DoctorArgs {
     pub store: PathBuf,
     #[command(flatten)]
     pub json: JsonFlag,
+}
+
+/// `ckptfs verify`: exit 1 on any finding.
+pub fn run_verify(a: VerifyArgs) -> Result<i32> {
+    let s = Store::open(&a.store)?;
+    if a.all && !a.checkpoints.is_empty() {
+        return Err(Error::Usage("give checkpoints or --all, not both".into()));
+    }
+    let ids = a
+        .checkpoints
+        .iter()
+        .map(|c| s.resolve(c))
+        .collect::<Result<Vec<_>>>()?;
+    let r = verify::verify(&s, &ids)?;
+    if a.json.json {
+        print_json(&r)?;
+    } else {
+        for f in &r.findings {
+            println!("{} {}: {}", f.problem, f.object, f.detail);
+            for u in &f.used_by {
+                println!("    used by {u}");
+            }
+            if f.used_by_count > f.used_by.len() {
+                println!("    ... and {} more", f.used_by_count - f.used_by.len());
+            }
+        }
+        println!(
+            "verified {} checkpoints, {} trees, {} objects ({}): {} findings",
+            r.checkpoints,
+            r.trees,
+            r.objects,
+            human_bytes(r.bytes),
+            r.findings.len()
+        );
+    }
+    Ok(if r.findings.is_empty() { 0 } else { 1 })
+}
+
+/// `ckptfs recover`.
+pub fn run_recover(a: RecoverArgs) -> Result<i32> {
+    let s = Store::open(&a.store)?;
+    let r = recover::recover(&s)?;
+    if a.json.json {
+        print_json(&r)?;
+    } else {
+        match &r.interrupted {
+            Some(op) => println!("interrupted operation: {op}"),
+            None => println!("no interrupted operation"),
+        }
+        for action in &r.actions {
+            println!("  {action}");
+        }
+    }
+    Ok(0)
 }
 
 fn print_gc(r: &GcReport, dry_run: bool) {
@@ -162,14 +239,20 @@ pub fn run_gc(a: GcArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// `--split SIZE`: a size of at least one byte.
+fn parse_split(s: &str) -> Result<u64> {
+    match ckptfs::util::parse_size(s)? {
+        0 => Err(Error::Usage(format!(
+            "--split {s:?}: a part must hold at least one byte"
+        ))),
+        n => Ok(n),
+    }
+}
+
 /// `ckptfs archive`.
 pub fn run_archive(a: ArchiveArgs) -> Result<i32> {
     let s = Store::open(&a.store)?;
-    let split = a
-        .split
-        .as_deref()
-        .map(ckptfs::util::parse_size)
-        .transpose()?;
+    let split = a.split.as_deref().map(parse_split).transpose()?;
     let r = archive::archive(
         &s,
         &ArchiveOptions {
@@ -261,14 +344,14 @@ pub fn run_doctor(a: DoctorArgs) -> Result<i32> {
                 "{:<7} {:<11} {}: {}",
                 f.severity, f.check, f.subject, f.detail
             );
-            let by = match f.repair.as_str() {
-                "recover" => " [ckptfs recover repairs this]",
-                "gc" => " [ckptfs gc cleans this]",
-                _ => "",
+            let by = match f.repair {
+                Repair::Recover => " [ckptfs recover repairs this]",
+                Repair::Gc => " [ckptfs gc cleans this]",
+                Repair::Manual => "",
             };
             println!("        fix: {}{by}", f.fix);
         }
-        let problems = r.findings.iter().filter(|f| f.severity != "info").count();
+        let problems = r.findings.iter().filter(|f| f.is_problem()).count();
         println!(
             "checked {} checkpoints, {} objects: {} problems, {} notes",
             r.checkpoints,
@@ -276,7 +359,7 @@ pub fn run_doctor(a: DoctorArgs) -> Result<i32> {
             problems,
             r.findings.len() - problems
         );
-        if r.findings.iter().any(|f| f.repair == "recover") {
+        if r.findings.iter().any(|f| f.repair == Repair::Recover) {
             println!(
                 "run `ckptfs recover {}` to repair the findings marked so",
                 r.store.display()

@@ -10,6 +10,8 @@ use ckptfs::view::materialize::DEFAULT_FILE_CACHE_BYTES;
 use ckptfs::view::{Namespace, ViewOptions, DEFAULT_CACHE_BYTES};
 use ckptfs::{Error, Result, Store};
 
+use super::size_arg;
+
 /// Arguments of `ckptfs mount`.
 #[derive(Args, Debug)]
 pub struct MountArgs {
@@ -27,12 +29,14 @@ pub struct MountArgs {
     /// Stay attached and serve in this process (logs on stderr) instead of daemonizing.
     #[arg(long)]
     pub foreground: bool,
-    /// Memory for decoded trees and file chunks (e.g. 128M, 1G).
-    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
+    /// Memory for decoded trees and file chunks (e.g. 128M, 1G; K, M, G, T are powers of
+    /// 1024, also written KB/KiB, MB/MiB...).
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = size_arg)]
     pub cache_size: u64,
     /// Disk space (in STORE/cache/, unnamed files freed on exit) for whole copies of files of
     /// 1 MiB or more, which the kernel then reads directly (FUSE passthrough); 0 turns it off.
-    #[arg(long, value_name = "BYTES", default_value = "4G", value_parser = parse_size)]
+    /// Units as for --cache-size.
+    #[arg(long, value_name = "BYTES", default_value = "4G", value_parser = size_arg)]
     pub file_cache_size: u64,
     /// Internal: report readiness on stdout (used by the daemonizing parent).
     #[arg(long, hide = true)]
@@ -73,12 +77,14 @@ pub struct BrowseArgs {
     /// Stay attached and serve in this process (logs on stderr) instead of daemonizing.
     #[arg(long)]
     pub foreground: bool,
-    /// Memory for decoded trees and file chunks (e.g. 128M, 1G).
-    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
+    /// Memory for decoded trees and file chunks (e.g. 128M, 1G; K, M, G, T are powers of
+    /// 1024, also written KB/KiB, MB/MiB...).
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = size_arg)]
     pub cache_size: u64,
     /// Disk space (in STORE/cache/, unnamed files freed on exit) for whole copies of files of
     /// 1 MiB or more, which the kernel then reads directly (FUSE passthrough); 0 turns it off.
-    #[arg(long, value_name = "BYTES", default_value = "4G", value_parser = parse_size)]
+    /// Units as for --cache-size.
+    #[arg(long, value_name = "BYTES", default_value = "4G", value_parser = size_arg)]
     pub file_cache_size: u64,
     /// Internal: report readiness on stdout (used by the daemonizing parent).
     #[arg(long, hide = true)]
@@ -100,28 +106,6 @@ pub struct StatusArgs {
     /// Print machine-readable JSON instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Parses `123`, `64K`, `128M`, `2G` (powers of 1024; a trailing `B`/`iB` is accepted).
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
-    let (num, mult) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
-        _ => (t, 1),
-    };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (examples: 64M, 1G, 1048576)"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 fn print_ready(s: &MountState) {
@@ -272,18 +256,4 @@ pub fn status_views(store: &Store, json: bool) -> Result<Vec<serde_json::Value>>
         .iter()
         .map(|m| serde_json::to_value(m).unwrap_or_default())
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("1048576"), Ok(1 << 20));
-        assert_eq!(parse_size("64M"), Ok(64 << 20));
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("2k"), Ok(2048));
-        assert!(parse_size("lots").is_err());
-    }
 }

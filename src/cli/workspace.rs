@@ -1,16 +1,170 @@
-//! CLI for live workspaces: mount --branch, umount, checkpoint, switch, fork, status, branch
-//! lifecycle, log --graph.
+//! CLI for live workspaces: mount --branch, umount, checkpoint, exec, switch, fork, status,
+//! branch lifecycle.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use clap::{Args, Subcommand};
+
 use ckptfs::id::ObjectId;
-use ckptfs::store::checkpoint::Checkpoint;
 use ckptfs::util::{format_utc, human_bytes};
 use ckptfs::workspace::{self, DirtyPolicy, Hold, MountOptions};
 use ckptfs::{Error, Result, Store};
 
-use super::print_json;
+use super::{print_json, JsonFlag};
+
+/// `checkpoint` arguments.
+#[derive(Args, Debug)]
+pub struct CheckpointArgs {
+    /// A workspace mountpoint (or a path inside it), or the store directory.
+    pub place: PathBuf,
+    /// Which workspace, when PLACE is the store and several are mounted.
+    #[arg(long, short)]
+    pub branch: Option<String>,
+    /// Immutable label for the new checkpoint.
+    #[arg(long, short)]
+    pub label: Option<String>,
+    /// Message stored with the checkpoint.
+    #[arg(short, long, default_value = "")]
+    pub message: String,
+    /// Hold the writes of the processes in this cgroup (a directory under /sys/fs/cgroup:
+    /// cgroup v2, or v1's freezer), so every root and every writer, in-place ones
+    /// included, is captured at one instant. A first pass reads the changes while they
+    /// run; they are frozen (not signalled) only for a second pass that reads what
+    /// changed since, a few milliseconds, and thawed before the new objects are synced.
+    /// Adds to the cgroups recorded with the mount (`mount --freeze-cgroup`, `exec`).
+    /// Repeatable.
+    #[arg(long, value_name = "DIR")]
+    pub freeze_cgroup: Vec<PathBuf>,
+    /// Hold the writes of every process for the second pass, in a cgroup or not, by
+    /// freezing the filesystem the store (and so the upper layers) is on, as
+    /// `fsfreeze -f` does. The store must be on a filesystem of its own: the root
+    /// filesystem is refused, and anything else on that filesystem waits too. A watchdog
+    /// thaws it if the checkpoint dies or holds it over 10 s.
+    #[arg(long)]
+    pub freeze_fs: bool,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `exec` arguments.
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    /// A workspace mountpoint (or a path inside it), or the store directory.
+    pub place: PathBuf,
+    /// Which workspace, when PLACE is the store and several are mounted.
+    #[arg(long, short)]
+    pub branch: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// `switch` arguments.
+#[derive(Args, Debug)]
+pub struct SwitchArgs {
+    /// A workspace mountpoint (or a path inside it).
+    pub mountpoint: PathBuf,
+    /// Target branch, label or checkpoint id.
+    #[arg(long)]
+    pub to: String,
+    /// Checkpoint un-checkpointed changes first.
+    #[arg(long)]
+    pub checkpoint_first: bool,
+    /// Set un-checkpointed changes aside under STORE/displaced/ (never deleted).
+    #[arg(long)]
+    pub discard: bool,
+    /// Name of the branch created when the target is not a branch head.
+    #[arg(long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `fork` arguments.
+#[derive(Args, Debug)]
+pub struct ForkArgs {
+    pub store: PathBuf,
+    /// Checkpoint id (or unique prefix), label or branch.
+    pub checkpoint: String,
+    /// Name of the new branch.
+    #[arg(long)]
+    pub name: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BranchCommand {
+    /// List branches: head, forked-from, state, last activity, mounted, dirty size.
+    List {
+        store: PathBuf,
+        /// Include archived branches.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Hide a branch from `branch list` (nothing is deleted).
+    Archive { store: PathBuf, name: String },
+    /// Bring an archived branch back.
+    Unarchive { store: PathBuf, name: String },
+    /// Delete a branch ref. Refuses while mounted, and with un-checkpointed workspace changes
+    /// unless --force (they are moved to STORE/displaced/). Checkpoints and objects are only
+    /// removed later by `ckptfs gc`.
+    Delete {
+        store: PathBuf,
+        name: String,
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `ckptfs branch ...`.
+pub fn run_branch(c: BranchCommand) -> Result<i32> {
+    match c {
+        BranchCommand::List { store, all, json } => branch_list(&store, all, json.json),
+        BranchCommand::Archive { store, name } => branch_archive(&store, &name, true),
+        BranchCommand::Unarchive { store, name } => branch_archive(&store, &name, false),
+        BranchCommand::Delete { store, name, force } => branch_delete(&store, &name, force),
+    }
+}
+
+/// `ckptfs checkpoint`.
+pub fn run_checkpoint(a: CheckpointArgs) -> Result<i32> {
+    let hold = Hold {
+        cgroups: a.freeze_cgroup,
+        filesystem: a.freeze_fs,
+    };
+    checkpoint(
+        &a.place,
+        a.branch.as_deref(),
+        a.label.as_deref(),
+        &a.message,
+        &hold,
+        a.json.json,
+    )
+}
+
+/// `ckptfs exec`.
+pub fn run_exec(a: ExecArgs) -> Result<i32> {
+    exec(&a.place, a.branch.as_deref(), &a.command)
+}
+
+/// `ckptfs switch`.
+pub fn run_switch(a: SwitchArgs) -> Result<i32> {
+    switch(
+        &a.mountpoint,
+        &a.to,
+        a.checkpoint_first,
+        a.discard,
+        a.name.as_deref(),
+        a.json.json,
+    )
+}
+
+/// `ckptfs fork`.
+pub fn run_fork(a: ForkArgs) -> Result<i32> {
+    fork(&a.store, &a.checkpoint, &a.name)
+}
 
 /// `mount STORE --branch B [--root NAME]... [--at DIR --relocate]`.
 pub fn mount_branch(
@@ -473,84 +627,6 @@ pub fn branch_delete(store: &Path, name: &str, force: bool) -> Result<i32> {
         println!("its workspace layer was moved to {}", d.display());
     }
     Ok(0)
-}
-
-/// `log --graph`: checkpoints newest first with one lane per line of descent, like
-/// `git log --graph`. Forks show as lanes joining their parent.
-pub fn log_graph(items: &[(ObjectId, Checkpoint)], labels: &[(String, ObjectId)]) -> Vec<String> {
-    let heads: HashMap<ObjectId, Vec<&str>> =
-        labels.iter().fold(HashMap::new(), |mut m, (n, id)| {
-            m.entry(*id).or_default().push(n.as_str());
-            m
-        });
-    let mut lanes: Vec<Option<ObjectId>> = Vec::new();
-    let mut out = Vec::new();
-    for (id, c) in items {
-        let col = match lanes.iter().position(|l| *l == Some(*id)) {
-            Some(i) => i,
-            None => match lanes.iter().position(Option::is_none) {
-                Some(i) => {
-                    lanes[i] = Some(*id);
-                    i
-                }
-                None => {
-                    lanes.push(Some(*id));
-                    lanes.len() - 1
-                }
-            },
-        };
-        let mut line = String::new();
-        for (i, l) in lanes.iter().enumerate() {
-            line.push_str(if i == col {
-                "* "
-            } else if l.is_some() {
-                "| "
-            } else {
-                "  "
-            });
-        }
-        let ls = heads
-            .get(id)
-            .map_or(String::new(), |v| format!(" [{}]", v.join(", ")));
-        out.push(format!(
-            "{}{} {} ({}){} {}",
-            line,
-            id.short(),
-            format_utc(c.time_ns),
-            c.branch,
-            ls,
-            c.message
-        ));
-        // Other lanes waiting for this checkpoint are forks of it: join them here.
-        let joined: Vec<usize> = lanes
-            .iter()
-            .enumerate()
-            .filter(|(i, l)| *i != col && **l == Some(*id))
-            .map(|(i, _)| i)
-            .collect();
-        let parent = c.parents.first().copied();
-        lanes[col] = parent;
-        if !joined.is_empty() {
-            let mut j = String::new();
-            for (i, l) in lanes.iter().enumerate() {
-                j.push_str(if joined.contains(&i) {
-                    "/ "
-                } else if l.is_some() || i == col {
-                    "| "
-                } else {
-                    "  "
-                });
-            }
-            out.push(j.trim_end().to_string());
-            for i in joined {
-                lanes[i] = None;
-            }
-        }
-        while lanes.last().is_some_and(Option::is_none) {
-            lanes.pop();
-        }
-    }
-    out
 }
 
 /// `ckptfs status STORE|MOUNTPOINT [--json]`: workspaces, then read-only views. The JSON is one

@@ -351,7 +351,7 @@ pub fn archive(store: &Store, opts: &ArchiveOptions) -> Result<ArchiveReport> {
             opts.split,
         );
         if result.is_err() {
-            for p in crate::ops::gc::list_dir(&dir).unwrap_or_default() {
+            for p in crate::ops::inventory::list_dir(&dir).unwrap_or_default() {
                 if file_name_of(&p).is_ok_and(|n| n.starts_with(&temp_prefix)) {
                     let _ignored_cleanup = fs::remove_file(&p);
                 }

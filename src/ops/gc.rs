@@ -36,17 +36,19 @@
 //! then deletes objects that no kept checkpoint reaches. A gc killed at any point leaves every
 //! remaining record complete (verify is clean); a rerun finishes the job.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt;
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::mountinfo::MountEntry;
+use crate::ops::inventory::{self, file_name, list_dir, object_files};
 use crate::store::checkpoint::Checkpoint;
-use crate::store::lock::pid_alive;
 use crate::store::tree::{EntryKind, Tree};
 use crate::store::{fsio, RetentionPolicy, Store};
 
@@ -63,6 +65,135 @@ pub struct GcOptions {
     pub clear_cache: bool,
 }
 
+/// Where the policy gc applies came from.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub enum PolicySource {
+    #[serde(rename = "command line")]
+    CommandLine,
+    #[serde(rename = "STORE.json")]
+    StoreConfig,
+    /// Neither gave a rule.
+    #[default]
+    #[serde(rename = "none (every checkpoint is kept)")]
+    None,
+}
+
+impl PolicySource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicySource::CommandLine => "command line",
+            PolicySource::StoreConfig => "STORE.json",
+            PolicySource::None => "none (every checkpoint is kept)",
+        }
+    }
+}
+
+impl fmt::Display for PolicySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Why gc keeps a checkpoint. A checkpoint kept for several reasons is counted under the
+/// first one found, in the order of [`plan_gc`]'s steps: refs, pins, workspaces, policy.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash)]
+pub enum KeepReason {
+    #[serde(rename = "branch head")]
+    BranchHead,
+    #[serde(rename = "label")]
+    Label,
+    /// Named by a live pin, or the head of a branch a live pin names.
+    #[serde(rename = "pinned")]
+    Pinned,
+    #[serde(rename = "workspace base")]
+    WorkspaceBase,
+    #[serde(rename = "policy")]
+    Policy,
+    #[serde(rename = "no policy")]
+    NoPolicy,
+    #[serde(rename = "pin keeps all")]
+    PinKeepsAll,
+}
+
+impl KeepReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeepReason::BranchHead => "branch head",
+            KeepReason::Label => "label",
+            KeepReason::Pinned => "pinned",
+            KeepReason::WorkspaceBase => "workspace base",
+            KeepReason::Policy => "policy",
+            KeepReason::NoPolicy => "no policy",
+            KeepReason::PinKeepsAll => "pin keeps all",
+        }
+    }
+}
+
+impl fmt::Display for KeepReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+// Ordered by name, so the `kept` map lists reasons alphabetically in JSON and text, as it did
+// when its keys were strings.
+impl Ord for KeepReason {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for KeepReason {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Why an ephemeral or cache path is garbage.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub enum Garbage {
+    #[serde(rename = "cache (--clear-cache)")]
+    ClearedCache,
+    #[serde(rename = "stat cache of a pruned or missing checkpoint")]
+    StaleStatCache,
+    #[serde(rename = "temp file of a finished process")]
+    LeftoverTemp,
+    #[serde(rename = "pin of a process that exited")]
+    DeadPin,
+    #[serde(rename = "control socket of a daemon that is gone")]
+    DeadSocket,
+    #[serde(rename = "pid file of a process that exited")]
+    DeadPidFile,
+    #[serde(rename = "upper layer of a deleted branch")]
+    OrphanUpper,
+    #[serde(rename = "reflink snapshot no checkpoint uses")]
+    UnusedSnapshot,
+    #[serde(rename = "displaced (--prune-displaced)")]
+    Displaced,
+}
+
+impl Garbage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Garbage::ClearedCache => "cache (--clear-cache)",
+            Garbage::StaleStatCache => "stat cache of a pruned or missing checkpoint",
+            Garbage::LeftoverTemp => "temp file of a finished process",
+            Garbage::DeadPin => "pin of a process that exited",
+            Garbage::DeadSocket => "control socket of a daemon that is gone",
+            Garbage::DeadPidFile => "pid file of a process that exited",
+            Garbage::OrphanUpper => "upper layer of a deleted branch",
+            Garbage::UnusedSnapshot => "reflink snapshot no checkpoint uses",
+            Garbage::Displaced => "displaced (--prune-displaced)",
+        }
+    }
+}
+
+impl fmt::Display for Garbage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// One pruned checkpoint.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct PrunedCheckpoint {
@@ -77,7 +208,7 @@ pub struct PrunedPath {
     /// Path relative to the store root.
     pub path: String,
     /// Why it is garbage.
-    pub what: String,
+    pub what: Garbage,
     pub bytes: u64,
 }
 
@@ -85,12 +216,10 @@ pub struct PrunedPath {
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct GcReport {
     pub policy: RetentionPolicy,
-    /// "command line", "STORE.json" or "none (every checkpoint is kept)".
-    pub policy_source: String,
+    pub policy_source: PolicySource,
     pub checkpoints: usize,
-    /// Kept checkpoints by their first reason: "branch head", "label", "pinned", "policy",
-    /// "no policy", "pin keeps all".
-    pub kept: BTreeMap<String, usize>,
+    /// Kept checkpoints by their first reason.
+    pub kept: BTreeMap<KeepReason, usize>,
     pub pruned: Vec<PrunedCheckpoint>,
     pub objects: u64,
     pub objects_removed: u64,
@@ -158,28 +287,100 @@ pub fn select_by_policy(
     Ok(keep)
 }
 
+/// What the retention steps decided: the first reason to keep each kept checkpoint, and the
+/// branches whose workspace layers stay.
+#[derive(Default)]
+struct Retention {
+    reasons: BTreeMap<ObjectId, KeepReason>,
+    /// Branches that exist.
+    live_branches: BTreeSet<String>,
+    /// Branches a live pin names (kept even once deleted, while the pin lives).
+    pinned_branches: BTreeSet<String>,
+    /// A live pin keeps every checkpoint.
+    pinned_all: bool,
+}
+
+impl Retention {
+    fn keep(&mut self, id: ObjectId, why: KeepReason) {
+        self.reasons.entry(id).or_insert(why);
+    }
+}
+
 /// Computes what gc would delete. The caller holds the exclusive store lock (pins are read
 /// here and must not change before [`apply_gc`]).
+///
+/// Steps: choose the policy; read every record; keep what refs, pins and workspaces need,
+/// then what the policy keeps; mark the objects kept checkpoints reach; sweep the other
+/// objects; collect ephemeral and cache garbage.
 ///
 /// # Errors
 /// `Corrupt` when a checkpoint record or a tree a kept checkpoint needs cannot be read: gc
 /// refuses to sweep what it cannot see (run `ckptfs verify` / `doctor`).
 pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
-    let (policy, source) = match (&opts.policy, &store.config().retention) {
-        (Some(p), _) if !p.is_empty() => (p.clone(), "command line"),
-        (_, Some(p)) if !p.is_empty() => (p.clone(), "STORE.json"),
-        _ => (
-            RetentionPolicy::default(),
-            "none (every checkpoint is kept)",
-        ),
-    };
-    let now = crate::util::now_ns();
+    let (policy, source) = choose_policy(store, opts);
     let mut report = GcReport {
         policy: policy.clone(),
-        policy_source: source.into(),
+        policy_source: source,
         ..Default::default()
     };
-    let mut records: BTreeMap<ObjectId, Checkpoint> = BTreeMap::new();
+    let records = read_records(store)?;
+    report.checkpoints = records.len();
+
+    let mut retention = Retention::default();
+    keep_refs(store, &records, &mut retention)?;
+    report.pins = keep_pinned(store, &mut retention)?;
+    keep_workspace_bases(store, &mut retention);
+    keep_by_policy(&records, &policy, crate::util::now_ns(), &mut retention)?;
+    let kept: BTreeSet<ObjectId> = records
+        .keys()
+        .filter(|id| retention.reasons.contains_key(id))
+        .copied()
+        .collect();
+    for id in &kept {
+        *report.kept.entry(retention.reasons[id]).or_default() += 1;
+    }
+    let plan_records = prune_records(store, &records, &kept, &mut report);
+
+    let reachable = mark_reachable(store, &records, &kept)?;
+    let plan_objects = sweep_objects(store, &reachable, &mut report)?;
+
+    let paths = collect_garbage(store, opts, &kept, &retention, &mut report)?;
+    let mut plan_paths = Vec::new();
+    for (p, is_dir, what) in paths {
+        let bytes = tree_bytes(&p);
+        report.paths_removed.push(PrunedPath {
+            path: rel(store, &p),
+            what,
+            bytes,
+        });
+        plan_paths.push((p, is_dir));
+    }
+    report.bytes_freed = report.object_bytes_freed
+        + report.paths_removed.iter().map(|p| p.bytes).sum::<u64>()
+        + plan_records
+            .iter()
+            .map(|p| fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+            .sum::<u64>();
+    Ok(GcPlan {
+        report,
+        records: plan_records,
+        objects: plan_objects,
+        paths: plan_paths,
+    })
+}
+
+/// The command line's policy, else STORE.json's, else none (keep every checkpoint).
+fn choose_policy(store: &Store, opts: &GcOptions) -> (RetentionPolicy, PolicySource) {
+    match (&opts.policy, &store.config().retention) {
+        (Some(p), _) if !p.is_empty() => (p.clone(), PolicySource::CommandLine),
+        (_, Some(p)) if !p.is_empty() => (p.clone(), PolicySource::StoreConfig),
+        _ => (RetentionPolicy::default(), PolicySource::None),
+    }
+}
+
+/// Every checkpoint record; one that does not read stops gc.
+fn read_records(store: &Store) -> Result<BTreeMap<ObjectId, Checkpoint>> {
+    let mut records = BTreeMap::new();
     for id in store.list_checkpoints()? {
         let c = store.read_checkpoint(&id).map_err(|e| {
             Error::Corrupt(format!(
@@ -188,90 +389,115 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
         })?;
         records.insert(id, c);
     }
-    report.checkpoints = records.len();
+    Ok(records)
+}
 
-    // Reasons to keep, in priority order.
-    let mut reason: BTreeMap<ObjectId, &'static str> = BTreeMap::new();
-    let mut live_branches: BTreeSet<String> = BTreeSet::new();
+/// Durable roots: branch heads, labels (refs and labelled records).
+fn keep_refs(
+    store: &Store,
+    records: &BTreeMap<ObjectId, Checkpoint>,
+    retention: &mut Retention,
+) -> Result<()> {
     for (name, b) in store.list_branches()? {
         if let Some(h) = b.head {
-            reason.entry(h).or_insert("branch head");
+            retention.keep(h, KeepReason::BranchHead);
         }
-        live_branches.insert(name);
+        retention.live_branches.insert(name);
     }
     for (_, id) in store.list_labels()? {
-        reason.entry(id).or_insert("label");
+        retention.keep(id, KeepReason::Label);
     }
-    for (id, c) in &records {
+    for (id, c) in records {
         if c.label.is_some() {
-            reason.entry(*id).or_insert("label");
+            retention.keep(*id, KeepReason::Label);
         }
     }
-    let pins = store.live_pins()?;
-    let mut pin_all = false;
-    let mut pinned_branches: BTreeSet<String> = BTreeSet::new();
-    for p in &pins {
-        report.pins.push(format!("{}-{}", p.owner, p.pid));
-        pin_all |= p.all;
+    Ok(())
+}
+
+/// Live pins: their checkpoints and the heads of their branches. Returns the pins honoured,
+/// as `OWNER-PID`, sorted. A pin with `all` is noted for [`keep_by_policy`].
+fn keep_pinned(store: &Store, retention: &mut Retention) -> Result<Vec<String>> {
+    let mut honoured = Vec::new();
+    for p in &store.live_pins()? {
+        honoured.push(format!("{}-{}", p.owner, p.pid));
+        if p.all {
+            retention.pinned_all = true;
+        }
         for id in &p.checkpoints {
-            reason.entry(*id).or_insert("pinned");
+            retention.keep(*id, KeepReason::Pinned);
         }
         for b in &p.branches {
-            pinned_branches.insert(b.clone());
+            retention.pinned_branches.insert(b.clone());
             if let Ok(Some(br)) = store.read_branch(b) {
                 if let Some(h) = br.head {
-                    reason.entry(h).or_insert("pinned");
+                    retention.keep(h, KeepReason::Pinned);
                 }
             }
         }
     }
-    report.pins.sort();
-    let bases = workspace_bases(store);
-    for (_, id) in &bases {
-        reason.entry(*id).or_insert("workspace base");
+    honoured.sort();
+    Ok(honoured)
+}
+
+/// The checkpoints live workspaces stand on.
+fn keep_workspace_bases(store: &Store, retention: &mut Retention) {
+    for (_, id) in inventory::workspace_bases(store) {
+        retention.keep(id, KeepReason::WorkspaceBase);
     }
-    if pin_all || policy.is_empty() {
-        let why = if pin_all {
-            "pin keeps all"
+}
+
+/// The policy, per branch; every checkpoint when a pin keeps all or there is no policy.
+fn keep_by_policy(
+    records: &BTreeMap<ObjectId, Checkpoint>,
+    policy: &RetentionPolicy,
+    now_ns: i64,
+    retention: &mut Retention,
+) -> Result<()> {
+    if retention.pinned_all || policy.is_empty() {
+        let why = if retention.pinned_all {
+            KeepReason::PinKeepsAll
         } else {
-            "no policy"
+            KeepReason::NoPolicy
         };
         for id in records.keys() {
-            reason.entry(*id).or_insert(why);
+            retention.keep(*id, why);
         }
-    } else {
-        let mut by_branch: BTreeMap<&str, Vec<(ObjectId, i64)>> = BTreeMap::new();
-        // Durable checkpoints take part in the ranking: `--keep-last 3` keeps the head and
-        // the two before it, not three more.
-        for (id, c) in &records {
-            by_branch
-                .entry(c.branch.as_str())
-                .or_default()
-                .push((*id, c.time_ns));
-        }
-        for items in by_branch.values() {
-            for id in select_by_policy(items, &policy, now)? {
-                reason.entry(id).or_insert("policy");
-            }
+        return Ok(());
+    }
+    let mut by_branch: BTreeMap<&str, Vec<(ObjectId, i64)>> = BTreeMap::new();
+    // Durable checkpoints take part in the ranking: `--keep-last 3` keeps the head and the two
+    // before it, not three more.
+    for (id, c) in records {
+        by_branch
+            .entry(c.branch.as_str())
+            .or_default()
+            .push((*id, c.time_ns));
+    }
+    for items in by_branch.values() {
+        for id in select_by_policy(items, policy, now_ns)? {
+            retention.keep(id, KeepReason::Policy);
         }
     }
-    let kept: BTreeSet<ObjectId> = records
-        .keys()
-        .filter(|id| reason.contains_key(id))
-        .copied()
-        .collect();
-    for id in &kept {
-        *report.kept.entry(reason[id].to_string()).or_default() += 1;
-    }
-    let mut plan_records = Vec::new();
-    for (id, c) in &records {
+    Ok(())
+}
+
+/// Records the checkpoints that go in the report; returns their record paths.
+fn prune_records(
+    store: &Store,
+    records: &BTreeMap<ObjectId, Checkpoint>,
+    kept: &BTreeSet<ObjectId>,
+    report: &mut GcReport,
+) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    for (id, c) in records {
         if !kept.contains(id) {
             report.pruned.push(PrunedCheckpoint {
                 id: *id,
                 branch: c.branch.clone(),
                 time: crate::util::format_utc(c.time_ns),
             });
-            plan_records.push(store.checkpoint_path(id));
+            paths.push(store.checkpoint_path(id));
         }
     }
     report.pruned.sort_by(|a, b| {
@@ -280,8 +506,16 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
             .then(a.time.cmp(&b.time))
             .then(a.id.cmp(&b.id))
     });
+    paths
+}
 
-    // Mark.
+/// Every object a kept checkpoint reaches (trees and chunks). A tree that does not read stops
+/// gc: what it reaches would otherwise be swept.
+fn mark_reachable(
+    store: &Store,
+    records: &BTreeMap<ObjectId, Checkpoint>,
+    kept: &BTreeSet<ObjectId>,
+) -> Result<HashSet<ObjectId>> {
     let mut reachable: HashSet<ObjectId> = HashSet::new();
     let mut stack: Vec<ObjectId> = kept
         .iter()
@@ -308,37 +542,48 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
             }
         }
     }
+    Ok(reachable)
+}
 
-    // Sweep.
-    let mut plan_objects = Vec::new();
+/// Object files nothing reaches, sorted; counts them in the report.
+fn sweep_objects(
+    store: &Store,
+    reachable: &HashSet<ObjectId>,
+    report: &mut GcReport,
+) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
     for (path, id) in object_files(store)? {
         report.objects += 1;
         if !reachable.contains(&id) {
             let len = fs::symlink_metadata(&path).map(|m| m.len()).unwrap_or(0);
             report.objects_removed += 1;
             report.object_bytes_freed += len;
-            plan_objects.push(path);
+            out.push(path);
         }
     }
-    plan_objects.sort();
+    out.sort();
+    Ok(out)
+}
 
-    // Cache and ephemeral paths. Nothing a mount uses (a mount point below it, or named in its
-    // options, e.g. an overlay lowerdir) goes.
-    let mounted = crate::ops::doctor::mount_table().unwrap_or_default();
-    let in_use = |p: &Path| {
-        let ps = p.to_string_lossy();
-        mounted
-            .iter()
-            .any(|m| m.mount_point.starts_with(p) || m.super_options.contains(ps.as_ref()))
-    };
-    let mut paths: Vec<(PathBuf, bool, String)> = Vec::new();
+/// Ephemeral and cache paths that go, as (path, is a directory, why), sorted and unique.
+/// Nothing a mount uses (a mount point below it, or named in its options, e.g. an overlay
+/// lowerdir) goes. `displaced/` entries are listed for review unless `--prune-displaced`.
+fn collect_garbage(
+    store: &Store,
+    opts: &GcOptions,
+    kept: &BTreeSet<ObjectId>,
+    retention: &Retention,
+    report: &mut GcReport,
+) -> Result<Vec<(PathBuf, bool, Garbage)>> {
+    let mounted: Vec<MountEntry> = crate::mountinfo::mounts().unwrap_or_default();
+    let mut paths: Vec<(PathBuf, bool, Garbage)> = Vec::new();
     if opts.clear_cache {
         for p in list_dir(&store.cache_dir())? {
-            if in_use(&p) {
+            if inventory::in_use_by_mount(&mounted, &p) {
                 continue;
             }
             let is_dir = p.is_dir();
-            paths.push((p, is_dir, "cache (--clear-cache)".into()));
+            paths.push((p, is_dir, Garbage::ClearedCache));
         }
     } else {
         for p in list_dir(&store.statcache_dir())? {
@@ -347,75 +592,42 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
                 .split_once('-')
                 .and_then(|(hex, _)| ObjectId::parse(hex).ok());
             if owner.map_or(true, |id| !kept.contains(&id)) {
-                paths.push((
-                    p,
-                    false,
-                    "stat cache of a pruned or missing checkpoint".into(),
-                ));
+                paths.push((p, false, Garbage::StaleStatCache));
             }
         }
     }
-    for dir in [
-        store.tmp_dir(),
-        store.root().to_path_buf(),
-        store.checkpoints_dir(),
-        store.branches_dir(),
-        store.labels_dir(),
-        store.run_dir(),
-        store.pins_dir(),
-    ] {
-        let in_tmp = dir == store.tmp_dir();
-        for p in list_dir(&dir)? {
-            let name = file_name(&p);
-            if !(in_tmp || name.starts_with(".tmp-")) || p.is_dir() {
-                continue;
-            }
-            if fsio::temp_owner_pid(&name).map_or(true, |pid| !pid_alive(pid)) {
-                paths.push((p, false, "temp file of a finished process".into()));
-            }
-        }
+    for p in inventory::leftover_temps(store)? {
+        paths.push((p, false, Garbage::LeftoverTemp));
     }
-    for p in list_dir(&store.pins_dir())? {
-        if p.extension().and_then(|x| x.to_str()) != Some("json") {
-            continue;
-        }
-        let dead = fs::read(&p)
-            .ok()
-            .and_then(|d| serde_json::from_slice::<crate::store::pin::Pin>(&d).ok())
-            .is_some_and(|pin| !pid_alive(pin.pid));
-        if dead {
-            paths.push((p, false, "pin of a process that exited".into()));
-        }
+    for p in inventory::dead_pins(store)? {
+        paths.push((p, false, Garbage::DeadPin));
     }
-    for p in crate::ops::doctor::dead_sockets(store) {
-        paths.push((p, false, "control socket of a daemon that is gone".into()));
+    for p in inventory::dead_sockets(store) {
+        paths.push((p, false, Garbage::DeadSocket));
     }
-    for p in crate::ops::doctor::dead_pid_files(store) {
-        paths.push((p, false, "pid file of a process that exited".into()));
+    for p in inventory::dead_pid_files(store) {
+        paths.push((p, false, Garbage::DeadPidFile));
     }
     for p in list_dir(&store.upper_base_dir())? {
         let name = file_name(&p);
-        if !p.is_dir() || live_branches.contains(&name) || pinned_branches.contains(&name) {
-            continue;
-        }
-        let p_str = p.to_string_lossy().to_string();
-        if mounted
-            .iter()
-            .any(|m| m.mount_point.starts_with(&p) || m.super_options.contains(&p_str))
+        if !p.is_dir()
+            || retention.live_branches.contains(&name)
+            || retention.pinned_branches.contains(&name)
+            || inventory::in_use_by_mount(&mounted, &p)
         {
             continue;
         }
-        paths.push((p, true, "upper layer of a deleted branch".into()));
+        paths.push((p, true, Garbage::OrphanUpper));
     }
-    for b in &live_branches {
+    for b in &retention.live_branches {
         for p in crate::workspace::unused_snapshots(store, b)? {
-            paths.push((p, false, "reflink snapshot no checkpoint uses".into()));
+            paths.push((p, false, Garbage::UnusedSnapshot));
         }
     }
     for p in list_dir(&store.displaced_dir())? {
         if opts.prune_displaced {
             let is_dir = p.is_dir();
-            paths.push((p, is_dir, "displaced (--prune-displaced)".into()));
+            paths.push((p, is_dir, Garbage::Displaced));
         } else {
             report.kept_for_review.push(rel(store, &p));
         }
@@ -423,28 +635,7 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
     report.kept_for_review.sort();
     paths.sort_by(|a, b| a.0.cmp(&b.0));
     paths.dedup_by(|a, b| a.0 == b.0);
-    let mut plan_paths = Vec::new();
-    for (p, is_dir, what) in paths {
-        let bytes = tree_bytes(&p);
-        report.paths_removed.push(PrunedPath {
-            path: rel(store, &p),
-            what,
-            bytes,
-        });
-        plan_paths.push((p, is_dir));
-    }
-    report.bytes_freed = report.object_bytes_freed
-        + report.paths_removed.iter().map(|p| p.bytes).sum::<u64>()
-        + plan_records
-            .iter()
-            .map(|p| fs::metadata(p).map(|m| m.len()).unwrap_or(0))
-            .sum::<u64>();
-    Ok(GcPlan {
-        report,
-        records: plan_records,
-        objects: plan_objects,
-        paths: plan_paths,
-    })
+    Ok(paths)
 }
 
 /// Carries out a plan made under the same lock; returns its report. Order: checkpoint records
@@ -476,12 +667,18 @@ pub fn apply_gc(store: &Store, plan: GcPlan) -> Result<GcReport> {
 }
 
 /// Plans under the exclusive lock and prints nothing: the dry run.
+///
+/// # Errors
+/// As [`plan_gc`], and taking the lock.
 pub fn gc_dry_run(store: &Store, opts: &GcOptions) -> Result<GcReport> {
     let _lock = store.lock_exclusive()?;
     Ok(plan_gc(store, opts)?.report)
 }
 
 /// Plans and applies under one exclusive lock, with a RUNNING marker and an audit line.
+///
+/// # Errors
+/// As [`plan_gc`] and [`apply_gc`], and taking the lock.
 pub fn gc(store: &Store, opts: &GcOptions) -> Result<GcReport> {
     let args = serde_json::json!({"policy": opts.policy, "prune_displaced": opts.prune_displaced,
         "clear_cache": opts.clear_cache});
@@ -493,74 +690,6 @@ pub fn gc(store: &Store, opts: &GcOptions) -> Result<GcReport> {
             "bytes_freed": report.bytes_freed});
         Ok((report, summary))
     })
-}
-
-/// Checkpoints that live workspaces stand on: the `base` of `upper/B/base.json` and of
-/// `run/mounts/B.json`, as (branch, checkpoint).
-pub fn workspace_bases(store: &Store) -> Vec<(String, ObjectId)> {
-    let read_base = |p: &Path| -> Option<ObjectId> {
-        let v: serde_json::Value = serde_json::from_slice(&fs::read(p).ok()?).ok()?;
-        ObjectId::parse(v.get("base")?.as_str()?).ok()
-    };
-    let mut out = Vec::new();
-    for d in list_dir(&store.upper_base_dir()).unwrap_or_default() {
-        let b = file_name(&d);
-        if let Some(id) = read_base(&store.upper_base_path(&b)) {
-            out.push((b, id));
-        }
-    }
-    let mounts_dir = store.workspace_state_path("x");
-    if let Some(dir) = mounts_dir.parent() {
-        for p in list_dir(dir).unwrap_or_default() {
-            let name = file_name(&p);
-            if let (Some(b), Some(id)) = (name.strip_suffix(".json"), read_base(&p)) {
-                out.push((b.to_string(), id));
-            }
-        }
-    }
-    out.sort();
-    out.dedup();
-    out
-}
-
-/// Every object file with its id (names that are not object ids are skipped).
-pub fn object_files(store: &Store) -> Result<Vec<(PathBuf, ObjectId)>> {
-    let mut out = Vec::new();
-    for fan in list_dir(&store.objects_dir())? {
-        let prefix = file_name(&fan);
-        if prefix.len() != 2 || !fan.is_dir() {
-            continue;
-        }
-        for p in list_dir(&fan)? {
-            let name = file_name(&p);
-            let hex = name.strip_suffix(".zst").unwrap_or(&name);
-            if let Ok(id) = ObjectId::parse(&format!("{prefix}{hex}")) {
-                out.push((p, id));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Entries of `dir` (empty when it does not exist), sorted.
-pub fn list_dir(dir: &Path) -> Result<Vec<PathBuf>> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(dir, e)),
-    };
-    let mut out = Vec::new();
-    for ent in rd {
-        out.push(ent.map_err(|e| Error::io(dir, e))?.path());
-    }
-    out.sort();
-    Ok(out)
-}
-
-fn file_name(p: &Path) -> String {
-    p.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }
 
 fn rel(store: &Store, p: &Path) -> String {
@@ -593,6 +722,50 @@ mod tests {
     }
 
     const H: i64 = 3600 * 1_000_000_000;
+
+    #[test]
+    fn reasons_serialise_to_the_strings_of_the_json_output() {
+        let reasons = [
+            KeepReason::BranchHead,
+            KeepReason::Label,
+            KeepReason::Pinned,
+            KeepReason::WorkspaceBase,
+            KeepReason::Policy,
+            KeepReason::NoPolicy,
+            KeepReason::PinKeepsAll,
+        ];
+        let kept: BTreeMap<KeepReason, usize> = reasons.iter().map(|r| (*r, 1)).collect();
+        let json = serde_json::to_value(&kept).unwrap();
+        let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
+        let mut names: Vec<&str> = reasons.iter().map(|r| r.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(keys, names, "JSON keys are the names, in name order");
+        let listed: Vec<&str> = kept.keys().map(|r| r.as_str()).collect();
+        assert_eq!(
+            listed, names,
+            "the text output lists reasons in name order too"
+        );
+        for g in [
+            Garbage::ClearedCache,
+            Garbage::StaleStatCache,
+            Garbage::LeftoverTemp,
+            Garbage::DeadPin,
+            Garbage::DeadSocket,
+            Garbage::DeadPidFile,
+            Garbage::OrphanUpper,
+            Garbage::UnusedSnapshot,
+            Garbage::Displaced,
+        ] {
+            assert_eq!(serde_json::to_value(g).unwrap(), g.as_str());
+        }
+        for p in [
+            PolicySource::CommandLine,
+            PolicySource::StoreConfig,
+            PolicySource::None,
+        ] {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
+        }
+    }
 
     #[test]
     fn policies_table() {

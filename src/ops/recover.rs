@@ -17,6 +17,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::ops::inventory;
 use crate::ops::restore::RestorePhase;
 use crate::store::lock::pid_alive;
 use crate::store::Store;
@@ -84,7 +85,7 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
             let dir = m.phase.get("temp_dir").and_then(|d| d.as_str());
             let prefix = m.phase.get("temp_prefix").and_then(|d| d.as_str());
             if let (Some(dir), Some(prefix)) = (dir, prefix) {
-                for t in crate::ops::gc::list_dir(Path::new(dir))? {
+                for t in inventory::list_dir(Path::new(dir))? {
                     let ours = t
                         .file_name()
                         .is_some_and(|n| n.to_string_lossy().starts_with(prefix));
@@ -111,16 +112,9 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
         ));
     }
     repair_health(store, &mut report)?;
-    report.temp_files_removed += remove_temps(&store.tmp_dir(), true)?;
-    for d in [
-        store.checkpoints_dir(),
-        store.branches_dir(),
-        store.labels_dir(),
-        store.run_dir(),
-        store.pins_dir(),
-        store.root().to_path_buf(),
-    ] {
-        report.temp_files_removed += remove_temps(&d, false)?;
+    for d in inventory::temp_dirs(store) {
+        let all = d == store.tmp_dir();
+        report.temp_files_removed += remove_temps(&d, all)?;
     }
     if report.temp_files_removed > 0 {
         report.actions.push(format!(
@@ -136,25 +130,24 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
     Ok(report)
 }
 
-/// Repairs doctor's recover-repairable findings (see the module doc).
+/// Repairs what doctor marks `recover`, as the shared inventory finds it (see the module doc).
 fn repair_health(store: &Store, report: &mut RecoverReport) -> Result<()> {
-    use crate::ops::doctor;
-    for p in doctor::dead_pins(store) {
+    for p in inventory::dead_pins(store).unwrap_or_default() {
         fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
         report
             .actions
             .push(format!("removed the dead pin {}", p.display()));
     }
-    for p in doctor::dead_sockets(store)
+    for p in inventory::dead_sockets(store)
         .into_iter()
-        .chain(doctor::dead_pid_files(store))
+        .chain(inventory::dead_pid_files(store))
     {
         fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
         report
             .actions
             .push(format!("removed {} (its process is gone)", p.display()));
     }
-    let writable = doctor::writable_objects(store)?;
+    let writable = inventory::writable_objects(store)?;
     for p in &writable {
         fs::set_permissions(p, fs::Permissions::from_mode(0o444)).map_err(|e| Error::io(p, e))?;
     }
@@ -173,13 +166,13 @@ fn repair_health(store: &Store, report: &mut RecoverReport) -> Result<()> {
             store.root().display()
         ));
     }
-    for m in doctor::store_mounts(store) {
-        if doctor::mount_is_dead(&m) {
-            nix::mount::umount2(&m.mount_point, nix::mount::MntFlags::MNT_DETACH)
-                .map_err(|e| Error::io(&m.mount_point, std::io::Error::from(e)))?;
+    for m in inventory::store_mounts(store) {
+        if inventory::mount_is_dead(&m) {
+            nix::mount::umount2(&m.mountpoint, nix::mount::MntFlags::MNT_DETACH)
+                .map_err(|e| Error::io(&m.mountpoint, std::io::Error::from(e)))?;
             report.actions.push(format!(
                 "detached the dead mount {} ({})",
-                m.mount_point.display(),
+                m.mountpoint.display(),
                 m.source
             ));
         }

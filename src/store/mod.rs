@@ -38,7 +38,8 @@
 //! checkpoints kept by the retention policy, and live pins (`run/pins/`); see `ops::gc` for the
 //! retention class of every path above.
 //!
-//! This module is the one path authority: nothing else joins store paths by hand.
+//! This module is the one path authority: nothing else joins store paths by hand. The
+//! top-level entries drawn above are listed once, in [`TOP_LEVEL`].
 
 pub mod audit;
 pub mod checkpoint;
@@ -70,6 +71,34 @@ pub const FORMAT_NAME: &str = "ckptfs-store";
 pub const FORMAT_VERSION: u32 = 2;
 /// Name of the config file at the store root.
 pub const CONFIG_FILE: &str = "STORE.json";
+
+/// What a top-level entry of the store is, for [`TOP_LEVEL`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopKind {
+    /// `STORE.json`: written last by `init`; its presence is what makes a directory a store.
+    Config,
+    /// A directory `init` creates.
+    Dir,
+    /// A file `init` creates empty.
+    File,
+}
+
+/// Every top-level entry of a store, as drawn in the layout above: what [`Store::init`]
+/// creates, all an interrupted init can leave behind, and all `doctor` accepts there (besides
+/// `.tmp-*` files).
+pub const TOP_LEVEL: &[(&str, TopKind)] = &[
+    (CONFIG_FILE, TopKind::Config),
+    ("objects", TopKind::Dir),
+    ("checkpoints", TopKind::Dir),
+    ("refs", TopKind::Dir),
+    ("tmp", TopKind::Dir),
+    ("run", TopKind::Dir),
+    ("upper", TopKind::Dir),
+    ("displaced", TopKind::Dir),
+    ("cache", TopKind::Dir),
+    ("lock", TopKind::File),
+    ("audit.jsonl", TopKind::File),
+];
 
 /// Content-defined chunking parameters (FastCDC 2020). Files up to `min` bytes are one object.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -304,17 +333,16 @@ impl Store {
             retention: None,
         };
         let store = Store { root, config };
-        let mut dirs = vec![
-            store.objects_dir(),
-            store.checkpoints_dir(),
-            store.branches_dir(),
-            store.labels_dir(),
-            store.tmp_dir(),
-            store.run_dir(),
-            store.upper_base_dir(),
-            store.displaced_dir(),
-            store.cache_dir(),
-        ];
+        let mut dirs = Vec::new();
+        let mut files = Vec::new();
+        for (name, kind) in TOP_LEVEL {
+            match kind {
+                TopKind::Dir => dirs.push(store.root.join(name)),
+                TopKind::File => files.push(store.root.join(name)),
+                TopKind::Config => {}
+            }
+        }
+        dirs.extend([store.branches_dir(), store.labels_dir()]);
         for b in 0..=255u8 {
             dirs.push(store.objects_dir().join(format!("{b:02x}")));
         }
@@ -325,8 +353,9 @@ impl Store {
                 .create(d)
                 .map_err(|e| Error::io(d, e))?;
         }
-        fs::write(store.lock_path(), b"").map_err(|e| Error::io(store.lock_path(), e))?;
-        fs::write(store.audit_path(), b"").map_err(|e| Error::io(store.audit_path(), e))?;
+        for f in &files {
+            fs::write(f, b"").map_err(|e| Error::io(f, e))?;
+        }
         // STORE.json last: its presence is what makes the directory a store.
         let json = serde_json::to_vec_pretty(&store.config)
             .map_err(|e| Error::Invalid(format!("encoding STORE.json: {e}")))?;
@@ -505,18 +534,6 @@ impl Store {
 /// True when `root` holds only what an interrupted [`Store::init`] leaves (empty store
 /// directories, empty `lock`/`audit.jsonl`, temp files, no STORE.json): init may reuse it.
 fn is_interrupted_init(root: &Path) -> bool {
-    const SKELETON: &[&str] = &[
-        "objects",
-        "checkpoints",
-        "refs",
-        "tmp",
-        "run",
-        "upper",
-        "displaced",
-        "cache",
-        "lock",
-        "audit.jsonl",
-    ];
     fn only_empty_dirs(d: &Path, depth: usize) -> bool {
         let Ok(rd) = fs::read_dir(d) else {
             return false;
@@ -538,13 +555,11 @@ fn is_interrupted_init(root: &Path) -> bool {
         if name.starts_with(".tmp-") {
             return md.is_file();
         }
-        if !SKELETON.contains(&name.as_str()) {
-            return false;
+        match TOP_LEVEL.iter().find(|(n, _)| *n == name).map(|(_, k)| k) {
+            Some(TopKind::Dir) => md.is_dir() && only_empty_dirs(&p, 1),
+            Some(TopKind::File) => md.is_file() && md.len() == 0,
+            Some(TopKind::Config) | None => false,
         }
-        if md.is_file() {
-            return md.len() == 0 && (name == "lock" || name == "audit.jsonl");
-        }
-        md.is_dir() && only_empty_dirs(&p, 1)
     })
 }
 

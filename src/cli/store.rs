@@ -1,0 +1,207 @@
+//! CLI of the commands that make a store and record or put back its history: init, capture,
+//! restore, label.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use ckptfs::capture::{capture, CaptureOptions};
+use ckptfs::ops::restore;
+use ckptfs::ops::walk::locate;
+use ckptfs::store::refs::DEFAULT_BRANCH;
+use ckptfs::store::{InitOptions, RootConfig};
+use ckptfs::util::human_bytes;
+use ckptfs::{Error, Result, Store};
+
+use super::{print_json, split_kv, JsonFlag};
+
+/// `init` arguments.
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// Directory of the new store (missing or empty).
+    pub store: PathBuf,
+    /// A root to checkpoint, NAME=/ABSOLUTE/PATH (repeatable).
+    #[arg(long = "root", value_name = "NAME=/ABS/PATH", required = true)]
+    pub roots: Vec<String>,
+    /// Exclude rule for a root, NAME=GLOB (repeatable). A glob without '/' matches a name
+    /// at any depth ("*.pem"); with '/' it matches the path from the root ("cache/**").
+    #[arg(long = "exclude", value_name = "NAME=GLOB")]
+    pub excludes: Vec<String>,
+    /// Object compression: none (default) or zstd (ids stay the hash of the uncompressed
+    /// bytes). zstd halves the store growth per agent turn for a little capture time.
+    #[arg(long, value_parser = ["none", "zstd"], default_value = "none")]
+    pub compression: String,
+    /// Do not add the credential excludes (auth.json, *.pem, .env, *.key, id_rsa*...) that a
+    /// root named `home` gets by default (they are written into STORE.json, editable).
+    #[arg(long)]
+    pub no_default_excludes: bool,
+}
+
+/// `capture` arguments.
+#[derive(Args, Debug)]
+pub struct CaptureArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    /// Branch to record on (created if missing).
+    #[arg(long, short, default_value = DEFAULT_BRANCH)]
+    pub branch: String,
+    /// Immutable label for the new checkpoint.
+    #[arg(long, short)]
+    pub label: Option<String>,
+    /// Message stored with the checkpoint.
+    #[arg(short, long, default_value = "")]
+    pub message: String,
+    /// Capture root NAME from DIR instead of its recorded path (repeatable).
+    #[arg(long, value_name = "NAME=DIR")]
+    pub from: Vec<String>,
+    /// Extra exclude glob for every root (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `restore` arguments.
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    /// Checkpoint id (or unique prefix), label or branch; optionally :ROOT/PATH.
+    pub checkpoint: String,
+    /// Which root to restore (needed when the store has several).
+    #[arg(long)]
+    pub root: Option<String>,
+    /// Destination directory.
+    #[arg(long)]
+    pub to: PathBuf,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `label` arguments.
+#[derive(Args, Debug)]
+pub struct LabelArgs {
+    pub store: PathBuf,
+    pub checkpoint: String,
+    pub name: String,
+}
+
+/// `ckptfs init`.
+pub fn run_init(a: InitArgs) -> Result<i32> {
+    let mut map = BTreeMap::new();
+    for r in &a.roots {
+        let (name, path) = split_kv("--root", r)?;
+        let rc = RootConfig {
+            path: PathBuf::from(path),
+            exclude: Vec::new(),
+        };
+        if map.insert(name.to_string(), rc).is_some() {
+            return Err(Error::Usage(format!("root {name} given twice")));
+        }
+    }
+    for x in &a.excludes {
+        let (name, glob) = split_kv("--exclude", x)?;
+        map.get_mut(name)
+            .ok_or_else(|| Error::Usage(format!("--exclude {x}: no root named {name}")))?
+            .exclude
+            .push(glob.to_string());
+    }
+    let s = Store::init(
+        &a.store,
+        &InitOptions {
+            roots: map,
+            zstd: a.compression == "zstd",
+            no_default_excludes: a.no_default_excludes,
+        },
+    )?;
+    println!("created store {}", s.root().display());
+    for (n, r) in &s.config().roots {
+        println!("  root {n} = {}", r.path.display());
+    }
+    Ok(0)
+}
+
+/// `ckptfs capture`.
+pub fn run_capture(a: CaptureArgs) -> Result<i32> {
+    let s = Store::open(&a.store)?;
+    let mut from = BTreeMap::new();
+    for f in &a.from {
+        let (name, dir) = split_kv("--from", f)?;
+        from.insert(name.to_string(), PathBuf::from(dir));
+    }
+    let opts = CaptureOptions {
+        branch: a.branch,
+        label: a.label,
+        message: a.message,
+        from,
+        exclude: a.exclude,
+        progress: !a.json.json,
+    };
+    let r = capture(&s, &opts)?;
+    if a.json.json {
+        print_json(&serde_json::json!({"id": r.id, "checkpoint": r.checkpoint}))?;
+    } else {
+        let st = &r.checkpoint.stats;
+        println!(
+            "checkpoint {} on {}: {} files, {} ({} read), {} new objects, {} new",
+            r.id.short(),
+            r.checkpoint.branch,
+            st.files,
+            human_bytes(st.bytes),
+            st.files_read,
+            st.new_objects,
+            human_bytes(st.new_bytes)
+        );
+    }
+    Ok(0)
+}
+
+/// `ckptfs restore`.
+pub fn run_restore(a: RestoreArgs) -> Result<i32> {
+    let s = Store::open(&a.store)?;
+    let spec = match (&a.root, a.checkpoint.contains(':')) {
+        (Some(r), false) => format!("{}:{r}", a.checkpoint),
+        (Some(_), true) => {
+            return Err(Error::Usage(
+                "give the root either as --root or as CHECKPOINT:ROOT, not both".into(),
+            ))
+        }
+        (None, _) => a.checkpoint,
+    };
+    let loc = locate(&s, &spec)?;
+    let r = restore::restore(&s, &loc, &a.to)?;
+    if a.json.json {
+        print_json(&r)?;
+    } else {
+        println!(
+            "restored {}:{} to {} ({} files, {})",
+            r.checkpoint.short(),
+            r.root,
+            r.dir.display(),
+            r.files,
+            human_bytes(r.bytes)
+        );
+        if let Some(aside) = &r.moved_aside {
+            println!("the previous contents were moved to {}", aside.display());
+        }
+    }
+    Ok(0)
+}
+
+/// `ckptfs label`.
+pub fn run_label(a: LabelArgs) -> Result<i32> {
+    let s = Store::open(&a.store)?;
+    ckptfs::util::check_name("label", &a.name)?;
+    let id = s.resolve(&a.checkpoint)?;
+    s.mutate(
+        "label",
+        serde_json::json!({"checkpoint": id, "label": a.name}),
+        |_| {
+            s.create_label(&a.name, &id)?;
+            Ok(((), serde_json::Value::Null))
+        },
+    )?;
+    println!("label {} -> {}", a.name, id.short());
+    Ok(0)
+}
