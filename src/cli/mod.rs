@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 mod view;
 mod workspace;
 
-use ckptfs::capture::{capture, CaptureOptions};
+use ckptfs::ingest::capture::{capture, CaptureOptions};
 use ckptfs::ops::walk::{locate, walk_tree};
 use ckptfs::ops::{diff, recover, restore, verify};
 use ckptfs::store::refs::DEFAULT_BRANCH;

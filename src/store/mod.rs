@@ -42,6 +42,7 @@
 
 pub mod audit;
 pub mod checkpoint;
+pub mod exclude;
 pub mod fsio;
 pub mod lock;
 pub mod object;
@@ -265,7 +266,7 @@ impl Store {
                 }
             }
             for pat in &rc.exclude {
-                crate::capture::compile_exclude(name, std::slice::from_ref(pat))?;
+                exclude::Excluder::compile(name, std::slice::from_ref(pat))?;
             }
         }
         match fs::read_dir(&root) {

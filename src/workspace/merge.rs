@@ -24,14 +24,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-use crate::capture::{
-    ctime_ns, is_unsupported, mtime_ns, read_files, special_file_error, split_cached, stat_key,
-    symlink_entry, FileData, FileJob, OnChange, Progress,
-};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::snapshot::Snapshots;
+use crate::ingest::reader::{read_files, split_cached, FileData, FileJob, OnChange, Progress};
+use crate::ingest::snapshot::Snapshots;
+use crate::meta::{
+    ctime_ns, is_unsupported, mtime_ns, special_file_error, stat_key, symlink_entry,
+};
 use crate::store::checkpoint::RootRecord;
+use crate::store::exclude::Excluder;
 use crate::store::object::ObjectBatch;
 use crate::store::statcache::{Cached, CachedDir, StatCache, StatKey, UpperCache};
 use crate::store::tree::{Entry, EntryKind, Tree};
@@ -114,7 +115,7 @@ struct MDir {
 struct Ctx<'a> {
     store: &'a Store,
     /// The root's exclude rules (names anywhere, paths from the root), as in `capture`.
-    exclude: (globset::GlobSet, globset::GlobSet),
+    exclude: Excluder,
     base_tree: ObjectId,
     old: StatCache,
     jobs: Vec<FileJob>,
@@ -215,7 +216,7 @@ pub(crate) struct Pass {
 
 /// Merges `base` (the lower root) with the upper directory `upper`.
 ///
-/// `pass.start_ns` is `util::coarse_now_ns()` read before the walk. A stat key whose mtime and
+/// `pass.start_ns` is `meta::coarse_now_ns()` read before the walk. A stat key whose mtime and
 /// ctime are both earlier is cached: the upper layer is on a local filesystem, which stamps
 /// every later change of the file (or directory) at or after `start_ns`, so a later change
 /// always changes the key. A key stamped in the clock tick the merge started in is not cached,
@@ -253,7 +254,7 @@ pub(crate) fn merge_root(
     };
     let mut ctx = Ctx {
         store,
-        exclude: crate::capture::compile_exclude(root, &rules)?,
+        exclude: Excluder::compile(root, &rules)?,
         base_tree: base.tree,
         old,
         jobs: Vec::new(),
@@ -563,7 +564,7 @@ fn merge_dir(
         let nb = name.as_bytes().to_vec();
         let child = upper.join(&name);
         let child_rel = rel.join(&name);
-        if ctx.exclude.0.is_match(&name) || ctx.exclude.1.is_match(&child_rel) {
+        if ctx.exclude.excluded(&child_rel, &name) {
             continue; // excluded (e.g. credentials): never checkpointed
         }
         let m = match ctx.lstat(&child, child_rel.as_os_str().as_bytes()) {
@@ -816,7 +817,7 @@ fn check_clean(ctx: &mut Ctx<'_>, abs: &Path, rel: &[u8], m: &Metadata) -> Resul
     for name in names {
         let name = std::ffi::OsStr::from_bytes(&name);
         let child_rel = rel_path.join(name);
-        if ctx.exclude.0.is_match(name) || ctx.exclude.1.is_match(&child_rel) {
+        if ctx.exclude.excluded(&child_rel, name) {
             continue;
         }
         let child = abs.join(name);

@@ -30,9 +30,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::capture::OnChange;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::ingest::reader::OnChange;
 use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
 use crate::store::fsio;
 use crate::store::object::ObjectBatch;
@@ -321,7 +321,7 @@ fn merge_all(
     snapshots: bool,
 ) -> Result<MergedAll> {
     let pass = merge::Pass {
-        start_ns: crate::util::coarse_now_ns(),
+        start_ns: crate::meta::coarse_now_ns(),
         on_change,
         snapshots,
     };
@@ -405,8 +405,8 @@ pub(crate) fn unused_snapshots(store: &Store, branch: &str) -> Result<Vec<PathBu
             continue;
         };
         let files = saved_caches(store, head, base)(root).files;
-        let keep = crate::snapshot::named_by(&files);
-        unused.extend(crate::snapshot::unnamed(&dir.join(root), &keep));
+        let keep = crate::ingest::snapshot::named_by(&files);
+        unused.extend(crate::ingest::snapshot::unnamed(&dir.join(root), &keep));
     }
     Ok(unused)
 }
@@ -521,9 +521,9 @@ fn checkpoint_locked(
         store.save_statcache(&id, name, cache);
         store.save_upper_cache(&id, name, upper);
         // The snapshots this cache names stay for the next checkpoint; older ones go.
-        crate::snapshot::sweep(
+        crate::ingest::snapshot::sweep(
             &store.upper_dir(branch, name),
-            &crate::snapshot::named_by(cache),
+            &crate::ingest::snapshot::named_by(cache),
         );
     }
     Ok(CheckpointReport {
@@ -656,7 +656,7 @@ fn prepare_upper(
             .mode(0o700)
             .create(&upper)
             .map_err(|e| Error::io(&upper, e))?;
-        crate::ops::restore::apply_meta(
+        crate::meta::apply_meta(
             &upper,
             false,
             rec.mode,

@@ -31,9 +31,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::snapshot::covered;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::snapshot::covered;
 use crate::store::object::ObjectBatch;
 use crate::store::tree::Chunk;
 use crate::store::ChunkerConfig;
@@ -119,7 +119,7 @@ impl Drop for Buffers {
 /// Chunks the first `size` bytes of `f` (objects go to `batch`); returns the chunks and the
 /// bytes actually read, which is less than `size` when the file shrank meanwhile. `previous`
 /// is the chunk list the path had before (empty when none); `same` are byte ranges known to
-/// hold the previous version's bytes still (sorted, from `snapshot::unchanged_ranges`): a
+/// hold the previous version's bytes still (sorted, from `snapshot::compare`): a
 /// previous chunk inside them is taken without reading it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn chunk_file(
