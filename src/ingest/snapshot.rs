@@ -94,15 +94,16 @@ impl Drop for Snapshot {
 }
 
 impl Snapshots {
-    /// The snapshots of the upper layer `upper` (`upper/B/ROOT`), kept in
-    /// `upper/B/.snapshots-ROOT/`; `None` unless that filesystem is XFS or btrfs.
-    pub(crate) fn for_upper(upper: &Path, keep: bool) -> Option<Snapshots> {
+    /// The snapshots of the upper layer `upper` (`upper/B/ROOT`), kept in `dir`
+    /// (`Store::snapshot_dir`: `upper/B/.snapshots-ROOT/`); `None` unless that filesystem is
+    /// XFS or btrfs.
+    pub(crate) fn for_upper(upper: &Path, dir: PathBuf, keep: bool) -> Option<Snapshots> {
         let fs_type = nix::sys::statfs::statfs(upper).ok()?.filesystem_type().0 as i64;
         if fs_type != XFS_SUPER_MAGIC && fs_type != BTRFS_SUPER_MAGIC {
             return None;
         }
         Some(Snapshots {
-            dir: snapshot_dir(upper)?,
+            dir,
             keep,
             enabled: AtomicBool::new(true),
             skipped: AtomicU64::new(0),
@@ -178,12 +179,6 @@ impl Snapshots {
     }
 }
 
-/// `upper/B/.snapshots-ROOT/` for the upper layer `upper/B/ROOT`.
-fn snapshot_dir(upper: &Path) -> Option<PathBuf> {
-    let root = upper.file_name()?.to_str()?;
-    Some(upper.parent()?.join(format!(".snapshots-{root}")))
-}
-
 fn unique_name() -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     format!(
@@ -203,12 +198,10 @@ pub(crate) fn named_by(cache: &crate::store::statcache::StatCache) -> HashSet<&s
         .collect()
 }
 
-/// The snapshots of the upper layer `upper` that `keep` does not name.
-pub(crate) fn unnamed(upper: &Path, keep: &HashSet<&str>) -> Vec<PathBuf> {
-    let Some(dir) = snapshot_dir(upper) else {
-        return Vec::new();
-    };
-    let Ok(entries) = fs::read_dir(&dir) else {
+/// The snapshots in the snapshot directory `dir` (`Store::snapshot_dir`) that `keep` does not
+/// name.
+pub(crate) fn unnamed(dir: &Path, keep: &HashSet<&str>) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
     entries
@@ -218,11 +211,11 @@ pub(crate) fn unnamed(upper: &Path, keep: &HashSet<&str>) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Removes the snapshots of the upper layer `upper` that `keep` does not name (those of files
+/// Removes the snapshots in the snapshot directory `dir` that `keep` does not name (those of files
 /// that changed again or went away, and those of a checkpoint that failed). Best effort: a
 /// snapshot left behind only takes room until the next checkpoint (or `gc`).
-pub(crate) fn sweep(upper: &Path, keep: &HashSet<&str>) {
-    for p in unnamed(upper, keep) {
+pub(crate) fn sweep(dir: &Path, keep: &HashSet<&str>) {
+    for p in unnamed(dir, keep) {
         if let Err(err) = fs::remove_file(&p) {
             log::warn!("could not remove snapshot {}: {err}", p.display());
         }

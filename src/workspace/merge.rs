@@ -214,7 +214,7 @@ pub(crate) struct Pass {
     pub(crate) snapshots: bool,
 }
 
-/// Merges `base` (the lower root) with the upper directory `upper`.
+/// Merges `base` (the lower root) with the upper layer of `root` in `branch`'s workspace.
 ///
 /// `pass.start_ns` is `meta::coarse_now_ns()` read before the walk. A stat key whose mtime and
 /// ctime are both earlier is cached: the upper layer is on a local filesystem, which stamps
@@ -224,12 +224,14 @@ pub(crate) struct Pass {
 pub(crate) fn merge_root(
     store: &Store,
     batch: &ObjectBatch<'_>,
+    branch: &str,
     root: &str,
     base: &RootRecord,
-    upper: &Path,
     previous: Previous,
     pass: Pass,
 ) -> Result<Merged> {
+    let upper = &store.upper_dir(branch, root);
+    let snapshot_dir = store.snapshot_dir(branch, root);
     let Pass {
         start_ns,
         on_change,
@@ -290,7 +292,7 @@ pub(crate) fn merge_root(
     // Reflink snapshots of big changed files where the upper's filesystem shares blocks;
     // kept for the next checkpoint, except in a dry run (`status`).
     let snapshots = snapshots
-        .then(|| Snapshots::for_upper(upper, !batch.is_dry_run()))
+        .then(|| Snapshots::for_upper(upper, snapshot_dir, !batch.is_dry_run()))
         .flatten();
     let mut results = read_files(
         batch,

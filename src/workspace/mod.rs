@@ -231,8 +231,7 @@ pub fn state(store: &Store, branch: &str) -> Result<Option<WorkspaceState>> {
 
 /// Every mounted workspace (by state file).
 pub fn states(store: &Store) -> Result<Vec<WorkspaceState>> {
-    let dir = store.workspace_state_path("x");
-    let dir = dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    let dir = store.workspace_states_dir();
     let rd = match fs::read_dir(&dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -339,7 +338,7 @@ fn merge_all(
             roots.insert(name.clone(), rec.clone());
             continue;
         }
-        let m = merge::merge_root(store, batch, name, rec, &upper, previous(name), pass)?;
+        let m = merge::merge_root(store, batch, branch, name, rec, previous(name), pass)?;
         stats.dirs = (stats.dirs as i64 + m.delta.dirs).max(0) as u64;
         stats.symlinks = (stats.symlinks as i64 + m.delta.symlinks).max(0) as u64;
         files_read += m.files_read;
@@ -401,12 +400,15 @@ pub(crate) fn unused_snapshots(store: &Store, branch: &str) -> Result<Vec<PathBu
     let mut unused = Vec::new();
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(root) = name.to_str().and_then(|n| n.strip_prefix(".snapshots-")) else {
+        let Some(root) = name.to_str().and_then(Store::snapshot_dir_root) else {
             continue;
         };
         let files = saved_caches(store, head, base)(root).files;
         let keep = crate::ingest::snapshot::named_by(&files);
-        unused.extend(crate::ingest::snapshot::unnamed(&dir.join(root), &keep));
+        unused.extend(crate::ingest::snapshot::unnamed(
+            &store.snapshot_dir(branch, root),
+            &keep,
+        ));
     }
     Ok(unused)
 }
@@ -522,7 +524,7 @@ fn checkpoint_locked(
         store.save_upper_cache(&id, name, upper);
         // The snapshots this cache names stay for the next checkpoint; older ones go.
         crate::ingest::snapshot::sweep(
-            &store.upper_dir(branch, name),
+            &store.snapshot_dir(branch, name),
             &crate::ingest::snapshot::named_by(cache),
         );
     }
@@ -913,10 +915,7 @@ fn displace_upper(store: &Store, branch: &str) -> Result<Option<PathBuf>> {
     if !upper.exists() {
         return Ok(None);
     }
-    let dest = store.displaced_dir().join(format!(
-        "{}-{branch}",
-        crate::util::format_utc(now_ns()).replace(':', "")
-    ));
+    let dest = store.displaced_upper_path(branch, now_ns());
     fs::create_dir_all(store.displaced_dir()).map_err(|e| Error::io(store.displaced_dir(), e))?;
     fsio::rename(&upper, &dest)?;
     Ok(Some(dest))
@@ -1084,10 +1083,7 @@ pub fn switch(
                 if crate::mountinfo::mount_at(&r.mountpoint)?
                     .is_some_and(|m| m.source == source_name(store, from_branch))
                 {
-                    let aside = store.detached_dir().join(format!(
-                        "{from_branch}-{name}-{}",
-                        now_ns()
-                    ));
+                    let aside = store.detached_overlay_path(from_branch, name, now_ns());
                     fs::create_dir_all(&aside).map_err(|e| Error::io(&aside, e))?;
                     phase.moved.push((r.mountpoint.clone(), aside.clone()));
                     m.set_phase(serde_json::to_value(&phase).unwrap_or_default())?;
