@@ -2,9 +2,10 @@
 //!
 //! 1. Walk each root (sorted, `lstat`, never following symlinks). Sockets, fifos and devices
 //!    fail the capture with their path unless excluded.
-//! 2. A file whose (size, mtime, ctime, inode) equal the parent checkpoint's stat cache reuses
-//!    its chunk list; every other file is read and chunked (FastCDC) and hashed on all cores.
-//!    A file that changes while it is read is retried, then named in the error.
+//! 2. The files found go to the reading engine (`reader`): a file whose (size, mtime, ctime,
+//!    inode) equal the parent checkpoint's stat cache reuses its chunk list; every other file
+//!    is read and chunked (FastCDC) and hashed on all cores. A file that changes while it is
+//!    read is retried, then named in the error.
 //! 3. Trees are encoded bottom-up (unchanged directories hash to their old ids), objects are
 //!    committed (see `store::object`), the record is written, then the branch moves by CAS.
 
@@ -49,6 +50,7 @@ pub struct CaptureReport {
     pub checkpoint: Checkpoint,
 }
 
+/// A walked entry: a file is its index in the job list (read later), a symlink is complete.
 enum Node {
     File(usize),
     Dir(Box<DirNode>),

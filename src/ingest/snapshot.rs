@@ -25,8 +25,8 @@
 //! as before.
 //!
 //! A clone is a new inode, so none of its pages are in the page cache: reading it reads the
-//! disk (a 1 GiB log read whole through its first clone: 2.3-2.6 s on the bench VM's XFS
-//! image, against 0.17 s from the page cache). So where it can, a checkpoint reads the live
+//! disk (a 1 GiB log read whole through its first clone: 2.3-2.6 s from an XFS image on a
+//! 2-core VM, against 0.17 s from the page cache). So where it can, a checkpoint reads the live
 //! file instead, under a read lease ([`Lease`]) taken before the clone and held until the read
 //! is done: the kernel grants it only while no process has the file open for writing (or
 //! mapped writable), and makes an open for writing (or a truncation) wait until it is
@@ -300,7 +300,7 @@ pub(crate) fn compare(old: Option<&File>, new: &File) -> Comparison {
 }
 
 /// Whether a file is better read whole than through snapshots from now on. A clone and an
-/// extent map cost about 30 us per extent here (XFS on the bench VM: 70 ms for a 67 MB SQLite
+/// extent map cost about 30 us per extent (XFS on a 2-core VM: 70 ms for a 67 MB SQLite
 /// file in 3,117 extents), against about 0.4 ns per byte for reading and comparing, so they
 /// cost as much as reading once extents average about 75 KB. A file whose blocks are rewritten
 /// in many scattered places (a database: each rewritten block moves, so every snapshot leaves

@@ -160,7 +160,7 @@ impl Ctx<'_> {
 
 /// `lstat` of every path under `upper` that the last checkpoint cached, from every core. The
 /// walk then checks a subtree nothing touched (most of an upper layer that grew over many
-/// turns) without a system call per entry in turn: one `lstat` costs 3-4 us on the bench VM,
+/// turns) without a system call per entry in turn: one `lstat` costs 3-4 us on a 2-core VM,
 /// and a long-mounted workspace's upper layer holds thousands of entries. A path that cannot
 /// be stat'ed is left out: the walk stats it itself and reports what it finds.
 fn prefetch_stats(upper: &Path, rels: Vec<&[u8]>) -> HashMap<Vec<u8>, Metadata> {
@@ -220,7 +220,8 @@ pub(crate) struct Pass {
 /// ctime are both earlier is cached: the upper layer is on a local filesystem, which stamps
 /// every later change of the file (or directory) at or after `start_ns`, so a later change
 /// always changes the key. A key stamped in the clock tick the merge started in is not cached,
-/// since a change in that same tick could keep it equal ("racily clean" in git's terms).
+/// since a change in that same tick could leave it equal, and the changed file would then
+/// look unchanged to the next checkpoint.
 pub(crate) fn merge_root(
     store: &Store,
     batch: &ObjectBatch<'_>,
@@ -532,7 +533,7 @@ fn is_whiteout(m: &Metadata) -> bool {
 /// whiteout a hard link of one shared inode, so each new whiteout changes the ctime (and link
 /// count) of all the others; with their stat keys, every directory holding a whiteout turned
 /// dirty at every checkpoint that followed a deletion or a rename, and was merged again (638
-/// of an upper layer's directories after 30 turns of the large bench room).
+/// of an upper layer's directories after 30 turns of `examples/bench_workspace.sh large`).
 fn other_key(m: &Metadata) -> StatKey {
     if is_whiteout(m) {
         StatKey {
