@@ -6,7 +6,7 @@
 # lines are appended and the workspace checkpointed. On ext4 the checkpoint reads the whole
 # file (the previous version's chunks are reused, after their bytes are compared); on XFS
 # it clones the file and compares extent maps with the last checkpoint's clone, so it reads
-# only the appended tail (see src/snapshot.rs). Prints the median and range per filesystem.
+# only the appended tail (see src/ingest/snapshot.rs). Prints the median and range per filesystem.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q

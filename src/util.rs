@@ -12,18 +12,6 @@ pub fn now_ns() -> i64 {
     }
 }
 
-/// The kernel's coarse wall clock (`CLOCK_REALTIME_COARSE`), in nanoseconds: the clock a local
-/// filesystem stamps mtime and ctime from (fine-grained stamps are never earlier), so a file
-/// changed after this was read gets timestamps at or after it.
-pub fn coarse_now_ns() -> i64 {
-    use nix::time::{clock_gettime, ClockId};
-    match clock_gettime(ClockId::CLOCK_REALTIME_COARSE) {
-        Ok(t) => t.tv_sec() * 1_000_000_000 + t.tv_nsec(),
-        // Not offered (never on Linux): the fine clock less a generous tick.
-        Err(_) => now_ns() - crate::store::statcache::RACY_WINDOW_NS,
-    }
-}
-
 /// `YYYY-MM-DDTHH:MM:SS` in UTC for a Unix time in nanoseconds.
 pub fn format_utc(ns: i64) -> String {
     let secs = ns.div_euclid(1_000_000_000);

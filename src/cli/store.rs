@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use ckptfs::capture::{capture, CaptureOptions};
+use ckptfs::ingest::capture::{capture, CaptureOptions};
 use ckptfs::ops::restore;
 use ckptfs::ops::walk::locate;
 use ckptfs::store::refs::DEFAULT_BRANCH;

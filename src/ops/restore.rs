@@ -13,17 +13,16 @@ use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use nix::sys::stat::{utimensat, UtimensatFlags};
-use nix::sys::time::TimeSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::meta::apply_meta;
 use crate::ops::walk::Located;
 use crate::store::fsio;
 use crate::store::tree::{Entry, EntryKind, Tree};
@@ -308,49 +307,4 @@ fn write_file(store: &Store, e: &Entry, p: &Path) -> Result<()> {
     }
     drop(f);
     apply_meta(p, false, e.mode, e.uid, e.gid, e.mtime_ns, &e.xattrs)
-}
-
-pub fn apply_meta(
-    p: &Path,
-    is_link: bool,
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    mtime_ns: i64,
-    xattrs: &[(Vec<u8>, Vec<u8>)],
-) -> Result<()> {
-    for (k, v) in xattrs {
-        xattr::set(p, std::ffi::OsStr::from_bytes(k), v).map_err(|err| {
-            Error::io_op(
-                format!(
-                    "{}: setting xattr {}",
-                    p.display(),
-                    String::from_utf8_lossy(k)
-                ),
-                err,
-            )
-        })?;
-    }
-    match std::os::unix::fs::lchown(p, Some(uid), Some(gid)) {
-        Ok(()) => {}
-        // Not root: keep our own ownership, as tar does.
-        Err(err) if err.raw_os_error() == Some(libc::EPERM) => {}
-        Err(err) => return Err(Error::io(p, err)),
-    }
-    if !is_link {
-        fs::set_permissions(p, fs::Permissions::from_mode(mode))
-            .map_err(|err| Error::io(p, err))?;
-    }
-    let ts = TimeSpec::new(
-        mtime_ns.div_euclid(1_000_000_000),
-        mtime_ns.rem_euclid(1_000_000_000),
-    );
-    utimensat(
-        nix::fcntl::AT_FDCWD,
-        p,
-        &ts,
-        &ts,
-        UtimensatFlags::NoFollowSymlink,
-    )
-    .map_err(|err| Error::io(p, io::Error::from(err)))
 }

@@ -43,6 +43,7 @@
 
 pub mod audit;
 pub mod checkpoint;
+pub mod exclude;
 pub mod fsio;
 pub mod lock;
 pub mod object;
@@ -294,7 +295,7 @@ impl Store {
                 }
             }
             for pat in &rc.exclude {
-                crate::capture::compile_exclude(name, std::slice::from_ref(pat))?;
+                exclude::Excluder::compile(name, std::slice::from_ref(pat))?;
             }
         }
         match fs::read_dir(&root) {
@@ -494,7 +495,7 @@ impl Store {
     }
     /// `run/mounts/B.json`: a mounted workspace.
     pub fn workspace_state_path(&self, branch: &str) -> PathBuf {
-        self.run_dir().join("mounts").join(format!("{branch}.json"))
+        self.workspace_states_dir().join(format!("{branch}.json"))
     }
     /// `run/detached/`: old workspace overlays moved out of the way by `switch`, being detached.
     pub fn detached_dir(&self) -> PathBuf {
@@ -503,6 +504,40 @@ impl Store {
     /// `run/lower/`: where the store's read-only view is mounted for overlay lower layers.
     pub fn lower_view_dir(&self) -> PathBuf {
         self.run_dir().join("lower")
+    }
+    /// File name prefix of a branch's snapshot directories: `upper/B/.snapshots-ROOT/`.
+    const SNAPSHOT_DIR_PREFIX: &'static str = ".snapshots-";
+    /// `run/mounts/`: the state files of mounted workspaces.
+    pub fn workspace_states_dir(&self) -> PathBuf {
+        self.run_dir().join("mounts")
+    }
+    /// `run/lower/checkpoints/<id>/ROOT`: root `root` of `checkpoint` as the lower view shows
+    /// it, the directory overlayfs stacks a workspace's upper layer on.
+    pub fn lower_view_root(&self, checkpoint: &ObjectId, root: &str) -> PathBuf {
+        self.lower_view_dir()
+            .join("checkpoints")
+            .join(checkpoint.to_hex())
+            .join(root)
+    }
+    /// `upper/B/.snapshots-ROOT/`: the reflink snapshots of the upper layer of `root` (beside
+    /// it, so on the same filesystem; see `ingest::snapshot`).
+    pub fn snapshot_dir(&self, branch: &str, root: &str) -> PathBuf {
+        self.upper_branch_dir(branch)
+            .join(format!("{}{root}", Self::SNAPSHOT_DIR_PREFIX))
+    }
+    /// The root whose snapshot directory (see [`Store::snapshot_dir`]) has the file name `name`.
+    pub fn snapshot_dir_root(name: &str) -> Option<&str> {
+        name.strip_prefix(Self::SNAPSHOT_DIR_PREFIX)
+    }
+    /// `run/detached/B-ROOT-<ns>`: where `switch` moves the old overlay of `root` of `branch`.
+    pub fn detached_overlay_path(&self, branch: &str, root: &str, time_ns: i64) -> PathBuf {
+        self.detached_dir()
+            .join(format!("{branch}-{root}-{time_ns}"))
+    }
+    /// `displaced/<UTC time>-B`: where the upper layers of `branch` are set aside.
+    pub fn displaced_upper_path(&self, branch: &str, time_ns: i64) -> PathBuf {
+        let stamp = crate::util::format_utc(time_ns).replace(':', "");
+        self.displaced_dir().join(format!("{stamp}-{branch}"))
     }
     pub fn displaced_dir(&self) -> PathBuf {
         self.root.join("displaced")

@@ -42,7 +42,7 @@ pub struct Cached {
     pub ino: u64,
     pub ctime_ns: i64,
     /// The reflink snapshot holding exactly these chunks' bytes, in the workspace's snapshot
-    /// directory (see `snapshot`), if one was kept.
+    /// directory (see `ingest::snapshot`), if one was kept.
     pub snapshot: Option<String>,
 }
 

@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::*;
-use crate::capture::{capture, CaptureOptions};
+use crate::ingest::capture::{capture, CaptureOptions};
 use crate::store::{InitOptions, RootConfig};
 
 fn make_store(dir: &Path) -> (Store, ObjectId) {

@@ -44,11 +44,7 @@ pub fn release_view(store: &Store) -> Result<()> {
 
 /// The directory overlayfs uses as the lower layer for `root` of `checkpoint`.
 pub fn lower_root(store: &Store, checkpoint: &ObjectId, root: &str) -> Result<PathBuf> {
-    let dir = store
-        .lower_view_dir()
-        .join("checkpoints")
-        .join(checkpoint.to_hex())
-        .join(root);
+    let dir = store.lower_view_root(checkpoint, root);
     match std::fs::symlink_metadata(&dir) {
         Ok(m) if m.is_dir() => Ok(dir),
         Ok(_) => Err(Error::Invalid(format!(

@@ -22,16 +22,17 @@ use std::fs::{self, Metadata};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::capture::{
-    ctime_ns, is_unsupported, mtime_ns, read_files, special_file_error, split_cached, stat_key,
-    symlink_entry, FileData, FileJob, OnChange, Progress,
-};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::snapshot::Snapshots;
+use crate::ingest::reader::{read_files, split_cached, FileData, FileJob, OnChange, Progress};
+use crate::ingest::snapshot::Snapshots;
+use crate::meta::{
+    ctime_ns, is_unsupported, mtime_ns, special_file_error, stat_key, symlink_entry,
+};
 use crate::store::checkpoint::RootRecord;
+use crate::store::exclude::Excluder;
 use crate::store::object::ObjectBatch;
 use crate::store::statcache::{Cached, CachedDir, StatCache, StatKey, UpperCache};
 use crate::store::tree::{Entry, EntryKind, Tree};
@@ -114,7 +115,7 @@ struct MDir {
 struct Ctx<'a> {
     store: &'a Store,
     /// The root's exclude rules (names anywhere, paths from the root), as in `capture`.
-    exclude: (globset::GlobSet, globset::GlobSet),
+    exclude: Excluder,
     base_tree: ObjectId,
     old: StatCache,
     jobs: Vec<FileJob>,
@@ -159,7 +160,7 @@ impl Ctx<'_> {
 
 /// `lstat` of every path under `upper` that the last checkpoint cached, from every core. The
 /// walk then checks a subtree nothing touched (most of an upper layer that grew over many
-/// turns) without a system call per entry in turn: one `lstat` costs 3-4 us on the bench VM,
+/// turns) without a system call per entry in turn: one `lstat` costs 3-4 us on a 2-core VM,
 /// and a long-mounted workspace's upper layer holds thousands of entries. A path that cannot
 /// be stat'ed is left out: the walk stats it itself and reports what it finds.
 fn prefetch_stats(upper: &Path, rels: Vec<&[u8]>) -> HashMap<Vec<u8>, Metadata> {
@@ -213,22 +214,25 @@ pub(crate) struct Pass {
     pub(crate) snapshots: bool,
 }
 
-/// Merges `base` (the lower root) with the upper directory `upper`.
+/// Merges `base` (the lower root) with the upper layer of `root` in `branch`'s workspace.
 ///
-/// `pass.start_ns` is `util::coarse_now_ns()` read before the walk. A stat key whose mtime and
+/// `pass.start_ns` is `meta::coarse_now_ns()` read before the walk. A stat key whose mtime and
 /// ctime are both earlier is cached: the upper layer is on a local filesystem, which stamps
 /// every later change of the file (or directory) at or after `start_ns`, so a later change
 /// always changes the key. A key stamped in the clock tick the merge started in is not cached,
-/// since a change in that same tick could keep it equal ("racily clean" in git's terms).
+/// since a change in that same tick could leave it equal, and the changed file would then
+/// look unchanged to the next checkpoint.
 pub(crate) fn merge_root(
     store: &Store,
     batch: &ObjectBatch<'_>,
+    branch: &str,
     root: &str,
     base: &RootRecord,
-    upper: &Path,
     previous: Previous,
     pass: Pass,
 ) -> Result<Merged> {
+    let upper = &store.upper_dir(branch, root);
+    let snapshot_dir = store.snapshot_dir(branch, root);
     let Pass {
         start_ns,
         on_change,
@@ -253,7 +257,7 @@ pub(crate) fn merge_root(
     };
     let mut ctx = Ctx {
         store,
-        exclude: crate::capture::compile_exclude(root, &rules)?,
+        exclude: Excluder::compile(root, &rules)?,
         base_tree: base.tree,
         old,
         jobs: Vec::new(),
@@ -289,7 +293,7 @@ pub(crate) fn merge_root(
     // Reflink snapshots of big changed files where the upper's filesystem shares blocks;
     // kept for the next checkpoint, except in a dry run (`status`).
     let snapshots = snapshots
-        .then(|| Snapshots::for_upper(upper, !batch.is_dry_run()))
+        .then(|| Snapshots::for_upper(upper, snapshot_dir, !batch.is_dry_run()))
         .flatten();
     let mut results = read_files(
         batch,
@@ -529,7 +533,7 @@ fn is_whiteout(m: &Metadata) -> bool {
 /// whiteout a hard link of one shared inode, so each new whiteout changes the ctime (and link
 /// count) of all the others; with their stat keys, every directory holding a whiteout turned
 /// dirty at every checkpoint that followed a deletion or a rename, and was merged again (638
-/// of an upper layer's directories after 30 turns of the large bench room).
+/// of an upper layer's directories after 30 turns of `examples/bench_workspace.sh large`).
 fn other_key(m: &Metadata) -> StatKey {
     if is_whiteout(m) {
         StatKey {
@@ -543,6 +547,9 @@ fn other_key(m: &Metadata) -> StatKey {
     }
 }
 
+/// Merges the upper directory `upper` (`rel` from the root) with its lower directory `lower`:
+/// each upper entry is turned into a node (`merge_child`), then the lower entries the upper
+/// does not name are kept as they are (`overlay_children`).
 fn merge_dir(
     ctx: &mut Ctx<'_>,
     lower: Option<&Tree>,
@@ -552,216 +559,309 @@ fn merge_dir(
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 ) -> Result<MDir> {
     ctx.dirs_merged += 1;
-    let mut names: Vec<std::ffi::OsString> = Vec::new();
-    for ent in fs::read_dir(upper).map_err(|e| Error::io(upper, e))? {
-        names.push(ent.map_err(|e| Error::io(upper, e))?.file_name());
-    }
-    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let names = sorted_names(upper)?;
     let all_names: Vec<Vec<u8>> = names.iter().map(|n| n.as_bytes().to_vec()).collect();
     let mut upper_nodes: Vec<(Vec<u8>, Option<MNode>)> = Vec::with_capacity(names.len());
     for name in names {
-        let nb = name.as_bytes().to_vec();
-        let child = upper.join(&name);
+        let abs = upper.join(&name);
         let child_rel = rel.join(&name);
-        if ctx.exclude.0.is_match(&name) || ctx.exclude.1.is_match(&child_rel) {
+        if ctx.exclude.excluded(&child_rel, &name) {
             continue; // excluded (e.g. credentials): never checkpointed
         }
-        let m = match ctx.lstat(&child, child_rel.as_os_str().as_bytes()) {
+        let meta = match ctx.lstat(&abs, child_rel.as_os_str().as_bytes()) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(Error::io(&child, e)),
+            Err(e) => return Err(Error::io(&abs, e)),
         };
-        let lower_same = lower.and_then(|t| t.get(&nb));
-        let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
-        if is_whiteout(&m) {
-            if let Some(l) = lower_same {
-                ctx.delta.add(totals_of(ctx.store, l)?, -1);
-            }
-            remember_other(ctx, rel_bytes, &m);
-            upper_nodes.push((nb, None));
-            continue;
-        }
-        let ft = m.file_type();
-        let before = ctx.delta;
-        let node = if ft.is_dir() && is_clean(ctx, &child, &rel_bytes, &m)? {
-            // Nothing under it changed since the last checkpoint: its tree and totals are the
-            // ones recorded then, without reading its xattrs or its lower tree.
-            let Some(d) = ctx.old_upper.dirs.remove(&rel_bytes) else {
-                return Err(Error::Invalid(
-                    "internal: clean directory not cached".into(),
-                ));
-            };
-            ctx.delta.add(Totals::from_array(d.delta), 1);
-            let entry = Entry {
-                name: nb.clone(),
-                kind: EntryKind::Dir {
-                    tree: d.tree,
-                    subdirs: d.subdirs,
-                },
-                mode: m.mode() & 0o7777,
-                uid: m.uid(),
-                gid: m.gid(),
-                mtime_ns: mtime_ns(&m),
-                size: d.entries,
-                xattrs: d.xattrs.clone(),
-                ctime_ns: ctime_ns(&m),
-                ino: m.ino(),
-            };
-            ctx.new_upper.dirs.insert(rel_bytes.clone(), d);
-            ctx.reused.insert(rel_bytes);
-            MNode::Ready(entry)
-        } else if ft.is_dir() {
-            let Xattrs {
-                opaque,
-                redirect,
-                user,
-                ..
-            } = xattrs_of(&child)?;
-            let source: Option<Tree> = if opaque {
-                None
-            } else if let Some(r) = &redirect {
-                let t = if r.starts_with(b"/") {
-                    lower_at(ctx, r)?
-                } else {
-                    match lower.and_then(|t| t.get(r)) {
-                        Some(Entry {
-                            kind: EntryKind::Dir { tree, .. },
-                            ..
-                        }) => Some(load_tree(ctx.store, tree)?),
-                        _ => None,
-                    }
-                };
-                // The moved subtree now counts here (its old place holds a whiteout).
-                if let Some(t) = &t {
-                    for c in &t.entries {
-                        ctx.delta.add(totals_of(ctx.store, c)?, 1);
-                    }
-                }
-                t
-            } else {
-                match lower_same {
-                    Some(Entry {
-                        kind: EntryKind::Dir { tree, .. },
-                        ..
-                    }) => Some(load_tree(ctx.store, tree)?),
-                    _ => None,
-                }
-            };
-            match lower_same {
-                // Same directory continued: only its new/removed children change totals.
-                Some(l) if l.is_dir() && !opaque && redirect.is_none() => {}
-                Some(l) => ctx.delta.add(totals_of(ctx.store, l)?, -1),
-                None => {}
-            }
-            if !matches!(lower_same, Some(l) if l.is_dir() && !opaque && redirect.is_none()) {
-                ctx.delta.dirs += 1;
-            }
-            log::trace!("{}: changed under it, merged again", child_rel.display());
-            let mut sub = merge_dir(ctx, source.as_ref(), &child, &child_rel, m, user)?;
-            sub.walk_delta = ctx.delta.since(before);
-            MNode::Dir(Box::new(sub))
-        } else if ft.is_file() {
-            if let Some(l) = lower_same {
-                ctx.delta.add(totals_of(ctx.store, l)?, -1);
-            }
-            let (cached, mut previous, previous_snapshot) =
-                split_cached(ctx.old.remove(&rel_bytes), &m);
-            // Unchanged since the last checkpoint (stat key equal, so xattrs too): reused as
-            // it is, whatever kind of copy it is, without another syscall.
-            let x = match cached {
-                Some(_) => None,
-                None => Some(xattrs_of(&child)?),
-            };
-            // The lower file this one was copied up from, by name or by its redirect (a
-            // renamed file); overlayfs shows the copy with that file's inode number.
-            let source = match &x {
-                Some(x) if x.origin || x.metacopy => copy_source(ctx, lower, lower_same, x)?,
-                _ => None,
-            };
-            let origin = x.as_ref().is_some_and(|x| x.origin);
-            if let Some(x) = x.filter(|x| x.metacopy) {
-                // A metadata-only copy-up (chmod, chown, utimes, rename): the upper file is a
-                // hole with the new metadata; its bytes are still the lower file's: content
-                // ids reused, nothing read.
-                let Some(Entry {
-                    kind: EntryKind::File { chunks },
-                    size,
-                    ..
-                }) = source.clone()
-                else {
-                    return Err(Error::Corrupt(format!(
-                        "{}: a metadata-only copy whose data is not in the base checkpoint",
-                        child.display()
-                    )));
-                };
-                ctx.delta.files += 1;
-                ctx.delta.bytes += size as i64;
-                let mut entry = Entry {
-                    name: nb.clone(),
-                    kind: EntryKind::File {
-                        chunks: chunks.clone(),
-                    },
-                    mode: m.mode() & 0o7777,
-                    uid: m.uid(),
-                    gid: m.gid(),
-                    mtime_ns: mtime_ns(&m),
-                    size,
-                    xattrs: x.user,
-                    ctime_ns: ctime_ns(&m),
-                    ino: m.ino(),
-                };
-                if let Some(from) = &source {
-                    (entry.ino, entry.ctime_ns) = shown_stat(&entry, from, origin);
-                }
-                let c = Cached {
-                    key: stat_key(&m),
-                    chunks,
-                    xattrs: entry.xattrs.clone(),
-                    ino: entry.ino,
-                    ctime_ns: entry.ctime_ns,
-                    snapshot: None,
-                };
-                ctx.cached_ready.push((rel_bytes, c));
-                MNode::Ready(entry)
-            } else {
-                // Copied up since the last checkpoint: the lower file is the previous version.
-                if cached.is_none() && previous.is_empty() {
-                    if let Some(Entry {
-                        kind: EntryKind::File { chunks },
-                        ..
-                    }) = lower_same
-                    {
-                        previous = chunks.clone();
-                    }
-                }
-                ctx.jobs.push(FileJob {
-                    abs: child,
-                    rel: rel_bytes,
-                    cached,
-                    previous,
-                    previous_snapshot,
-                    owner: (m.mode() & 0o7777, m.uid(), m.gid()),
-                    size: m.len(),
-                    on_change: ctx.on_change,
-                });
-                // (None for a cached file: its stat cache entry keeps what it recorded.)
-                ctx.sources.push(source.map(|s| (s, origin)));
-                MNode::File(ctx.jobs.len() - 1)
-            }
-        } else if ft.is_symlink() {
-            if let Some(l) = lower_same {
-                ctx.delta.add(totals_of(ctx.store, l)?, -1);
-            }
-            ctx.delta.symlinks += 1;
-            let xattrs = xattrs_of(&child)?.user;
-            remember_other(ctx, rel_bytes, &m);
-            MNode::Ready(symlink_entry(&nb, &child, &m, xattrs)?)
-        } else {
-            return Err(special_file_error(&child, &m));
+        let nb = name.as_bytes().to_vec();
+        let child = UpperChild {
+            lower: lower.and_then(|t| t.get(&nb)),
+            rel_bytes: child_rel.as_os_str().as_bytes().to_vec(),
+            name: nb.clone(),
+            abs,
+            rel: child_rel,
+            meta,
         };
-        upper_nodes.push((nb, Some(node)));
+        upper_nodes.push((nb, merge_child(ctx, lower, child)?));
     }
-    // Merge: upper entries win; lower entries the upper does not name are kept as they are.
+    Ok(MDir {
+        meta,
+        xattrs,
+        children: overlay_children(lower, upper_nodes),
+        rel: rel.as_os_str().as_bytes().to_vec(),
+        names: all_names,
+        walk_delta: Totals::default(),
+    })
+}
+
+/// One entry of an upper directory, as `merge_dir` found it.
+struct UpperChild<'t> {
+    name: Vec<u8>,
+    abs: PathBuf,
+    /// The path from the root, as a path and as the bytes the caches are keyed by.
+    rel: PathBuf,
+    rel_bytes: Vec<u8>,
+    /// Its `lstat`.
+    meta: Metadata,
+    /// The lower entry of the same name, if any.
+    lower: Option<&'t Entry>,
+}
+
+/// The names in the directory `dir`, sorted by their bytes (the order trees keep).
+fn sorted_names(dir: &Path) -> Result<Vec<std::ffi::OsString>> {
+    let mut names: Vec<std::ffi::OsString> = Vec::new();
+    for ent in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        names.push(ent.map_err(|e| Error::io(dir, e))?.file_name());
+    }
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    Ok(names)
+}
+
+/// The node of one upper entry, or `None` for a whiteout (which hides the lower entry);
+/// updates the totals for what it replaces.
+fn merge_child(
+    ctx: &mut Ctx<'_>,
+    lower: Option<&Tree>,
+    c: UpperChild<'_>,
+) -> Result<Option<MNode>> {
+    if is_whiteout(&c.meta) {
+        if let Some(l) = c.lower {
+            ctx.delta.add(totals_of(ctx.store, l)?, -1);
+        }
+        remember_other(ctx, c.rel_bytes, &c.meta);
+        return Ok(None);
+    }
+    let ft = c.meta.file_type();
+    let node = if ft.is_dir() && is_clean(ctx, &c.abs, &c.rel_bytes, &c.meta)? {
+        reuse_clean_dir(ctx, c)?
+    } else if ft.is_dir() {
+        merge_changed_dir(ctx, lower, c)?
+    } else if ft.is_file() {
+        upper_file(ctx, lower, c)?
+    } else if ft.is_symlink() {
+        upper_symlink(ctx, c)?
+    } else {
+        return Err(special_file_error(&c.abs, &c.meta));
+    };
+    Ok(Some(node))
+}
+
+/// A directory nothing under which changed since the last checkpoint: its tree and totals are
+/// the ones recorded then, without reading its xattrs or its lower tree.
+fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_>) -> Result<MNode> {
+    let Some(d) = ctx.old_upper.dirs.remove(&c.rel_bytes) else {
+        return Err(Error::Invalid(
+            "internal: clean directory not cached".into(),
+        ));
+    };
+    ctx.delta.add(Totals::from_array(d.delta), 1);
+    let m = &c.meta;
+    let entry = Entry {
+        name: c.name,
+        kind: EntryKind::Dir {
+            tree: d.tree,
+            subdirs: d.subdirs,
+        },
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        mtime_ns: mtime_ns(m),
+        size: d.entries,
+        xattrs: d.xattrs.clone(),
+        ctime_ns: ctime_ns(m),
+        ino: m.ino(),
+    };
+    ctx.new_upper.dirs.insert(c.rel_bytes.clone(), d);
+    ctx.reused.insert(c.rel_bytes);
+    Ok(MNode::Ready(entry))
+}
+
+/// A directory something changed under: merged again, over the lower directory it continues
+/// (none when opaque, the one its redirect names when renamed).
+fn merge_changed_dir(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_>) -> Result<MNode> {
+    let before = ctx.delta;
+    let Xattrs {
+        opaque,
+        redirect,
+        user,
+        ..
+    } = xattrs_of(&c.abs)?;
+    let source = dir_source(ctx, lower, c.lower, opaque, redirect.as_deref())?;
+    // Same directory continued: only its new/removed children change totals.
+    let continued = matches!(c.lower, Some(l) if l.is_dir() && !opaque && redirect.is_none());
+    match c.lower {
+        Some(_) if continued => {}
+        Some(l) => ctx.delta.add(totals_of(ctx.store, l)?, -1),
+        None => {}
+    }
+    if !continued {
+        ctx.delta.dirs += 1;
+    }
+    log::trace!("{}: changed under it, merged again", c.rel.display());
+    let mut sub = merge_dir(ctx, source.as_ref(), &c.abs, &c.rel, c.meta, user)?;
+    sub.walk_delta = ctx.delta.since(before);
+    Ok(MNode::Dir(Box::new(sub)))
+}
+
+/// The lower directory an upper directory merges over: none when it is opaque; the one its
+/// redirect names (absolute from the root, or a sibling) when it was renamed, whose subtree
+/// then counts here (its old place holds a whiteout); else the lower one of the same name.
+fn dir_source(
+    ctx: &mut Ctx<'_>,
+    lower: Option<&Tree>,
+    lower_same: Option<&Entry>,
+    opaque: bool,
+    redirect: Option<&[u8]>,
+) -> Result<Option<Tree>> {
+    if opaque {
+        return Ok(None);
+    }
+    let Some(r) = redirect else {
+        return match lower_same {
+            Some(Entry {
+                kind: EntryKind::Dir { tree, .. },
+                ..
+            }) => Ok(Some(load_tree(ctx.store, tree)?)),
+            _ => Ok(None),
+        };
+    };
+    let t = if r.starts_with(b"/") {
+        lower_at(ctx, r)?
+    } else {
+        match lower.and_then(|t| t.get(r)) {
+            Some(Entry {
+                kind: EntryKind::Dir { tree, .. },
+                ..
+            }) => Some(load_tree(ctx.store, tree)?),
+            _ => None,
+        }
+    };
+    if let Some(t) = &t {
+        for c in &t.entries {
+            ctx.delta.add(totals_of(ctx.store, c)?, 1);
+        }
+    }
+    Ok(t)
+}
+
+/// An upper file: reused from the stat cache when unchanged, taken from the lower file when
+/// only its metadata was copied up, else a job for the reading engine.
+fn upper_file(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_>) -> Result<MNode> {
+    if let Some(l) = c.lower {
+        ctx.delta.add(totals_of(ctx.store, l)?, -1);
+    }
+    let (cached, previous, previous_snapshot) = split_cached(ctx.old.remove(&c.rel_bytes), &c.meta);
+    // Unchanged since the last checkpoint (stat key equal, so xattrs too): reused as it is,
+    // whatever kind of copy it is, without another syscall.
+    let x = match cached {
+        Some(_) => None,
+        None => Some(xattrs_of(&c.abs)?),
+    };
+    // The lower file this one was copied up from, by name or by its redirect (a renamed
+    // file); overlayfs shows the copy with that file's inode number.
+    let source = match &x {
+        Some(x) if x.origin || x.metacopy => copy_source(ctx, lower, c.lower, x)?,
+        _ => None,
+    };
+    let origin = x.as_ref().is_some_and(|x| x.origin);
+    if let Some(x) = x.filter(|x| x.metacopy) {
+        return metacopy_file(ctx, c, x.user, source, origin);
+    }
+    let job = FileJob {
+        // Copied up since the last checkpoint: the lower file is the previous version.
+        previous: match c.lower {
+            Some(Entry {
+                kind: EntryKind::File { chunks },
+                ..
+            }) if cached.is_none() && previous.is_empty() => chunks.clone(),
+            _ => previous,
+        },
+        cached,
+        previous_snapshot,
+        owner: (c.meta.mode() & 0o7777, c.meta.uid(), c.meta.gid()),
+        size: c.meta.len(),
+        on_change: ctx.on_change,
+        abs: c.abs,
+        rel: c.rel_bytes,
+    };
+    ctx.jobs.push(job);
+    // (None for a cached file: its stat cache entry keeps what it recorded.)
+    ctx.sources.push(source.map(|s| (s, origin)));
+    Ok(MNode::File(ctx.jobs.len() - 1))
+}
+
+/// A metadata-only copy-up (chmod, chown, utimes, rename): the upper file is a hole with the
+/// new metadata; its bytes are still those of `source`, the lower file: content ids reused,
+/// nothing read.
+fn metacopy_file(
+    ctx: &mut Ctx<'_>,
+    c: UpperChild<'_>,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    source: Option<Entry>,
+    origin: bool,
+) -> Result<MNode> {
+    let Some(Entry {
+        kind: EntryKind::File { chunks },
+        size,
+        ..
+    }) = source.clone()
+    else {
+        return Err(Error::Corrupt(format!(
+            "{}: a metadata-only copy whose data is not in the base checkpoint",
+            c.abs.display()
+        )));
+    };
+    ctx.delta.files += 1;
+    ctx.delta.bytes += size as i64;
+    let m = &c.meta;
+    let mut entry = Entry {
+        name: c.name,
+        kind: EntryKind::File {
+            chunks: chunks.clone(),
+        },
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        mtime_ns: mtime_ns(m),
+        size,
+        xattrs,
+        ctime_ns: ctime_ns(m),
+        ino: m.ino(),
+    };
+    if let Some(from) = &source {
+        (entry.ino, entry.ctime_ns) = shown_stat(&entry, from, origin);
+    }
+    let cached = Cached {
+        key: stat_key(m),
+        chunks,
+        xattrs: entry.xattrs.clone(),
+        ino: entry.ino,
+        ctime_ns: entry.ctime_ns,
+        snapshot: None,
+    };
+    ctx.cached_ready.push((c.rel_bytes, cached));
+    Ok(MNode::Ready(entry))
+}
+
+/// An upper symlink: complete as it is (its target is stored, never followed).
+fn upper_symlink(ctx: &mut Ctx<'_>, c: UpperChild<'_>) -> Result<MNode> {
+    if let Some(l) = c.lower {
+        ctx.delta.add(totals_of(ctx.store, l)?, -1);
+    }
+    ctx.delta.symlinks += 1;
+    let xattrs = xattrs_of(&c.abs)?.user;
+    remember_other(ctx, c.rel_bytes, &c.meta);
+    Ok(MNode::Ready(symlink_entry(
+        &c.name, &c.abs, &c.meta, xattrs,
+    )?))
+}
+
+/// The children of a merged directory, in name order: upper entries win (a whiteout, `None`,
+/// hides the lower entry); lower entries the upper does not name are kept as they are.
+fn overlay_children(
+    lower: Option<&Tree>,
+    upper_nodes: Vec<(Vec<u8>, Option<MNode>)>,
+) -> Vec<(Vec<u8>, MNode)> {
     let mut children = Vec::new();
     let mut lower_iter = lower.map_or(&[][..], |t| &t.entries[..]).iter().peekable();
     for (name, node) in upper_nodes {
@@ -774,14 +874,7 @@ fn merge_dir(
         }
     }
     children.extend(lower_iter.map(|l| (l.name.clone(), MNode::Keep(l.clone()))));
-    Ok(MDir {
-        meta,
-        xattrs,
-        children,
-        rel: rel.as_os_str().as_bytes().to_vec(),
-        names: all_names,
-        walk_delta: Totals::default(),
-    })
+    children
 }
 
 /// Caches the stat key of an upper symlink or whiteout.
@@ -816,7 +909,7 @@ fn check_clean(ctx: &mut Ctx<'_>, abs: &Path, rel: &[u8], m: &Metadata) -> Resul
     for name in names {
         let name = std::ffi::OsStr::from_bytes(&name);
         let child_rel = rel_path.join(name);
-        if ctx.exclude.0.is_match(name) || ctx.exclude.1.is_match(&child_rel) {
+        if ctx.exclude.excluded(&child_rel, name) {
             continue;
         }
         let child = abs.join(name);

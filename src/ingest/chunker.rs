@@ -31,9 +31,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::snapshot::covered;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::snapshot::covered;
 use crate::store::object::ObjectBatch;
 use crate::store::tree::Chunk;
 use crate::store::ChunkerConfig;
@@ -60,7 +60,7 @@ impl Read for ReadAt<'_> {
 
 /// A read buffer that starts on a cache line. The kernel copies from the page cache much
 /// faster into an aligned buffer: reading and hashing a 67 MB file took 85 ms into a `Vec`
-/// from `malloc` (16 bytes past a page start) and 54 ms into this, on the 2-core bench VM.
+/// from `malloc` (16 bytes past a page start) and 54 ms into this, on a 2-core VM.
 #[derive(Default)]
 pub(crate) struct ReadBuf {
     v: Vec<u8>,
@@ -94,7 +94,7 @@ thread_local! {
 
 /// This thread's buffers for a file's bytes and a stored chunk's, taken for one file and put
 /// back on drop: a fresh buffer costs a page fault and a zeroed page per 4 KiB on first
-/// touch, which was 6% of a large room's checkpoint (perf, 2-core bench VM).
+/// touch, which was 6% of a large room's checkpoint (measured with perf on a 2-core VM).
 struct Buffers {
     data: ReadBuf,
     stored: ReadBuf,
@@ -119,7 +119,7 @@ impl Drop for Buffers {
 /// Chunks the first `size` bytes of `f` (objects go to `batch`); returns the chunks and the
 /// bytes actually read, which is less than `size` when the file shrank meanwhile. `previous`
 /// is the chunk list the path had before (empty when none); `same` are byte ranges known to
-/// hold the previous version's bytes still (sorted, from `snapshot::unchanged_ranges`): a
+/// hold the previous version's bytes still (sorted, from `snapshot::compare`): a
 /// previous chunk inside them is taken without reading it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn chunk_file(
@@ -277,7 +277,7 @@ fn sqlite_block(chunker: &ChunkerConfig, f: &File, path: &Path) -> Result<Option
 /// Files cut into fixed blocks from this size on are cut by several threads at once, each
 /// from its own part of the file: a big database is otherwise the one job left when every
 /// other changed file is done (a 67 MB one took a core 110-150 ms while the other sat idle
-/// on the bench VM: SHA-256 of every block, and the objects for its rewritten pages).
+/// on a 2-core VM: SHA-256 of every block, and the objects for its rewritten pages).
 const FIXED_SPLIT: u64 = 32 << 20;
 
 /// Cuts the first `size` bytes of `fixed.f` into `block`-byte chunks (the last one shorter),
@@ -391,7 +391,7 @@ impl Fixed<'_, '_> {
                     next_prev = prev.next();
                 }
                 // Hashed, not compared with the stored block: for blocks this small, opening
-                // each stored one costs as much as SHA-256 (perf, 67 MB database, bench VM).
+                // each stored one costs as much as SHA-256 (measured with perf on a 67 MB database).
                 let id = ObjectId::of(data);
                 let known = next_prev.is_some_and(|(at, c)| at == pos && c.id == id);
                 if !known {

@@ -25,8 +25,8 @@
 //! as before.
 //!
 //! A clone is a new inode, so none of its pages are in the page cache: reading it reads the
-//! disk (a 1 GiB log read whole through its first clone: 2.3-2.6 s on the bench VM's XFS
-//! image, against 0.17 s from the page cache). So where it can, a checkpoint reads the live
+//! disk (a 1 GiB log read whole through its first clone: 2.3-2.6 s from an XFS image on a
+//! 2-core VM, against 0.17 s from the page cache). So where it can, a checkpoint reads the live
 //! file instead, under a read lease ([`Lease`]) taken before the clone and held until the read
 //! is done: the kernel grants it only while no process has the file open for writing (or
 //! mapped writable), and makes an open for writing (or a truncation) wait until it is
@@ -94,15 +94,16 @@ impl Drop for Snapshot {
 }
 
 impl Snapshots {
-    /// The snapshots of the upper layer `upper` (`upper/B/ROOT`), kept in
-    /// `upper/B/.snapshots-ROOT/`; `None` unless that filesystem is XFS or btrfs.
-    pub(crate) fn for_upper(upper: &Path, keep: bool) -> Option<Snapshots> {
+    /// The snapshots of the upper layer `upper` (`upper/B/ROOT`), kept in `dir`
+    /// (`Store::snapshot_dir`: `upper/B/.snapshots-ROOT/`); `None` unless that filesystem is
+    /// XFS or btrfs.
+    pub(crate) fn for_upper(upper: &Path, dir: PathBuf, keep: bool) -> Option<Snapshots> {
         let fs_type = nix::sys::statfs::statfs(upper).ok()?.filesystem_type().0 as i64;
         if fs_type != XFS_SUPER_MAGIC && fs_type != BTRFS_SUPER_MAGIC {
             return None;
         }
         Some(Snapshots {
-            dir: snapshot_dir(upper)?,
+            dir,
             keep,
             enabled: AtomicBool::new(true),
             skipped: AtomicU64::new(0),
@@ -178,12 +179,6 @@ impl Snapshots {
     }
 }
 
-/// `upper/B/.snapshots-ROOT/` for the upper layer `upper/B/ROOT`.
-fn snapshot_dir(upper: &Path) -> Option<PathBuf> {
-    let root = upper.file_name()?.to_str()?;
-    Some(upper.parent()?.join(format!(".snapshots-{root}")))
-}
-
 fn unique_name() -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     format!(
@@ -203,12 +198,10 @@ pub(crate) fn named_by(cache: &crate::store::statcache::StatCache) -> HashSet<&s
         .collect()
 }
 
-/// The snapshots of the upper layer `upper` that `keep` does not name.
-pub(crate) fn unnamed(upper: &Path, keep: &HashSet<&str>) -> Vec<PathBuf> {
-    let Some(dir) = snapshot_dir(upper) else {
-        return Vec::new();
-    };
-    let Ok(entries) = fs::read_dir(&dir) else {
+/// The snapshots in the snapshot directory `dir` (`Store::snapshot_dir`) that `keep` does not
+/// name.
+pub(crate) fn unnamed(dir: &Path, keep: &HashSet<&str>) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
     entries
@@ -218,11 +211,11 @@ pub(crate) fn unnamed(upper: &Path, keep: &HashSet<&str>) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Removes the snapshots of the upper layer `upper` that `keep` does not name (those of files
+/// Removes the snapshots in the snapshot directory `dir` that `keep` does not name (those of files
 /// that changed again or went away, and those of a checkpoint that failed). Best effort: a
 /// snapshot left behind only takes room until the next checkpoint (or `gc`).
-pub(crate) fn sweep(upper: &Path, keep: &HashSet<&str>) {
-    for p in unnamed(upper, keep) {
+pub(crate) fn sweep(dir: &Path, keep: &HashSet<&str>) {
+    for p in unnamed(dir, keep) {
         if let Err(err) = fs::remove_file(&p) {
             log::warn!("could not remove snapshot {}: {err}", p.display());
         }
@@ -307,7 +300,7 @@ pub(crate) fn compare(old: Option<&File>, new: &File) -> Comparison {
 }
 
 /// Whether a file is better read whole than through snapshots from now on. A clone and an
-/// extent map cost about 30 us per extent here (XFS on the bench VM: 70 ms for a 67 MB SQLite
+/// extent map cost about 30 us per extent (XFS on a 2-core VM: 70 ms for a 67 MB SQLite
 /// file in 3,117 extents), against about 0.4 ns per byte for reading and comparing, so they
 /// cost as much as reading once extents average about 75 KB. A file whose blocks are rewritten
 /// in many scattered places (a database: each rewritten block moves, so every snapshot leaves

@@ -1,0 +1,406 @@
+//! Capture: directory trees -> objects + trees -> one checkpoint over every root.
+//!
+//! 1. Walk each root (sorted, `lstat`, never following symlinks). Sockets, fifos and devices
+//!    fail the capture with their path unless excluded.
+//! 2. The files found go to the reading engine (`reader`): a file whose (size, mtime, ctime,
+//!    inode) equal the parent checkpoint's stat cache reuses its chunk list; every other file
+//!    is read and chunked (FastCDC) and hashed on all cores. A file that changes while it is
+//!    read is retried, then named in the error.
+//! 3. Trees are encoded bottom-up (unchanged directories hash to their old ids), objects are
+//!    committed (see `store::object`), the record is written, then the branch moves by CAS.
+
+use std::collections::BTreeMap;
+use std::fs::{self, Metadata};
+use std::io::{self, IsTerminal, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::reader::{read_files, split_cached, FileData, FileJob, OnChange, Progress};
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::meta::{ctime_ns, mtime_ns, read_xattrs_path, special_file_error, symlink_entry};
+use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
+use crate::store::exclude::Excluder;
+use crate::store::object::ObjectBatch;
+use crate::store::statcache::{Cached, StatCache, RACY_WINDOW_NS};
+use crate::store::tree::{Entry, EntryKind, Tree};
+use crate::store::{ChunkerConfig, Store};
+
+/// What to capture.
+#[derive(Clone, Debug, Default)]
+pub struct CaptureOptions {
+    pub branch: String,
+    pub label: Option<String>,
+    pub message: String,
+    /// Capture these roots from another directory instead of their recorded path.
+    pub from: BTreeMap<String, PathBuf>,
+    /// Extra exclude globs for every root (added to STORE.json's per-root rules).
+    pub exclude: Vec<String>,
+    /// Show a progress line on stderr (only when it is a terminal).
+    pub progress: bool,
+}
+
+/// The result of a capture.
+#[derive(Clone, Debug)]
+pub struct CaptureReport {
+    pub id: ObjectId,
+    pub checkpoint: Checkpoint,
+}
+
+/// A walked entry: a file is its index in the job list (read later), a symlink is complete.
+enum Node {
+    File(usize),
+    Dir(Box<DirNode>),
+    Symlink(Entry),
+}
+
+struct DirNode {
+    meta: Metadata,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    children: Vec<(Vec<u8>, Node)>,
+}
+
+/// Captures every root of the store as one checkpoint on `opts.branch`.
+///
+/// # Errors
+/// `Invalid` for special files and files that kept changing, `NotFound` for a missing root,
+/// `Conflict` for an existing label or a branch moved concurrently; I/O errors with their path.
+pub fn capture(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport> {
+    crate::util::check_name("branch", &opts.branch)?;
+    if let Some(l) = &opts.label {
+        crate::util::check_name("label", l)?;
+    }
+    for name in opts.from.keys() {
+        store.root_config(name)?;
+    }
+    let args = serde_json::json!({"branch": opts.branch, "label": opts.label,
+        "from": opts.from.iter().map(|(k, v)| (k.clone(), v.display().to_string())).collect::<BTreeMap<_,_>>()});
+    store.mutate("capture", args, |_m| {
+        let report = capture_locked(store, opts)?;
+        let s = &report.checkpoint.stats;
+        let summary = serde_json::json!({"checkpoint": report.id, "files": s.files,
+            "bytes": s.bytes, "new_objects": s.new_objects, "new_bytes": s.new_bytes});
+        Ok((report, summary))
+    })
+}
+
+fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport> {
+    if let Some(l) = &opts.label {
+        if store.read_label(l)?.is_some() {
+            return Err(Error::Conflict(format!(
+                "label {l} already exists; labels are immutable"
+            )));
+        }
+    }
+    let parent_branch = store.read_branch(&opts.branch)?;
+    let parent = parent_branch.as_ref().and_then(|b| b.head);
+    let start_ns = crate::util::now_ns();
+    let batch = ObjectBatch::new(store);
+    let progress = Progress::new();
+    let show = opts.progress && io::stderr().is_terminal();
+    let mut roots = BTreeMap::new();
+    let mut stats = Stats::default();
+    let mut caches: Vec<(String, StatCache)> = Vec::new();
+    std::thread::scope(|s| -> Result<()> {
+        if show {
+            s.spawn(|| show_progress(&progress));
+        }
+        let result = (|| {
+            for (name, rc) in &store.config().roots {
+                let src = opts
+                    .from
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_else(|| rc.path.clone());
+                let mut patterns = rc.exclude.clone();
+                patterns.extend(opts.exclude.iter().cloned());
+                let excl = Excluder::compile(name, &patterns)?;
+                let t = Instant::now();
+                let old = parent
+                    .map(|p| store.load_statcache(&p, name))
+                    .unwrap_or_default();
+                log::debug!(
+                    "root {name}: stat cache of {} files loaded in {:?}",
+                    old.len(),
+                    t.elapsed()
+                );
+                let (rec, cache) = capture_root(
+                    store,
+                    &batch,
+                    &store.config().chunker,
+                    &src,
+                    &excl,
+                    old,
+                    start_ns,
+                    &mut stats,
+                    &progress,
+                )
+                .map_err(|e| match e {
+                    Error::NotFound(m) => Error::NotFound(format!("root {name}: {m}")),
+                    other => other,
+                })?;
+                roots.insert(name.clone(), rec);
+                caches.push((name.clone(), cache));
+            }
+            Ok(())
+        })();
+        progress.done.store(true, Ordering::Relaxed);
+        result
+    })?;
+    if show {
+        eprint!("\r\x1b[K");
+    }
+    let t = Instant::now();
+    batch.commit()?;
+    log::debug!(
+        "{} new objects committed in {:?}",
+        batch.new_objects(),
+        t.elapsed()
+    );
+    stats.new_objects = batch.new_objects();
+    stats.new_bytes = batch.new_bytes();
+    let checkpoint = Checkpoint {
+        version: 1,
+        roots,
+        parents: parent.into_iter().collect(),
+        branch: opts.branch.clone(),
+        label: opts.label.clone(),
+        message: opts.message.clone(),
+        time_ns: crate::util::now_ns(),
+        stats,
+    };
+    let id = store.write_checkpoint(&checkpoint)?;
+    store.advance_branch(&opts.branch, parent, id)?;
+    if let Some(l) = &opts.label {
+        store.create_label(l, &id)?;
+    }
+    let t = Instant::now();
+    for (name, cache) in &caches {
+        store.save_statcache(&id, name, cache);
+    }
+    log::debug!(
+        "checkpoint {} recorded; stat caches saved in {:?}",
+        id.short(),
+        t.elapsed()
+    );
+    Ok(CaptureReport { id, checkpoint })
+}
+
+fn show_progress(p: &Progress) {
+    let mut err = io::stderr();
+    while !p.done.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(200));
+        let _ignored = write!(
+            err,
+            "\r\x1b[Kcapturing: {} files, {} read",
+            p.files.load(Ordering::Relaxed),
+            crate::util::human_bytes(p.bytes.load(Ordering::Relaxed))
+        );
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn capture_root(
+    store: &Store,
+    batch: &ObjectBatch<'_>,
+    chunker: &ChunkerConfig,
+    src: &Path,
+    excl: &Excluder,
+    old: StatCache,
+    start_ns: i64,
+    stats: &mut Stats,
+    progress: &Progress,
+) -> Result<(RootRecord, StatCache)> {
+    let meta = fs::symlink_metadata(src).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => Error::NotFound(format!("directory {}", src.display())),
+        _ => Error::io(src, e),
+    })?;
+    if !meta.is_dir() {
+        return Err(Error::Invalid(format!(
+            "{} is not a directory",
+            src.display()
+        )));
+    }
+    let mut jobs = Vec::new();
+    let t = Instant::now();
+    let mut old = old;
+    let xattrs = read_xattrs_path(src)?;
+    let root = walk_dir(
+        src,
+        Path::new(""),
+        meta,
+        xattrs,
+        excl,
+        &mut old,
+        &mut jobs,
+        stats,
+    )?;
+    log::debug!(
+        "{}: walked {} files in {:?}",
+        src.display(),
+        jobs.len(),
+        t.elapsed()
+    );
+    let t = Instant::now();
+    let results = read_files(batch, chunker, &jobs, progress, None)?;
+    log::debug!(
+        "{}: files read and hashed in {:?}",
+        src.display(),
+        t.elapsed()
+    );
+    let mut cache = StatCache::new();
+    for (job, data) in jobs.iter().zip(&results) {
+        stats.files += 1;
+        stats.bytes += data.key.size;
+        if data.read {
+            stats.files_read += 1;
+        }
+        if data.key.mtime_ns < start_ns - RACY_WINDOW_NS
+            && data.key.ctime_ns < start_ns - RACY_WINDOW_NS
+        {
+            cache.insert(
+                job.rel.clone(),
+                Cached {
+                    key: data.key.clone(),
+                    chunks: data.chunks.clone(),
+                    xattrs: data.xattrs.clone(),
+                    ino: data.ino,
+                    ctime_ns: data.ctime_ns,
+                    snapshot: None,
+                },
+            );
+        }
+    }
+    let t = Instant::now();
+    let (tree, subdirs, files, bytes) = build_tree(batch, &root, &results)?;
+    log::debug!("{}: trees built in {:?}", src.display(), t.elapsed());
+    let _ = store;
+    Ok((
+        RootRecord {
+            tree,
+            mode: root.meta.mode() & 0o7777,
+            uid: root.meta.uid(),
+            gid: root.meta.gid(),
+            mtime_ns: mtime_ns(&root.meta),
+            subdirs,
+            files,
+            bytes,
+            xattrs: root.xattrs.clone(),
+        },
+        cache,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_dir(
+    abs: &Path,
+    rel: &Path,
+    meta: Metadata,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    excl: &Excluder,
+    old: &mut StatCache,
+    jobs: &mut Vec<FileJob>,
+    stats: &mut Stats,
+) -> Result<DirNode> {
+    stats.dirs += 1;
+    let mut names: Vec<std::ffi::OsString> = Vec::new();
+    for ent in fs::read_dir(abs).map_err(|e| Error::io(abs, e))? {
+        let ent = ent.map_err(|e| Error::io(abs, e))?;
+        names.push(ent.file_name());
+    }
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let mut children = Vec::with_capacity(names.len());
+    for name in names {
+        let child_abs = abs.join(&name);
+        let child_rel = rel.join(&name);
+        if excl.excluded(&child_rel, &name) {
+            continue;
+        }
+        let m = match fs::symlink_metadata(&child_abs) {
+            Ok(m) => m,
+            // Deleted between readdir and lstat: it is simply not part of this capture.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(&child_abs, e)),
+        };
+        let ft = m.file_type();
+        let node = if ft.is_dir() {
+            let x = read_xattrs_path(&child_abs)?;
+            Node::Dir(Box::new(walk_dir(
+                &child_abs, &child_rel, m, x, excl, old, jobs, stats,
+            )?))
+        } else if ft.is_file() {
+            let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
+            let (cached, previous, _) = split_cached(old.remove(&rel_bytes), &m);
+            jobs.push(FileJob {
+                abs: child_abs,
+                rel: rel_bytes,
+                cached,
+                previous,
+                previous_snapshot: None,
+                on_change: OnChange::Retry,
+                owner: (m.mode() & 0o7777, m.uid(), m.gid()),
+                size: m.len(),
+            });
+            Node::File(jobs.len() - 1)
+        } else if ft.is_symlink() {
+            stats.symlinks += 1;
+            let xattrs = read_xattrs_path(&child_abs)?;
+            Node::Symlink(symlink_entry(name.as_bytes(), &child_abs, &m, xattrs)?)
+        } else {
+            return Err(special_file_error(&child_abs, &m));
+        };
+        children.push((name.as_bytes().to_vec(), node));
+    }
+    Ok(DirNode {
+        meta,
+        xattrs,
+        children,
+    })
+}
+
+/// Encodes a directory bottom-up; returns (tree id, subdirs, files, bytes).
+fn build_tree(
+    batch: &ObjectBatch<'_>,
+    dir: &DirNode,
+    results: &[FileData],
+) -> Result<(ObjectId, u32, u64, u64)> {
+    let mut entries = Vec::with_capacity(dir.children.len());
+    let mut subdirs = 0u32;
+    let mut files = 0u64;
+    let mut bytes = 0u64;
+    for (name, node) in &dir.children {
+        match node {
+            Node::File(i) => {
+                let d = &results[*i];
+                files += 1;
+                bytes += d.key.size;
+                entries.push(d.entry(name));
+            }
+            Node::Dir(sub) => {
+                let (tree, sd, f, b) = build_tree(batch, sub, results)?;
+                subdirs += 1;
+                files += f;
+                bytes += b;
+                entries.push(Entry {
+                    name: name.clone(),
+                    kind: EntryKind::Dir { tree, subdirs: sd },
+                    mode: sub.meta.mode() & 0o7777,
+                    uid: sub.meta.uid(),
+                    gid: sub.meta.gid(),
+                    mtime_ns: mtime_ns(&sub.meta),
+                    size: sub.children.len() as u64,
+                    xattrs: sub.xattrs.clone(),
+                    ctime_ns: ctime_ns(&sub.meta),
+                    ino: sub.meta.ino(),
+                });
+            }
+            Node::Symlink(e) => entries.push(e.clone()),
+        }
+    }
+    let tree = Tree { entries };
+    let id = batch.ensure_tree(&tree)?;
+    Ok((id, subdirs, files, bytes))
+}

@@ -1,0 +1,423 @@
+//! The reading engine: the files a walk found -> chunk objects, on every core.
+//!
+//! Both walks (a plain [`capture`](super::capture) of a directory, and the merge of a
+//! workspace's upper layer in `workspace::merge`) list what they found as [`FileJob`]s and hand
+//! them to [`read_files`], which returns one [`FileData`] per job, in job order:
+//! - a job whose stat cache entry still matches (`split_cached`) is reused unread;
+//! - every other file is opened (`O_NOFOLLOW`), its xattrs read, and its bytes chunked and
+//!   stored (see [`chunker`](super::chunker)), the previous version's chunks tried first;
+//! - a big changed file in a workspace on XFS or btrfs is read through a reflink snapshot
+//!   (see [`snapshot`](super::snapshot)), which tells the unchanged ranges without reading them;
+//! - a file that changes while it is read is treated as [`OnChange`] says.
+//!
+//! Files are read biggest first; when nothing is left to start, idle threads make the objects
+//! written so far durable (`ObjectBatch::sync_ahead`).
+
+use std::fs::{File, Metadata, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::snapshot::{self, Snapshots, SNAPSHOT_MIN};
+use crate::error::{Error, Result};
+use crate::meta::{ctime_ns, read_xattrs_file, stat_key};
+use crate::store::object::ObjectBatch;
+use crate::store::statcache::{Cached, StatKey};
+use crate::store::tree::{Chunk, Entry, EntryKind};
+use crate::store::ChunkerConfig;
+
+/// How often a file that keeps changing is re-read before the capture fails.
+const CHANGE_RETRIES: usize = 3;
+
+/// A file found by the walk, to be read (or reused from the stat cache).
+pub(crate) struct FileJob {
+    pub(crate) abs: PathBuf,
+    pub(crate) rel: Vec<u8>,
+    /// The stat cache entry, present only when the walk's `lstat` matched its key.
+    pub(crate) cached: Option<Cached>,
+    /// (mode, uid, gid) from the walk's `lstat`, used for cached files.
+    pub(crate) owner: (u32, u32, u32),
+    /// The size the walk's `lstat` saw (biggest files are read first).
+    pub(crate) size: u64,
+    /// What to do when the file changes while it is read.
+    pub(crate) on_change: OnChange,
+    /// The chunks this path had in the previous checkpoint when it changed since: those whose
+    /// bytes still match are reused without chunking (see `chunker`).
+    pub(crate) previous: Vec<Chunk>,
+    /// The reflink snapshot that holds `previous`'s bytes, if one was kept (see `snapshot`).
+    pub(crate) previous_snapshot: Option<String>,
+}
+
+/// How reading a file treats a change made meanwhile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnChange {
+    /// Read it again, up to `CHANGE_RETRIES` times, then fail naming it (plain captures).
+    Retry,
+    /// Live workspaces: read it again; at the last attempt a file that only grew is captured
+    /// as the prefix that existed when reading started (an appending writer never yields
+    /// torn bytes).
+    AcceptPrefix,
+    /// The first pass of a checkpoint that then freezes the writers: no retry; the file comes
+    /// back with a stat key that matches nothing, so the frozen pass reads it again.
+    Provisional,
+}
+
+/// The result of reading one file.
+pub(crate) struct FileData {
+    pub(crate) key: StatKey,
+    pub(crate) mode: u32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) chunks: Vec<Chunk>,
+    pub(crate) xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) read: bool,
+    /// The inode number and ctime the tree entry records: the file's own, except for a
+    /// file a workspace copied up (see `workspace::merge`).
+    pub(crate) ino: u64,
+    pub(crate) ctime_ns: i64,
+    /// The reflink snapshot kept of these bytes (see `snapshot`).
+    pub(crate) snapshot: Option<String>,
+}
+
+impl FileData {
+    /// A file just read: owner and mode from `m` (its stat when opened), content `chunks`,
+    /// stat key `key`, and the ctime its tree entry shows.
+    fn read(
+        m: &Metadata,
+        key: StatKey,
+        ctime_ns: i64,
+        chunks: Vec<Chunk>,
+        xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+        snapshot: Option<String>,
+    ) -> FileData {
+        FileData {
+            ino: key.ino,
+            ctime_ns,
+            key,
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+            chunks,
+            xattrs,
+            read: true,
+            snapshot,
+        }
+    }
+
+    /// The tree entry of this file under `name`.
+    pub(crate) fn entry(&self, name: &[u8]) -> Entry {
+        Entry {
+            name: name.to_vec(),
+            kind: EntryKind::File {
+                chunks: self.chunks.clone(),
+            },
+            mode: self.mode,
+            uid: self.uid,
+            gid: self.gid,
+            mtime_ns: self.key.mtime_ns,
+            size: self.key.size,
+            xattrs: self.xattrs.clone(),
+            ctime_ns: self.ctime_ns,
+            ino: self.ino,
+        }
+    }
+}
+
+/// Counters a progress line shows while files are read.
+pub(crate) struct Progress {
+    pub(crate) files: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) done: AtomicBool,
+}
+
+impl Progress {
+    pub(crate) fn new() -> Progress {
+        Progress {
+            files: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            done: AtomicBool::new(false),
+        }
+    }
+}
+
+/// The stat cache entry of a file: reused whole when its stat key still matches, else its
+/// chunks (and the snapshot holding their bytes) are the previous version to try first.
+pub(crate) fn split_cached(
+    entry: Option<Cached>,
+    m: &Metadata,
+) -> (Option<Cached>, Vec<Chunk>, Option<String>) {
+    match entry {
+        Some(c) if c.key == stat_key(m) => (Some(c), Vec::new(), None),
+        Some(c) => (None, c.chunks, c.snapshot),
+        None => (None, Vec::new(), None),
+    }
+}
+
+/// Reads all jobs on every core; results are in job order.
+pub(crate) fn read_files(
+    batch: &ObjectBatch<'_>,
+    chunker: &ChunkerConfig,
+    jobs: &[FileJob],
+    progress: &Progress,
+    snapshots: Option<&Snapshots>,
+) -> Result<Vec<FileData>> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(1, 8);
+    // Files to read, biggest first, so the last ones to finish are small and every core
+    // stays busy to the end (a few big logs and databases dominate a checkpoint).
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| {
+        let j = &jobs[i];
+        std::cmp::Reverse(if j.cached.is_some() { 0 } else { j.size })
+    });
+    let next = AtomicUsize::new(0);
+    // Files being read right now.
+    let reading = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let results: Vec<Mutex<Option<FileData>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                if failed.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    // Nothing left to start: while the others finish, make the objects
+                    // written so far durable (the commit then syncs only the rest).
+                    if reading.load(Ordering::Relaxed) == 0 {
+                        return;
+                    }
+                    if let Err(e) = batch.sync_ahead() {
+                        failed.store(true, Ordering::Relaxed);
+                        first_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                    }
+                    return;
+                };
+                let job = &jobs[i];
+                reading.fetch_add(1, Ordering::Relaxed);
+                let read = match snapshots {
+                    Some(snaps) if job.cached.is_none() && job.size >= SNAPSHOT_MIN => {
+                        read_snapshot(batch, chunker, job, progress, snaps)
+                    }
+                    _ => read_file(batch, chunker, job, progress),
+                };
+                reading.fetch_sub(1, Ordering::Relaxed);
+                match read {
+                    Ok(d) => {
+                        progress.files.fetch_add(1, Ordering::Relaxed);
+                        *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(d);
+                    }
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        first_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    results
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .ok_or_else(|| Error::Invalid("internal: a file was not read".into()))
+        })
+        .collect()
+}
+
+fn read_file(
+    batch: &ObjectBatch<'_>,
+    chunker: &ChunkerConfig,
+    job: &FileJob,
+    progress: &Progress,
+) -> Result<FileData> {
+    // Unchanged since the parent checkpoint (the walk's lstat matched the stat cache): reuse
+    // its content without even opening it, so an unchanged tree costs one lstat per file.
+    if let Some(c) = &job.cached {
+        let (mode, uid, gid) = job.owner;
+        return Ok(FileData {
+            key: c.key.clone(),
+            mode,
+            uid,
+            gid,
+            chunks: c.chunks.clone(),
+            xattrs: c.xattrs.clone(),
+            read: false,
+            ino: c.ino,
+            ctime_ns: c.ctime_ns,
+            snapshot: c.snapshot.clone(),
+        });
+    }
+    for attempt in 0..CHANGE_RETRIES {
+        let (f, before) = open_regular(job)?;
+        let key = stat_key(&before);
+        let xattrs = read_xattrs_file(&f, &job.abs)?;
+        let (chunks, total) = super::chunker::chunk_file(
+            batch,
+            chunker,
+            &f,
+            key.size,
+            &job.abs,
+            &job.previous,
+            &[],
+            &progress.bytes,
+        )?;
+        let after = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
+        let stable = stat_key(&after) == key;
+        // Left for the frozen pass: a key that matches nothing makes it read the file again.
+        let provisional = !stable && job.on_change == OnChange::Provisional;
+        let grew = job.on_change == OnChange::AcceptPrefix
+            && attempt + 1 == CHANGE_RETRIES
+            && after.len() >= key.size
+            && after.ino() == key.ino;
+        if provisional || ((stable || grew) && total == key.size) {
+            let key = if provisional {
+                StatKey {
+                    ctime_ns: i64::MAX,
+                    ..key
+                }
+            } else {
+                key
+            };
+            let ctime_ns = key.ctime_ns;
+            return Ok(FileData::read(&before, key, ctime_ns, chunks, xattrs, None));
+        }
+        log::debug!("{} changed while being read; retrying", job.abs.display());
+    }
+    Err(Error::Invalid(format!(
+        "{} kept changing while being captured ({CHANGE_RETRIES} attempts); quiesce the writer and retry",
+        job.abs.display()
+    )))
+}
+
+/// Reads a changed file through a reflink snapshot of it (see `snapshot`): the snapshot is
+/// one instant of the file, and where the previous version's snapshot maps the same blocks,
+/// its chunks are reused unread. Falls back to [`read_file`] where the filesystem cannot clone.
+fn read_snapshot(
+    batch: &ObjectBatch<'_>,
+    chunker: &ChunkerConfig,
+    job: &FileJob,
+    progress: &Progress,
+    snaps: &Snapshots,
+) -> Result<FileData> {
+    if job.previous_snapshot.as_deref() == Some(snapshot::DECLINED) {
+        let mut d = read_file(batch, chunker, job, progress)?;
+        d.snapshot = job.previous_snapshot.clone();
+        return Ok(d);
+    }
+    let (live, before) = open_regular(job)?;
+    // Nothing to compare with and nothing to keep (`status`): a clone would be wasted.
+    let old = job.previous_snapshot.as_deref().and_then(|n| snaps.open(n));
+    if old.is_none() && !snaps.keeps() {
+        return read_file(batch, chunker, job, progress);
+    }
+    // With no writer, and none let in until the read is done, the live file holds the clone's
+    // bytes: read it, from the page cache (the clone's pages are not cached).
+    let lease = snapshot::Lease::take(&live);
+    let Some(snap) = snaps.take(&live) else {
+        return read_file(batch, chunker, job, progress);
+    };
+    let after = live.metadata().map_err(|e| Error::io(&job.abs, e))?;
+    let xattrs = read_xattrs_file(&live, &job.abs)?;
+    let size = snap
+        .file
+        .metadata()
+        .map_err(|e| Error::io(&job.abs, e))?
+        .len();
+    let cmp = snapshot::compare(old.as_ref(), &snap.file);
+    let chunk = |f: &File| {
+        super::chunker::chunk_file(
+            batch,
+            chunker,
+            f,
+            size,
+            &job.abs,
+            &job.previous,
+            &cmp.same,
+            &progress.bytes,
+        )
+    };
+    let (mut chunks, mut total) = chunk(if lease.is_some() { &live } else { &snap.file })?;
+    if lease.is_some_and(|l| !l.held_throughout()) {
+        // A writer may have been let in meanwhile: read the clone after all.
+        (chunks, total) = chunk(&snap.file)?;
+    }
+    if total != size {
+        return Err(Error::Invalid(format!(
+            "{}: its snapshot changed while being read",
+            job.abs.display()
+        )));
+    }
+    snaps.add_skipped(cmp.same.iter().map(|(s, e)| e - s).sum());
+    // The stat the snapshot goes with: the file's, unless it changed around the clone (the
+    // snapshot is then an instant between the two): recorded with a ctime that matches
+    // nothing, so the next checkpoint (or the frozen pass) reads the file again, through
+    // this snapshot.
+    let key = stat_key(&before);
+    let stable = stat_key(&after) == key && key.size == size;
+    let (key, ctime_ns) = if stable {
+        (key.clone(), key.ctime_ns)
+    } else {
+        let unmatched = StatKey {
+            size,
+            ctime_ns: i64::MAX,
+            ..key
+        };
+        let shown = if job.on_change == OnChange::Provisional {
+            i64::MAX
+        } else {
+            ctime_ns(&after)
+        };
+        (unmatched, shown)
+    };
+    let snapshot = if snapshot::decline(&cmp, size) {
+        log::debug!(
+            "{}: read whole from now on ({} unchanged ranges, {:?} extents)",
+            job.abs.display(),
+            cmp.same.len(),
+            cmp.extents
+        );
+        Some(snapshot::DECLINED.to_string())
+    } else {
+        snaps.keeps().then(|| snap.keep())
+    };
+    Ok(FileData::read(
+        &before, key, ctime_ns, chunks, xattrs, snapshot,
+    ))
+}
+
+/// Opens a job's file and stats it: an error names it when it is no longer a regular file.
+fn open_regular(job: &FileJob) -> Result<(File, Metadata)> {
+    let f = open_nofollow(&job.abs).map_err(|e| Error::io(&job.abs, e))?;
+    let m = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
+    if !m.is_file() {
+        return Err(Error::Invalid(format!(
+            "{} changed type while being captured",
+            job.abs.display()
+        )));
+    }
+    Ok((f, m))
+}
+
+fn open_nofollow(path: &Path) -> io::Result<File> {
+    let open = |flags| OpenOptions::new().read(true).custom_flags(flags).open(path);
+    match open(libc::O_NOFOLLOW | libc::O_NOATIME) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(libc::O_NOFOLLOW),
+        other => other,
+    }
+}

@@ -1,0 +1,126 @@
+//! The workspace side of a branch's lifecycle: fork, archive, unarchive, delete (refused while
+//! mounted or with un-checkpointed changes) and the space its upper layers take. The refs
+//! themselves are read and written by `store::refs`.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::store::fsio;
+use crate::store::refs::Branch;
+use crate::store::Store;
+use crate::util::{check_name, now_ns};
+
+use super::checkpoint::dirty;
+use super::state::is_mounted;
+use super::switch::displace_upper;
+
+/// `ckptfs fork`: a new branch whose head is `checkpoint` (O(1); nothing is copied).
+pub fn fork(store: &Store, checkpoint: &str, name: &str) -> Result<ObjectId> {
+    check_name("branch", name)?;
+    let id = store.resolve(checkpoint)?;
+    store.mutate(
+        "fork",
+        serde_json::json!({"checkpoint": id, "name": name}),
+        |_| {
+            if store.read_branch(name)?.is_some() {
+                return Err(Error::Conflict(format!("branch {name} already exists")));
+            }
+            if store.read_label(name)?.is_some() {
+                return Err(Error::Conflict(format!(
+                    "{name} is already a label; pick another name"
+                )));
+            }
+            let now = now_ns();
+            store.write_branch(
+                name,
+                &Branch {
+                    head: Some(id),
+                    forked_from: Some(id),
+                    state: "active".into(),
+                    created_ns: now,
+                    updated_ns: now,
+                },
+            )?;
+            Ok((id, serde_json::Value::Null))
+        },
+    )
+}
+
+/// `branch archive` / `branch unarchive`.
+pub fn set_archived(store: &Store, branch: &str, archived: bool) -> Result<()> {
+    let op = if archived {
+        "branch-archive"
+    } else {
+        "branch-unarchive"
+    };
+    store.mutate(op, serde_json::json!({"branch": branch}), |_| {
+        let mut b = store
+            .read_branch(branch)?
+            .ok_or_else(|| Error::NotFound(format!("branch {branch}")))?;
+        if archived && is_mounted(store, branch)? {
+            return Err(Error::Conflict(format!(
+                "branch {branch} is mounted; unmount it first"
+            )));
+        }
+        b.state = if archived { "archived" } else { "active" }.into();
+        b.updated_ns = now_ns();
+        store.write_branch(branch, &b)?;
+        Ok(((), serde_json::Value::Null))
+    })
+}
+
+/// `branch delete`: removes the ref (objects go only through gc). Refuses while mounted, and
+/// when the workspace has un-checkpointed changes unless `force` (they move to displaced/).
+pub fn delete_branch(store: &Store, branch: &str, force: bool) -> Result<Option<PathBuf>> {
+    store.mutate("branch-delete", serde_json::json!({"branch": branch, "force": force}), |_| {
+        if store.read_branch(branch)?.is_none() {
+            return Err(Error::NotFound(format!("branch {branch}")));
+        }
+        if is_mounted(store, branch)? {
+            return Err(Error::Conflict(format!("branch {branch} is mounted; unmount it first")));
+        }
+        if store.upper_branch_dir(branch).exists() && !force && dirty(store, branch)?.dirty {
+            return Err(Error::Conflict(format!(
+                "branch {branch} has un-checkpointed changes in its workspace; checkpoint them or use --force"
+            )));
+        }
+        let displaced = displace_upper(store, branch)?;
+        let p = store.branch_path(branch);
+        fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+        fsio::sync_path(&store.branches_dir())?;
+        let _ignored = fs::remove_file(store.workspace_state_path(branch));
+        Ok((displaced.clone(), serde_json::json!({"displaced": displaced})))
+    })
+}
+
+/// Bytes and files held by a branch's upper layers (cheap: a walk of the upper only).
+pub fn upper_usage(store: &Store, branch: &str) -> (u64, u64) {
+    fn walk(p: &Path, acc: &mut (u64, u64)) {
+        let Ok(rd) = fs::read_dir(p) else { return };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                walk(&e.path(), acc);
+            } else if m.is_file() {
+                acc.0 += 1;
+                acc.1 += m.size();
+            }
+        }
+    }
+    let mut acc = (0, 0);
+    let dir = store.upper_branch_dir(branch);
+    if let Ok(rd) = fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if e.path().is_dir() {
+                walk(&e.path(), &mut acc);
+            }
+        }
+    }
+    acc
+}

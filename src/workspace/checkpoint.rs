@@ -1,0 +1,471 @@
+//! Checkpointing a workspace: every root's base tree merged with its upper layer (see
+//! [`merge`](super::merge)), in one pass with the writers running, or in two when the
+//! checkpoint holds them still (see [`freeze`](super::freeze)): a first pass while they run,
+//! which reads the bulk of what changed, then a frozen pass that reads only what changed after
+//! the first one saw it. `dirty` is the same merge as a dry run.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::ingest::reader::OnChange;
+use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
+use crate::store::fsio;
+use crate::store::object::ObjectBatch;
+use crate::store::Store;
+use crate::util::{check_name, now_ns};
+
+use super::state::{require_branch, state, upper_base, WorkspaceState};
+use super::{freeze, merge};
+
+/// What a checkpoint holds still for its second pass (see `freeze`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Hold {
+    /// Cgroups to freeze (`--freeze-cgroup`, and those recorded with the mount).
+    pub cgroups: Vec<PathBuf>,
+    /// Freeze the store's filesystem, holding every writer (`--freeze-fs`).
+    pub filesystem: bool,
+}
+
+impl Hold {
+    /// Nothing to hold: the checkpoint is one pass with the writers running.
+    pub fn is_empty(&self) -> bool {
+        self.cgroups.is_empty() && !self.filesystem
+    }
+
+    /// The checks `checkpoint` makes before any work, so bad input costs nothing.
+    pub(super) fn check(&self, store: &Store) -> Result<()> {
+        freeze::check(&self.cgroups)?;
+        if self.filesystem {
+            freeze::check_fs(store.root())?;
+        }
+        Ok(())
+    }
+
+    /// What a mounted workspace records (`mount --freeze-cgroup`, `--freeze-fs`, `exec`).
+    pub(super) fn recorded(st: WorkspaceState) -> Hold {
+        Hold {
+            filesystem: st.freeze_fs,
+            cgroups: recorded_cgroups(st),
+        }
+    }
+
+    /// Adds what is frozen to the RUNNING marker's `args`, for `recover` to thaw what a
+    /// crash left frozen.
+    pub(super) fn mark(&self, store: &Store, mut args: serde_json::Value) -> serde_json::Value {
+        args["freeze_cgroups"] = serde_json::json!(self.cgroups);
+        args["freeze_fs"] = serde_json::json!(self.filesystem.then(|| store.root()));
+        args
+    }
+}
+
+/// The cgroups recorded with a workspace that still exist. One that is gone holds no process,
+/// so there is nothing to freeze in it (and refusing would block every checkpoint).
+fn recorded_cgroups(st: WorkspaceState) -> Vec<PathBuf> {
+    st.freeze_cgroups
+        .into_iter()
+        .filter(|c| {
+            let there = c.is_dir();
+            if !there {
+                log::warn!("cgroup {} recorded with the workspace is gone", c.display());
+            }
+            there
+        })
+        .collect()
+}
+
+/// A workspace's un-checkpointed changes.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DirtyReport {
+    pub dirty: bool,
+    /// Upper files whose stat changed since the last checkpoint (read to compare).
+    pub files_changed: u64,
+    pub bytes_changed: u64,
+    /// Roots whose merged tree differs from the branch head.
+    pub roots_changed: Vec<String>,
+}
+
+/// What a checkpoint did.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckpointReport {
+    pub id: ObjectId,
+    pub checkpoint: Checkpoint,
+    pub files_read: u64,
+    pub bytes_read: u64,
+    /// Bytes of the files read that reflink snapshots showed unchanged since the last
+    /// checkpoint, so were not read (a store on XFS or btrfs; see `snapshot`).
+    pub bytes_unread: u64,
+    /// Upper directories merged again, all passes: the root and every directory something
+    /// changed under since the last checkpoint (the others keep their tree ids unread).
+    pub dirs_merged: u64,
+    pub elapsed_ms: u64,
+    /// With `--freeze-cgroup` or `--freeze-fs`: how long the writers were held, and what was
+    /// read meanwhile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<Held>,
+}
+
+/// The frozen part of a checkpoint with `--freeze-cgroup` or `--freeze-fs`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Held {
+    /// From the freeze request to the thaw, in microseconds.
+    pub micros: u64,
+    /// Files read while frozen (changed after the first pass read them, or in the clock tick
+    /// it started in) and their bytes.
+    pub files_read: u64,
+    pub bytes_read: u64,
+    /// Upper directories merged while frozen.
+    pub dirs_merged: u64,
+}
+
+/// What `merge_all` produces.
+struct MergedAll {
+    roots: BTreeMap<String, RootRecord>,
+    caches: Vec<(
+        String,
+        crate::store::statcache::StatCache,
+        crate::store::statcache::UpperCache,
+    )>,
+    stats: Stats,
+    files_read: u64,
+    bytes_read: u64,
+    bytes_unread: u64,
+    dirs_merged: u64,
+}
+
+/// Merges base + upper for every root of the store; roots without an upper keep the base.
+fn merge_all(
+    store: &Store,
+    batch: &ObjectBatch<'_>,
+    branch: &str,
+    base: &Checkpoint,
+    mut previous: impl FnMut(&str) -> merge::Previous,
+    on_change: OnChange,
+    snapshots: bool,
+) -> Result<MergedAll> {
+    let pass = merge::Pass {
+        start_ns: crate::meta::coarse_now_ns(),
+        on_change,
+        snapshots,
+    };
+    let mut roots = BTreeMap::new();
+    let mut caches = Vec::new();
+    let mut stats = Stats {
+        dirs: base.stats.dirs,
+        symlinks: base.stats.symlinks,
+        ..Stats::default()
+    };
+    let (mut files_read, mut bytes_read, mut bytes_unread, mut dirs_merged) = (0, 0, 0, 0);
+    for (name, rec) in &base.roots {
+        let upper = store.upper_dir(branch, name);
+        if !upper.is_dir() {
+            roots.insert(name.clone(), rec.clone());
+            continue;
+        }
+        let m = merge::merge_root(store, batch, branch, name, rec, previous(name), pass)?;
+        stats.dirs = (stats.dirs as i64 + m.delta.dirs).max(0) as u64;
+        stats.symlinks = (stats.symlinks as i64 + m.delta.symlinks).max(0) as u64;
+        files_read += m.files_read;
+        bytes_read += m.bytes_read;
+        bytes_unread += m.bytes_unread;
+        dirs_merged += m.dirs_merged;
+        roots.insert(name.clone(), m.record);
+        caches.push((name.clone(), m.cache, m.upper_cache));
+    }
+    stats.files = roots.values().map(|r| r.files).sum();
+    stats.bytes = roots.values().map(|r| r.bytes).sum();
+    stats.files_read = files_read;
+    Ok(MergedAll {
+        roots,
+        caches,
+        stats,
+        files_read,
+        bytes_read,
+        bytes_unread,
+        dirs_merged,
+    })
+}
+
+/// The caches of the checkpoint that can describe the upper layer's files: the head's, when it
+/// was taken from this upper (head != base). A head that is the base itself was captured from
+/// other files (another upper, or a plain capture with a cache of every file in the tree,
+/// whose loading alone costs 0.1 s on a 100k-file room), so its cache cannot match.
+fn saved_caches(
+    store: &Store,
+    head: ObjectId,
+    base: ObjectId,
+) -> impl FnMut(&str) -> merge::Previous + '_ {
+    move |root| {
+        if head == base {
+            return merge::Previous::default();
+        }
+        merge::Previous {
+            files: store.load_statcache(&head, root),
+            upper: store.load_upper_cache(&head, root),
+        }
+    }
+}
+
+/// The reflink snapshots in `branch`'s upper layers that its next checkpoint will not use
+/// (see `snapshot`): those a failed checkpoint kept, or a stat cache gone since. For `gc`,
+/// under the store lock, so no checkpoint is adding any.
+///
+/// # Errors
+/// Reading the branch or its upper base record.
+pub(crate) fn unused_snapshots(store: &Store, branch: &str) -> Result<Vec<PathBuf>> {
+    let Some(head) = store.read_branch(branch)?.and_then(|b| b.head) else {
+        return Ok(Vec::new());
+    };
+    let base = upper_base(store, branch, head)?;
+    let dir = store.upper_branch_dir(branch);
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut unused = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(root) = name.to_str().and_then(Store::snapshot_dir_root) else {
+            continue;
+        };
+        let files = saved_caches(store, head, base)(root).files;
+        let keep = crate::ingest::snapshot::named_by(&files);
+        unused.extend(crate::ingest::snapshot::unnamed(
+            &store.snapshot_dir(branch, root),
+            &keep,
+        ));
+    }
+    Ok(unused)
+}
+
+/// Un-checkpointed changes of `branch`'s workspace (reads only files whose stat changed).
+pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
+    let (_, head) = require_branch(store, branch)?;
+    let base_id = upper_base(store, branch, head)?;
+    let base = store.read_checkpoint(&base_id)?;
+    let head_c = store.read_checkpoint(&head)?;
+    let batch = ObjectBatch::dry_run(store);
+    let previous = saved_caches(store, head, base_id);
+    let m = merge_all(
+        store,
+        &batch,
+        branch,
+        &base,
+        previous,
+        OnChange::AcceptPrefix,
+        true,
+    )?;
+    let roots = m.roots;
+    let mut report = DirtyReport {
+        files_changed: m.files_read,
+        bytes_changed: m.bytes_read,
+        ..DirtyReport::default()
+    };
+    for (name, r) in &roots {
+        let same = head_c
+            .roots
+            .get(name)
+            .is_some_and(|h| h.tree == r.tree && (h.mode, h.uid, h.gid) == (r.mode, r.uid, r.gid));
+        if !same {
+            report.roots_changed.push(name.clone());
+        }
+    }
+    report.dirty = !report.roots_changed.is_empty();
+    Ok(report)
+}
+
+/// Records a checkpoint of `branch`'s workspace (mounted or not). Caller holds the lock.
+pub(super) fn checkpoint_locked(
+    store: &Store,
+    branch: &str,
+    label: Option<&str>,
+    message: &str,
+    hold: &Hold,
+) -> Result<CheckpointReport> {
+    let t0 = std::time::Instant::now();
+    if let Some(l) = label {
+        check_name("label", l)?;
+        if store.read_label(l)?.is_some() {
+            return Err(Error::Conflict(format!(
+                "label {l} already exists; labels are immutable"
+            )));
+        }
+    }
+    let (_, head) = require_branch(store, branch)?;
+    let base_id = upper_base(store, branch, head)?;
+    let base = store.read_checkpoint(&base_id)?;
+    hold.check(store)?;
+    let batch = ObjectBatch::new(store);
+    // With writers to hold, this is a first pass while they run, which reads what changed (the
+    // bulk of the work); the pass while they are frozen then reads only what changed after
+    // the first one saw it (its caches make every other file and directory cost one lstat).
+    let on_change = if hold.is_empty() {
+        OnChange::AcceptPrefix
+    } else {
+        OnChange::Provisional
+    };
+    let previous = saved_caches(store, head, base_id);
+    let first = merge_all(store, &batch, branch, &base, previous, on_change, true)?;
+    let (all, held) = if hold.is_empty() {
+        (first, None)
+    } else {
+        let (m, h) = second_pass(store, &batch, branch, &base, hold, first)?;
+        (m, Some(h))
+    };
+    let MergedAll {
+        roots,
+        caches,
+        mut stats,
+        files_read,
+        bytes_read,
+        bytes_unread,
+        dirs_merged,
+    } = all;
+    let merged = t0.elapsed();
+    batch.commit()?;
+    log::debug!(
+        "checkpoint of {branch}: merged in {merged:?}, objects durable in {:?}",
+        t0.elapsed() - merged
+    );
+    stats.new_objects = batch.new_objects();
+    stats.new_bytes = batch.new_bytes();
+    let c = Checkpoint {
+        version: 1,
+        roots,
+        parents: vec![head],
+        branch: branch.to_string(),
+        label: label.map(str::to_string),
+        message: message.to_string(),
+        time_ns: now_ns(),
+        stats,
+    };
+    let id = store.write_checkpoint(&c)?;
+    store.advance_branch(branch, Some(head), id)?;
+    if let Some(l) = label {
+        store.create_label(l, &id)?;
+    }
+    for (name, cache, upper) in &caches {
+        store.save_statcache(&id, name, cache);
+        store.save_upper_cache(&id, name, upper);
+        // The snapshots this cache names stay for the next checkpoint; older ones go.
+        crate::ingest::snapshot::sweep(
+            &store.snapshot_dir(branch, name),
+            &crate::ingest::snapshot::named_by(cache),
+        );
+    }
+    Ok(CheckpointReport {
+        id,
+        checkpoint: c,
+        files_read,
+        bytes_read,
+        bytes_unread,
+        dirs_merged,
+        elapsed_ms: t0.elapsed().as_millis() as u64,
+        held,
+    })
+}
+
+/// The frozen pass of a checkpoint that holds the writers (`hold`), starting from the caches
+/// of the `first` pass; returns the merge and how long the writers were held.
+fn second_pass(
+    store: &Store,
+    batch: &ObjectBatch<'_>,
+    branch: &str,
+    base: &Checkpoint,
+    hold: &Hold,
+    first: MergedAll,
+) -> Result<(MergedAll, Held)> {
+    let mut pre: BTreeMap<String, merge::Previous> = first
+        .caches
+        .into_iter()
+        .map(|(name, files, upper)| (name, merge::Previous { files, upper }))
+        .collect();
+    // The first pass's objects are synced after the thaw, not while the writers wait.
+    batch.hold_back();
+    let mut frozen_fs = if hold.filesystem {
+        // The watchdog starts first, then the filesystem is synced while the writers run
+        // (freezing syncs it with them already held). While it is frozen, new objects wait
+        // in memory (a write there would wait for the thaw, that is for this very pass).
+        let f = freeze::FrozenFs::prepare(store.root())?;
+        fsio::sync_filesystem(store.root())?;
+        batch.defer_writes();
+        Some(f)
+    } else {
+        None
+    };
+    let t_hold = std::time::Instant::now();
+    // The writers stand still from here until every changed file is read.
+    let frozen = freeze::Frozen::freeze(&hold.cgroups)?;
+    if let Some(f) = &mut frozen_fs {
+        f.freeze()?;
+        // Lets crash tests stop or die here, with the filesystem frozen.
+        fsio::fault_point("frozen").map_err(|e| Error::io(store.root(), e))?;
+    }
+    let previous = |name: &str| pre.remove(name).unwrap_or_default();
+    let m = merge_all(
+        store,
+        batch,
+        branch,
+        base,
+        previous,
+        OnChange::AcceptPrefix,
+        !hold.filesystem,
+    )?;
+    if let Some(f) = &mut frozen_fs {
+        f.thaw()?;
+    }
+    frozen.thaw()?;
+    let held_micros = t_hold.elapsed().as_micros() as u64;
+    drop(frozen_fs);
+    let held = Held {
+        micros: held_micros,
+        files_read: m.files_read,
+        bytes_read: m.bytes_read,
+        dirs_merged: m.dirs_merged,
+    };
+    batch.write_deferred()?;
+    let mut stats = m.stats;
+    stats.files_read += first.files_read;
+    let m = MergedAll {
+        stats,
+        files_read: first.files_read + m.files_read,
+        bytes_read: first.bytes_read + m.bytes_read,
+        bytes_unread: first.bytes_unread + m.bytes_unread,
+        dirs_merged: first.dirs_merged + m.dirs_merged,
+        ..m
+    };
+    Ok((m, held))
+}
+
+/// `ckptfs checkpoint`: a checkpoint of the workspace of `branch`. What `hold` names is
+/// frozen while the upper layers are read (see `freeze`).
+pub fn checkpoint(
+    store: &Store,
+    branch: &str,
+    label: Option<&str>,
+    message: &str,
+    hold: &Hold,
+) -> Result<CheckpointReport> {
+    // What the workspace's mount records (`mount --freeze-cgroup`, `--freeze-fs`) is held too.
+    let mut hold = hold.clone();
+    if let Some(st) = state(store, branch)? {
+        let recorded = Hold::recorded(st);
+        hold.filesystem |= recorded.filesystem;
+        for c in recorded.cgroups {
+            if !hold.cgroups.contains(&c) {
+                hold.cgroups.push(c);
+            }
+        }
+    }
+    let hold = &hold;
+    let args = hold.mark(store, serde_json::json!({"branch": branch, "label": label}));
+    store.mutate("checkpoint", args, |_| {
+        let r = checkpoint_locked(store, branch, label, message, hold)?;
+        let summary = serde_json::json!({"checkpoint": r.id, "files_read": r.files_read,
+            "new_objects": r.checkpoint.stats.new_objects, "new_bytes": r.checkpoint.stats.new_bytes});
+        Ok((r, summary))
+    })
+}

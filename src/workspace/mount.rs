@@ -1,0 +1,310 @@
+//! Mounting and unmounting a workspace: one overlayfs per root, with the lower view's
+//! directory of the base checkpoint as the lower layer and `upper/B/ROOT` as the upper.
+//! `switch` mounts through `plan_roots` and `mount_roots` too; the last `umount` reaps
+//! the old overlays a failed switch left under `run/detached/` (`reap_detached`).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::store::checkpoint::RootRecord;
+use crate::store::Store;
+use crate::util::{check_name, now_ns};
+
+use super::checkpoint::{dirty, Hold};
+use super::state::{
+    answers, is_live, require_branch, source_name, state, states, upper_base, write_json,
+    write_mount_state, MountedRoot, UpperBase, WorkspaceState,
+};
+use super::{freeze, lower, overlay};
+
+/// What to mount.
+#[derive(Clone, Debug, Default)]
+pub struct MountOptions {
+    pub branch: String,
+    /// Only these roots (default: all).
+    pub roots: Vec<String>,
+    /// Relocated mountpoints (explicitly asked for): root -> directory.
+    pub relocate: BTreeMap<String, PathBuf>,
+    /// What every checkpoint of the workspace holds still (see `freeze`).
+    pub hold: Hold,
+}
+
+/// Creates the upper directories of `branch` for `root` (the root dir takes the lower root's
+/// metadata so the mount shows it unchanged).
+fn prepare_upper(
+    store: &Store,
+    branch: &str,
+    root: &str,
+    rec: &RootRecord,
+) -> Result<(PathBuf, PathBuf)> {
+    let upper = store.upper_dir(branch, root);
+    let work = store.overlay_work_dir(branch, root);
+    if !upper.exists() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&upper)
+            .map_err(|e| Error::io(&upper, e))?;
+        crate::meta::apply_meta(
+            &upper,
+            false,
+            rec.mode,
+            rec.uid,
+            rec.gid,
+            rec.mtime_ns,
+            &rec.xattrs,
+        )?;
+    }
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&work)
+        .map_err(|e| Error::io(&work, e))?;
+    Ok((upper, work))
+}
+
+/// Drops `branch`'s upper when everything in it is already in the head: the head becomes the
+/// new base. Returns the base to mount.
+fn rebase_if_clean(store: &Store, branch: &str, head: ObjectId) -> Result<ObjectId> {
+    let base = upper_base(store, branch, head)?;
+    if base == head {
+        return Ok(head);
+    }
+    if dirty(store, branch)?.dirty {
+        return Ok(base);
+    }
+    let upper = store.upper_branch_dir(branch);
+    fs::remove_dir_all(&upper).map_err(|e| Error::io(&upper, e))?;
+    Ok(head)
+}
+
+/// Mounts the overlays of `st` (already prepared); unmounts the ones done on failure.
+pub(super) fn mount_roots(
+    store: &Store,
+    branch: &str,
+    roots: &BTreeMap<String, MountedRoot>,
+) -> Result<()> {
+    let src = source_name(store, branch);
+    let mut done: Vec<&Path> = Vec::new();
+    for r in roots.values() {
+        if let Err(e) = overlay::mount_overlay(&src, &r.mountpoint, &r.lower, &r.upper, &r.work) {
+            for m in done {
+                let _ignored = overlay::detach(m);
+            }
+            return Err(e);
+        }
+        done.push(&r.mountpoint);
+    }
+    Ok(())
+}
+
+/// Detaches whatever of ours is stale at `mountpoint` (a dead mount from a crash).
+fn clear_stale(store: &Store, mountpoint: &Path) -> Result<()> {
+    if let Some(m) = crate::mountinfo::mount_at(mountpoint)? {
+        let ours = m
+            .source
+            .starts_with(&format!("ckptfs:{}:", store.root().display()));
+        if !ours {
+            return Err(Error::Conflict(format!(
+                "{} already has a {} mount ({}); unmount it first",
+                mountpoint.display(),
+                m.fstype,
+                m.source
+            )));
+        }
+        log::warn!("detaching a stale mount at {}", mountpoint.display());
+        overlay::detach(mountpoint)?;
+    }
+    Ok(())
+}
+
+/// Plans the mounted roots of `branch` based on checkpoint `base`.
+pub(super) fn plan_roots(
+    store: &Store,
+    branch: &str,
+    base: &ObjectId,
+    opts: &MountOptions,
+) -> Result<BTreeMap<String, MountedRoot>> {
+    let c = store.read_checkpoint(base)?;
+    let names: Vec<String> = if opts.roots.is_empty() {
+        c.roots.keys().cloned().collect()
+    } else {
+        opts.roots.clone()
+    };
+    let mut out = BTreeMap::new();
+    for name in names {
+        let rc = store.root_config(&name)?;
+        let rec = c.roots.get(&name).ok_or_else(|| {
+            Error::NotFound(format!("root {name} in checkpoint {}", base.short()))
+        })?;
+        let mountpoint = opts
+            .relocate
+            .get(&name)
+            .cloned()
+            .unwrap_or_else(|| rc.path.clone());
+        let mountpoint = crate::store::absolute(&mountpoint)?;
+        if mountpoint.starts_with(store.root()) {
+            return Err(Error::Usage(format!(
+                "mountpoint {} is inside the store",
+                mountpoint.display()
+            )));
+        }
+        let lower = lower::lower_root(store, base, &name)?;
+        let (upper, work) = prepare_upper(store, branch, &name, rec)?;
+        out.insert(
+            name,
+            MountedRoot {
+                mountpoint,
+                lower,
+                upper,
+                work,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// `ckptfs mount STORE --branch B`: mounts the branch's roots writable.
+pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
+    check_name("branch", &opts.branch)?;
+    // Absolute, so a checkpoint run from anywhere finds them.
+    let mut freeze_cgroups = Vec::new();
+    for (dir, _) in freeze::check(&opts.hold.cgroups)? {
+        freeze_cgroups.push(fs::canonicalize(&dir).map_err(|e| Error::io(&dir, e))?);
+    }
+    if opts.hold.filesystem {
+        freeze::check_fs(store.root())?;
+    }
+    let args =
+        serde_json::json!({"branch": opts.branch, "roots": opts.roots, "relocate": opts.relocate});
+    // The lower view is its own daemon, which takes the store lock to pin: start it first.
+    lower::ensure_view(store)?;
+    store.mutate("mount", args, |_| {
+        let (b, head) = require_branch(store, &opts.branch)?;
+        if b.state == "archived" {
+            return Err(Error::Conflict(format!(
+                "branch {} is archived; `ckptfs branch unarchive` it first",
+                opts.branch
+            )));
+        }
+        if let Some(st) = state(store, &opts.branch)? {
+            // Mounted and answering: refuse. Mounted over a dead lower view (its daemon was
+            // killed): fall through; the stale overlays are detached below and remounted.
+            if is_live(store, &st)? && st.roots.values().all(|r| answers(&r.mountpoint)) {
+                let at: Vec<String> = st.roots.values().map(|r| r.mountpoint.display().to_string()).collect();
+                return Err(Error::Conflict(format!(
+                    "branch {} is already mounted at {}",
+                    opts.branch,
+                    at.join(", ")
+                )));
+            }
+            fs::remove_file(store.workspace_state_path(&opts.branch))
+                .map_err(|e| Error::io(store.workspace_state_path(&opts.branch), e))?;
+        }
+        for other in states(store)? {
+            if is_live(store, &other)? {
+                for r in other.roots.values() {
+                    let clash = opts.roots.is_empty() || opts.roots.iter().any(|n| other.roots.contains_key(n));
+                    if clash && opts.relocate.is_empty() {
+                        return Err(Error::Conflict(format!(
+                            "{} is already a mounted workspace of branch {}; use `ckptfs switch` to change branches",
+                            r.mountpoint.display(),
+                            other.branch
+                        )));
+                    }
+                }
+            }
+        }
+        let base = rebase_if_clean(store, &opts.branch, head)?;
+        let roots = plan_roots(store, &opts.branch, &base, opts)?;
+        write_json(&store.upper_base_path(&opts.branch), &UpperBase { base })?;
+        for r in roots.values() {
+            fs::create_dir_all(&r.mountpoint).map_err(|e| Error::io(&r.mountpoint, e))?;
+            clear_stale(store, &r.mountpoint)?;
+        }
+        mount_roots(store, &opts.branch, &roots)?;
+        let st = WorkspaceState {
+            branch: opts.branch.clone(),
+            base,
+            roots,
+            mounted_ns: now_ns(),
+            freeze_cgroups: freeze_cgroups.clone(),
+            freeze_fs: opts.hold.filesystem,
+        };
+        write_mount_state(store, &st)?;
+        let summary = serde_json::json!({"base": base});
+        Ok((st, summary))
+    })
+}
+
+/// `ckptfs umount` of a workspace: unmounts every root (lazily when busy).
+pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmounted)>> {
+    let out = store.mutate("umount", serde_json::json!({"branch": branch}), |_| {
+        let st = state(store, branch)?
+            .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {branch}")))?;
+        let src = source_name(store, branch);
+        let mut out = Vec::new();
+        for r in st.roots.values() {
+            match crate::mountinfo::mount_at(&r.mountpoint)? {
+                Some(m) if m.source == src => {
+                    out.push((r.mountpoint.clone(), overlay::unmount(&r.mountpoint)?))
+                }
+                _ => {}
+            }
+        }
+        fs::remove_file(store.workspace_state_path(branch))
+            .map_err(|e| Error::io(store.workspace_state_path(branch), e))?;
+        for c in &st.freeze_cgroups {
+            freeze::remove_if_own_and_empty(c);
+        }
+        let summary = serde_json::json!({"unmounted": out.len()});
+        Ok((out, summary))
+    })?;
+    if states(store)?.is_empty() {
+        reap_detached(store)?;
+        lower::release_view(store)?;
+    }
+    Ok(out)
+}
+
+/// Detaches every old overlay left under `run/detached/` (by a switch that failed after it had
+/// mounted the new overlays) and removes the empty directories. Returns how many.
+pub fn reap_detached(store: &Store) -> Result<usize> {
+    let dir = store.detached_dir();
+    let mut n = 0;
+    for m in crate::mountinfo::mounts()? {
+        if m.mountpoint.starts_with(&dir) && m.mountpoint != dir {
+            overlay::detach(&m.mountpoint)?;
+            n += 1;
+        }
+    }
+    if let Ok(rd) = fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            let _ignored = fs::remove_dir(e.path());
+        }
+    }
+    Ok(n)
+}
+
+/// The cgroup `ckptfs exec` runs commands in for `branch`'s mounted workspace: made on first
+/// use and recorded with the mount (as `mount --freeze-cgroup` records one), so every
+/// checkpoint of the workspace freezes it.
+pub fn agent_cgroup(store: &Store, branch: &str) -> Result<PathBuf> {
+    store.mutate("exec", serde_json::json!({"branch": branch}), |_| {
+        let mut st = state(store, branch)?
+            .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {branch}")))?;
+        let tag = ObjectId::of(store.root().as_os_str().as_bytes()).short();
+        let dir = freeze::make_cgroup(&format!("{branch}-{tag}"))?;
+        if !st.freeze_cgroups.contains(&dir) {
+            st.freeze_cgroups.push(dir.clone());
+            write_mount_state(store, &st)?;
+        }
+        let summary = serde_json::json!({ "cgroup": dir });
+        Ok((dir, summary))
+    })
+}

@@ -1,0 +1,162 @@
+//! What is recorded about workspaces: the mount state files (`run/mounts/B.json`), the
+//! checkpoint each branch's upper layers apply to (`upper/B/base.json`), and whether a recorded
+//! workspace is really mounted.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::store::fsio;
+use crate::store::refs::Branch;
+use crate::store::Store;
+
+/// `upper/<branch>/base.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UpperBase {
+    pub base: ObjectId,
+}
+
+/// One mounted root.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MountedRoot {
+    pub mountpoint: PathBuf,
+    pub lower: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+}
+
+/// `run/mounts/<branch>.json`: a mounted workspace.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkspaceState {
+    pub branch: String,
+    pub base: ObjectId,
+    pub roots: BTreeMap<String, MountedRoot>,
+    pub mounted_ns: i64,
+    /// Cgroups every checkpoint of this workspace freezes (`mount --freeze-cgroup`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub freeze_cgroups: Vec<PathBuf>,
+    /// Every checkpoint of this workspace freezes the store's filesystem (`mount --freeze-fs`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub freeze_fs: bool,
+}
+
+pub(super) fn source_name(store: &Store, branch: &str) -> String {
+    format!("ckptfs:{}:{branch}", store.root().display())
+}
+
+pub(super) fn read_json<T: for<'de> Deserialize<'de>>(p: &Path) -> Result<Option<T>> {
+    match fs::read(p) {
+        Ok(d) => serde_json::from_slice(&d)
+            .map(Some)
+            .map_err(|e| Error::Corrupt(format!("{}: {e}", p.display()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(p, e)),
+    }
+}
+
+/// Encodes `v` for `p`, creating `p`'s directory (0700) if needed.
+fn json_for(p: &Path, v: &impl Serialize) -> Result<Vec<u8>> {
+    if let Some(d) = p.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(d)
+            .map_err(|e| Error::io(d, e))?;
+    }
+    serde_json::to_vec_pretty(v).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))
+}
+
+pub(super) fn write_json(p: &Path, v: &impl Serialize) -> Result<()> {
+    fsio::write_atomic_replace(p, &json_for(p, v)?, 0o600)
+}
+
+/// Writes the state of a mounted workspace (`run/mounts/B.json`): atomically, not synced,
+/// since it describes mounts that a reboot removes (see `fsio::write_atomic_replace_volatile`).
+pub(super) fn write_mount_state(store: &Store, st: &WorkspaceState) -> Result<()> {
+    let p = store.workspace_state_path(&st.branch);
+    fsio::write_atomic_replace_volatile(&p, &json_for(&p, st)?, 0o600)
+}
+
+/// The mounted workspace of `branch`, if its state file exists.
+pub fn state(store: &Store, branch: &str) -> Result<Option<WorkspaceState>> {
+    read_json(&store.workspace_state_path(branch))
+}
+
+/// Every mounted workspace (by state file).
+pub fn states(store: &Store) -> Result<Vec<WorkspaceState>> {
+    let dir = store.workspace_states_dir();
+    let rd = match fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&dir, e)),
+    };
+    let mut out = Vec::new();
+    for ent in rd {
+        let p = ent.map_err(|e| Error::io(&dir, e))?.path();
+        if p.extension().and_then(|x| x.to_str()) == Some("json") {
+            if let Some(s) = read_json::<WorkspaceState>(&p)? {
+                out.push(s);
+            }
+        }
+    }
+    out.sort_by(|a, b| a.branch.cmp(&b.branch));
+    Ok(out)
+}
+
+/// True when the state's overlays are really mounted (its first root is, with our source).
+pub fn is_live(store: &Store, st: &WorkspaceState) -> Result<bool> {
+    let src = source_name(store, &st.branch);
+    let mounts = crate::mountinfo::mounts()?;
+    Ok(st.roots.values().any(|r| {
+        mounts
+            .iter()
+            .any(|m| m.mountpoint == r.mountpoint && m.fstype == "overlay" && m.source == src)
+    }))
+}
+
+/// Is `branch` mounted right now?
+pub fn is_mounted(store: &Store, branch: &str) -> Result<bool> {
+    match state(store, branch)? {
+        Some(st) => is_live(store, &st),
+        None => Ok(false),
+    }
+}
+
+/// True when a workspace mountpoint can be listed (a dead lower view makes it fail).
+pub(super) fn answers(mountpoint: &Path) -> bool {
+    fs::read_dir(mountpoint).is_ok_and(|rd| rd.into_iter().all(|e| e.is_ok()))
+}
+
+/// Finds the mounted workspace that `path` (a mountpoint, or a path inside one) belongs to.
+pub fn find_by_path(store: &Store, path: &Path) -> Result<Option<WorkspaceState>> {
+    let abs = crate::store::absolute(path)?;
+    for st in states(store)? {
+        if st.roots.values().any(|r| abs.starts_with(&r.mountpoint)) {
+            return Ok(Some(st));
+        }
+    }
+    Ok(None)
+}
+
+pub(super) fn require_branch(store: &Store, name: &str) -> Result<(Branch, ObjectId)> {
+    let b = store
+        .read_branch(name)?
+        .ok_or_else(|| Error::NotFound(format!("branch {name}")))?;
+    let head = b.head.ok_or_else(|| {
+        Error::NotFound(format!(
+            "branch {name} has no checkpoint yet (run `ckptfs capture` first)"
+        ))
+    })?;
+    Ok((b, head))
+}
+
+/// The base checkpoint of a branch's upper layers (its head when it has none).
+pub(super) fn upper_base(store: &Store, branch: &str, head: ObjectId) -> Result<ObjectId> {
+    Ok(read_json::<UpperBase>(&store.upper_base_path(branch))?.map_or(head, |b| b.base))
+}

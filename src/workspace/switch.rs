@@ -1,0 +1,276 @@
+//! `switch`: the workspace's mountpoints show another branch, without copying a file. The
+//! old overlays are moved aside (each move recorded first, so `recover` can roll an interrupted
+//! switch back) and detached in the background once the new ones are mounted.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::store::fsio;
+use crate::store::refs::Branch;
+use crate::store::Store;
+use crate::util::{check_name, now_ns};
+
+use super::checkpoint::{checkpoint_locked, dirty, Hold};
+use super::mount::{mount_roots, plan_roots, MountOptions};
+use super::state::{
+    read_json, require_branch, source_name, state, upper_base, write_json, write_mount_state,
+    UpperBase, WorkspaceState,
+};
+use super::{lower, overlay};
+
+/// How `switch` treats un-checkpointed changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirtyPolicy {
+    Refuse,
+    CheckpointFirst,
+    Discard,
+}
+
+/// What a switch did.
+#[derive(Clone, Debug, Serialize)]
+pub struct SwitchReport {
+    pub from_branch: String,
+    pub to_branch: String,
+    pub checkpoint: ObjectId,
+    pub created_branch: bool,
+    pub checkpointed: Option<ObjectId>,
+    pub displaced: Option<PathBuf>,
+    pub elapsed_ms: u64,
+}
+
+/// Progress of a switch, kept in the RUNNING marker for `recover`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SwitchPhase {
+    /// The workspace as it was before the switch.
+    pub from: WorkspaceState,
+    pub to_branch: String,
+    /// (mountpoint, where its old overlay was moved).
+    pub moved: Vec<(PathBuf, PathBuf)>,
+}
+
+/// Moves `branch`'s upper layers to `displaced/` (never deleted silently).
+pub(super) fn displace_upper(store: &Store, branch: &str) -> Result<Option<PathBuf>> {
+    let upper = store.upper_branch_dir(branch);
+    if !upper.exists() {
+        return Ok(None);
+    }
+    let dest = store.displaced_upper_path(branch, now_ns());
+    fs::create_dir_all(store.displaced_dir()).map_err(|e| Error::io(store.displaced_dir(), e))?;
+    fsio::rename(&upper, &dest)?;
+    Ok(Some(dest))
+}
+
+/// Rolls an interrupted switch back: whatever the switch mounted at the mountpoints is
+/// detached, the old overlays are moved back, and the old workspace state is restored. Nothing
+/// in the upper layers is touched. Returns what it did.
+pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
+    let mut actions = Vec::new();
+    let new_src = source_name(store, &p.to_branch);
+    for (mountpoint, aside) in &p.moved {
+        if crate::mountinfo::mount_at(mountpoint)?.is_some_and(|m| m.source == new_src) {
+            overlay::detach(mountpoint)?;
+            actions.push(format!(
+                "detached the half-switched mount at {}",
+                mountpoint.display()
+            ));
+        }
+        if crate::mountinfo::mount_at(aside)?.is_some() {
+            overlay::move_mount(aside, mountpoint)?;
+            actions.push(format!(
+                "moved the {} workspace back to {}",
+                p.from.branch,
+                mountpoint.display()
+            ));
+        }
+        let _ignored = fs::remove_dir(aside);
+    }
+    let _ignored = fs::remove_file(store.workspace_state_path(&p.to_branch));
+    write_mount_state(store, &p.from)?;
+    actions.push(format!("workspace is on branch {} again", p.from.branch));
+    Ok(actions)
+}
+
+/// Resolves a switch target: an existing branch, or a checkpoint (which gets a new branch
+/// unless it is the head of exactly one branch).
+fn resolve_target(store: &Store, target: &str, new_name: Option<&str>) -> Result<(String, bool)> {
+    if check_name("branch", target).is_ok()
+        && store.read_branch(target)?.is_some()
+        && new_name.is_none()
+    {
+        return Ok((target.to_string(), false));
+    }
+    let id = store.resolve(target)?;
+    if new_name.is_none() {
+        let heads: Vec<String> = store
+            .list_branches()?
+            .into_iter()
+            .filter(|(_, b)| b.head == Some(id))
+            .map(|(n, _)| n)
+            .collect();
+        if heads.len() == 1 {
+            return Ok((heads[0].clone(), false));
+        }
+    }
+    let name = new_name.map_or_else(|| format!("from-{}", id.short()), str::to_string);
+    check_name("branch", &name)?;
+    if store.read_branch(&name)?.is_some() {
+        return Err(Error::Conflict(format!(
+            "branch {name} already exists; pick another --name"
+        )));
+    }
+    let now = now_ns();
+    store.write_branch(
+        &name,
+        &Branch {
+            head: Some(id),
+            forked_from: Some(id),
+            state: "active".into(),
+            created_ns: now,
+            updated_ns: now,
+        },
+    )?;
+    Ok((name, true))
+}
+
+/// `ckptfs switch`: shows `target` at the same paths, without copying files.
+pub fn switch(
+    store: &Store,
+    from_branch: &str,
+    target: &str,
+    policy: DirtyPolicy,
+    new_name: Option<&str>,
+) -> Result<SwitchReport> {
+    let t0 = std::time::Instant::now();
+    // The marker names what a checkpoint first would freeze, for `recover`.
+    let hold = state(store, from_branch)?
+        .map(Hold::recorded)
+        .unwrap_or_default();
+    let args = hold.mark(
+        store,
+        serde_json::json!({"from": from_branch, "to": target, "name": new_name}),
+    );
+    lower::ensure_view(store)?;
+    let (report, moved) = store.mutate_live("switch", args, |m| {
+        let st = state(store, from_branch)?
+            .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {from_branch}")))?;
+        let mut checkpointed = None;
+        let mut displaced = None;
+        let d = dirty(store, from_branch)?;
+        if d.dirty {
+            match policy {
+                DirtyPolicy::Refuse => {
+                    return Err(Error::Conflict(format!(
+                        "workspace of branch {from_branch} has un-checkpointed changes ({} files changed in {}); use --checkpoint-first or --discard",
+                        d.files_changed,
+                        d.roots_changed.join(", ")
+                    )))
+                }
+                DirtyPolicy::CheckpointFirst => {
+                    // The cgroups the marker names, so `recover` thaws what this froze.
+                    let c = checkpoint_locked(store, from_branch, None, "before switch", &hold)?;
+                    checkpointed = Some(c.id);
+                }
+                DirtyPolicy::Discard => {}
+            }
+        }
+        let (to_branch, created) = resolve_target(store, target, new_name)?;
+        if to_branch == from_branch && policy != DirtyPolicy::Discard {
+            return Err(Error::Usage(format!("the workspace is already on branch {to_branch}")));
+        }
+        let (_, head) = require_branch(store, &to_branch)?;
+        // Move the old overlays out of the way (instant, even with a busy cwd inside); they are
+        // detached in the background once the new ones are mounted, because tearing an
+        // overlay down syncs its upper filesystem, which can take long on a busy disk.
+        // Each move is recorded first, so `recover` can roll an interrupted switch back.
+        let mut phase = SwitchPhase {
+            from: st.clone(),
+            to_branch: to_branch.clone(),
+            moved: Vec::new(),
+        };
+        let mut moved = Vec::new();
+        let switched = (|| -> Result<Option<PathBuf>> {
+                for (name, r) in &st.roots {
+                if crate::mountinfo::mount_at(&r.mountpoint)?
+                    .is_some_and(|m| m.source == source_name(store, from_branch))
+                {
+                    let aside = store.detached_overlay_path(from_branch, name, now_ns());
+                    fs::create_dir_all(&aside).map_err(|e| Error::io(&aside, e))?;
+                    phase.moved.push((r.mountpoint.clone(), aside.clone()));
+                    m.set_phase(serde_json::to_value(&phase).unwrap_or_default())?;
+                    overlay::move_mount(&r.mountpoint, &aside)?;
+                    moved.push(aside);
+                }
+            }
+            fs::remove_file(store.workspace_state_path(from_branch))
+                .map_err(|e| Error::io(store.workspace_state_path(from_branch), e))?;
+            if policy == DirtyPolicy::Discard && d.dirty {
+                displaced = displace_upper(store, from_branch)?;
+            }
+            // No rebase here (it deletes the upper, O(upper)): mount rebases; switch stays O(1).
+            let base = upper_base(store, &to_branch, head)?;
+            let relocate: BTreeMap<String, PathBuf> = st
+                .roots
+                .iter()
+                .map(|(n, r)| (n.clone(), r.mountpoint.clone()))
+                .collect();
+            let opts = MountOptions {
+                branch: to_branch.clone(),
+                roots: st.roots.keys().cloned().collect(),
+                relocate,
+                hold: Hold {
+                    cgroups: st.freeze_cgroups.clone(),
+                    filesystem: st.freeze_fs,
+                },
+            };
+            let roots = plan_roots(store, &to_branch, &base, &opts)?;
+            // Durable, but only when new: switching back to a branch finds it already there
+            // (each sync can take a second while the disk writes back).
+            let recorded = read_json::<UpperBase>(&store.upper_base_path(&to_branch))?;
+            if recorded.map_or(true, |b| b.base != base) {
+                write_json(&store.upper_base_path(&to_branch), &UpperBase { base })?;
+            }
+            mount_roots(store, &to_branch, &roots)?;
+            let new_state = WorkspaceState {
+                branch: to_branch.clone(),
+                base,
+                roots,
+                mounted_ns: now_ns(),
+                freeze_cgroups: st.freeze_cgroups.clone(),
+                freeze_fs: st.freeze_fs,
+            };
+            write_mount_state(store, &new_state)?;
+            Ok(displaced.take())
+        })();
+        let displaced = match switched {
+            Ok(v) => v,
+            Err(e) => {
+                // Failed half-way (not crashed): put the old workspace back before reporting.
+                if let Err(r) = roll_back_switch(store, &phase) {
+                    log::warn!("rolling back the switch failed too: {r}");
+                }
+                return Err(e);
+            }
+        };
+        let report = SwitchReport {
+            from_branch: from_branch.to_string(),
+            to_branch,
+            checkpoint: head,
+            created_branch: created,
+            checkpointed,
+            displaced,
+            elapsed_ms: t0.elapsed().as_millis() as u64,
+        };
+        let summary = serde_json::to_value(&report).unwrap_or_default();
+        Ok(((report, moved), summary))
+    })?;
+    // Only once the switch is recorded as done: `recover` may still need the old overlays.
+    for aside in &moved {
+        overlay::detach_in_background(aside);
+    }
+    Ok(report)
+}
