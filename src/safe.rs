@@ -1,0 +1,795 @@
+//! The one safe way to touch a tree an agent can write.
+//!
+//! ckptfs runs as root over directories that an untrusted, unprivileged agent writes at the
+//! same moment: the roots a capture walks, the upper layers of workspaces, a restore target,
+//! and stores or archives received from elsewhere. Between any two of our system calls the
+//! agent can swap a path component for a symlink, a FIFO or another directory. Every walk,
+//! open, create, rename, chmod/chown/utimes and xattr call on such a tree goes through this
+//! module, and these are its rules (a reviewer checks them here, and nowhere else):
+//!
+//! 1. **A tree is entered once**, at its top, which the operator named: [`Dir::open`] (the last
+//!    component is not followed; its ancestors are the operator's). Everything below is reached
+//!    from a held directory fd: a single name with an `*at` call, or a relative path with
+//!    `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`. No component is
+//!    ever a followed symlink, and nothing resolves outside the tree. A name is one component:
+//!    never empty, `.`, `..`, or containing `/` or NUL ([`check_name`]).
+//! 2. **Nothing blocks**: every open carries `O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC`,
+//!    and special files (FIFOs, sockets, devices) are never opened for I/O: an open of one
+//!    fails with [`Error::Invalid`] naming it ([`special_kind`]), after an open that cannot
+//!    block.
+//! 3. **What was opened is what was walked**: [`Dir::open_file`] `fstat`s the new fd and, given
+//!    the walk's [`Stat`], refuses a different type, device or inode ("changed while being
+//!    read"), so a swap between the walk and the read is detected, never followed.
+//! 4. **Metadata goes to an fd or to a name in a held directory** with `AT_SYMLINK_NOFOLLOW`
+//!    (`fchownat`, `utimensat`, xattrs through `/proc/self/fd/N/NAME` with the `l*` calls, whose
+//!    directory part is the held fd itself, never a path lookup); never to a path.
+//! 5. **Creations are exclusive** (`O_CREAT | O_EXCL`, `mkdirat`, `symlinkat`, `linkat`) and
+//!    renames stay between held directory fds (`renameat2`, `RENAME_NOREPLACE` unless asked).
+//!
+//! Paths carried by [`Dir`] are for messages only; no call here resolves them again.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, ResolveFlags, Timespec, Timestamps};
+
+use crate::error::{Error, Result};
+
+/// Flags of every open here: never follow the last component, never block on a FIFO or a
+/// device, never become a controlling terminal, never leak into a child process.
+const BASE: OFlags = OFlags::NOFOLLOW
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::NOCTTY)
+    .union(OFlags::CLOEXEC);
+
+/// Resolution of every relative path here: no symlink in any component (magic links
+/// included), and nothing outside the directory it starts from.
+const BENEATH: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+/// The largest xattr value read (the kernel's own limit, `XATTR_SIZE_MAX`).
+const XATTR_MAX: usize = 64 << 10;
+
+/// What a directory entry is, from its mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl Kind {
+    /// The kind a `st_mode` says.
+    pub fn of_mode(mode: u32) -> Kind {
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => Kind::File,
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFLNK => Kind::Symlink,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFCHR => Kind::CharDevice,
+            _ => Kind::BlockDevice,
+        }
+    }
+
+    /// "a fifo", "a socket"...: for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::File => "a regular file",
+            Kind::Dir => "a directory",
+            Kind::Symlink => "a symlink",
+            Kind::Fifo => "a fifo",
+            Kind::Socket => "a socket",
+            Kind::CharDevice | Kind::BlockDevice => "a device node",
+        }
+    }
+}
+
+/// The `lstat` of an entry, as the walk saw it. Implements [`std::os::unix::fs::MetadataExt`],
+/// so code written for `std::fs::Metadata` (`mode()`, `ino()`, `mtime_nsec()`...) reads it too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    pub dev: u64,
+    pub ino: u64,
+    pub mode: u32,
+    pub nlink: u64,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u64,
+    pub size: u64,
+    pub blksize: u64,
+    pub blocks: u64,
+    pub atime: (i64, i64),
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+}
+
+impl Stat {
+    // The field types differ between architectures; the casts only widen them.
+    #[allow(clippy::unnecessary_cast)]
+    fn from_raw(s: &rustix::fs::Stat) -> Stat {
+        Stat {
+            dev: s.st_dev as u64,
+            ino: s.st_ino as u64,
+            mode: s.st_mode as u32,
+            nlink: s.st_nlink as u64,
+            uid: s.st_uid as u32,
+            gid: s.st_gid as u32,
+            rdev: s.st_rdev as u64,
+            size: s.st_size.max(0) as u64,
+            blksize: s.st_blksize.max(0) as u64,
+            blocks: s.st_blocks.max(0) as u64,
+            atime: (s.st_atime as i64, s.st_atime_nsec as i64),
+            mtime: (s.st_mtime as i64, s.st_mtime_nsec as i64),
+            ctime: (s.st_ctime as i64, s.st_ctime_nsec as i64),
+        }
+    }
+
+    /// The stat of an open file (`fstat`).
+    pub fn of_fd(fd: impl AsFd) -> io::Result<Stat> {
+        Ok(Stat::from_raw(&rustix::fs::fstat(fd)?))
+    }
+
+    pub fn kind(&self) -> Kind {
+        Kind::of_mode(self.mode)
+    }
+    pub fn is_dir(&self) -> bool {
+        self.kind() == Kind::Dir
+    }
+    pub fn is_file(&self) -> bool {
+        self.kind() == Kind::File
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.kind() == Kind::Symlink
+    }
+    /// The size in bytes (as `Metadata::len`).
+    pub fn len(&self) -> u64 {
+        self.size
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+    /// The same object as `other`: type, device and inode agree.
+    pub fn same_object(&self, other: &Stat) -> bool {
+        self.kind() == other.kind() && self.dev == other.dev && self.ino == other.ino
+    }
+}
+
+impl From<&std::fs::Metadata> for Stat {
+    fn from(m: &std::fs::Metadata) -> Stat {
+        use std::os::unix::fs::MetadataExt;
+        Stat {
+            dev: m.dev(),
+            ino: m.ino(),
+            mode: m.mode(),
+            nlink: m.nlink(),
+            uid: m.uid(),
+            gid: m.gid(),
+            rdev: m.rdev(),
+            size: m.size(),
+            blksize: m.blksize(),
+            blocks: m.blocks(),
+            atime: (m.atime(), m.atime_nsec()),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+impl std::os::unix::fs::MetadataExt for Stat {
+    fn dev(&self) -> u64 {
+        self.dev
+    }
+    fn ino(&self) -> u64 {
+        self.ino
+    }
+    fn mode(&self) -> u32 {
+        self.mode
+    }
+    fn nlink(&self) -> u64 {
+        self.nlink
+    }
+    fn uid(&self) -> u32 {
+        self.uid
+    }
+    fn gid(&self) -> u32 {
+        self.gid
+    }
+    fn rdev(&self) -> u64 {
+        self.rdev
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn atime(&self) -> i64 {
+        self.atime.0
+    }
+    fn atime_nsec(&self) -> i64 {
+        self.atime.1
+    }
+    fn mtime(&self) -> i64 {
+        self.mtime.0
+    }
+    fn mtime_nsec(&self) -> i64 {
+        self.mtime.1
+    }
+    fn ctime(&self) -> i64 {
+        self.ctime.0
+    }
+    fn ctime_nsec(&self) -> i64 {
+        self.ctime.1
+    }
+    fn blksize(&self) -> u64 {
+        self.blksize
+    }
+    fn blocks(&self) -> u64 {
+        self.blocks
+    }
+}
+
+/// Checks that `name` is one path component: not empty, `.` or `..`, no `/`, no NUL.
+pub fn check_name(name: &OsStr) -> Result<()> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') || b.contains(&0) {
+        return Err(Error::Invalid(format!(
+            "{:?} is not a single file name",
+            name.to_string_lossy()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that `rel` is a relative path of plain names (no `..`, no leading `/`).
+fn check_rel(rel: &Path) -> Result<()> {
+    let b = rel.as_os_str().as_bytes();
+    if b.is_empty() || b.first() == Some(&b'/') || b.contains(&0) {
+        return Err(Error::Invalid(format!(
+            "{:?} is not a relative path",
+            rel.display().to_string()
+        )));
+    }
+    for part in b.split(|&c| c == b'/').filter(|p| !p.is_empty()) {
+        check_name(OsStr::from_bytes(part))?;
+    }
+    Ok(())
+}
+
+/// The error of an open that met a special file: named, and never blocking.
+pub fn special_kind(path: &Path, kind: Kind) -> Error {
+    Error::Invalid(format!(
+        "{} is {}: only files, directories and symlinks can be read (exclude it)",
+        path.display(),
+        kind.describe()
+    ))
+}
+
+fn io_err(path: &Path, e: rustix::io::Errno) -> Error {
+    Error::io(path, io::Error::from(e))
+}
+
+/// Whether an error says a path component was a symlink, or escaped the tree (ELOOP, EXDEV
+/// from `RESOLVE_BENEATH`, ENOTDIR from a swapped directory).
+pub fn is_swapped(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. }
+        if matches!(source.raw_os_error(), Some(libc::ELOOP) | Some(libc::EXDEV) | Some(libc::ENOTDIR)))
+}
+
+/// A held directory of a tree. Everything below it is reached through its fd.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl AsFd for Dir {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Dir {
+    /// Opens the top of a tree, a path the operator named. Its last component must be a
+    /// directory itself (a symlink there is refused); its ancestors are trusted.
+    pub fn open(path: &Path) -> Result<Dir> {
+        let fd = rustix::fs::open(
+            path,
+            BASE | OFlags::RDONLY | OFlags::DIRECTORY,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::NOENT => Error::NotFound(format!("directory {}", path.display())),
+            rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => {
+                Error::Invalid(format!("{} is not a directory", path.display()))
+            }
+            e => io_err(path, e),
+        })?;
+        Ok(Dir {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The path this directory was reached by (for messages only).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `self.path()/rel`, for messages only.
+    pub fn display_path(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.path.join(rel)
+    }
+
+    /// A second handle on the same directory.
+    pub fn try_clone(&self) -> Result<Dir> {
+        Ok(Dir {
+            fd: self.fd.try_clone().map_err(|e| Error::io(&self.path, e))?,
+            path: self.path.clone(),
+        })
+    }
+
+    /// `openat2` of `rel` beneath this directory, no symlink in any component.
+    fn open_rel(&self, rel: &Path, flags: OFlags, mode: u32) -> Result<OwnedFd> {
+        check_rel(rel)?;
+        let path = self.display_path(rel);
+        rustix::fs::openat2(
+            &self.fd,
+            rel,
+            BASE | flags,
+            Mode::from_raw_mode(mode),
+            BENEATH,
+        )
+        .map_err(|e| io_err(&path, e))
+    }
+
+    /// Opens the directory `rel` (a name, or a relative path of names) beneath this one.
+    pub fn open_dir(&self, rel: impl AsRef<Path>) -> Result<Dir> {
+        let rel = rel.as_ref();
+        let fd = self.open_rel(rel, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
+        Ok(Dir {
+            fd,
+            path: self.display_path(rel),
+        })
+    }
+
+    /// As [`Dir::open_dir`], `None` when there is nothing at `rel`.
+    pub fn try_open_dir(&self, rel: impl AsRef<Path>) -> Result<Option<Dir>> {
+        match self.open_dir(rel) {
+            Ok(d) => Ok(Some(d)),
+            Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens the regular file `rel` for reading (`O_NOATIME` where allowed). With `expect`
+    /// (the walk's stat of it), refuses anything but that same file; without, anything but a
+    /// regular file. Returns the file and its `fstat`.
+    pub fn open_file(&self, rel: impl AsRef<Path>, expect: Option<&Stat>) -> Result<(File, Stat)> {
+        let rel = rel.as_ref();
+        let fd = match self.open_rel(rel, OFlags::RDONLY | OFlags::NOATIME, 0) {
+            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::EPERM) => {
+                self.open_rel(rel, OFlags::RDONLY, 0)?
+            }
+            other => other?,
+        };
+        let path = self.display_path(rel);
+        let st = Stat::of_fd(&fd).map_err(|e| Error::io(&path, e))?;
+        if st.kind() != Kind::File {
+            return Err(special_kind(&path, st.kind()));
+        }
+        if let Some(want) = expect {
+            if !st.same_object(want) {
+                return Err(Error::Invalid(format!(
+                    "{} changed while being read (it was replaced)",
+                    path.display()
+                )));
+            }
+        }
+        // O_NONBLOCK kept the open from blocking; reads of a regular file should block as
+        // usual (a filesystem may honour the flag for them).
+        rustix::fs::fcntl_setfl(&fd, OFlags::empty()).map_err(|e| io_err(&path, e))?;
+        Ok((File::from(fd), st))
+    }
+
+    /// The `lstat` of `rel` (never followed); `None` when nothing is there.
+    pub fn stat(&self, rel: impl AsRef<Path>) -> Result<Option<Stat>> {
+        let rel = rel.as_ref();
+        let (parent, name) = self.parent_of(rel)?;
+        let dir = parent.as_ref().unwrap_or(self);
+        match rustix::fs::statat(&dir.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(s) => Ok(Some(Stat::from_raw(&s))),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(io_err(&self.display_path(rel), e)),
+        }
+    }
+
+    /// The `fstat` of this directory.
+    pub fn stat_self(&self) -> Result<Stat> {
+        Stat::of_fd(&self.fd).map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Splits `rel` into the held directory of its parent (`None`: this one) and its name.
+    fn parent_of<'a>(&self, rel: &'a Path) -> Result<(Option<Dir>, &'a OsStr)> {
+        check_rel(rel)?;
+        let name = rel.file_name().ok_or_else(|| {
+            Error::Invalid(format!("{:?} has no file name", rel.display().to_string()))
+        })?;
+        match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(p) => Ok((Some(self.open_dir(p)?), name)),
+            None => Ok((None, name)),
+        }
+    }
+
+    /// The names in this directory (without `.` and `..`), sorted bytewise.
+    pub fn entries(&self) -> Result<Vec<OsString>> {
+        let mut out = Vec::new();
+        let dir = rustix::fs::Dir::read_from(&self.fd).map_err(|e| io_err(&self.path, e))?;
+        for ent in dir {
+            let ent = ent.map_err(|e| io_err(&self.path, e))?;
+            let name = ent.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                out.push(OsString::from_vec(name.to_vec()));
+            }
+        }
+        out.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        Ok(out)
+    }
+
+    /// The target of the symlink `name` in this directory.
+    pub fn read_link(&self, name: &OsStr) -> Result<Vec<u8>> {
+        check_name(name)?;
+        rustix::fs::readlinkat(&self.fd, name, Vec::new())
+            .map(|c| c.into_bytes())
+            .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// `/proc/self/fd/N/NAME`: the entry `name` of this held directory for the `l*` xattr
+    /// calls. The `/proc/self/fd/N` part is the fd itself (a jump, not a path lookup), and
+    /// `NAME`, the last component, is not followed by them.
+    fn proc_path(&self, name: &OsStr) -> Result<CString> {
+        check_name(name)?;
+        let mut p = format!("/proc/self/fd/{}/", self.fd.as_raw_fd()).into_bytes();
+        p.extend_from_slice(name.as_bytes());
+        CString::new(p).map_err(|_| Error::Invalid("a name holds a NUL byte".into()))
+    }
+
+    /// The xattrs of the entry `name` (not followed), sorted; none where unsupported.
+    pub fn xattrs_of(&self, name: &OsStr) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let p = self.proc_path(name)?;
+        let path = self.display_path(name);
+        read_xattrs(
+            &path,
+            |buf| rustix::fs::llistxattr(p.as_c_str(), buf),
+            |n, buf| rustix::fs::lgetxattr(p.as_c_str(), n, buf),
+        )
+    }
+
+    /// Sets an xattr on the entry `name` (not followed).
+    pub fn set_xattr(&self, name: &OsStr, key: &[u8], value: &[u8]) -> Result<()> {
+        let p = self.proc_path(name)?;
+        rustix::fs::lsetxattr(
+            p.as_c_str(),
+            OsStr::from_bytes(key),
+            value,
+            rustix::fs::XattrFlags::empty(),
+        )
+        .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// Creates the directory `name` (it must not exist).
+    pub fn create_dir(&self, name: &OsStr, mode: u32) -> Result<()> {
+        check_name(name)?;
+        rustix::fs::mkdirat(&self.fd, name, Mode::from_raw_mode(mode))
+            .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// Creates the regular file `name` for writing (it must not exist).
+    pub fn create_file(&self, name: &OsStr, mode: u32) -> Result<File> {
+        check_name(name)?;
+        rustix::fs::openat(
+            &self.fd,
+            name,
+            BASE | OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+            Mode::from_raw_mode(mode),
+        )
+        .map(File::from)
+        .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// Creates the symlink `name` pointing at `target` (stored as given, never followed).
+    pub fn create_symlink(&self, target: &[u8], name: &OsStr) -> Result<()> {
+        check_name(name)?;
+        rustix::fs::symlinkat(OsStr::from_bytes(target), &self.fd, name)
+            .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// Makes `name` here a hard link of `existing` in `from` (neither followed).
+    pub fn hard_link(&self, from: &Dir, existing: &OsStr, name: &OsStr) -> Result<()> {
+        check_name(existing)?;
+        check_name(name)?;
+        rustix::fs::linkat(&from.fd, existing, &self.fd, name, AtFlags::empty())
+            .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// Renames `name` here to `to_name` in `to` (never replacing unless `replace`).
+    pub fn rename(&self, name: &OsStr, to: &Dir, to_name: &OsStr, replace: bool) -> Result<()> {
+        check_name(name)?;
+        check_name(to_name)?;
+        let flags = if replace {
+            RenameFlags::empty()
+        } else {
+            RenameFlags::NOREPLACE
+        };
+        rustix::fs::renameat_with(&self.fd, name, &to.fd, to_name, flags)
+            .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// Exchanges `name` here and `other_name` in `other` atomically (`RENAME_EXCHANGE`).
+    pub fn exchange(&self, name: &OsStr, other: &Dir, other_name: &OsStr) -> Result<()> {
+        check_name(name)?;
+        check_name(other_name)?;
+        rustix::fs::renameat_with(&self.fd, name, &other.fd, other_name, RenameFlags::EXCHANGE)
+            .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// Removes the non-directory `name` (a symlink itself, never its target).
+    pub fn remove_file(&self, name: &OsStr) -> Result<()> {
+        check_name(name)?;
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::empty())
+            .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// Removes the empty directory `name`.
+    pub fn remove_dir(&self, name: &OsStr) -> Result<()> {
+        check_name(name)?;
+        rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR)
+            .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// Removes `name` and, for a directory, everything below it, through held fds: a symlink
+    /// is removed, never followed; an entry swapped meanwhile fails the removal, naming it.
+    pub fn remove_all(&self, name: &OsStr) -> Result<()> {
+        let Some(st) = self.stat(name)? else {
+            return Ok(());
+        };
+        if st.is_dir() {
+            let sub = self.open_dir(name)?;
+            if !sub.stat_self()?.same_object(&st) {
+                return Err(Error::Invalid(format!(
+                    "{} changed while being removed",
+                    sub.path().display()
+                )));
+            }
+            for child in sub.entries()? {
+                sub.remove_all(&child)?;
+            }
+            self.remove_dir(name)
+        } else {
+            self.remove_file(name)
+        }
+    }
+
+    /// Sets the owner of the entry `name` (not followed).
+    pub fn set_owner(&self, name: &OsStr, uid: u32, gid: u32) -> Result<()> {
+        check_name(name)?;
+        rustix::fs::chownat(
+            &self.fd,
+            name,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// Sets the permission bits of the entry `name`, which must not be a symlink (Linux has
+    /// no mode on symlinks; one is left as it is): through an `O_PATH` fd of it.
+    pub fn set_mode(&self, name: &OsStr, mode: u32) -> Result<()> {
+        check_name(name)?;
+        let path = self.display_path(name);
+        let fd = rustix::fs::openat(&self.fd, name, BASE | OFlags::PATH, Mode::empty())
+            .map_err(|e| io_err(&path, e))?;
+        let st = Stat::of_fd(&fd).map_err(|e| Error::io(&path, e))?;
+        if st.is_symlink() {
+            return Ok(());
+        }
+        // fchmod does not take O_PATH fds; the magic link of one names exactly that inode.
+        let p = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        rustix::fs::chmod(p.as_str(), Mode::from_raw_mode(mode)).map_err(|e| io_err(&path, e))
+    }
+
+    /// Sets the access and modification times of the entry `name` (not followed), in ns.
+    pub fn set_times(&self, name: &OsStr, atime_ns: i64, mtime_ns: i64) -> Result<()> {
+        check_name(name)?;
+        let ts = |ns: i64| Timespec {
+            tv_sec: ns.div_euclid(1_000_000_000),
+            tv_nsec: ns.rem_euclid(1_000_000_000) as _,
+        };
+        let times = Timestamps {
+            last_access: ts(atime_ns),
+            last_modification: ts(mtime_ns),
+        };
+        rustix::fs::utimensat(&self.fd, name, &times, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| io_err(&self.display_path(name), e))
+    }
+
+    /// `fsync` of this directory: makes its entries (creations, renames) durable.
+    pub fn sync(&self) -> Result<()> {
+        rustix::fs::fsync(&self.fd).map_err(|e| io_err(&self.path, e))
+    }
+}
+
+/// The xattrs of an open file, sorted; none where unsupported.
+pub fn file_xattrs(f: &File, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    read_xattrs(
+        path,
+        |buf| rustix::fs::flistxattr(f, buf),
+        |n, buf| rustix::fs::fgetxattr(f, n, buf),
+    )
+}
+
+/// Whether an xattr call failed because the filesystem or the name does not support it.
+pub fn is_unsupported_errno(e: rustix::io::Errno) -> bool {
+    matches!(e, rustix::io::Errno::NOTSUP | rustix::io::Errno::NODATA)
+}
+
+/// Lists, then reads, every xattr with the two calls given; bounded by the kernel's limits.
+fn read_xattrs(
+    path: &Path,
+    list: impl Fn(&mut [u8]) -> rustix::io::Result<usize>,
+    get: impl Fn(&OsStr, &mut [u8]) -> rustix::io::Result<usize>,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    // XATTR_LIST_MAX: the kernel never returns a longer list.
+    let mut names = vec![0u8; 64 << 10];
+    let n = match list(&mut names) {
+        Ok(n) => n,
+        Err(e) if is_unsupported_errno(e) => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(path, e)),
+    };
+    let mut out = Vec::new();
+    let mut value = vec![0u8; XATTR_MAX];
+    for name in names[..n].split(|&b| b == 0).filter(|s| !s.is_empty()) {
+        match get(OsStr::from_bytes(name), &mut value) {
+            Ok(len) => out.push((name.to_vec(), value[..len].to_vec())),
+            // Removed between the list and the read, or not readable here: not part of it.
+            Err(e) if is_unsupported_errno(e) => {}
+            Err(e) => return Err(io_err(path, e)),
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn names_are_single_components() {
+        for bad in ["", ".", "..", "a/b", "/a"] {
+            assert!(check_name(OsStr::new(bad)).is_err(), "{bad:?}");
+        }
+        assert!(check_name(OsStr::from_bytes(b"a\0b")).is_err());
+        assert!(check_name(OsStr::new("a b..")).is_ok());
+        assert!(check_rel(Path::new("a/../b")).is_err());
+        assert!(check_rel(Path::new("a/b/c")).is_ok());
+    }
+
+    #[test]
+    fn never_follows_a_symlink_component() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"s").unwrap();
+        std::fs::create_dir(t.path().join("real")).unwrap();
+        std::fs::write(t.path().join("real/f"), b"x").unwrap();
+        std::os::unix::fs::symlink(outside.path(), t.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), t.path().join("flink")).unwrap();
+        let d = Dir::open(t.path()).unwrap();
+        assert!(d.open_file("real/f", None).is_ok());
+        let e = d.open_file("link/secret", None).unwrap_err();
+        assert!(is_swapped(&e), "{e}");
+        assert!(d.open_file("flink", None).is_err());
+        assert!(d.open_dir("link").is_err());
+        assert!(d.open_file("../x", None).is_err());
+        // The top itself may not be a symlink either.
+        assert!(Dir::open(&t.path().join("link")).is_err());
+        assert!(d.stat("link").unwrap().unwrap().is_symlink());
+        assert_eq!(
+            d.read_link(OsStr::new("link")).unwrap(),
+            outside.path().as_os_str().as_bytes()
+        );
+    }
+
+    #[test]
+    fn a_fifo_never_blocks_and_is_named() {
+        let t = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(
+            &t.path().join("p"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let d = Dir::open(t.path()).unwrap();
+        let e = d.open_file("p", None).unwrap_err();
+        assert!(e.to_string().contains("is a fifo"), "{e}");
+        assert!(d.stat("p").unwrap().unwrap().kind() == Kind::Fifo);
+    }
+
+    #[test]
+    fn a_replaced_file_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("f"), b"1").unwrap();
+        let d = Dir::open(t.path()).unwrap();
+        let walked = d.stat("f").unwrap().unwrap();
+        assert_eq!(
+            walked.ino(),
+            std::fs::metadata(t.path().join("f")).unwrap().ino()
+        );
+        // Kept under another name, so that its inode number is not reused for the new file.
+        std::fs::rename(t.path().join("f"), t.path().join("old")).unwrap();
+        std::fs::write(t.path().join("g"), b"2").unwrap();
+        std::fs::rename(t.path().join("g"), t.path().join("f")).unwrap();
+        let e = d.open_file("f", Some(&walked)).unwrap_err();
+        assert!(e.to_string().contains("changed while being read"), "{e}");
+    }
+
+    #[test]
+    fn writes_stay_in_the_held_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("stage")).unwrap();
+        let top = Dir::open(t.path()).unwrap();
+        let stage = top.open_dir("stage").unwrap();
+        // The staging directory is swapped for a symlink after it was opened: writes through
+        // the held fd still land in the directory that was opened (now renamed away).
+        std::fs::rename(t.path().join("stage"), t.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), t.path().join("stage")).unwrap();
+        let mut f = stage.create_file(OsStr::new("x"), 0o600).unwrap();
+        io::Write::write_all(&mut f, b"data").unwrap();
+        stage
+            .create_symlink(b"/etc/passwd", OsStr::new("l"))
+            .unwrap();
+        stage.set_owner(OsStr::new("l"), 0, 0).unwrap();
+        stage.set_times(OsStr::new("l"), 0, 1_000_000_000).unwrap();
+        stage.set_mode(OsStr::new("x"), 0o640).unwrap();
+        stage.set_mode(OsStr::new("l"), 0o600).unwrap();
+        assert!(t.path().join("moved/x").exists());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        let m = std::fs::metadata(t.path().join("moved/x")).unwrap();
+        assert_eq!(m.mode() & 0o777, 0o640);
+        // /etc/passwd's times were not touched through the link.
+        assert_ne!(std::fs::metadata("/etc/passwd").unwrap().mtime(), 1);
+        stage.set_xattr(OsStr::new("x"), b"user.k", b"v").ok();
+        top.remove_all(OsStr::new("moved")).unwrap();
+        assert!(!t.path().join("moved").exists());
+        // remove_all removes a symlink, not what it points to.
+        std::fs::write(outside.path().join("keep"), b"k").unwrap();
+        top.remove_all(OsStr::new("stage")).unwrap();
+        assert!(outside.path().join("keep").exists());
+    }
+
+    #[test]
+    fn xattrs_of_names_and_files() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let d = Dir::open(t.path()).unwrap();
+        if d.set_xattr(OsStr::new("f"), b"user.a", b"1").is_err() {
+            return; // tmpfs without user xattrs
+        }
+        assert_eq!(
+            d.xattrs_of(OsStr::new("f")).unwrap(),
+            vec![(b"user.a".to_vec(), b"1".to_vec())]
+        );
+        let (f, _) = d.open_file("f", None).unwrap();
+        assert_eq!(file_xattrs(&f, &p).unwrap().len(), 1);
+    }
+}
