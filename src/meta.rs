@@ -5,7 +5,7 @@
 //! Capture, the workspace merge and restore all read (or write) metadata through here, so a
 //! file is described the same way whichever path stored it. Depends on the store's types only.
 
-use std::fs::{self, File, Metadata};
+use std::fs::{self, File};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -18,18 +18,20 @@ use crate::error::{Error, Result};
 use crate::store::statcache::{StatKey, RACY_WINDOW_NS};
 use crate::store::tree::{Entry, EntryKind};
 
-pub(crate) fn mtime_ns(m: &Metadata) -> i64 {
+// These take `std::fs::Metadata` and the walk's `safe::Stat` alike.
+
+pub(crate) fn mtime_ns(m: &impl MetadataExt) -> i64 {
     m.mtime() * 1_000_000_000 + m.mtime_nsec()
 }
 
-pub(crate) fn ctime_ns(m: &Metadata) -> i64 {
+pub(crate) fn ctime_ns(m: &impl MetadataExt) -> i64 {
     m.ctime() * 1_000_000_000 + m.ctime_nsec()
 }
 
 /// The (size, mtime, ctime, inode) a stat cache compares to tell an unchanged file.
-pub(crate) fn stat_key(m: &Metadata) -> StatKey {
+pub(crate) fn stat_key(m: &impl MetadataExt) -> StatKey {
     StatKey {
-        size: m.len(),
+        size: m.size(),
         mtime_ns: mtime_ns(m),
         ctime_ns: ctime_ns(m),
         ino: m.ino(),
@@ -48,35 +50,23 @@ pub(crate) fn coarse_now_ns() -> i64 {
     }
 }
 
-fn ft_is(m: &Metadata, t: u32) -> bool {
-    m.mode() & libc::S_IFMT == t
-}
-
 /// The error for a socket, fifo or device found at `path`: captures fail closed on them.
-pub(crate) fn special_file_error(path: &Path, m: &Metadata) -> Error {
-    let what = if ft_is(m, libc::S_IFSOCK) {
-        "a socket"
-    } else if ft_is(m, libc::S_IFIFO) {
-        "a fifo"
-    } else {
-        "a device node"
-    };
+pub(crate) fn special_file_error(path: &Path, m: &impl MetadataExt) -> Error {
+    let what = crate::safe::Kind::of_mode(m.mode()).describe();
     Error::Invalid(format!(
         "{} is {what}: only files, directories and symlinks can be captured (exclude it with --exclude)",
         path.display()
     ))
 }
 
-/// The tree entry of the symlink at `path` (its target is stored, never followed).
+/// The tree entry of a symlink with `target` (stored, never followed).
 pub(crate) fn symlink_entry(
     name: &[u8],
-    path: &Path,
-    m: &Metadata,
+    target: Vec<u8>,
+    m: &impl MetadataExt,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
-) -> Result<Entry> {
-    let target = fs::read_link(path).map_err(|e| Error::io(path, e))?;
-    let target = target.as_os_str().as_bytes().to_vec();
-    Ok(Entry {
+) -> Entry {
+    Entry {
         name: name.to_vec(),
         size: target.len() as u64,
         kind: EntryKind::Symlink { target },
@@ -87,7 +77,7 @@ pub(crate) fn symlink_entry(
         xattrs,
         ctime_ns: ctime_ns(m),
         ino: m.ino(),
-    })
+    }
 }
 
 /// Whether an xattr call failed only because the filesystem has none (or that one is gone):
@@ -96,45 +86,9 @@ pub(crate) fn is_unsupported(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::ENODATA))
 }
 
-/// Reads the xattrs of a path without following a final symlink. Unsupported = none.
-pub(crate) fn read_xattrs_path(path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let names = match xattr::list(path) {
-        Ok(n) => n,
-        Err(e) if is_unsupported(&e) => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut out = Vec::new();
-    for n in names {
-        match xattr::get(path, &n) {
-            Ok(Some(v)) => out.push((n.as_bytes().to_vec(), v)),
-            Ok(None) => {}
-            Err(e) if is_unsupported(&e) => {}
-            Err(e) => return Err(Error::io(path, e)),
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
 /// Reads the xattrs of the open file `f` (`path` names it in errors). Unsupported = none.
 pub(crate) fn read_xattrs_file(f: &File, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    use xattr::FileExt;
-    let names = match f.list_xattr() {
-        Ok(n) => n,
-        Err(e) if is_unsupported(&e) => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(path, e)),
-    };
-    let mut out = Vec::new();
-    for n in names {
-        match f.get_xattr(&n) {
-            Ok(Some(v)) => out.push((n.as_bytes().to_vec(), v)),
-            Ok(None) => {}
-            Err(e) if is_unsupported(&e) => {}
-            Err(e) => return Err(Error::io(path, e)),
-        }
-    }
-    out.sort();
-    Ok(out)
+    crate::safe::file_xattrs(f, path)
 }
 
 /// Gives `p` the recorded metadata: xattrs, owner (kept as is when not root, as tar does),

@@ -17,9 +17,11 @@
 //!    and special files (FIFOs, sockets, devices) are never opened for I/O: an open of one
 //!    fails with [`Error::Invalid`] naming it ([`special_kind`]), after an open that cannot
 //!    block.
-//! 3. **What was opened is what was walked**: [`Dir::open_file`] `fstat`s the new fd and, given
-//!    the walk's [`Stat`], refuses a different type, device or inode ("changed while being
-//!    read"), so a swap between the walk and the read is detected, never followed.
+//! 3. **What was opened is what was walked**: [`Dir::open_file`] `fstat`s the new fd and refuses
+//!    anything but a regular file; [`Dir::open_walked`] also refuses a different device or
+//!    inode than the walk's [`Stat`], so a swap between the walk and the read is detected and
+//!    looked at again, never read blindly. [`Dir::open_dir`] of a walked directory is checked
+//!    the same way by the walks ([`Stat::same_object`]).
 //! 4. **Metadata goes to an fd or to a name in a held directory** with `AT_SYMLINK_NOFOLLOW`
 //!    (`fchownat`, `utimensat`, xattrs through `/proc/self/fd/N/NAME` with the `l*` calls, whose
 //!    directory part is the held fd itself, never a path lookup); never to a path.
@@ -369,10 +371,10 @@ impl Dir {
         }
     }
 
-    /// Opens the regular file `rel` for reading (`O_NOATIME` where allowed). With `expect`
-    /// (the walk's stat of it), refuses anything but that same file; without, anything but a
-    /// regular file. Returns the file and its `fstat`.
-    pub fn open_file(&self, rel: impl AsRef<Path>, expect: Option<&Stat>) -> Result<(File, Stat)> {
+    /// Opens the regular file `rel` for reading (`O_NOATIME` where allowed); anything else
+    /// there (a FIFO, a device, a directory) is refused, naming it, without blocking.
+    /// Returns the file and its `fstat`.
+    pub fn open_file(&self, rel: impl AsRef<Path>) -> Result<(File, Stat)> {
         let rel = rel.as_ref();
         let fd = match self.open_rel(rel, OFlags::RDONLY | OFlags::NOATIME, 0) {
             Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::EPERM) => {
@@ -385,18 +387,22 @@ impl Dir {
         if st.kind() != Kind::File {
             return Err(special_kind(&path, st.kind()));
         }
-        if let Some(want) = expect {
-            if !st.same_object(want) {
-                return Err(Error::Invalid(format!(
-                    "{} changed while being read (it was replaced)",
-                    path.display()
-                )));
-            }
-        }
         // O_NONBLOCK kept the open from blocking; reads of a regular file should block as
         // usual (a filesystem may honour the flag for them).
         rustix::fs::fcntl_setfl(&fd, OFlags::empty()).map_err(|e| io_err(&path, e))?;
         Ok((File::from(fd), st))
+    }
+
+    /// As [`Dir::open_file`], for the file a walk found with stat `walked`: `None` when the
+    /// name now holds another file (a different device or inode: it was replaced meanwhile),
+    /// so the caller looks again instead of reading something it did not walk.
+    pub fn open_walked(
+        &self,
+        rel: impl AsRef<Path>,
+        walked: &Stat,
+    ) -> Result<Option<(File, Stat)>> {
+        let (f, st) = self.open_file(rel)?;
+        Ok(st.same_object(walked).then_some((f, st)))
     }
 
     /// The `lstat` of `rel` (never followed); `None` when nothing is there.
@@ -469,6 +475,15 @@ impl Dir {
             &path,
             |buf| rustix::fs::llistxattr(p.as_c_str(), buf),
             |n, buf| rustix::fs::lgetxattr(p.as_c_str(), n, buf),
+        )
+    }
+
+    /// The xattrs of this directory itself, sorted; none where unsupported.
+    pub fn xattrs_self(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        read_xattrs(
+            &self.path,
+            |buf| rustix::fs::flistxattr(&self.fd, buf),
+            |n, buf| rustix::fs::fgetxattr(&self.fd, n, buf),
         )
     }
 
@@ -694,12 +709,12 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), t.path().join("link")).unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret"), t.path().join("flink")).unwrap();
         let d = Dir::open(t.path()).unwrap();
-        assert!(d.open_file("real/f", None).is_ok());
-        let e = d.open_file("link/secret", None).unwrap_err();
+        assert!(d.open_file("real/f").is_ok());
+        let e = d.open_file("link/secret").unwrap_err();
         assert!(is_swapped(&e), "{e}");
-        assert!(d.open_file("flink", None).is_err());
+        assert!(d.open_file("flink").is_err());
         assert!(d.open_dir("link").is_err());
-        assert!(d.open_file("../x", None).is_err());
+        assert!(d.open_file("../x").is_err());
         // The top itself may not be a symlink either.
         assert!(Dir::open(&t.path().join("link")).is_err());
         assert!(d.stat("link").unwrap().unwrap().is_symlink());
@@ -718,7 +733,7 @@ mod tests {
         )
         .unwrap();
         let d = Dir::open(t.path()).unwrap();
-        let e = d.open_file("p", None).unwrap_err();
+        let e = d.open_file("p").unwrap_err();
         assert!(e.to_string().contains("is a fifo"), "{e}");
         assert!(d.stat("p").unwrap().unwrap().kind() == Kind::Fifo);
     }
@@ -737,8 +752,9 @@ mod tests {
         std::fs::rename(t.path().join("f"), t.path().join("old")).unwrap();
         std::fs::write(t.path().join("g"), b"2").unwrap();
         std::fs::rename(t.path().join("g"), t.path().join("f")).unwrap();
-        let e = d.open_file("f", Some(&walked)).unwrap_err();
-        assert!(e.to_string().contains("changed while being read"), "{e}");
+        assert!(d.open_walked("f", &walked).unwrap().is_none());
+        let now = d.stat("f").unwrap().unwrap();
+        assert!(d.open_walked("f", &now).unwrap().is_some());
     }
 
     #[test]
@@ -789,7 +805,7 @@ mod tests {
             d.xattrs_of(OsStr::new("f")).unwrap(),
             vec![(b"user.a".to_vec(), b"1".to_vec())]
         );
-        let (f, _) = d.open_file("f", None).unwrap();
+        let (f, _) = d.open_file("f").unwrap();
         assert_eq!(file_xattrs(&f, &p).unwrap().len(), 1);
     }
 }

@@ -10,18 +10,19 @@
 //!    committed (see `store::object`), the record is written, then the branch moves by CAS.
 
 use std::collections::BTreeMap;
-use std::fs::{self, Metadata};
 use std::io::{self, IsTerminal, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::reader::{read_files, split_cached, FileData, FileJob, OnChange, Progress};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::meta::{ctime_ns, mtime_ns, read_xattrs_path, special_file_error, symlink_entry};
+use crate::meta::{ctime_ns, mtime_ns, special_file_error, symlink_entry};
+use crate::safe::{Dir, Kind, Stat};
 use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
 use crate::store::exclude::Excluder;
 use crate::store::object::ObjectBatch;
@@ -58,7 +59,7 @@ enum Node {
 }
 
 struct DirNode {
-    meta: Metadata,
+    meta: Stat,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     children: Vec<(Vec<u8>, Node)>,
 }
@@ -214,26 +215,20 @@ fn capture_root(
     stats: &mut Stats,
     progress: &Progress,
 ) -> Result<(RootRecord, StatCache)> {
-    let meta = fs::symlink_metadata(src).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => Error::NotFound(format!("directory {}", src.display())),
-        _ => Error::io(src, e),
-    })?;
-    if !meta.is_dir() {
-        return Err(Error::Invalid(format!(
-            "{} is not a directory",
-            src.display()
-        )));
-    }
+    // The root is entered once, by the path the store names; everything below it is reached
+    // through held directory fds (see `safe`).
+    let top = Arc::new(Dir::open(src)?);
+    let meta = top.stat_self()?;
     let mut jobs = Vec::new();
     let t = Instant::now();
     let mut old = old;
-    let xattrs = read_xattrs_path(src)?;
+    let xattrs = top.xattrs_self()?;
     let root = walk_dir(
-        src,
+        &Walk { top: &top, excl },
+        &top,
         Path::new(""),
         meta,
         xattrs,
-        excl,
         &mut old,
         &mut jobs,
         stats,
@@ -294,63 +289,78 @@ fn capture_root(
     ))
 }
 
+/// What every level of a walk shares: the root's fd (the reading engine opens files beneath
+/// it) and the exclude rules.
+struct Walk<'a> {
+    top: &'a Arc<Dir>,
+    excl: &'a Excluder,
+}
+
+/// Walks the held directory `dir` (`rel` below the root). Every entry is `lstat`ed in `dir`,
+/// every subdirectory opened from `dir` and checked to be the one `lstat` saw, so a path
+/// component swapped for a symlink meanwhile is refused, never followed.
 #[allow(clippy::too_many_arguments)]
 fn walk_dir(
-    abs: &Path,
+    w: &Walk<'_>,
+    dir: &Dir,
     rel: &Path,
-    meta: Metadata,
+    meta: Stat,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
-    excl: &Excluder,
     old: &mut StatCache,
     jobs: &mut Vec<FileJob>,
     stats: &mut Stats,
 ) -> Result<DirNode> {
     stats.dirs += 1;
-    let mut names: Vec<std::ffi::OsString> = Vec::new();
-    for ent in fs::read_dir(abs).map_err(|e| Error::io(abs, e))? {
-        let ent = ent.map_err(|e| Error::io(abs, e))?;
-        names.push(ent.file_name());
-    }
-    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let names = dir.entries()?;
     let mut children = Vec::with_capacity(names.len());
     for name in names {
-        let child_abs = abs.join(&name);
         let child_rel = rel.join(&name);
-        if excl.excluded(&child_rel, &name) {
+        if w.excl.excluded(&child_rel, &name) {
             continue;
         }
-        let m = match fs::symlink_metadata(&child_abs) {
-            Ok(m) => m,
+        let child_abs = dir.display_path(&name);
+        let Some(m) = dir.stat(&name)? else {
             // Deleted between readdir and lstat: it is simply not part of this capture.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(Error::io(&child_abs, e)),
+            continue;
         };
-        let ft = m.file_type();
-        let node = if ft.is_dir() {
-            let x = read_xattrs_path(&child_abs)?;
-            Node::Dir(Box::new(walk_dir(
-                &child_abs, &child_rel, m, x, excl, old, jobs, stats,
-            )?))
-        } else if ft.is_file() {
-            let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
-            let (cached, previous, _) = split_cached(old.remove(&rel_bytes), &m);
-            jobs.push(FileJob {
-                abs: child_abs,
-                rel: rel_bytes,
-                cached,
-                previous,
-                previous_snapshot: None,
-                on_change: OnChange::Retry,
-                owner: (m.mode() & 0o7777, m.uid(), m.gid()),
-                size: m.len(),
-            });
-            Node::File(jobs.len() - 1)
-        } else if ft.is_symlink() {
-            stats.symlinks += 1;
-            let xattrs = read_xattrs_path(&child_abs)?;
-            Node::Symlink(symlink_entry(name.as_bytes(), &child_abs, &m, xattrs)?)
-        } else {
-            return Err(special_file_error(&child_abs, &m));
+        let node = match m.kind() {
+            Kind::Dir => {
+                let sub = dir.open_dir(&name)?;
+                if !sub.stat_self()?.same_object(&m) {
+                    return Err(Error::Invalid(format!(
+                        "{} was replaced while being captured; retry",
+                        child_abs.display()
+                    )));
+                }
+                let x = sub.xattrs_self()?;
+                Node::Dir(Box::new(walk_dir(
+                    w, &sub, &child_rel, m, x, old, jobs, stats,
+                )?))
+            }
+            Kind::File => {
+                let rel_bytes = child_rel.as_os_str().as_bytes().to_vec();
+                let (cached, previous, _) = split_cached(old.remove(&rel_bytes), &m);
+                jobs.push(FileJob {
+                    top: Arc::clone(w.top),
+                    walked: m,
+                    abs: child_abs,
+                    rel: rel_bytes,
+                    cached,
+                    previous,
+                    previous_snapshot: None,
+                    on_change: OnChange::Retry,
+                    owner: (m.mode() & 0o7777, m.uid(), m.gid()),
+                    size: m.len(),
+                });
+                Node::File(jobs.len() - 1)
+            }
+            Kind::Symlink => {
+                stats.symlinks += 1;
+                let xattrs = dir.xattrs_of(&name)?;
+                let target = dir.read_link(&name)?;
+                Node::Symlink(symlink_entry(name.as_bytes(), target, &m, xattrs))
+            }
+            _ => return Err(special_file_error(&child_abs, &m)),
         };
         children.push((name.as_bytes().to_vec(), node));
     }

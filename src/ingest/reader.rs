@@ -4,7 +4,8 @@
 //! workspace's upper layer in `workspace::merge`) list what they found as [`FileJob`]s and hand
 //! them to [`read_files`], which returns one [`FileData`] per job, in job order:
 //! - a job whose stat cache entry still matches (`split_cached`) is reused unread;
-//! - every other file is opened (`O_NOFOLLOW`), its xattrs read, and its bytes chunked and
+//! - every other file is opened beneath the walk's directory fd, never through a symlink,
+//!   never blocking, and checked to be the file the walk saw (see `safe`); its xattrs read, and its bytes chunked and
 //!   stored (see [`chunker`](super::chunker)), the previous version's chunks tried first;
 //! - a big changed file in a workspace on XFS or btrfs is read through a reflink snapshot
 //!   (see [`snapshot`](super::snapshot)), which tells the unchanged ranges without reading them;
@@ -13,16 +14,19 @@
 //! Files are read biggest first; when nothing is left to start, idle threads make the objects
 //! written so far durable (`ObjectBatch::sync_ahead`).
 
-use std::fs::{File, Metadata, OpenOptions};
-use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::ffi::OsStr;
+use std::fs::{File, Metadata};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 
 use super::snapshot::{self, Snapshots, SNAPSHOT_MIN};
 use crate::error::{Error, Result};
-use crate::meta::{ctime_ns, read_xattrs_file, stat_key};
+use crate::meta::{ctime_ns, read_xattrs_file, special_file_error, stat_key};
+use crate::safe::{Dir, Stat};
 use crate::store::object::ObjectBatch;
 use crate::store::statcache::{Cached, StatKey};
 use crate::store::tree::{Chunk, Entry, EntryKind};
@@ -33,8 +37,15 @@ const CHANGE_RETRIES: usize = 3;
 
 /// A file found by the walk, to be read (or reused from the stat cache).
 pub(crate) struct FileJob {
-    pub(crate) abs: PathBuf,
+    /// The tree the walk found it in, held as a directory fd: the file is opened beneath it,
+    /// never by `abs` (see `safe`).
+    pub(crate) top: Arc<Dir>,
+    /// Its path below `top`.
     pub(crate) rel: Vec<u8>,
+    /// The walk's `lstat` of it: the open must find that same file.
+    pub(crate) walked: Stat,
+    /// Its full path, for messages only.
+    pub(crate) abs: PathBuf,
     /// The stat cache entry, present only when the walk's `lstat` matched its key.
     pub(crate) cached: Option<Cached>,
     /// (mode, uid, gid) from the walk's `lstat`, used for cached files.
@@ -146,7 +157,7 @@ impl Progress {
 /// chunks (and the snapshot holding their bytes) are the previous version to try first.
 pub(crate) fn split_cached(
     entry: Option<Cached>,
-    m: &Metadata,
+    m: &impl MetadataExt,
 ) -> (Option<Cached>, Vec<Chunk>, Option<String>) {
     match entry {
         Some(c) if c.key == stat_key(m) => (Some(c), Vec::new(), None),
@@ -401,23 +412,34 @@ fn read_snapshot(
     ))
 }
 
-/// Opens a job's file and stats it: an error names it when it is no longer a regular file.
+/// Opens a job's file beneath its tree and stats it. A file replaced since the walk (another
+/// inode at that name) is looked at again, up to `CHANGE_RETRIES` times; anything but a regular
+/// file there fails, naming it.
 fn open_regular(job: &FileJob) -> Result<(File, Metadata)> {
-    let f = open_nofollow(&job.abs).map_err(|e| Error::io(&job.abs, e))?;
-    let m = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
-    if !m.is_file() {
-        return Err(Error::Invalid(format!(
-            "{} changed type while being captured",
+    let rel = Path::new(OsStr::from_bytes(&job.rel));
+    let mut walked = job.walked;
+    for _ in 0..CHANGE_RETRIES {
+        if let Some((f, _)) = job.top.open_walked(rel, &walked)? {
+            let m = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
+            return Ok((f, m));
+        }
+        log::debug!(
+            "{} was replaced since the walk; looking again",
             job.abs.display()
-        )));
+        );
+        match job.top.stat(rel)? {
+            Some(st) if st.is_file() => walked = st,
+            Some(st) => return Err(special_file_error(&job.abs, &st)),
+            None => {
+                return Err(Error::NotFound(format!(
+                    "{} (removed while being captured)",
+                    job.abs.display()
+                )))
+            }
+        }
     }
-    Ok((f, m))
-}
-
-fn open_nofollow(path: &Path) -> io::Result<File> {
-    let open = |flags| OpenOptions::new().read(true).custom_flags(flags).open(path);
-    match open(libc::O_NOFOLLOW | libc::O_NOATIME) {
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(libc::O_NOFOLLOW),
-        other => other,
-    }
+    Err(Error::Invalid(format!(
+        "{} kept being replaced while being captured ({CHANGE_RETRIES} attempts); quiesce the writer and retry",
+        job.abs.display()
+    )))
 }

@@ -20,9 +20,10 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, Metadata};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -31,6 +32,7 @@ use crate::ingest::snapshot::Snapshots;
 use crate::meta::{
     ctime_ns, is_unsupported, mtime_ns, special_file_error, stat_key, symlink_entry,
 };
+use crate::safe::{Dir, Stat};
 use crate::store::checkpoint::RootRecord;
 use crate::store::exclude::Excluder;
 use crate::store::object::ObjectBatch;
@@ -114,6 +116,8 @@ struct MDir {
 
 struct Ctx<'a> {
     store: &'a Store,
+    /// The upper root, held (see `safe`): the reading engine opens files beneath it.
+    top: Arc<Dir>,
     /// The root's exclude rules (names anywhere, paths from the root), as in `capture`.
     exclude: Excluder,
     base_tree: ObjectId,
@@ -257,6 +261,7 @@ pub(crate) fn merge_root(
     };
     let mut ctx = Ctx {
         store,
+        top: Arc::new(Dir::open(upper)?),
         exclude: Excluder::compile(root, &rules)?,
         base_tree: base.tree,
         old,
@@ -781,6 +786,8 @@ fn upper_file(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_>) -> Res
         owner: (c.meta.mode() & 0o7777, c.meta.uid(), c.meta.gid()),
         size: c.meta.len(),
         on_change: ctx.on_change,
+        top: Arc::clone(&ctx.top),
+        walked: Stat::from(&c.meta),
         abs: c.abs,
         rel: c.rel_bytes,
     };
@@ -851,9 +858,13 @@ fn upper_symlink(ctx: &mut Ctx<'_>, c: UpperChild<'_>) -> Result<MNode> {
     ctx.delta.symlinks += 1;
     let xattrs = xattrs_of(&c.abs)?.user;
     remember_other(ctx, c.rel_bytes, &c.meta);
+    let target = fs::read_link(&c.abs).map_err(|e| Error::io(&c.abs, e))?;
     Ok(MNode::Ready(symlink_entry(
-        &c.name, &c.abs, &c.meta, xattrs,
-    )?))
+        &c.name,
+        target.into_os_string().into_vec(),
+        &c.meta,
+        xattrs,
+    )))
 }
 
 /// The children of a merged directory, in name order: upper entries win (a whiteout, `None`,
