@@ -15,7 +15,7 @@ use ckptfs::capture::{capture, CaptureOptions};
 use ckptfs::ops::walk::{locate, walk_tree};
 use ckptfs::ops::{diff, recover, restore, verify};
 use ckptfs::store::refs::DEFAULT_BRANCH;
-use ckptfs::store::tree::{EntryKind, Tree};
+use ckptfs::store::tree::EntryKind;
 use ckptfs::store::{InitOptions, RootConfig};
 use ckptfs::util::{format_utc, human_bytes};
 use ckptfs::{Error, Result, Store};
@@ -701,7 +701,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                             Ok(())
                         })?;
                     } else {
-                        let tree = Tree::decode(&s.read_object(&t)?)?;
+                        let tree = s.read_tree(&t)?;
                         rows.extend(tree.entries.into_iter().map(|e| (e.name.clone(), e)));
                     }
                 }
@@ -763,7 +763,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     EntryKind::File { chunks } => {
                         let mut out = io::stdout().lock();
                         for c in chunks {
-                            let data = s.read_object(&c.id)?;
+                            let data = s.read_chunk(c)?;
                             out.write_all(&data)
                                 .map_err(|e| Error::io_op("writing stdout", e))?;
                         }

@@ -374,21 +374,26 @@ fn write_archive(
     temp_prefix: &str,
     split: Option<u64>,
 ) -> Result<ArchiveReport> {
-    // Objects reachable from the chosen checkpoints.
-    let mut objects: BTreeSet<ObjectId> = BTreeSet::new();
+    // Objects reachable from the chosen checkpoints: trees (None) and chunks (their length,
+    // which the read holds them to).
+    let mut objects: BTreeMap<ObjectId, Option<u32>> = BTreeMap::new();
     let mut stack: Vec<ObjectId> = sel
         .checkpoints
         .values()
         .flat_map(|c| c.roots.values().map(|r| r.tree))
         .collect();
     while let Some(t) = stack.pop() {
-        if !objects.insert(t) {
+        if objects.insert(t, None).is_some() {
             continue;
         }
-        let tree = Tree::decode(&store.read_object(&t)?)?;
+        let tree = store.read_tree(&t)?;
         for e in &tree.entries {
             match &e.kind {
-                EntryKind::File { chunks } => objects.extend(chunks.iter().map(|c| c.id)),
+                EntryKind::File { chunks } => {
+                    for c in chunks {
+                        objects.entry(c.id).or_insert(Some(c.len));
+                    }
+                }
                 EntryKind::Dir { tree, .. } => stack.push(*tree),
                 EntryKind::Symlink { .. } => {}
             }
@@ -407,7 +412,7 @@ fn write_archive(
         objects: objects.len() as u64,
         object_bytes: 0,
     };
-    for id in &objects {
+    for id in objects.keys() {
         manifest.object_bytes += store.object_file_size(id).unwrap_or(0);
     }
     let writer = PartWriter {
@@ -433,8 +438,11 @@ fn write_archive(
         let data = fs::read(&p).map_err(|e| Error::io(&p, e))?;
         tar_append(&mut tb, &format!("checkpoints/{id}"), &data)?;
     }
-    for id in &objects {
-        let data = store.read_object(id)?;
+    for (id, len) in &objects {
+        let data = match len {
+            Some(len) => store.read_chunk(&crate::store::tree::Chunk { id: *id, len: *len })?,
+            None => store.read_object(id)?,
+        };
         tar_append(&mut tb, &format!("objects/{id}"), &data)?;
     }
     let enc = tb

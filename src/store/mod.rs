@@ -181,6 +181,8 @@ pub struct InitOptions {
 pub struct Store {
     root: PathBuf,
     config: Config,
+    /// `objects/`, opened on first use; every object is opened beneath it (see `object`).
+    objects_fd: std::sync::OnceLock<std::os::fd::OwnedFd>,
 }
 
 /// Checks that a root path is absolute and normal (no `.`/`..`, not `/`).
@@ -303,7 +305,11 @@ impl Store {
             created_ns: crate::util::now_ns(),
             retention: None,
         };
-        let store = Store { root, config };
+        let store = Store {
+            root,
+            config,
+            objects_fd: Default::default(),
+        };
         let mut dirs = vec![
             store.objects_dir(),
             store.checkpoints_dir(),
@@ -363,7 +369,11 @@ impl Store {
         check_format(&bytes, &cfg_path)?;
         let config = parse_config(&bytes)
             .map_err(|m| Error::Corrupt(format!("{}: {m}", cfg_path.display())))?;
-        Ok(Store { root, config })
+        Ok(Store {
+            root,
+            config,
+            objects_fd: Default::default(),
+        })
     }
 
     pub fn root(&self) -> &Path {
