@@ -374,6 +374,68 @@ impl Store {
     }
 }
 
+/// Reads a file that may be hostile (a record of a store made elsewhere, an archive's
+/// sidecar): opened non-blocking (a FIFO does not hang the open), not following a symlink
+/// unless `follow`, `fstat` must say regular file, and its size must be at most `max` before
+/// anything is allocated. `what` names the file in errors. `Ok(None)` when it does not exist.
+///
+/// # Errors
+/// `Corrupt` naming `what` for a file that is not regular or is over `max`; I/O errors.
+pub(crate) fn read_regular_file(
+    path: &std::path::Path,
+    max: u64,
+    follow: bool,
+    what: &str,
+) -> Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(Error::Corrupt(format!(
+                "{what} is not a regular file (a symlink: {})",
+                path.display()
+            )))
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let st = rustix::fs::fstat(&file).map_err(|e| Error::io(path, e.into()))?;
+    let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
+    if ft != rustix::fs::FileType::RegularFile {
+        return Err(Error::Corrupt(format!(
+            "{what} is not a regular file ({} is {})",
+            path.display(),
+            kind_name(ft)
+        )));
+    }
+    let len = u64::try_from(st.st_size).unwrap_or(0);
+    if len > max {
+        return Err(Error::Corrupt(format!(
+            "{what} is {len} bytes, more than {max} ({})",
+            path.display()
+        )));
+    }
+    // len <= max, a small bound chosen by the caller.
+    let mut data = Vec::with_capacity(len as usize);
+    std::io::Read::read_to_end(&mut std::io::Read::take(&file, max + 1), &mut data)
+        .map_err(|e| Error::io(path, e))?;
+    if data.len() as u64 > max {
+        return Err(Error::Corrupt(format!(
+            "{what} grew past {max} bytes while it was read ({})",
+            path.display()
+        )));
+    }
+    Ok(Some(data))
+}
+
 /// An object's file, opened by [`Store::open_object_checked`]: a regular file.
 #[derive(Debug)]
 pub struct OpenedObject {
