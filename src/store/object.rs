@@ -193,26 +193,58 @@ impl Store {
             } else {
                 format!("{}/{}", &hex[..2], &hex[2..])
             };
+            let path = self.objects_dir().join(&rel);
+            let odd = |what: String| {
+                Error::Corrupt(format!("object {id} is not a regular file ({what})"))
+            };
+            // A symlink as the object or a directory on the way (ELOOP from O_NOFOLLOW or
+            // RESOLVE_NO_SYMLINKS, EXDEV from RESOLVE_BENEATH), a file as a directory on the
+            // way (ENOTDIR), a socket (ENXIO).
+            let refused = |e: &std::io::Error| {
+                matches!(
+                    e.raw_os_error(),
+                    Some(libc::ELOOP | libc::EXDEV | libc::ENOTDIR | libc::ENXIO)
+                )
+            };
+            // Its type first, without opening it: opening a device node can have effects.
+            let dir = self.objects_fd()?;
+            let before = match rustix::fs::statat(
+                dir,
+                rel.as_str(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            ) {
+                Ok(st) => st,
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => {
+                    let e = std::io::Error::from(e);
+                    if refused(&e) {
+                        return Err(odd(format!("objects/{rel}: {e}")));
+                    }
+                    return Err(Error::io(&path, e));
+                }
+            };
+            let ft = rustix::fs::FileType::from_raw_mode(before.st_mode);
+            if ft != rustix::fs::FileType::RegularFile {
+                return Err(odd(format!("objects/{rel} is {}", kind_name(ft))));
+            }
             let file = match self.open_beneath_objects(&rel) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                // A symlink as the object or as a directory on the way (ELOOP from O_NOFOLLOW
-                // or RESOLVE_NO_SYMLINKS; EXDEV from RESOLVE_BENEATH).
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::EXDEV)) => {
-                    return Err(Error::Corrupt(format!(
-                        "object {id} is not a regular file (a symlink, or reached through one: \
-                         objects/{rel})"
+                Err(e) if refused(&e) => {
+                    return Err(odd(format!(
+                        "objects/{rel} is a symlink or is reached through one"
                     )));
                 }
-                Err(e) => return Err(Error::io(self.objects_dir().join(&rel), e)),
+                Err(e) => return Err(Error::io(&path, e)),
             };
-            let path = self.objects_dir().join(&rel);
             let st = rustix::fs::fstat(&file).map_err(|e| Error::io(&path, e.into()))?;
             let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
             if ft != rustix::fs::FileType::RegularFile {
+                return Err(odd(format!("objects/{rel} is {}", kind_name(ft))));
+            }
+            if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) {
                 return Err(Error::Corrupt(format!(
-                    "object {id} is not a regular file (objects/{rel} is {})",
-                    kind_name(ft)
+                    "object {id} was replaced while it was opened (objects/{rel})"
                 )));
             }
             return Ok(Some(OpenedObject {
