@@ -176,10 +176,10 @@ impl Store {
         Ok(fs::File::from(rustix::fs::openat(dir, rel, flags, mode)?))
     }
 
-    /// Opens an object's file (raw or `.zst`, the store's usual form first), without a
-    /// separate existence check: one open per read on the views' hot path. The open follows
-    /// no symlink and does not block; what it opened must be a regular file. Returns its size
-    /// (from `fstat` of the opened file) too.
+    /// Opens an object's file (raw or `.zst`, the store's usual form first): an `fstatat`
+    /// (not following links) must say regular file before it is opened, since opening a
+    /// device node can have effects; the open follows no symlink, does not block, and its
+    /// `fstat` must show that same regular file. Returns its size (from that `fstat`) too.
     ///
     /// # Errors
     /// `Corrupt` naming the object when its file is a symlink, FIFO, directory, device or

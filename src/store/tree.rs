@@ -513,6 +513,76 @@ mod tests {
     }
 
     #[test]
+    fn rejects_lengths_no_tree_means_and_names_the_tree() {
+        let id = ObjectId::of(b"x");
+        let chunks = |lens: &[u32]| EntryKind::File {
+            chunks: lens.iter().map(|&len| Chunk { id, len }).collect(),
+        };
+        let with = |kind: EntryKind, size: u64, xattrs: Vec<(Vec<u8>, Vec<u8>)>| Tree {
+            entries: vec![Entry {
+                kind,
+                size,
+                xattrs,
+                ..file("a")
+            }],
+        };
+        let symlink = |n: usize| EntryKind::Symlink {
+            target: vec![b'x'; n],
+        };
+        let dir = |subdirs| EntryKind::Dir { tree: id, subdirs };
+        let over = MAX_CHUNK_LEN + 1;
+        let refused = [
+            (with(chunks(&[36, 0, 0]), 36, vec![]), "length 0"),
+            (with(chunks(&[0]), 0, vec![]), "length 0"),
+            (with(chunks(&[over]), u64::from(over), vec![]), "length"),
+            (with(chunks(&[200]), 124, vec![]), "add up"),
+            (
+                with(symlink(MAX_SYMLINK_TARGET + 1), 5000, vec![]),
+                "longer",
+            ),
+            (with(dir(3), 2, vec![]), "impossible"),
+            (
+                with(chunks(&[]), 0, vec![(vec![b'n'; 256], vec![])]),
+                "xattr name",
+            ),
+            (
+                with(
+                    chunks(&[]),
+                    0,
+                    vec![(b"user.a".to_vec(), vec![0; MAX_XATTR_VALUE + 1])],
+                ),
+                "xattr value",
+            ),
+        ];
+        let tree_id = ObjectId::of(b"some tree");
+        for (tree, words) in refused {
+            let err = Tree::decode_object(&tree_id, &tree.encode())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&tree_id.to_hex()) && err.contains(words),
+                "{err}"
+            );
+        }
+        // An empty file has no chunk; the largest chunk and symlink target are fine.
+        for ok in [
+            with(chunks(&[]), 0, vec![]),
+            with(
+                chunks(&[MAX_CHUNK_LEN, 1]),
+                u64::from(MAX_CHUNK_LEN) + 1,
+                vec![],
+            ),
+            with(
+                symlink(MAX_SYMLINK_TARGET),
+                MAX_SYMLINK_TARGET as u64,
+                vec![],
+            ),
+        ] {
+            assert_eq!(Tree::decode(&ok.encode()).unwrap(), ok);
+        }
+    }
+
+    #[test]
     fn rejects_truncation_and_garbage() {
         let enc = Tree {
             entries: vec![file("a")],
