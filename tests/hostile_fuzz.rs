@@ -729,16 +729,23 @@ fn plant(h: &HostileStore, content: &[u8], what: &Planted) -> bool {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, max_shrink_iters: 50, ..ProptestConfig::default() })]
-
-    #[test]
-    fn hostile_object_files_are_read_or_refused_within_bounds(
-        content in proptest::collection::vec(any::<u8>(), 1..3000),
-        what in planted(),
-        how in read_as(),
-    ) {
-        let h = hostile_store();
+/// One store for every case (a store's init is most of a case's cost); each case plants its
+/// object afresh.
+#[test]
+fn hostile_object_files_are_read_or_refused_within_bounds() {
+    let h = hostile_store();
+    let config = ProptestConfig {
+        cases: 300,
+        max_shrink_iters: 50,
+        ..ProptestConfig::default()
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let cases = (
+        proptest::collection::vec(any::<u8>(), 1..3000),
+        planted(),
+        read_as(),
+    );
+    let result = runner.run(&cases, |(content, what, how)| {
         let intact = plant(&h, &content, &what);
         let id = ObjectId::of(&content);
         let true_len = content.len() as u64;
@@ -756,7 +763,10 @@ proptest! {
         std::thread::spawn(move || {
             let (r, largest) = measured(|| match how {
                 ReadAs::Chunk { lie } => store
-                    .read_chunk(&Chunk { id, len: lie.unwrap_or(true_len as u32) })
+                    .read_chunk(&Chunk {
+                        id,
+                        len: lie.unwrap_or(true_len as u32),
+                    })
                     .map(|d| d.len()),
                 ReadAs::Object => store.read_object(&id).map(|d| d.len()),
                 ReadAs::Tree => store.read_tree(&id).map(|t| t.entries.len()),
@@ -764,9 +774,9 @@ proptest! {
             });
             let _ = tx.send((r, largest));
         });
-        let (r, largest) = rx
-            .recv_timeout(Duration::from_secs(10))
-            .map_err(|_| TestCaseError::fail(format!("read of {what:?} as {how:?} hung or panicked")))?;
+        let (r, largest) = rx.recv_timeout(Duration::from_secs(10)).map_err(|_| {
+            TestCaseError::fail(format!("read of {what:?} as {how:?} hung or panicked"))
+        })?;
         // Nothing allocated beyond what the file may hold and the caller allows (twice that
         // for a growing buffer), plus fixed stream buffers.
         let planted = match &what {
@@ -775,7 +785,10 @@ proptest! {
             _ => 2 * true_len + 64,
         };
         let bound = 2 * planted.min(expected_max) as usize + (512 << 10);
-        prop_assert!(largest <= bound, "{what:?} as {how:?}: allocated {largest}, bound {bound}");
+        prop_assert!(
+            largest <= bound,
+            "{what:?} as {how:?}: allocated {largest}, bound {bound}"
+        );
         let fits = exact.map_or(true_len <= expected_max, |n| n == true_len);
         match (&r, how) {
             (Ok(_), ReadAs::Tree) => prop_assert!(intact && fits),
@@ -788,7 +801,14 @@ proptest! {
             (Err(e), _) => prop_assert!(false, "{what:?} as {how:?}: unexpected error {e:?}"),
         }
         if intact && fits && !matches!(how, ReadAs::Tree) {
-            prop_assert!(r.is_ok(), "{what:?} as {how:?}: an intact object refused: {r:?}");
+            prop_assert!(
+                r.is_ok(),
+                "{what:?} as {how:?}: an intact object refused: {r:?}"
+            );
         }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
     }
 }
