@@ -8,7 +8,7 @@ use clap::Args;
 
 use ckptfs::ops::walk::{locate, walk_tree};
 use ckptfs::ops::{diff, history};
-use ckptfs::store::tree::{EntryKind, Tree};
+use ckptfs::store::tree::EntryKind;
 use ckptfs::util::{format_utc, human_bytes};
 use ckptfs::{Error, Result, Store};
 
@@ -154,7 +154,7 @@ pub fn run_ls(a: LsArgs) -> Result<i32> {
                     Ok(())
                 })?;
             } else {
-                let tree = Tree::decode(&s.read_object(&t)?)?;
+                let tree = s.read_tree(&t)?;
                 rows.extend(tree.entries.into_iter().map(|e| (e.name.clone(), e)));
             }
         }
@@ -219,7 +219,7 @@ pub fn run_cat(a: CatArgs) -> Result<i32> {
     };
     let mut out = io::stdout().lock();
     for c in chunks {
-        let data = s.read_object(&c.id)?;
+        let data = s.read_chunk(c)?;
         out.write_all(&data)
             .map_err(|e| Error::io_op("writing stdout", e))?;
     }

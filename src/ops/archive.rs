@@ -24,7 +24,7 @@
 //! records, then STORE.json roots (`--relocate NAME=/NEW/PATH` changes only a root's recorded
 //! path), then refs. A failure in (1) or (2) imports nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -374,21 +374,26 @@ fn write_archive(
     temp_prefix: &str,
     split: Option<u64>,
 ) -> Result<ArchiveReport> {
-    // Objects reachable from the chosen checkpoints.
-    let mut objects: BTreeSet<ObjectId> = BTreeSet::new();
+    // Objects reachable from the chosen checkpoints: trees (None) and chunks (their length,
+    // which the read holds them to).
+    let mut objects: BTreeMap<ObjectId, Option<u32>> = BTreeMap::new();
     let mut stack: Vec<ObjectId> = sel
         .checkpoints
         .values()
         .flat_map(|c| c.roots.values().map(|r| r.tree))
         .collect();
     while let Some(t) = stack.pop() {
-        if !objects.insert(t) {
+        if objects.insert(t, None).is_some() {
             continue;
         }
-        let tree = Tree::decode(&store.read_object(&t)?)?;
+        let tree = store.read_tree(&t)?;
         for e in &tree.entries {
             match &e.kind {
-                EntryKind::File { chunks } => objects.extend(chunks.iter().map(|c| c.id)),
+                EntryKind::File { chunks } => {
+                    for c in chunks {
+                        objects.entry(c.id).or_insert(Some(c.len));
+                    }
+                }
                 EntryKind::Dir { tree, .. } => stack.push(*tree),
                 EntryKind::Symlink { .. } => {}
             }
@@ -407,7 +412,7 @@ fn write_archive(
         objects: objects.len() as u64,
         object_bytes: 0,
     };
-    for id in &objects {
+    for id in objects.keys() {
         manifest.object_bytes += store.object_file_size(id).unwrap_or(0);
     }
     let writer = PartWriter {
@@ -433,8 +438,11 @@ fn write_archive(
         let data = fs::read(&p).map_err(|e| Error::io(&p, e))?;
         tar_append(&mut tb, &format!("checkpoints/{id}"), &data)?;
     }
-    for id in &objects {
-        let data = store.read_object(id)?;
+    for (id, len) in &objects {
+        let data = match len {
+            Some(len) => store.read_chunk(&crate::store::tree::Chunk { id: *id, len: *len })?,
+            None => store.read_object(id)?,
+        };
         tar_append(&mut tb, &format!("objects/{id}"), &data)?;
     }
     let enc = tb
@@ -548,7 +556,8 @@ pub fn read_archive(
                 "archive entry {path:?} is {size} bytes, more than any ckptfs object; refused"
             )));
         }
-        let mut data = Vec::with_capacity(size as usize);
+        // The header's size is the archive's word: grow with what is actually read.
+        let mut data = Vec::with_capacity((size as usize).min(1 << 20));
         entry
             .by_ref()
             .take(MAX_ENTRY + 1)
@@ -608,8 +617,30 @@ pub fn check_entry_path(path: &str) -> Result<()> {
     }
 }
 
-/// Decodes and checks MANIFEST.json.
+/// Largest MANIFEST.json accepted (about 200k checkpoint ids).
+pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
+
+/// A refused manifest field: one line naming it.
+fn bad_field(field: &str, problem: impl std::fmt::Display) -> Error {
+    Error::Invalid(format!(
+        "archive manifest: {field}: {problem}; nothing imported"
+    ))
+}
+
+/// Decodes and checks MANIFEST.json, every field, as far as it can without the target store
+/// (see [`check_manifest_against`] for the rest): roots named and placed as `init` accepts
+/// them ([`crate::store::check_roots`]), chunker parameters a store may have, branch and label
+/// names valid, branch states known, sizes bounded.
+///
+/// # Errors
+/// `Invalid` naming the field at fault.
 pub fn parse_manifest(data: &[u8]) -> Result<Manifest> {
+    if data.len() > MAX_MANIFEST_BYTES {
+        return Err(bad_field(
+            MANIFEST_NAME,
+            format!("{} bytes, more than {MAX_MANIFEST_BYTES}", data.len()),
+        ));
+    }
     let v: serde_json::Value = serde_json::from_slice(data)
         .map_err(|e| Error::Invalid(format!("archive manifest is not JSON ({e})")))?;
     if v.get("format").and_then(|f| f.as_str()) != Some(ARCHIVE_FORMAT) {
@@ -623,25 +654,140 @@ pub fn parse_manifest(data: &[u8]) -> Result<Manifest> {
             "archive format version {version} is not supported by this ckptfs (knows {ARCHIVE_VERSION})"
         )));
     }
-    let m: Manifest = serde_json::from_value(v)
-        .map_err(|e| Error::Invalid(format!("archive manifest: bad field ({e})")))?;
+    let m = manifest_fields(&v)?;
+    if m.created.len() > 64 {
+        return Err(bad_field("created", "longer than a timestamp"));
+    }
     for (name, rc) in &m.roots {
-        crate::util::check_name("root", name)?;
-        crate::store::check_root_path(name, &rc.path)?;
-    }
-    for name in m.branches.keys() {
-        crate::util::check_name("branch", name)?;
-    }
-    for name in m.labels.keys() {
-        crate::util::check_name("label", name)?;
+        crate::util::check_name("root", name).map_err(|e| bad_field("roots", e))?;
+        crate::store::check_root_path(name, &rc.path)
+            .map_err(|e| bad_field(&format!("roots.{name}.path"), e))?;
+        if rc.exclude.len() > MAX_EXCLUDES || rc.exclude.iter().any(|p| p.len() > 4096) {
+            return Err(bad_field(
+                &format!("roots.{name}.exclude"),
+                format!("more than {MAX_EXCLUDES} rules, or a rule over 4096 bytes"),
+            ));
+        }
     }
     if m.compression != "none" && m.compression != "zstd" {
-        return Err(Error::Invalid(format!(
-            "archive manifest: unknown compression {:?}",
-            m.compression
-        )));
+        return Err(bad_field(
+            "compression",
+            format!("unknown compression {:?}", m.compression),
+        ));
+    }
+    m.chunker.check().map_err(|e| bad_field("chunker", e))?;
+    let mut listed = HashSet::new();
+    for id in &m.checkpoints {
+        if !listed.insert(id) {
+            return Err(bad_field("checkpoints", format!("{id} is listed twice")));
+        }
+    }
+    for (name, b) in &m.branches {
+        crate::util::check_name("branch", name).map_err(|e| bad_field("branches", e))?;
+        if !BRANCH_STATES.contains(&b.state.as_str()) {
+            return Err(bad_field(
+                &format!("branches.{name}.state"),
+                format!("{:?} is not one of {}", b.state, BRANCH_STATES.join(", ")),
+            ));
+        }
+    }
+    for name in m.labels.keys() {
+        crate::util::check_name("label", name).map_err(|e| bad_field("labels", e))?;
+        if m.branches.contains_key(name) {
+            return Err(bad_field(
+                &format!("labels.{name}"),
+                "is also a branch name in the archive",
+            ));
+        }
+    }
+    if m.object_bytes > m.objects.saturating_mul(MAX_ENTRY) {
+        return Err(bad_field(
+            "object_bytes",
+            format!(
+                "{} bytes cannot be {} objects of at most {MAX_ENTRY}",
+                m.object_bytes, m.objects
+            ),
+        ));
     }
     Ok(m)
+}
+
+/// The manifest's fields, each decoded on its own so an error names the field.
+fn manifest_fields(v: &serde_json::Value) -> Result<Manifest> {
+    fn field<T: serde::de::DeserializeOwned>(v: &serde_json::Value, name: &str) -> Result<T> {
+        let x = v.get(name).cloned().unwrap_or(serde_json::Value::Null);
+        serde_json::from_value(x).map_err(|e| bad_field(name, e))
+    }
+    let mut branches = BTreeMap::new();
+    match v.get("branches") {
+        Some(serde_json::Value::Object(map)) => {
+            for (name, b) in map {
+                let b: Branch = serde_json::from_value(b.clone())
+                    .map_err(|e| bad_field(&format!("branches.{name}"), e))?;
+                branches.insert(name.clone(), b);
+            }
+        }
+        _ => return Err(bad_field("branches", "not an object")),
+    }
+    Ok(Manifest {
+        format: field(v, "format")?,
+        version: field(v, "version")?,
+        created: field(v, "created")?,
+        roots: field(v, "roots")?,
+        compression: field(v, "compression")?,
+        chunker: field(v, "chunker")?,
+        checkpoints: field(v, "checkpoints")?,
+        branches,
+        labels: field(v, "labels")?,
+        objects: field(v, "objects")?,
+        object_bytes: field(v, "object_bytes")?,
+    })
+}
+
+/// Most exclude rules a root of an archive may bring.
+const MAX_EXCLUDES: usize = 1024;
+/// The states a branch record may have.
+const BRANCH_STATES: &[&str] = &["active", "archived"];
+
+/// The roots the target store at `target` would have after importing `m` (its own, the
+/// archive's it lacks, relocated ones moved), checked as `init` checks roots.
+///
+/// # Errors
+/// `Invalid` naming the manifest's root at fault (`Usage` for a bad `--relocate`).
+fn check_manifest_against(
+    m: &Manifest,
+    target: &Path,
+    existing: Option<&Store>,
+    relocate: &BTreeMap<String, PathBuf>,
+) -> Result<BTreeMap<String, RootConfig>> {
+    let mut roots = existing.map_or_else(BTreeMap::new, |s| s.config().roots.clone());
+    for (name, rc) in &m.roots {
+        roots.entry(name.clone()).or_insert_with(|| rc.clone());
+    }
+    for (name, path) in relocate {
+        crate::store::check_root_path(name, path).map_err(|e| match e {
+            Error::Usage(m) => Error::Usage(format!("--relocate {name}: {m}")),
+            other => other,
+        })?;
+        if let Some(rc) = roots.get_mut(name) {
+            rc.path = path.clone();
+        }
+    }
+    crate::store::check_roots(target, &roots).map_err(|e| {
+        let msg = match e {
+            Error::Usage(m) | Error::Invalid(m) => m,
+            other => other.to_string(),
+        };
+        // A relocated root is the user's own choice: a usage error; else the archive's.
+        match relocate
+            .keys()
+            .find(|n| msg.starts_with(&format!("root {n}")))
+        {
+            Some(n) => Error::Usage(format!("--relocate {n}: {msg}")),
+            None => bad_field("roots", msg),
+        }
+    })?;
+    Ok(roots)
 }
 
 /// The files of an archive: FILE itself, or FILE.part000, FILE.part001... in order.
@@ -689,7 +835,7 @@ impl Read for Chain {
                 let Some(p) = self.files.get(self.next) else {
                     return Ok(0);
                 };
-                self.cur = Some(File::open(p)?);
+                self.cur = Some(open_part(p)?);
                 self.next += 1;
             }
             let n = self.cur.as_mut().map_or(Ok(0), |f| f.read(buf))?;
@@ -710,7 +856,7 @@ fn chain(files: &[PathBuf]) -> Chain {
 }
 
 fn sha256_file(p: &Path) -> Result<String> {
-    let mut f = File::open(p).map_err(|e| Error::io(p, e))?;
+    let mut f = open_part(p).map_err(|e| Error::io(p, e))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -723,12 +869,41 @@ fn sha256_file(p: &Path) -> Result<String> {
     Ok(hex(&h.finalize()))
 }
 
+/// Largest sidecar read (one line per part).
+const MAX_SIDECAR_BYTES: u64 = 1 << 20;
+
+/// Opens one file of an archive: non-blocking (a FIFO in its place does not hang), and it
+/// must be a regular file.
+fn open_part(p: &Path) -> io::Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(p)?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            p.display()
+        )));
+    }
+    Ok(f)
+}
+
 /// Checks the digests of an archive's files; returns the whole digest.
 fn check_digests(base: &Path, files: &[PathBuf], expected: Option<&str>) -> Result<String> {
     let sidecar = sidecar_path(base);
     let mut want: HashMap<String, String> = HashMap::new();
-    match fs::read_to_string(&sidecar) {
-        Ok(text) => {
+    let text =
+        crate::store::object::read_regular_file(&sidecar, MAX_SIDECAR_BYTES, true, "sidecar")
+            .and_then(|t| {
+                t.map(|t| {
+                    String::from_utf8(t).map_err(|_| {
+                        Error::Invalid(format!("{} is not UTF-8 text", sidecar.display()))
+                    })
+                })
+                .transpose()
+            });
+    match text {
+        Ok(Some(text)) => {
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
                 let (h, name) = line.split_once("  ").ok_or_else(|| {
                     Error::Invalid(format!("{}: bad line {line:?}", sidecar.display()))
@@ -736,15 +911,15 @@ fn check_digests(base: &Path, files: &[PathBuf], expected: Option<&str>) -> Resu
                 want.insert(name.to_string(), h.to_ascii_lowercase());
             }
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound && expected.is_some() => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        Ok(None) if expected.is_some() => {}
+        Ok(None) => {
             return Err(Error::NotFound(format!(
                 "{} (the archive's SHA-256 sidecar; an archive without it may be incomplete). \
                  Give the digest with --sha256 HEX to import anyway",
                 sidecar.display()
             )))
         }
-        Err(e) => return Err(Error::io(&sidecar, e)),
+        Err(e) => return Err(e),
     }
     let base_name = file_name_of(base)?;
     let whole_want = match expected {
@@ -814,16 +989,18 @@ fn check_digests(base: &Path, files: &[PathBuf], expected: Option<&str>) -> Resu
 /// What a full read of an archive found (nothing written).
 struct Scan {
     manifest: Manifest,
-    objects: HashSet<ObjectId>,
-    /// Objects that decode as trees -> their children (id, is a tree).
-    trees: HashMap<ObjectId, Vec<(ObjectId, bool)>>,
+    /// Every object with its length.
+    objects: HashMap<ObjectId, u64>,
+    /// Objects that decode as trees -> their children: (id, None) for a tree, (id, Some(len))
+    /// for a chunk of that length.
+    trees: HashMap<ObjectId, Vec<(ObjectId, Option<u32>)>>,
     /// Some tree records ctimes and inode numbers (store format 2).
     stat_trees: bool,
     checkpoints: BTreeMap<ObjectId, Checkpoint>,
 }
 
 fn scan(files: &[PathBuf]) -> Result<Scan> {
-    let mut objects = HashSet::new();
+    let mut objects = HashMap::new();
     let mut trees = HashMap::new();
     let mut checkpoints = BTreeMap::new();
     let mut stat_trees = false;
@@ -836,19 +1013,27 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
                         .iter()
                         .flat_map(|e| match &e.kind {
                             EntryKind::File { chunks } => {
-                                chunks.iter().map(|c| (c.id, false)).collect()
+                                chunks.iter().map(|c| (c.id, Some(c.len))).collect()
                             }
-                            EntryKind::Dir { tree, .. } => vec![(*tree, true)],
+                            EntryKind::Dir { tree, .. } => vec![(*tree, None)],
                             EntryKind::Symlink { .. } => vec![],
                         })
                         .collect::<Vec<_>>();
                     trees.insert(id, kids);
                     stat_trees |= crate::store::tree::records_stat(&data);
                 }
-                objects.insert(id);
+                if objects.insert(id, data.len() as u64).is_some() {
+                    return Err(Error::Invalid(format!(
+                        "archive holds object {id} twice; nothing imported"
+                    )));
+                }
             }
             ArchiveItem::Checkpoint { id, record, .. } => {
-                checkpoints.insert(id, record);
+                if checkpoints.insert(id, record).is_some() {
+                    return Err(Error::Invalid(format!(
+                        "archive holds checkpoint {id} twice; nothing imported"
+                    )));
+                }
             }
         }
         Ok(())
@@ -889,26 +1074,54 @@ fn check_complete(s: &Scan) -> Result<()> {
             }
         }
     }
+    if s.manifest.objects != s.objects.len() as u64 {
+        return Err(bad_field(
+            "objects",
+            format!(
+                "says {} objects, the archive holds {}",
+                s.manifest.objects,
+                s.objects.len()
+            ),
+        ));
+    }
+    if s.manifest.checkpoints.len() != s.checkpoints.len() {
+        return Err(bad_field(
+            "checkpoints",
+            format!(
+                "lists {} checkpoints, the archive holds {}",
+                s.manifest.checkpoints.len(),
+                s.checkpoints.len()
+            ),
+        ));
+    }
     let mut seen = HashSet::new();
-    let mut stack: Vec<(ObjectId, bool)> = s
+    let mut stack: Vec<(ObjectId, Option<u32>)> = s
         .checkpoints
         .values()
-        .flat_map(|c| c.roots.values().map(|r| (r.tree, true)))
+        .flat_map(|c| c.roots.values().map(|r| (r.tree, None)))
         .collect();
-    while let Some((id, is_tree)) = stack.pop() {
-        if !seen.insert(id) {
+    while let Some((id, chunk_len)) = stack.pop() {
+        if !seen.insert((id, chunk_len)) {
             continue;
         }
-        if !s.objects.contains(&id) {
+        let Some(&len) = s.objects.get(&id) else {
             return Err(Error::Corrupt(format!(
                 "archive is incomplete: object {id} is needed but missing; nothing imported"
             )));
-        }
-        if is_tree {
-            let kids = s.trees.get(&id).ok_or_else(|| {
-                Error::Corrupt(format!("archive object {id} should be a tree but is not"))
-            })?;
-            stack.extend(kids.iter().copied());
+        };
+        match chunk_len {
+            Some(want) if u64::from(want) != len => {
+                return Err(Error::Corrupt(format!(
+                    "archive object {id} is {len} bytes, the tree says {want}; nothing imported"
+                )))
+            }
+            Some(_) => {}
+            None => {
+                let kids = s.trees.get(&id).ok_or_else(|| {
+                    Error::Corrupt(format!("archive object {id} should be a tree but is not"))
+                })?;
+                stack.extend(kids.iter().copied());
+            }
         }
     }
     Ok(())
@@ -944,7 +1157,7 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
     })?;
     let target = crate::store::absolute(&opts.store)?;
     let m = &scan.manifest;
-    for (name, path) in &opts.relocate {
+    for name in opts.relocate.keys() {
         if !m.roots.contains_key(name) {
             let known: Vec<&str> = m.roots.keys().map(String::as_str).collect();
             return Err(Error::Usage(format!(
@@ -952,36 +1165,37 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
                 known.join(", ")
             )));
         }
-        crate::store::check_root_path(name, path)?;
-        if path.starts_with(&target) || target.starts_with(path) {
-            return Err(Error::Usage(format!(
-                "--relocate {name}={}: overlaps the store {}",
-                path.display(),
-                target.display()
-            )));
-        }
     }
+    // Everything is checked before anything is written: the manifest against the target
+    // (roots as `init` checks them, refs), then the store is created or opened for writing.
     let existing = target.join(crate::store::CONFIG_FILE).exists();
+    let current = if existing {
+        let s = Store::open(&target)?;
+        check_ref_conflicts(&s, m)?;
+        Some(s)
+    } else {
+        None
+    };
+    let merged = check_manifest_against(m, &target, current.as_ref(), &opts.relocate)?;
     let mut roots = m.roots.clone();
     for (name, path) in &opts.relocate {
         if let Some(rc) = roots.get_mut(name) {
             rc.path = path.clone();
         }
     }
-    let (store, created) = if existing {
-        let s = Store::open(&target)?;
-        check_ref_conflicts(&s, m)?;
-        (s, false)
-    } else {
-        let s = Store::init(
-            &target,
-            &InitOptions {
-                roots: roots.clone(),
-                zstd: m.compression == "zstd",
-                no_default_excludes: true,
-            },
-        )?;
-        (s, true)
+    let (store, created) = match current {
+        Some(s) => (s, false),
+        None => {
+            let s = Store::init(
+                &target,
+                &InitOptions {
+                    roots: roots.clone(),
+                    zstd: m.compression == "zstd",
+                    no_default_excludes: true,
+                },
+            )?;
+            (s, true)
+        }
     };
     let mut report = UnarchiveReport {
         store: store.root().to_path_buf(),
@@ -991,15 +1205,7 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
         ..Default::default()
     };
     let mut config = store.config().clone();
-    for (name, rc) in &roots {
-        match config.roots.get_mut(name) {
-            Some(cur) if opts.relocate.contains_key(name) => cur.path = rc.path.clone(),
-            Some(_) => {}
-            None => {
-                config.roots.insert(name.clone(), rc.clone());
-            }
-        }
-    }
+    config.roots = merged;
     if created {
         config.chunker = m.chunker.clone();
     }

@@ -37,7 +37,7 @@ pub fn diff(store: &Store, a: &Checkpoint, b: &Checkpoint) -> Result<Vec<Change>
 
 fn load(store: &Store, id: Option<ObjectId>) -> Result<Tree> {
     match id {
-        Some(id) => Tree::decode(&store.read_object(&id)?),
+        Some(id) => store.read_tree(&id),
         None => Ok(Tree::default()),
     }
 }

@@ -25,7 +25,7 @@ use crate::id::ObjectId;
 use crate::meta::apply_meta;
 use crate::ops::walk::Located;
 use crate::store::fsio;
-use crate::store::tree::{Entry, EntryKind, Tree};
+use crate::store::tree::{Chunk, Entry, EntryKind};
 use crate::store::Store;
 
 /// Hole granularity for sparse restore.
@@ -209,16 +209,16 @@ pub fn check_objects(store: &Store, tree: &ObjectId) -> Result<()> {
         if !seen.insert(t) {
             continue;
         }
-        let tree = Tree::decode(&store.read_object(&t)?)?;
+        let tree = store.read_tree(&t)?;
         for e in &tree.entries {
             match &e.kind {
-                EntryKind::File { chunks: c } => chunks.extend(c.iter().map(|c| c.id)),
+                EntryKind::File { chunks: c } => chunks.extend(c.iter().copied()),
                 EntryKind::Dir { tree, .. } => stack.push(*tree),
                 EntryKind::Symlink { .. } => {}
             }
         }
     }
-    let list: Vec<ObjectId> = chunks.into_iter().collect();
+    let list: Vec<Chunk> = chunks.into_iter().collect();
     let next = AtomicUsize::new(0);
     let err: Mutex<Option<Error>> = Mutex::new(None);
     let threads = std::thread::available_parallelism()
@@ -228,8 +228,8 @@ pub fn check_objects(store: &Store, tree: &ObjectId) -> Result<()> {
         for _ in 0..threads {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(id) = list.get(i) else { return };
-                if let Err(e) = store.read_object(id) {
+                let Some(chunk) = list.get(i) else { return };
+                if let Err(e) = store.read_chunk(chunk) {
                     err.lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .get_or_insert(e);
@@ -250,7 +250,7 @@ pub fn materialize_dir(
     at: &Path,
     counts: &mut (u64, u64),
 ) -> Result<()> {
-    let tree = Tree::decode(&store.read_object(tree)?)?;
+    let tree = store.read_tree(tree)?;
     for e in &tree.entries {
         let p = at.join(std::ffi::OsStr::from_bytes(&e.name));
         match &e.kind {
@@ -290,7 +290,7 @@ fn write_file(store: &Store, e: &Entry, p: &Path) -> Result<()> {
         .map_err(|err| Error::io(p, err))?;
     let mut hole = false;
     for c in chunks {
-        let data = store.read_object(&c.id)?;
+        let data = store.read_chunk(c)?;
         for block in data.chunks(HOLE_BLOCK) {
             if block.len() == HOLE_BLOCK && block.iter().all(|&b| b == 0) {
                 f.seek(SeekFrom::Current(HOLE_BLOCK as i64))

@@ -1,8 +1,14 @@
 //! `verify`: re-hash every object reachable from the chosen checkpoints and collect every
-//! finding (missing or corrupt object, unreadable tree or record) with the checkpoint paths
-//! that use it. Nothing stops at the first finding.
+//! finding (missing or corrupt object, a chunk whose length is not its tree's, unreadable tree
+//! or record) with the checkpoint paths that use it; and scan the store's `objects/`,
+//! `checkpoints/` and `refs/` for what does not belong there (symlinks, directories where
+//! files belong, FIFOs, devices, sockets, foreign names: [`scan_layout`], which doctor runs
+//! too). A store may come from elsewhere, so nothing found there is trusted or followed.
+//! Nothing stops at the first finding.
 
 use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -10,7 +16,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::store::tree::{EntryKind, Tree};
+use crate::store::tree::{Chunk, EntryKind};
 use crate::store::Store;
 
 /// How many using paths a finding lists at most (the count is always complete).
@@ -21,7 +27,8 @@ const MAX_PATHS: usize = 20;
 pub struct Finding {
     /// The object (or checkpoint record) at fault.
     pub object: String,
-    /// "missing", "corrupt", or "unreadable".
+    /// "missing", "corrupt", "unreadable", or "unexpected" (a layout finding: `object` is then
+    /// a path relative to the store).
     pub problem: String,
     pub detail: String,
     /// `CHECKPOINT:ROOT/PATH` of entries that use it (at most 20).
@@ -45,11 +52,10 @@ enum Bad {
     Corrupt(String),
 }
 
-fn check(store: &Store, id: &ObjectId) -> std::result::Result<Vec<u8>, Bad> {
-    match store.read_object(id) {
-        Ok(d) => Ok(d),
-        Err(Error::NotFound(_)) => Err(Bad::Missing),
-        Err(e) => Err(Bad::Corrupt(e.to_string())),
+fn bad_of(e: Error) -> Bad {
+    match e {
+        Error::NotFound(_) => Bad::Missing,
+        e => Bad::Corrupt(e.to_string()),
     }
 }
 
@@ -67,7 +73,7 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
     // Pass 1: every tree (decoded) and the set of chunk ids.
     let mut bad: HashMap<ObjectId, Bad> = HashMap::new();
     let mut trees_ok: HashSet<ObjectId> = HashSet::new();
-    let mut chunks: HashSet<ObjectId> = HashSet::new();
+    let mut chunks: HashSet<Chunk> = HashSet::new();
     let mut records = Vec::new();
     for id in &ids {
         match store.read_checkpoint(id) {
@@ -94,32 +100,28 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
         if trees_ok.contains(&t) || bad.contains_key(&t) {
             continue;
         }
-        let tree = match check(store, &t) {
-            Ok(data) => match Tree::decode(&data) {
-                Ok(tree) => tree,
-                Err(e) => {
-                    bad.insert(t, Bad::Corrupt(e.to_string()));
-                    continue;
-                }
-            },
-            Err(b) => {
-                bad.insert(t, b);
+        let tree = match store.read_tree(&t) {
+            Ok(tree) => tree,
+            Err(e) => {
+                bad.insert(t, bad_of(e));
                 continue;
             }
         };
         trees_ok.insert(t);
         for e in &tree.entries {
             match &e.kind {
-                EntryKind::File { chunks: cs } => chunks.extend(cs.iter().map(|c| c.id)),
+                EntryKind::File { chunks: cs } => chunks.extend(cs.iter().copied()),
                 EntryKind::Dir { tree, .. } => stack.push(*tree),
                 EntryKind::Symlink { .. } => {}
             }
         }
     }
     report.trees = trees_ok.len();
-    // Pass 2: re-hash every chunk on all cores.
-    let list: Vec<ObjectId> = chunks.into_iter().collect();
-    report.objects = list.len() + trees_ok.len();
+    // Pass 2: re-hash every chunk on all cores, each held to its tree's length (a chunk id
+    // used with two lengths is read for both: one of them is wrong).
+    let list: Vec<Chunk> = chunks.into_iter().collect();
+    let distinct: HashSet<ObjectId> = list.iter().map(|c| c.id).collect();
+    report.objects = distinct.len() + trees_ok.len();
     let next = AtomicUsize::new(0);
     let found: Mutex<Vec<(ObjectId, Bad)>> = Mutex::new(Vec::new());
     let bytes = std::sync::atomic::AtomicU64::new(0);
@@ -130,21 +132,24 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
         for _ in 0..threads {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(id) = list.get(i) else { return };
-                match check(store, id) {
+                let Some(chunk) = list.get(i) else { return };
+                match store.read_chunk(chunk) {
                     Ok(d) => {
                         bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
                     }
-                    Err(b) => found
+                    Err(e) => found
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .push((*id, b)),
+                        .push((chunk.id, bad_of(e))),
                 }
             });
         }
     });
     report.bytes = bytes.into_inner();
-    bad.extend(found.into_inner().unwrap_or_else(|p| p.into_inner()));
+    for (id, b) in found.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        bad.entry(id).or_insert(b);
+    }
+    report.findings.extend(scan_layout(store)?);
     if bad.is_empty() {
         return Ok(report);
     }
@@ -165,10 +170,7 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
             note(&rec.tree, format!("{base}/"));
             let mut stack = vec![(rec.tree, String::new())];
             while let Some((t, prefix)) = stack.pop() {
-                let Ok(data) = store.read_object(&t) else {
-                    continue;
-                };
-                let Ok(tree) = Tree::decode(&data) else {
+                let Ok(tree) = store.read_tree(&t) else {
                     continue;
                 };
                 for e in &tree.entries {
@@ -209,4 +211,178 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
     findings.sort_by(|a, b| a.object.cmp(&b.object));
     report.findings.extend(findings);
     Ok(report)
+}
+
+/// Where in the store a directory is, for [`scan_layout`]: what its entries must be.
+#[derive(Clone, Copy)]
+enum Expected {
+    /// `objects/`: fan-out directories `00`..`ff`.
+    FanOuts,
+    /// `objects/XX/`: object files `<62 hex>` or `<62 hex>.zst`.
+    Objects,
+    /// `checkpoints/`: records `<64 hex>`.
+    Records,
+    /// `refs/`: the directories `branches` and `labels`.
+    Refs,
+    /// `refs/branches/`: `NAME.json`.
+    Branches,
+    /// `refs/labels/`: `NAME`.
+    Labels,
+}
+
+fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// What a file type is, for a finding.
+fn kind_of(ft: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_symlink() {
+        "a symlink"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_file() {
+        "a regular file"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "a device"
+    } else {
+        "of unknown type"
+    }
+}
+
+/// Scans `objects/`, `checkpoints/` and `refs/` (see the layout in `store`) for entries that
+/// do not belong there: a symlink anywhere (an object directory that is one would send reads
+/// elsewhere; reads refuse it, see `Store::open_object_checked`), a directory where a file
+/// belongs or a file where a directory belongs, a FIFO, device or socket, or a name that is not
+/// one the store writes. Temp files of atomic writes (`.tmp-*`, regular files, left by a crash)
+/// are left to `recover` and doctor. Reads directory entries only; follows nothing; returns
+/// every finding, as `unexpected` with the path relative to the store.
+///
+/// # Errors
+/// I/O errors listing a directory (a missing `checkpoints/` or `refs/` is a finding).
+pub fn scan_layout(store: &Store) -> Result<Vec<Finding>> {
+    let mut out = Vec::new();
+    let top = [
+        ("objects", Expected::FanOuts),
+        ("checkpoints", Expected::Records),
+        ("refs", Expected::Refs),
+    ];
+    for (name, expected) in top {
+        scan_dir(store.root(), Path::new(name), expected, &mut out)?;
+    }
+    out.sort_by(|a, b| a.object.cmp(&b.object));
+    Ok(out)
+}
+
+fn unexpected(rel: &Path, detail: String) -> Finding {
+    Finding {
+        object: rel.display().to_string(),
+        problem: "unexpected".into(),
+        detail,
+        used_by: vec![],
+        used_by_count: 0,
+    }
+}
+
+/// Checks that `root/rel` is a real directory and that its entries are what `expected` says.
+fn scan_dir(root: &Path, rel: &Path, expected: Expected, out: &mut Vec<Finding>) -> Result<()> {
+    let dir = root.join(rel);
+    match fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(m) => {
+            out.push(unexpected(
+                rel,
+                format!(
+                    "{} where a directory belongs (never followed)",
+                    kind_of(m.file_type())
+                ),
+            ));
+            return Ok(());
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            out.push(unexpected(rel, "directory is missing".into()));
+            return Ok(());
+        }
+        Err(e) => return Err(Error::io(&dir, e)),
+    }
+    let rd = fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+    let mut names = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(|e| Error::io(&dir, e))?;
+        // The entry's own type (d_type, else lstat): never its target's.
+        let ft = ent.file_type().map_err(|e| Error::io(ent.path(), e))?;
+        names.push((ent.file_name(), ft));
+    }
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, ft) in names {
+        let child = rel.join(&name);
+        let Some(n) = name.to_str() else {
+            out.push(unexpected(
+                &child,
+                "name is not UTF-8: not one the store writes".into(),
+            ));
+            continue;
+        };
+        let temp = n.starts_with(".tmp-")
+            && matches!(
+                expected,
+                Expected::Records | Expected::Branches | Expected::Labels
+            );
+        let (name_ok, want_dir, sub) = match expected {
+            Expected::FanOuts => (is_lower_hex(n, 2), true, Some(Expected::Objects)),
+            Expected::Objects => {
+                let hex = n.strip_suffix(".zst").unwrap_or(n);
+                (is_lower_hex(hex, 62), false, None)
+            }
+            Expected::Records => (is_lower_hex(n, 64) || temp, false, None),
+            Expected::Refs => match n {
+                "branches" => (true, true, Some(Expected::Branches)),
+                "labels" => (true, true, Some(Expected::Labels)),
+                _ => (false, true, None),
+            },
+            Expected::Branches => {
+                let valid = n
+                    .strip_suffix(".json")
+                    .is_some_and(|b| crate::util::check_name("branch", b).is_ok());
+                (valid || temp, false, None)
+            }
+            Expected::Labels => (
+                crate::util::check_name("label", n).is_ok() || temp,
+                false,
+                None,
+            ),
+        };
+        let kind = kind_of(ft);
+        if ft.is_symlink() {
+            out.push(unexpected(
+                &child,
+                format!(
+                    "a symlink where {} belongs (never followed)",
+                    if want_dir { "a directory" } else { "a file" }
+                ),
+            ));
+        } else if !name_ok {
+            out.push(unexpected(
+                &child,
+                format!("{kind} with a name the store does not write (foreign)"),
+            ));
+        } else if want_dir && !ft.is_dir() {
+            out.push(unexpected(
+                &child,
+                format!("{kind} where a directory belongs"),
+            ));
+        } else if !want_dir && !ft.is_file() {
+            out.push(unexpected(
+                &child,
+                format!("{kind} where a regular file belongs"),
+            ));
+        } else if let Some(sub) = sub {
+            scan_dir(root, &child, sub, out)?;
+        }
+    }
+    Ok(())
 }

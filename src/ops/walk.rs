@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::{Checkpoint, RootRecord};
-use crate::store::tree::{Entry, EntryKind, Tree};
+use crate::store::tree::{Entry, EntryKind};
 use crate::store::Store;
 
 /// A resolved location inside a checkpoint.
@@ -85,7 +85,7 @@ pub fn locate(store: &Store, spec: &str) -> Result<Located> {
                 "{spec}: '..' is not allowed in paths"
             )));
         }
-        let tree = Tree::decode(&store.read_object(&tree_id)?)?;
+        let tree = store.read_tree(&tree_id)?;
         let e = tree.get(c).cloned().ok_or_else(|| {
             Error::NotFound(format!(
                 "{root}/{} in checkpoint {}",
@@ -123,7 +123,7 @@ pub fn walk_tree(
     prefix: &[u8],
     f: &mut dyn FnMut(&[u8], &Entry) -> Result<()>,
 ) -> Result<()> {
-    let tree = Tree::decode(&store.read_object(id)?)?;
+    let tree = store.read_tree(id)?;
     for e in &tree.entries {
         let mut path = prefix.to_vec();
         if !path.is_empty() {

@@ -1,14 +1,27 @@
 //! Checkpoint records: immutable JSON, addressed by the SHA-256 of their exact bytes.
+//!
+//! Records come from stores and archives made elsewhere too, so reading one treats it as
+//! hostile: the file must be a regular file of at most [`MAX_CHECKPOINT_BYTES`] (checked
+//! before it is read), and decoding checks root, branch and label names, the number of roots
+//! and parents, root modes and xattrs within the limits trees have.
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::id::{is_hex_prefix, ObjectId};
+use crate::store::tree::{MAX_XATTR_LIST, MAX_XATTR_NAME, MAX_XATTR_VALUE};
 use crate::store::{fsio, Store};
+
+/// Largest checkpoint record written or read (a record is a few hundred bytes plus its
+/// message).
+pub const MAX_CHECKPOINT_BYTES: u64 = 16 << 20;
+/// Most roots a record may have.
+pub const MAX_ROOTS: usize = 1024;
+/// Most parents a record may have (a capture has one, a merge two).
+pub const MAX_PARENTS: usize = 64;
 
 /// The captured state of one root: its top tree and the root directory's own metadata.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -101,17 +114,57 @@ impl Checkpoint {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
+    /// Decodes and checks a record whose id is `id`.
+    ///
+    /// # Errors
+    /// `Corrupt` naming the checkpoint and the first defect.
     pub fn decode(id: &ObjectId, data: &[u8]) -> Result<Checkpoint> {
+        let bad = |m: String| Error::Corrupt(format!("checkpoint {id}: {m}"));
+        if data.len() as u64 > MAX_CHECKPOINT_BYTES {
+            return Err(bad(format!(
+                "record is {} bytes, more than any record ({MAX_CHECKPOINT_BYTES})",
+                data.len()
+            )));
+        }
         if ObjectId::of(data) != *id {
             return Err(Error::Corrupt(format!(
                 "checkpoint {id} does not match its hash"
             )));
         }
-        let c: Checkpoint = serde_json::from_slice(data)
-            .map_err(|e| Error::Corrupt(format!("checkpoint {id}: {e}")))?;
-        for name in c.roots.keys() {
+        let c: Checkpoint = serde_json::from_slice(data).map_err(|e| bad(e.to_string()))?;
+        if c.roots.len() > MAX_ROOTS {
+            return Err(bad(format!(
+                "{} roots, more than {MAX_ROOTS}",
+                c.roots.len()
+            )));
+        }
+        if c.parents.len() > MAX_PARENTS {
+            return Err(bad(format!(
+                "{} parents, more than {MAX_PARENTS}",
+                c.parents.len()
+            )));
+        }
+        for (name, root) in &c.roots {
             crate::util::check_name("root", name)
-                .map_err(|_| Error::Corrupt(format!("checkpoint {id}: bad root name {name:?}")))?;
+                .map_err(|_| bad(format!("bad root name {name:?}")))?;
+            if root.mode & !0o7777 != 0 {
+                return Err(bad(format!("root {name}: mode has non-permission bits")));
+            }
+            let mut list = 0usize;
+            for (k, v) in &root.xattrs {
+                list += k.len() + 1;
+                if k.len() > MAX_XATTR_NAME || v.len() > MAX_XATTR_VALUE || list > MAX_XATTR_LIST {
+                    return Err(bad(format!("root {name}: xattrs over the kernel's limits")));
+                }
+            }
+        }
+        if !c.branch.is_empty() {
+            crate::util::check_name("branch", &c.branch)
+                .map_err(|_| bad(format!("bad branch name {:?}", c.branch)))?;
+        }
+        if let Some(label) = &c.label {
+            crate::util::check_name("label", label)
+                .map_err(|_| bad(format!("bad label name {label:?}")))?;
         }
         Ok(c)
     }
@@ -121,6 +174,13 @@ impl Store {
     /// Writes a checkpoint record durably (never overwriting) and returns its id.
     pub fn write_checkpoint(&self, c: &Checkpoint) -> Result<ObjectId> {
         let data = c.encode();
+        if data.len() as u64 > MAX_CHECKPOINT_BYTES {
+            return Err(Error::Invalid(format!(
+                "checkpoint record of {} bytes is more than {MAX_CHECKPOINT_BYTES} (a message \
+                 that long?)",
+                data.len()
+            )));
+        }
         let id = ObjectId::of(&data);
         fsio::write_atomic_new(&self.checkpoint_path(&id), &data, 0o444)?;
         Ok(id)
@@ -129,10 +189,9 @@ impl Store {
     /// Reads and checks a checkpoint record.
     pub fn read_checkpoint(&self, id: &ObjectId) -> Result<Checkpoint> {
         let p = self.checkpoint_path(id);
-        let data = fs::read(&p).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => Error::NotFound(format!("checkpoint {id}")),
-            _ => Error::io(&p, e),
-        })?;
+        let what = format!("checkpoint {id}");
+        let data = crate::store::object::read_regular_file(&p, MAX_CHECKPOINT_BYTES, false, &what)?
+            .ok_or_else(|| Error::NotFound(what.clone()))?;
         Checkpoint::decode(id, &data)
     }
 

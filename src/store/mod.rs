@@ -131,6 +131,35 @@ impl Default for ChunkerConfig {
     }
 }
 
+impl ChunkerConfig {
+    /// Checks the parameters a store may use: FastCDC 2020, 64 <= min <= avg <= max <=
+    /// [`tree::MAX_CHUNK_LEN`], a SQLite block of 512 bytes to that same maximum.
+    ///
+    /// # Errors
+    /// A message naming the parameter at fault.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let max = tree::MAX_CHUNK_LEN;
+        if self.algorithm != "fastcdc-2020" {
+            return Err(format!("unknown chunker algorithm {:?}", self.algorithm));
+        }
+        if !(64..=self.avg).contains(&self.min) || self.avg > self.max || self.max > max {
+            return Err(format!(
+                "invalid chunker parameters (min {}, avg {}, max {}: need 64 <= min <= avg <= \
+                 max <= {max})",
+                self.min, self.avg, self.max
+            ));
+        }
+        if let Some(b) = self.sqlite_block {
+            if !(512..=max).contains(&b) {
+                return Err(format!(
+                    "invalid chunker sqlite_block {b} (need 512 to {max})"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One named root: a directory tree at a fixed absolute path.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RootConfig {
@@ -211,9 +240,36 @@ pub struct InitOptions {
 pub struct Store {
     root: PathBuf,
     config: Config,
+    /// `objects/`, opened on first use; every object is opened beneath it (see `object`).
+    objects_fd: std::sync::OnceLock<std::os::fd::OwnedFd>,
 }
 
-/// Checks that a root path is absolute and normal (no `.`/`..`, not `/`).
+/// System directories no root may be: a restore, switch or workspace mount at a root's path
+/// replaces what is there. `/var`, `/run` and `/dev/shm` themselves only (runner state and
+/// scratch trees live below them).
+const SYSTEM_DIRS: &[&str] = &["/", "/var", "/run", "/dev/shm"];
+/// System trees no root may be or be inside (`/lib*` too: `/lib64`, `/libx32`...), except
+/// below `/dev/shm` (a tmpfs for anyone's files).
+const SYSTEM_TREES: &[&str] = &[
+    "/bin", "/boot", "/dev", "/etc", "/proc", "/sbin", "/sys", "/usr",
+];
+
+/// The system directory `path` is or is inside, if any (lexically; see [`SYSTEM_DIRS`]).
+fn system_dir_of(path: &Path) -> Option<PathBuf> {
+    if SYSTEM_DIRS.iter().any(|d| path == Path::new(d)) {
+        return Some(path.to_path_buf());
+    }
+    if path.starts_with("/dev/shm") {
+        return None;
+    }
+    let top: PathBuf = path.components().take(2).collect();
+    let first = top.file_name()?.to_string_lossy();
+    (SYSTEM_TREES.iter().any(|d| top == Path::new(d)) || first.starts_with("lib")).then_some(top)
+}
+
+/// Checks that a root path is absolute and normal (no `.`/`..`, no NUL, at most `PATH_MAX`),
+/// and is not a system directory (`/`, `/etc`, `/usr`, `/proc`...; see [`SYSTEM_TREES`]).
+/// Lexical only; [`check_roots`] also looks at what an existing path resolves to.
 pub fn check_root_path(name: &str, path: &Path) -> Result<()> {
     if !path.is_absolute() {
         return Err(Error::Usage(format!(
@@ -221,17 +277,111 @@ pub fn check_root_path(name: &str, path: &Path) -> Result<()> {
             path.display()
         )));
     }
+    let raw = path.as_os_str().as_encoded_bytes();
     if path
         .components()
         .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-        || path == Path::new("/")
+        || raw.contains(&0)
+        || raw.len() >= libc::PATH_MAX as usize
     {
         return Err(Error::Usage(format!(
-            "root {name}: path {} must be a normal absolute path other than /",
+            "root {name}: path {} must be a normal absolute path",
             path.display()
         )));
     }
+    if let Some(sys) = system_dir_of(path) {
+        return Err(Error::Usage(format!(
+            "root {name}: path {} is {} system directory {}; roots must be directories of \
+             their own",
+            path.display(),
+            if sys == path { "the" } else { "inside the" },
+            sys.display()
+        )));
+    }
     Ok(())
+}
+
+/// Checks a store's roots as `init` does: names valid, paths valid ([`check_root_path`]),
+/// none inside the store `store` nor holding it, none inside (or equal to) another, exclude
+/// rules that compile. A path that exists (or an existing parent of it) is checked again as it
+/// resolves, so a symlink cannot make a root of `/etc` or of the store.
+///
+/// # Errors
+/// `Usage` naming the root and what is wrong with it.
+pub fn check_roots(store: &Path, roots: &BTreeMap<String, RootConfig>) -> Result<()> {
+    for (name, rc) in roots {
+        crate::util::check_name("root", name)?;
+        check_root_path(name, &rc.path)?;
+        for pat in &rc.exclude {
+            exclude::Excluder::compile(name, std::slice::from_ref(pat))?;
+        }
+    }
+    // Where each root and the store are: as given and, when different, as resolved.
+    let resolved = |p: &Path| {
+        let real = resolve_existing(p);
+        let differs = real != p;
+        std::iter::once(p.to_path_buf()).chain(differs.then_some(real))
+    };
+    let stores: Vec<PathBuf> = resolved(store).collect();
+    let places: Vec<(&str, PathBuf)> = roots
+        .iter()
+        .flat_map(|(n, rc)| resolved(&rc.path).map(move |p| (n.as_str(), p)))
+        .collect();
+    for (name, path) in &places {
+        if let Some(sys) = system_dir_of(path) {
+            return Err(Error::Usage(format!(
+                "root {name}: path {} resolves to {}, in system directory {}",
+                roots[*name].path.display(),
+                path.display(),
+                sys.display()
+            )));
+        }
+        for s in &stores {
+            if s.starts_with(path) {
+                return Err(Error::Usage(format!(
+                    "store {} is inside root {name} ({}): captures would include the store",
+                    s.display(),
+                    path.display()
+                )));
+            }
+            if path.starts_with(s) {
+                return Err(Error::Usage(format!(
+                    "root {name} ({}) is inside the store {}",
+                    path.display(),
+                    s.display()
+                )));
+            }
+        }
+        for (other, opath) in &places {
+            if other != name && path.starts_with(opath) {
+                return Err(Error::Usage(format!(
+                    "root {name} ({}) is inside root {other} ({})",
+                    path.display(),
+                    opath.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `path` with its longest existing ancestor resolved through symlinks (the rest appended
+/// unchanged); `path` itself when nothing resolves.
+fn resolve_existing(path: &Path) -> PathBuf {
+    let mut base = path.to_path_buf();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = fs::canonicalize(&base) {
+            return rest.iter().rev().fold(real, |p: PathBuf, c| p.join(c));
+        }
+        match (base.file_name().map(|n| n.to_os_string()), base.parent()) {
+            (Some(n), Some(parent)) => {
+                rest.push(n);
+                base = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }
 
 /// Makes `path` absolute (relative to the cwd) and lexically normal, without following links.
@@ -268,36 +418,7 @@ impl Store {
                 "init needs at least one --root NAME=/ABS/PATH".into(),
             ));
         }
-        for (name, rc) in &opts.roots {
-            crate::util::check_name("root", name)?;
-            check_root_path(name, &rc.path)?;
-            if root.starts_with(&rc.path) {
-                return Err(Error::Usage(format!(
-                    "store {} is inside root {name} ({}): captures would include the store",
-                    root.display(),
-                    rc.path.display()
-                )));
-            }
-            if rc.path.starts_with(&root) {
-                return Err(Error::Usage(format!(
-                    "root {name} ({}) is inside the store {}",
-                    rc.path.display(),
-                    root.display()
-                )));
-            }
-            for (other, oc) in &opts.roots {
-                if other != name && rc.path.starts_with(&oc.path) {
-                    return Err(Error::Usage(format!(
-                        "root {name} ({}) is inside root {other} ({})",
-                        rc.path.display(),
-                        oc.path.display()
-                    )));
-                }
-            }
-            for pat in &rc.exclude {
-                exclude::Excluder::compile(name, std::slice::from_ref(pat))?;
-            }
-        }
+        check_roots(&root, &opts.roots)?;
         match fs::read_dir(&root) {
             Ok(mut it) => {
                 if it.next().is_some() && !is_interrupted_init(&root) {
@@ -333,7 +454,11 @@ impl Store {
             created_ns: crate::util::now_ns(),
             retention: None,
         };
-        let store = Store { root, config };
+        let store = Store {
+            root,
+            config,
+            objects_fd: Default::default(),
+        };
         let mut dirs = Vec::new();
         let mut files = Vec::new();
         for (name, kind) in TOP_LEVEL {
@@ -393,7 +518,11 @@ impl Store {
         check_format(&bytes, &cfg_path)?;
         let config = parse_config(&bytes)
             .map_err(|m| Error::Corrupt(format!("{}: {m}", cfg_path.display())))?;
-        Ok(Store { root, config })
+        Ok(Store {
+            root,
+            config,
+            objects_fd: Default::default(),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -678,14 +807,7 @@ pub fn parse_config(bytes: &[u8]) -> std::result::Result<Config, String> {
     if config.compression != "none" && config.compression != "zstd" {
         return Err(format!("unsupported compression {:?}", config.compression));
     }
-    let c = &config.chunker;
-    if c.algorithm != "fastcdc-2020"
-        || !(64..=c.avg).contains(&c.min)
-        || c.avg > c.max
-        || c.max > 64 * 1024 * 1024
-    {
-        return Err("invalid chunker parameters".into());
-    }
+    config.chunker.check()?;
     for (name, rc) in &config.roots {
         crate::util::check_name("root", name).map_err(|e| e.to_string())?;
         check_root_path(name, &rc.path).map_err(|e| e.to_string())?;

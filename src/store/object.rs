@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::store::tree::Tree;
+use crate::store::tree::{Chunk, Tree, MAX_TREE_BYTES};
 use crate::store::{fsio, Store};
 
 /// zstd level for compressed stores: fast, still ~3x on text.
@@ -35,60 +35,324 @@ const FSYNC_THREADS: usize = 16;
 /// fsyncs went from 50 ms to 40 ms.
 const EARLY_WRITEBACK_BYTES: usize = 4 << 10;
 
-impl Store {
-    /// True when the object is present (raw or compressed).
-    pub fn has_object(&self, id: &ObjectId) -> bool {
-        self.object_path(id, self.compressed()).exists()
-            || self.object_path(id, !self.compressed()).exists()
+/// What a caller expects of an object's (uncompressed) length: checked against the file's
+/// size before anything is allocated, and against the decompressed output.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    /// A chunk: exactly the length its tree gives.
+    Exactly(u64),
+    /// A tree or an object of unknown use: at most this many bytes; names what it is for.
+    AtMost(u64, &'static str),
+}
+
+impl Expect {
+    fn max(self) -> u64 {
+        match self {
+            Expect::Exactly(n) | Expect::AtMost(n, _) => n,
+        }
     }
 
-    /// The on-disk file of an object and whether it is compressed, if present.
+    /// The error for an object of `len` bytes that this does not accept (`what`: "is" for the
+    /// file, "holds" for the decompressed bytes).
+    fn refuse(self, id: &ObjectId, what: &str, len: u64) -> Error {
+        match self {
+            Expect::Exactly(n) => {
+                Error::Corrupt(format!("object {id} {what} {len} bytes, the tree says {n}"))
+            }
+            Expect::AtMost(n, kind) => Error::Corrupt(format!(
+                "object {id} {what} {len} bytes, more than any {kind} ({n})"
+            )),
+        }
+    }
+}
+
+/// Largest object `read_object` accepts without a caller-given length: a tree (the largest
+/// kind; chunks are at most [`crate::store::tree::MAX_CHUNK_LEN`]).
+pub const MAX_OBJECT_BYTES: u64 = MAX_TREE_BYTES;
+
+/// Largest file zstd makes of `len` bytes (`ZSTD_compressBound`, one frame): a compressed
+/// object's file may not exceed it.
+fn zstd_bound(len: u64) -> u64 {
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    zstd::zstd_safe::compress_bound(len) as u64
+}
+
+/// The kind of a file type, for messages.
+fn kind_name(ft: rustix::fs::FileType) -> &'static str {
+    use rustix::fs::FileType;
+    match ft {
+        FileType::RegularFile => "a regular file",
+        FileType::Directory => "a directory",
+        FileType::Symlink => "a symlink",
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Unknown => "of unknown type",
+    }
+}
+
+impl Store {
+    /// True when the object is present (raw or compressed). Links are not followed: a
+    /// symlink in an object's place is "present" (so it is never written over) and fails to
+    /// read.
+    pub fn has_object(&self, id: &ObjectId) -> bool {
+        self.locate_object(id).is_some()
+    }
+
+    /// The on-disk file of an object and whether it is compressed, if present (not following
+    /// a symlink in its place).
     pub fn locate_object(&self, id: &ObjectId) -> Option<(PathBuf, bool)> {
         for compressed in [self.compressed(), !self.compressed()] {
             let p = self.object_path(id, compressed);
-            if p.exists() {
+            if fs::symlink_metadata(&p).is_ok() {
                 return Some((p, compressed));
             }
         }
         None
     }
 
-    /// Opens an object's file (raw or `.zst`, the store's usual form first), without a
-    /// separate existence check: one open per read on the views' hot path.
+    /// `objects/`, opened once per `Store` (not following a symlink): the directory every
+    /// object open resolves beneath.
+    fn objects_fd(&self) -> Result<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        if let Some(fd) = self.objects_fd.get() {
+            return Ok(fd.as_fd());
+        }
+        let dir = self.objects_dir();
+        let flags = rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC;
+        let fd = rustix::fs::open(&dir, flags, rustix::fs::Mode::empty()).map_err(|e| {
+            let e = std::io::Error::from(e);
+            if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) {
+                Error::Corrupt(format!(
+                    "{} is not a directory (a symlink?); objects are read only from the \
+                     store's own objects/ directory",
+                    dir.display()
+                ))
+            } else {
+                Error::io(&dir, e)
+            }
+        })?;
+        let _already_set_by_another_thread = self.objects_fd.set(fd);
+        match self.objects_fd.get() {
+            Some(fd) => Ok(fd.as_fd()),
+            None => Err(Error::io_op(
+                dir.display().to_string(),
+                std::io::Error::from_raw_os_error(libc::EBADF),
+            )),
+        }
+    }
+
+    /// Opens `objects/REL` without following any symlink (`openat2` with
+    /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`; where openat2 is refused, `openat` with
+    /// `O_NOFOLLOW`, which still follows a symlinked fan-out directory), non-blocking (a FIFO
+    /// does not hang the open) and close-on-exec.
+    fn open_beneath_objects(&self, rel: &str) -> std::io::Result<fs::File> {
+        use std::sync::atomic::AtomicBool;
+        static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+        let dir = self
+            .objects_fd()
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let flags = rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::NONBLOCK
+            | rustix::fs::OFlags::CLOEXEC
+            | rustix::fs::OFlags::NOCTTY;
+        let mode = rustix::fs::Mode::empty();
+        if !NO_OPENAT2.load(Ordering::Relaxed) {
+            let how = rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS;
+            match rustix::fs::openat2(dir, rel, flags, mode, how) {
+                Ok(fd) => return Ok(fs::File::from(fd)),
+                // Not offered by the kernel or refused by a seccomp filter.
+                Err(rustix::io::Errno::NOSYS) | Err(rustix::io::Errno::PERM) => {
+                    NO_OPENAT2.store(true, Ordering::Relaxed);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(fs::File::from(rustix::fs::openat(dir, rel, flags, mode)?))
+    }
+
+    /// Opens an object's file (raw or `.zst`, the store's usual form first): an `fstatat`
+    /// (not following links) must say regular file before it is opened, since opening a
+    /// device node can have effects; the open follows no symlink, does not block, and its
+    /// `fstat` must show that same regular file. Returns its size (from that `fstat`) too.
     ///
     /// # Errors
-    /// I/O errors other than a missing file.
-    pub fn open_object(&self, id: &ObjectId) -> Result<Option<(fs::File, PathBuf, bool)>> {
+    /// `Corrupt` naming the object when its file is a symlink, FIFO, directory, device or
+    /// socket, or is reached through a symlinked directory; I/O errors other than a missing
+    /// file.
+    pub fn open_object_checked(&self, id: &ObjectId) -> Result<Option<OpenedObject>> {
+        let hex = id.to_hex();
         for compressed in [self.compressed(), !self.compressed()] {
-            let p = self.object_path(id, compressed);
-            match fs::File::open(&p) {
-                Ok(f) => return Ok(Some((f, p, compressed))),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(&p, e)),
+            let rel = if compressed {
+                format!("{}/{}.zst", &hex[..2], &hex[2..])
+            } else {
+                format!("{}/{}", &hex[..2], &hex[2..])
+            };
+            let path = self.objects_dir().join(&rel);
+            let odd = |what: String| {
+                Error::Corrupt(format!("object {id} is not a regular file ({what})"))
+            };
+            // A symlink as the object or a directory on the way (ELOOP from O_NOFOLLOW or
+            // RESOLVE_NO_SYMLINKS, EXDEV from RESOLVE_BENEATH), a file as a directory on the
+            // way (ENOTDIR), a socket (ENXIO).
+            let refused = |e: &std::io::Error| {
+                matches!(
+                    e.raw_os_error(),
+                    Some(libc::ELOOP | libc::EXDEV | libc::ENOTDIR | libc::ENXIO)
+                )
+            };
+            // Its type first, without opening it: opening a device node can have effects.
+            let dir = self.objects_fd()?;
+            let before = match rustix::fs::statat(
+                dir,
+                rel.as_str(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            ) {
+                Ok(st) => st,
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => {
+                    let e = std::io::Error::from(e);
+                    if refused(&e) {
+                        return Err(odd(format!("objects/{rel}: {e}")));
+                    }
+                    return Err(Error::io(&path, e));
+                }
+            };
+            let ft = rustix::fs::FileType::from_raw_mode(before.st_mode);
+            if ft != rustix::fs::FileType::RegularFile {
+                return Err(odd(format!("objects/{rel} is {}", kind_name(ft))));
             }
+            let file = match self.open_beneath_objects(&rel) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if refused(&e) => {
+                    return Err(odd(format!(
+                        "objects/{rel} is a symlink or is reached through one"
+                    )));
+                }
+                Err(e) => return Err(Error::io(&path, e)),
+            };
+            let st = rustix::fs::fstat(&file).map_err(|e| Error::io(&path, e.into()))?;
+            let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
+            if ft != rustix::fs::FileType::RegularFile {
+                return Err(odd(format!("objects/{rel} is {}", kind_name(ft))));
+            }
+            if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) {
+                return Err(Error::Corrupt(format!(
+                    "object {id} was replaced while it was opened (objects/{rel})"
+                )));
+            }
+            return Ok(Some(OpenedObject {
+                file,
+                path,
+                compressed,
+                len: u64::try_from(st.st_size).unwrap_or(0),
+            }));
         }
         Ok(None)
     }
 
-    /// Reads an object and checks its hash.
+    /// As [`Store::open_object_checked`], as `(file, path, compressed)`.
     ///
     /// # Errors
-    /// `NotFound` if missing, `Corrupt` if its bytes do not hash to `id`.
+    /// As [`Store::open_object_checked`].
+    pub fn open_object(&self, id: &ObjectId) -> Result<Option<(fs::File, PathBuf, bool)>> {
+        Ok(self
+            .open_object_checked(id)?
+            .map(|o| (o.file, o.path, o.compressed)))
+    }
+
+    /// Reads a chunk of a file and checks its hash: the object must hold exactly `chunk.len`
+    /// bytes. Its file's size is checked before anything is read (raw: equal to the length;
+    /// compressed: at most zstd's bound for it) and the decompressed output is capped at the
+    /// length, so a hostile store cannot make this allocate more than the tree says.
+    ///
+    /// # Errors
+    /// `NotFound` if missing; `Corrupt` naming the object for a file that is not a regular
+    /// file, a size or length other than the tree's, bad zstd data or a hash mismatch.
+    pub fn read_chunk(&self, chunk: &Chunk) -> Result<Vec<u8>> {
+        self.read_expected(&chunk.id, Expect::Exactly(u64::from(chunk.len)))
+    }
+
+    /// Reads an object of at most `max` (uncompressed) bytes and checks its hash; see
+    /// [`Store::read_chunk`] for what is checked before reading.
+    ///
+    /// # Errors
+    /// As [`Store::read_chunk`], with "more than `max`" instead of "not the tree's length".
+    pub fn read_object_bounded(&self, id: &ObjectId, max: u64) -> Result<Vec<u8>> {
+        self.read_expected(id, Expect::AtMost(max, "object allowed here"))
+    }
+
+    /// Reads and decodes a tree object (at most [`MAX_TREE_BYTES`]).
+    ///
+    /// # Errors
+    /// As [`Store::read_chunk`]; `Corrupt` naming the tree when it does not decode.
+    pub fn read_tree(&self, id: &ObjectId) -> Result<Tree> {
+        let data = self.read_expected(id, Expect::AtMost(MAX_TREE_BYTES, "tree"))?;
+        Tree::decode_object(id, &data)
+    }
+
+    /// Reads an object (at most [`MAX_OBJECT_BYTES`]) and checks its hash. Chunks of files
+    /// are better read with [`Store::read_chunk`], which holds them to their tree's length.
+    ///
+    /// # Errors
+    /// `NotFound` if missing, `Corrupt` if its bytes do not hash to `id` (or it is not a
+    /// regular file, or too large).
     pub fn read_object(&self, id: &ObjectId) -> Result<Vec<u8>> {
-        let (mut file, path, compressed) = self
-            .open_object(id)?
+        self.read_expected(id, Expect::AtMost(MAX_OBJECT_BYTES, "object"))
+    }
+
+    fn read_expected(&self, id: &ObjectId, expect: Expect) -> Result<Vec<u8>> {
+        let OpenedObject {
+            file,
+            path,
+            compressed,
+            len,
+        } = self
+            .open_object_checked(id)?
             .ok_or_else(|| Error::NotFound(format!("object {id}")))?;
-        let mut raw = Vec::new();
-        if let Ok(m) = file.metadata() {
-            raw.reserve_exact(usize::try_from(m.len()).unwrap_or(0));
+        // Sizes first: nothing is allocated for a file larger than what it may hold.
+        if compressed {
+            let bound = zstd_bound(expect.max());
+            if len > bound {
+                return Err(Error::Corrupt(format!(
+                    "object {id} is {len} bytes compressed, more than zstd makes of {} bytes \
+                     ({bound})",
+                    expect.max()
+                )));
+            }
+        } else {
+            match expect {
+                Expect::Exactly(n) if len != n => return Err(expect.refuse(id, "is", len)),
+                Expect::AtMost(n, _) if len > n => return Err(expect.refuse(id, "is", len)),
+                _ => {}
+            }
         }
-        std::io::Read::read_to_end(&mut file, &mut raw).map_err(|e| Error::io(&path, e))?;
+        // `len` fits the bound checked above, itself a chunk or tree size.
+        let mut raw = Vec::with_capacity(len as usize);
+        std::io::Read::read_to_end(&mut std::io::Read::take(&file, len + 1), &mut raw)
+            .map_err(|e| Error::io(&path, e))?;
+        if raw.len() as u64 != len {
+            return Err(Error::Corrupt(format!(
+                "object {id} changed size while it was read ({})",
+                path.display()
+            )));
+        }
         let data = if compressed {
-            zstd::stream::decode_all(&raw[..])
-                .map_err(|e| Error::Corrupt(format!("object {id}: bad zstd data ({e})")))?
+            decompress_capped(id, &raw, expect)?
         } else {
             raw
         };
+        if let Expect::Exactly(n) = expect {
+            if data.len() as u64 != n {
+                return Err(expect.refuse(id, "holds", data.len() as u64));
+            }
+        }
         if ObjectId::of(&data) != *id {
             return Err(Error::Corrupt(format!(
                 "object {id} does not match its hash ({})",
@@ -114,7 +378,10 @@ impl Store {
         if self.compressed() || scratch.len() <= data.len() {
             return None;
         }
-        let file = fs::File::open(self.object_path(id, false)).ok()?;
+        let file = match self.open_object_checked(id) {
+            Ok(Some(o)) if !o.compressed => o.file,
+            _ => return None,
+        };
         let mut got = 0usize;
         while got < scratch.len() {
             let mut bufs = [std::io::IoSliceMut::new(&mut scratch[got..])];
@@ -131,10 +398,122 @@ impl Store {
         Some(got == data.len() && scratch[..got] == *data)
     }
 
-    /// Size in bytes of an object's file, if present.
+    /// Size in bytes of an object's file, if present (a symlink's own size, never its
+    /// target's).
     pub fn object_file_size(&self, id: &ObjectId) -> Option<u64> {
         let (p, _) = self.locate_object(id)?;
-        fs::metadata(p).ok().map(|m| m.len())
+        fs::symlink_metadata(p).ok().map(|m| m.len())
+    }
+}
+
+/// Reads a file that may be hostile (a record of a store made elsewhere, an archive's
+/// sidecar): opened non-blocking (a FIFO does not hang the open), not following a symlink
+/// unless `follow`, `fstat` must say regular file, and its size must be at most `max` before
+/// anything is allocated. `what` names the file in errors. `Ok(None)` when it does not exist.
+///
+/// # Errors
+/// `Corrupt` naming `what` for a file that is not regular or is over `max`; I/O errors.
+pub(crate) fn read_regular_file(
+    path: &std::path::Path,
+    max: u64,
+    follow: bool,
+    what: &str,
+) -> Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(Error::Corrupt(format!(
+                "{what} is not a regular file (a symlink: {})",
+                path.display()
+            )))
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let st = rustix::fs::fstat(&file).map_err(|e| Error::io(path, e.into()))?;
+    let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
+    if ft != rustix::fs::FileType::RegularFile {
+        return Err(Error::Corrupt(format!(
+            "{what} is not a regular file ({} is {})",
+            path.display(),
+            kind_name(ft)
+        )));
+    }
+    let len = u64::try_from(st.st_size).unwrap_or(0);
+    if len > max {
+        return Err(Error::Corrupt(format!(
+            "{what} is {len} bytes, more than {max} ({})",
+            path.display()
+        )));
+    }
+    // len <= max, a small bound chosen by the caller.
+    let mut data = Vec::with_capacity(len as usize);
+    std::io::Read::read_to_end(&mut std::io::Read::take(&file, max + 1), &mut data)
+        .map_err(|e| Error::io(path, e))?;
+    if data.len() as u64 > max {
+        return Err(Error::Corrupt(format!(
+            "{what} grew past {max} bytes while it was read ({})",
+            path.display()
+        )));
+    }
+    Ok(Some(data))
+}
+
+/// An object's file, opened by [`Store::open_object_checked`]: a regular file.
+#[derive(Debug)]
+pub struct OpenedObject {
+    pub file: fs::File,
+    pub path: PathBuf,
+    pub compressed: bool,
+    /// Its size on disk (compressed when `compressed`), from `fstat` of the opened file.
+    pub len: u64,
+}
+
+/// Decompresses a zstd object into at most `expect.max()` bytes: into a buffer of the frame's
+/// declared content size when it has one (no larger than the bound), else through a stream
+/// cut one byte past the bound. Either way no more than the bound is ever allocated.
+fn decompress_capped(id: &ObjectId, raw: &[u8], expect: Expect) -> Result<Vec<u8>> {
+    let max = expect.max();
+    let bad =
+        |e: &dyn std::fmt::Display| Error::Corrupt(format!("object {id}: bad zstd data ({e})"));
+    let declared =
+        zstd::zstd_safe::get_frame_content_size(raw).map_err(|e| bad(&format!("{e:?}")))?;
+    match declared {
+        Some(n) if n > max => Err(expect.refuse(id, "holds", n)),
+        Some(n) => {
+            // Fits: n <= max, a chunk or tree size.
+            let mut out = Vec::with_capacity(n as usize);
+            zstd::bulk::Decompressor::new()
+                .and_then(|mut d| d.decompress_to_buffer(raw, &mut out))
+                .map_err(|e| bad(&e))?;
+            Ok(out)
+        }
+        None => {
+            let dec = zstd::stream::read::Decoder::new(raw).map_err(|e| bad(&e))?;
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(dec, max + 1), &mut out)
+                .map_err(|e| bad(&e))?;
+            if out.len() as u64 > max {
+                return Err(Error::Corrupt(match expect {
+                    Expect::Exactly(n) => {
+                        format!("object {id} decompresses to more than the {n} bytes the tree says")
+                    }
+                    Expect::AtMost(n, kind) => {
+                        format!("object {id} decompresses to more than any {kind} ({n} bytes)")
+                    }
+                }));
+            }
+            Ok(out)
+        }
     }
 }
 

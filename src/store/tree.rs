@@ -12,19 +12,42 @@
 //! `ctime_ns` and `ino` are what the entry had when it was captured: views present them, so
 //! tools that cache stat data (git's index) find a restored tree unchanged. A tree whose
 //! entries all lack them (0: written before CKT2, or built without a source file) is encoded
-//! as CKT1, so such trees keep their ids. Integers are little-endian. Decoding rejects names
-//! that are empty, `.`, `..`, or contain `/` or NUL, unsorted or duplicate names, and trailing
-//! bytes: a tree can never make a view or a restore step outside its directory.
+//! as CKT1, so such trees keep their ids. Integers are little-endian.
+//!
+//! Trees come from stores and archives made elsewhere, so decoding treats them as hostile and
+//! rejects: names that are empty, `.`, `..`, longer than 255 bytes, or contain `/` or NUL;
+//! unsorted or duplicate names; a file whose chunks are not all 1..=[`MAX_CHUNK_LEN`] bytes
+//! (an empty file has no chunk) or do not add up to its size; a symlink target that is empty,
+//! holds NUL or is longer than [`MAX_SYMLINK_TARGET`]; xattrs beyond the kernel's limits
+//! ([`MAX_XATTR_NAME`], [`MAX_XATTR_VALUE`], [`MAX_XATTR_LIST`]); a directory claiming more
+//! entries than a tree can hold; and trailing bytes. So a tree can never make a view or a
+//! restore step outside its directory, and no length it states is trusted beyond those bounds
+//! (readers hold each chunk object to its stated length, see `Store::read_chunk`).
 
 use crate::error::{Error, Result};
 use crate::id::{ObjectId, ID_LEN};
 
 const MAGIC: &[u8; 4] = b"CKT1";
+/// Largest chunk: the largest chunker `max` a store may be configured with.
+pub const MAX_CHUNK_LEN: u32 = 64 << 20;
+/// Largest encoded tree any reader accepts (a directory of about two million entries).
+pub const MAX_TREE_BYTES: u64 = 256 << 20;
+/// Longest symlink target (`PATH_MAX`, counting the NUL the kernel adds).
+pub const MAX_SYMLINK_TARGET: usize = 4096;
+/// Longest xattr name (`XATTR_NAME_MAX`).
+pub const MAX_XATTR_NAME: usize = 255;
+/// Largest xattr value (`XATTR_SIZE_MAX`).
+pub const MAX_XATTR_VALUE: usize = 64 << 10;
+/// Largest xattr name list of one file, each name with its NUL (`XATTR_LIST_MAX`).
+pub const MAX_XATTR_LIST: usize = 64 << 10;
+/// Smallest encoded entry (CKT1, a one-byte name, no xattrs, an empty file: no chunks):
+/// bounds the entry count a tree of a given size can claim.
+const MIN_ENTRY_BYTES: usize = 2 + 1 + 1 + 4 * 3 + 8 + 8 + 2 + 4;
 /// Entries carry their captured ctime and inode number.
 const MAGIC2: &[u8; 4] = b"CKT2";
 
 /// A chunk of a file's content.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Chunk {
     pub id: ObjectId,
     pub len: u32,
@@ -136,6 +159,12 @@ impl Tree {
     /// # Errors
     /// `Corrupt` describing the first defect.
     pub fn decode(data: &[u8]) -> Result<Tree> {
+        if data.len() as u64 > MAX_TREE_BYTES {
+            return Err(Error::Corrupt(format!(
+                "tree object is {} bytes, more than any tree ({MAX_TREE_BYTES})",
+                data.len()
+            )));
+        }
         let mut r = Reader { data, pos: 0 };
         let stat = match r.take(4)? {
             m if m == MAGIC => false,
@@ -143,11 +172,12 @@ impl Tree {
             _ => return Err(Error::Corrupt("tree object has a bad magic".into())),
         };
         let count = r.u32()? as usize;
-        // Each entry is at least 36 bytes: refuse counts the data cannot hold.
-        if count > data.len() / 36 + 1 {
-            return Err(Error::Corrupt(
-                "tree entry count exceeds object size".into(),
-            ));
+        // Refuse counts the data cannot hold (so the capacity below is bounded by the input).
+        if count > data.len() / MIN_ENTRY_BYTES {
+            return Err(Error::Corrupt(format!(
+                "tree entry count {count} exceeds what its {} bytes can hold",
+                data.len()
+            )));
         }
         let mut entries: Vec<Entry> = Vec::with_capacity(count);
         for _ in 0..count {
@@ -166,6 +196,17 @@ impl Tree {
             return Err(Error::Corrupt("trailing bytes after tree entries".into()));
         }
         Ok(Tree { entries })
+    }
+
+    /// [`Tree::decode`] of the object `id`: the error names the tree.
+    ///
+    /// # Errors
+    /// `Corrupt` naming the tree and its first defect.
+    pub fn decode_object(id: &ObjectId, data: &[u8]) -> Result<Tree> {
+        Tree::decode(data).map_err(|e| match e {
+            Error::Corrupt(m) => Error::Corrupt(format!("tree {id}: {m}")),
+            other => other,
+        })
     }
 }
 
@@ -278,40 +319,69 @@ fn decode_entry(r: &mut Reader<'_>, stat: bool) -> Result<Entry> {
     let size = r.u64()?;
     let (ctime_ns, ino) = if stat { (r.i64()?, r.u64()?) } else { (0, 0) };
     let nx = r.u16()? as usize;
+    let entry = || String::from_utf8_lossy(&name).into_owned();
     let mut xattrs: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(nx.min(64));
+    let mut list_len = 0usize;
     for _ in 0..nx {
         let kl = r.u16()? as usize;
         let k = r.take(kl)?.to_vec();
         let vl = r.u32()? as usize;
-        let v = r.take(vl)?.to_vec();
-        if k.is_empty() || k.contains(&0) {
-            return Err(Error::Corrupt(
-                "tree entry has an invalid xattr name".into(),
-            ));
+        if k.is_empty() || k.contains(&0) || k.len() > MAX_XATTR_NAME {
+            return Err(Error::Corrupt(format!(
+                "{:?}: invalid xattr name (empty, NUL or over {MAX_XATTR_NAME} bytes)",
+                entry()
+            )));
         }
+        if vl > MAX_XATTR_VALUE {
+            return Err(Error::Corrupt(format!(
+                "{:?}: xattr value of {vl} bytes, more than {MAX_XATTR_VALUE}",
+                entry()
+            )));
+        }
+        list_len += k.len() + 1;
+        if list_len > MAX_XATTR_LIST {
+            return Err(Error::Corrupt(format!(
+                "{:?}: xattr names exceed {MAX_XATTR_LIST} bytes",
+                entry()
+            )));
+        }
+        let v = r.take(vl)?.to_vec();
         if xattrs.last().is_some_and(|(pk, _)| *pk >= k) {
-            return Err(Error::Corrupt("tree entry xattrs not sorted".into()));
+            return Err(Error::Corrupt(format!(
+                "{:?}: xattrs not sorted or repeated",
+                entry()
+            )));
         }
         xattrs.push((k, v));
     }
     let kind = match kind {
         1 => {
             let n = r.u32()? as usize;
-            if n > r.data.len() / (ID_LEN + 4) + 1 {
-                return Err(Error::Corrupt("chunk count exceeds tree size".into()));
+            if n > (r.data.len() - r.pos) / (ID_LEN + 4) {
+                return Err(Error::Corrupt(format!(
+                    "file {:?}: chunk count {n} exceeds the tree's size",
+                    entry()
+                )));
             }
             let mut chunks = Vec::with_capacity(n);
             let mut total = 0u64;
-            for _ in 0..n {
+            for i in 0..n {
                 let id = r.id()?;
                 let len = r.u32()?;
+                if len == 0 || len > MAX_CHUNK_LEN {
+                    return Err(Error::Corrupt(format!(
+                        "file {:?}: chunk {i} has length {len} (chunks are 1 to {MAX_CHUNK_LEN} \
+                         bytes; an empty file has none)",
+                        entry()
+                    )));
+                }
                 total += u64::from(len);
                 chunks.push(Chunk { id, len });
             }
             if total != size {
                 return Err(Error::Corrupt(format!(
-                    "file {:?}: chunk lengths do not add up to its size",
-                    String::from_utf8_lossy(&name)
+                    "file {:?}: chunk lengths add up to {total}, its size is {size}",
+                    entry()
                 )));
             }
             EntryKind::File { chunks }
@@ -319,19 +389,38 @@ fn decode_entry(r: &mut Reader<'_>, stat: bool) -> Result<Entry> {
         2 => {
             let tree = r.id()?;
             let subdirs = r.u32()?;
+            // size = the entry count of its tree, a u32; subdirs are some of those entries.
+            if size > u64::from(u32::MAX) || u64::from(subdirs) > size {
+                return Err(Error::Corrupt(format!(
+                    "directory {:?}: {size} entries, {subdirs} subdirectories is impossible",
+                    entry()
+                )));
+            }
             EntryKind::Dir { tree, subdirs }
         }
         3 => {
             let n = r.u32()? as usize;
+            if n > MAX_SYMLINK_TARGET || size > MAX_SYMLINK_TARGET as u64 {
+                return Err(Error::Corrupt(format!(
+                    "symlink {:?}: target longer than {MAX_SYMLINK_TARGET} bytes",
+                    entry()
+                )));
+            }
             let target = r.take(n)?.to_vec();
             if target.is_empty() || target.contains(&0) {
-                return Err(Error::Corrupt(
-                    "symlink target is empty or contains NUL".into(),
-                ));
+                return Err(Error::Corrupt(format!(
+                    "symlink {:?}: target is empty or contains NUL",
+                    entry()
+                )));
             }
             EntryKind::Symlink { target }
         }
-        k => return Err(Error::Corrupt(format!("unknown tree entry kind {k}"))),
+        k => {
+            return Err(Error::Corrupt(format!(
+                "{:?}: unknown tree entry kind {k}",
+                entry()
+            )))
+        }
     };
     Ok(Entry {
         name,
@@ -421,6 +510,76 @@ mod tests {
             entries: vec![file("a"), file("a")],
         };
         assert!(Tree::decode(&t.encode()).is_err());
+    }
+
+    #[test]
+    fn rejects_lengths_no_tree_means_and_names_the_tree() {
+        let id = ObjectId::of(b"x");
+        let chunks = |lens: &[u32]| EntryKind::File {
+            chunks: lens.iter().map(|&len| Chunk { id, len }).collect(),
+        };
+        let with = |kind: EntryKind, size: u64, xattrs: Vec<(Vec<u8>, Vec<u8>)>| Tree {
+            entries: vec![Entry {
+                kind,
+                size,
+                xattrs,
+                ..file("a")
+            }],
+        };
+        let symlink = |n: usize| EntryKind::Symlink {
+            target: vec![b'x'; n],
+        };
+        let dir = |subdirs| EntryKind::Dir { tree: id, subdirs };
+        let over = MAX_CHUNK_LEN + 1;
+        let refused = [
+            (with(chunks(&[36, 0, 0]), 36, vec![]), "length 0"),
+            (with(chunks(&[0]), 0, vec![]), "length 0"),
+            (with(chunks(&[over]), u64::from(over), vec![]), "length"),
+            (with(chunks(&[200]), 124, vec![]), "add up"),
+            (
+                with(symlink(MAX_SYMLINK_TARGET + 1), 5000, vec![]),
+                "longer",
+            ),
+            (with(dir(3), 2, vec![]), "impossible"),
+            (
+                with(chunks(&[]), 0, vec![(vec![b'n'; 256], vec![])]),
+                "xattr name",
+            ),
+            (
+                with(
+                    chunks(&[]),
+                    0,
+                    vec![(b"user.a".to_vec(), vec![0; MAX_XATTR_VALUE + 1])],
+                ),
+                "xattr value",
+            ),
+        ];
+        let tree_id = ObjectId::of(b"some tree");
+        for (tree, words) in refused {
+            let err = Tree::decode_object(&tree_id, &tree.encode())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&tree_id.to_hex()) && err.contains(words),
+                "{err}"
+            );
+        }
+        // An empty file has no chunk; the largest chunk and symlink target are fine.
+        for ok in [
+            with(chunks(&[]), 0, vec![]),
+            with(
+                chunks(&[MAX_CHUNK_LEN, 1]),
+                u64::from(MAX_CHUNK_LEN) + 1,
+                vec![],
+            ),
+            with(
+                symlink(MAX_SYMLINK_TARGET),
+                MAX_SYMLINK_TARGET as u64,
+                vec![],
+            ),
+        ] {
+            assert_eq!(Tree::decode(&ok.encode()).unwrap(), ok);
+        }
     }
 
     #[test]
