@@ -24,7 +24,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -170,6 +170,11 @@ enum Edit {
     Mkdir(String),
     Symlink(String, String),
     Chmod(String, u32),
+    /// New bytes of the same length, with the old mtime put back: only the ctime (and the
+    /// content) tell this file changed, the trap for a stat cache.
+    Rewrite(String, Vec<u8>),
+    /// Moves an entry (a directory with everything below it) to a new name.
+    Rename(String, String),
 }
 
 impl std::fmt::Debug for Edit {
@@ -181,6 +186,8 @@ impl std::fmt::Debug for Edit {
             Edit::Mkdir(p) => write!(f, "mkdir {p}"),
             Edit::Symlink(p, t) => write!(f, "symlink {p} -> {t}"),
             Edit::Chmod(p, m) => write!(f, "chmod {m:o} {p}"),
+            Edit::Rewrite(p, d) => write!(f, "rewrite {p} ({} bytes, same mtime)", d.len()),
+            Edit::Rename(a, b) => write!(f, "rename {a} -> {b}"),
         }
     }
 }
@@ -212,7 +219,7 @@ fn random_edit(rng: &mut Rng, tree: &Tree) -> Edit {
             format!("{parent}/{name}")
         };
         let is_new = !tree.contains_key(&fresh);
-        match rng.below(9) {
+        match rng.below(11) {
             0 | 1 if is_new => return Edit::Write(fresh, rng.data()),
             2 if !files.is_empty() => return Edit::Write(rng.pick(&files).clone(), rng.data()),
             3 if !files.is_empty() => return Edit::Append(rng.pick(&files).clone(), rng.data()),
@@ -227,6 +234,30 @@ fn random_edit(rng: &mut Rng, tree: &Tree) -> Edit {
             }
             8 if !dirs.is_empty() => {
                 return Edit::Chmod(rng.pick(&dirs).clone(), *rng.pick(&DIR_MODES))
+            }
+            9 if !files.is_empty() => {
+                let f = rng.pick(&files).clone();
+                let Node::File(old) = &tree[&f].node else {
+                    unreachable!()
+                };
+                let mut new = old.clone();
+                match new.len() {
+                    0 => continue,
+                    n => {
+                        let i = rng.below(n);
+                        new[i] = new[i].wrapping_add(1 + rng.below(255) as u8);
+                    }
+                }
+                return Edit::Rewrite(f, new);
+            }
+            10 if is_new && !tree.is_empty() => {
+                let all: Vec<String> = tree.keys().cloned().collect();
+                let from = rng.pick(&all).clone();
+                // Not into itself.
+                if fresh.starts_with(&format!("{from}/")) {
+                    continue;
+                }
+                return Edit::Rename(from, fresh);
             }
             _ => {}
         }
@@ -300,6 +331,28 @@ fn apply(root: &Path, tree: &mut Tree, edit: &Edit) {
         Edit::Chmod(rel, mode) => {
             fs::set_permissions(p(rel), fs::Permissions::from_mode(*mode)).unwrap();
             tree.get_mut(rel).unwrap().mode = *mode;
+        }
+        Edit::Rewrite(rel, data) => {
+            let m = fs::symlink_metadata(p(rel)).unwrap();
+            fs::OpenOptions::new()
+                .write(true)
+                .open(p(rel))
+                .unwrap()
+                .write_all_at(data, 0)
+                .unwrap();
+            set_mtime(&p(rel), m.mtime() * 1_000_000_000 + m.mtime_nsec());
+            tree.get_mut(rel).unwrap().node = Node::File(data.clone());
+        }
+        Edit::Rename(from, to) => {
+            fs::rename(p(from), p(to)).unwrap();
+            let below = format!("{from}/");
+            let moved: Vec<(String, Entry)> = tree
+                .iter()
+                .filter(|(k, _)| *k == from || k.starts_with(&below))
+                .map(|(k, e)| (format!("{to}{}", &k[from.len()..]), e.clone()))
+                .collect();
+            tree.retain(|k, _| k != from && !k.starts_with(&below));
+            tree.extend(moved);
         }
     }
 }
