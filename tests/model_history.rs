@@ -12,7 +12,9 @@
 //! keeps, and removes every other one unless a live pin (the workspaces' lower view) holds it.
 //!
 //! Each run draws a fresh base seed and prints it; a failing case names its own seed, which
-//! replays it alone: `CKPTFS_MODEL_SEED=0x... cargo test --test model_history`.
+//! replays it alone: `CKPTFS_MODEL_SEED=0x... cargo test --test model_history` (the same
+//! operations, as long as gc prunes the same checkpoints: what a live pin holds depends on the
+//! kernel's caches).
 //! `CKPTFS_MODEL_CASES=N` changes the number of cases; `CKPTFS_MODEL_VERBOSE=1` prints every
 //! case's operations.
 //!
@@ -414,13 +416,20 @@ impl Model {
         &self.ckpts[&self.heads[branch]].tree
     }
 
-    /// Checkpoints no head points at (candidates for `switch --to ID`).
+    /// Every checkpoint id in creation order (not in id order: ids hash the time, so only
+    /// this order makes a seed pick the same checkpoints again).
+    fn ids(&self) -> Vec<String> {
+        let mut v: Vec<(usize, &String)> = self.ckpts.iter().map(|(id, c)| (c.seq, id)).collect();
+        v.sort();
+        v.into_iter().map(|(_, id)| id.clone()).collect()
+    }
+
+    /// Checkpoints no head points at (candidates for `switch --to ID`), in creation order.
     fn non_heads(&self) -> Vec<String> {
         let heads: BTreeSet<&String> = self.heads.values().collect();
-        self.ckpts
-            .keys()
+        self.ids()
+            .into_iter()
             .filter(|id| !heads.contains(id))
-            .cloned()
             .collect()
     }
 
@@ -564,8 +573,7 @@ fn step(h: &Harness, m: &mut Model, rng: &mut Rng, log: &mut Vec<String>) {
         }
         // label a checkpoint, or fail to move an existing label
         3 => {
-            let ids: Vec<String> = m.ckpts.keys().cloned().collect();
-            let target = rng.pick(&ids).clone();
+            let target = rng.pick(&m.ids()).clone();
             let existing: Vec<(String, String)> = m
                 .labels
                 .iter()
@@ -591,8 +599,7 @@ fn step(h: &Harness, m: &mut Model, rng: &mut Rng, log: &mut Vec<String>) {
                 let bs: Vec<String> = m.heads.keys().cloned().collect();
                 rng.pick(&bs).clone()
             } else {
-                let ids: Vec<String> = m.ckpts.keys().cloned().collect();
-                rng.pick(&ids).clone()
+                rng.pick(&m.ids()).clone()
             };
             let id = m.heads.get(&spec).cloned().unwrap_or_else(|| spec.clone());
             log.push(format!("fork {spec} as {name} ({})", &id[..12]));
