@@ -1,29 +1,14 @@
 //! archive / unarchive: round trip to a relocated store, split parts, and refusal of
 //! truncated, corrupted, foreign and malicious files (nothing imported).
 
-mod health_util;
+mod support;
 
 use std::fs;
 use std::io::Write;
 use std::path::Path;
 
-use health_util::*;
 use sha2::{Digest, Sha256};
-
-/// Detaches a mount left behind by a failed assertion.
-struct Unmount(std::path::PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        if info.lines().any(|l| l.split(' ').nth(4) == self.0.to_str()) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-}
+use support::*;
 
 fn fixture(root: &Path) -> (String, String) {
     let room = root.join("room");
@@ -43,7 +28,7 @@ fn round_trip_to_relocated_store() {
     let store = t.path().join("store");
     let file = t.path().join("out/main.ckar");
     fs::create_dir(t.path().join("out")).unwrap();
-    let r = json(&["archive", s(&store), "main", "--out", s(&file), "--json"]);
+    let r = ok_json(["archive", s(&store), "main", "--out", s(&file)]);
     assert_eq!(r["checkpoints"], 2);
     let digest = r["sha256"].as_str().unwrap().to_string();
     let side = fs::read_to_string(t.path().join("out/main.ckar.sha256")).unwrap();
@@ -54,23 +39,22 @@ fn round_trip_to_relocated_store() {
     let audit = fs::read_to_string(store.join("audit.jsonl")).unwrap();
     assert!(audit.contains(&digest));
     // Never overwritten.
-    let o = run(&["archive", s(&store), "main", "--out", s(&file)]);
+    let o = run(["archive", s(&store), "main", "--out", s(&file)]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("already exists"), "{}", stderr(&o));
 
     let target = t.path().join("second");
     let new_root = t.path().join("elsewhere/room");
-    let u = json(&[
+    let u = ok_json([
         "unarchive",
         s(&file),
         s(&target),
         "--relocate",
         &format!("workspace={}", s(&new_root)),
-        "--json",
     ]);
     assert_eq!(u["created_store"], true);
     assert_eq!(u["checkpoints_new"], 2);
-    ok(&["verify", s(&target)]);
+    ok(["verify", s(&target)]);
     let cfg: serde_json::Value =
         serde_json::from_slice(&fs::read(target.join("STORE.json")).unwrap()).unwrap();
     assert_eq!(cfg["roots"]["workspace"]["path"], s(&new_root));
@@ -83,8 +67,8 @@ fn round_trip_to_relocated_store() {
     );
     // Same ids, same content: restore from the copy equals the original room.
     let dest = t.path().join("restored");
-    ok(&["restore", s(&target), "main", "--to", s(&dest)]);
-    assert_eq!(snapshot(&dest), snapshot(&t.path().join("room")));
+    ok(["restore", s(&target), "main", "--to", s(&dest)]);
+    assert_eq!(contents(&dest), contents(&t.path().join("room")));
     // Permissions: store 0700, objects read-only.
     use std::os::unix::fs::PermissionsExt;
     let mode = fs::metadata(&target).unwrap().permissions().mode() & 0o777;
@@ -100,15 +84,15 @@ fn round_trip_to_relocated_store() {
         }
     }
     // Importing again into the same store deduplicates everything.
-    let u = json(&["unarchive", s(&file), s(&target), "--json"]);
+    let u = ok_json(["unarchive", s(&file), s(&target)]);
     assert_eq!(u["objects_new"], 0);
     assert_eq!(u["checkpoints_new"], 0);
     // A read-only mount of the copy appears at the relocated path.
     {
-        let _guard = Unmount(new_root.clone());
-        ok(&["mount", s(&target), "main"]);
-        assert_eq!(snapshot(&new_root), snapshot(&t.path().join("room")));
-        ok(&["umount", s(&new_root)]);
+        let _guard = MountGuard::new(&new_root);
+        ok(["mount", s(&target), "main"]);
+        assert_eq!(contents(&new_root), contents(&t.path().join("room")));
+        ok(["umount", s(&new_root)]);
     }
     fs::remove_dir(&new_root).ok();
     // The copy captures on from the relocated path.
@@ -118,10 +102,10 @@ fn round_trip_to_relocated_store() {
     let c = capture(&target, &[]);
     assert_eq!(show(&target, &c)["parents"][0], b.as_str());
     assert_eq!(
-        ok(&["cat", s(&target), &format!("{c}:workspace/after-move")]),
+        ok(["cat", s(&target), &format!("{c}:workspace/after-move")]),
         "new"
     );
-    ok(&["verify", s(&target)]);
+    ok(["verify", s(&target)]);
 }
 
 #[test]
@@ -130,7 +114,7 @@ fn split_parts_round_trip_and_missing_part() {
     fixture(t.path());
     let store = t.path().join("store");
     let file = t.path().join("all.ckar");
-    let r = json(&[
+    let r = ok_json([
         "archive",
         s(&store),
         "--all",
@@ -138,7 +122,6 @@ fn split_parts_round_trip_and_missing_part() {
         s(&file),
         "--split",
         "16K",
-        "--json",
     ]);
     let parts = r["parts"].as_array().unwrap();
     assert!(parts.len() > 2, "{r}");
@@ -147,20 +130,20 @@ fn split_parts_round_trip_and_missing_part() {
     }
     assert!(!file.exists());
     let target = t.path().join("t1");
-    ok(&["unarchive", &format!("{}.part001", s(&file)), s(&target)]);
-    ok(&["verify", s(&target)]);
+    ok(["unarchive", &format!("{}.part001", s(&file)), s(&target)]);
+    ok(["verify", s(&target)]);
     // Remove the last part: refused, nothing created.
     let last = parts.last().unwrap()["path"].as_str().unwrap().to_string();
     fs::rename(&last, format!("{last}.away")).unwrap();
     let target2 = t.path().join("t2");
-    let o = run(&["unarchive", s(&file), s(&target2)]);
+    let o = run(["unarchive", s(&file), s(&target2)]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("parts"), "{}", stderr(&o));
     assert!(!target2.exists());
 }
 
 fn refused(file: &Path, target: &Path, what: &str) {
-    let o = run(&["unarchive", s(file), s(target)]);
+    let o = run(["unarchive", s(file), s(target)]);
     assert!(!o.status.success(), "{what}: accepted");
     assert!(
         stderr(&o).contains("nothing imported") || stderr(&o).contains("not a ckptfs archive"),
@@ -183,7 +166,7 @@ fn truncated_corrupted_and_foreign_files_are_refused() {
     fixture(t.path());
     let store = t.path().join("store");
     let file = t.path().join("a.ckar");
-    ok(&["archive", s(&store), "main", "--out", s(&file)]);
+    ok(["archive", s(&store), "main", "--out", s(&file)]);
     let good = fs::read(&file).unwrap();
     let side = fs::read(t.path().join("a.ckar.sha256")).unwrap();
 
@@ -249,11 +232,11 @@ fn truncated_corrupted_and_foreign_files_are_refused() {
     // No sidecar and no --sha256: refused with a hint.
     let lone = t.path().join("lone.ckar");
     fs::write(&lone, &good).unwrap();
-    let o = run(&["unarchive", s(&lone), s(&t.path().join("t-lone"))]);
+    let o = run(["unarchive", s(&lone), s(&t.path().join("t-lone"))]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--sha256"), "{}", stderr(&o));
     let d = format!("{:x}", Sha256::digest(&good));
-    ok(&[
+    ok([
         "unarchive",
         s(&lone),
         s(&t.path().join("t-lone")),
@@ -282,7 +265,7 @@ fn malicious_paths_are_refused_and_nothing_is_written() {
     fixture(t.path());
     let store = t.path().join("store");
     let file = t.path().join("a.ckar");
-    ok(&["archive", s(&store), "main", "--out", s(&file)]);
+    ok(["archive", s(&store), "main", "--out", s(&file)]);
     // Take the real manifest, then add an escaping entry.
     let raw = zstd::decode_all(&fs::read(&file).unwrap()[..]).unwrap();
     let mut ar = tar::Archive::new(&raw[..]);
@@ -310,7 +293,7 @@ fn malicious_paths_are_refused_and_nothing_is_written() {
         let f = t.path().join(format!("evil{i}.ckar"));
         write_with_sidecar(&f, &bytes);
         let target = t.path().join(format!("t-evil{i}"));
-        let o = run(&["unarchive", s(&f), s(&target)]);
+        let o = run(["unarchive", s(&f), s(&target)]);
         assert!(!o.status.success(), "{evil}: accepted");
         assert!(stderr(&o).contains("not allowed"), "{evil}: {}", stderr(&o));
         assert!(!target.exists());
@@ -331,7 +314,7 @@ fn malicious_paths_are_refused_and_nothing_is_written() {
     let bytes = zstd::encode_all(&tb.into_inner().unwrap()[..], 3).unwrap();
     let f = t.path().join("link.ckar");
     write_with_sidecar(&f, &bytes);
-    let o = run(&["unarchive", s(&f), s(&t.path().join("t-link"))]);
+    let o = run(["unarchive", s(&f), s(&t.path().join("t-link"))]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
     let _ = std::io::stdout().flush();
@@ -343,7 +326,7 @@ fn conflicting_refs_import_nothing() {
     let (a, _) = fixture(t.path());
     let store = t.path().join("store");
     let file = t.path().join("a.ckar");
-    ok(&["archive", s(&store), "main", "--out", s(&file)]);
+    ok(["archive", s(&store), "main", "--out", s(&file)]);
     // A second store with its own main branch.
     let other_room = t.path().join("other-room");
     make_room(&other_room, 3, 99);
@@ -354,7 +337,7 @@ fn conflicting_refs_import_nothing() {
         .unwrap()
         .map(|d| fs::read_dir(d.unwrap().path()).unwrap().count())
         .sum::<usize>();
-    let o = run(&["unarchive", s(&file), s(&other)]);
+    let o = run(["unarchive", s(&file), s(&other)]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("branch main exists"), "{}", stderr(&o));
     let objects_after = fs::read_dir(other.join("objects"))
@@ -368,8 +351,8 @@ fn conflicting_refs_import_nothing() {
     assert_eq!(head(&other, "main").as_deref(), Some(own.as_str()));
     // Exporting one labelled checkpoint imports into the other store cleanly.
     let one = t.path().join("one.ckar");
-    ok(&["archive", s(&store), "first", "--out", s(&one)]);
-    let u = json(&["unarchive", s(&one), s(&other), "--json"]);
+    ok(["archive", s(&store), "first", "--out", s(&one)]);
+    let u = ok_json(["unarchive", s(&one), s(&other)]);
     assert_eq!(u["labels"][0], "first");
     assert_eq!(
         fs::read_to_string(other.join("refs/labels/first"))
@@ -377,7 +360,7 @@ fn conflicting_refs_import_nothing() {
             .trim(),
         a
     );
-    ok(&["verify", s(&other)]);
+    ok(["verify", s(&other)]);
 }
 
 /// An archive from a format-2 store (trees with ctimes and inode numbers) imported into a
@@ -405,29 +388,29 @@ fn unarchive_upgrades_a_version_1_store_only_for_trees_that_need_it() {
     set_version(&old, 1);
     capture(&old, &["-l", "old-first"]);
     let old_file = t.path().join("old.ckar");
-    ok(&["archive", s(&old), "old-first", "--out", s(&old_file)]);
+    ok(["archive", s(&old), "old-first", "--out", s(&old_file)]);
     let target_room = t.path().join("target-room");
     make_room(&target_room, 2, 9);
     let target = t.path().join("target");
     init(&target, &target_room);
     set_version(&target, 1);
-    let u = json(&["unarchive", s(&old_file), s(&target), "--json"]);
+    let u = ok_json(["unarchive", s(&old_file), s(&target)]);
     assert!(u.get("upgraded_to").is_none(), "{u}");
     assert_eq!(version(&target), 1);
     // A format-2 archive upgrades it.
     let (a, _) = fixture(t.path());
     let file = t.path().join("new.ckar");
-    ok(&[
+    ok([
         "archive",
         s(&t.path().join("store")),
         "first",
         "--out",
         s(&file),
     ]);
-    let out = ok(&["unarchive", s(&file), s(&target)]);
+    let out = ok(["unarchive", s(&file), s(&target)]);
     assert!(out.contains("upgraded to version 2"), "{out}");
     assert_eq!(version(&target), 2);
-    ok(&["verify", s(&target)]);
+    ok(["verify", s(&target)]);
     let back = t.path().join("back");
-    ok(&["restore", s(&target), &a, "--to", s(&back)]);
+    ok(["restore", s(&target), &a, "--to", s(&back)]);
 }

@@ -1,12 +1,12 @@
 //! Concurrency: capture || gc, two captures on one branch: serialized by the store lock,
 //! nothing reachable lost.
 
-mod health_util;
+mod support;
 
 use std::fs;
 use std::path::Path;
 
-use health_util::*;
+use support::*;
 
 fn variants(root: &Path) -> Vec<std::path::PathBuf> {
     (0..3)
@@ -45,21 +45,21 @@ fn capture_and_gc_run_side_by_side() {
         });
         sc.spawn(|| {
             for _ in 0..rounds {
-                ok(&["gc", s(&store), "--keep-last", "2"]);
+                ok(["gc", s(&store), "--keep-last", "2"]);
             }
         });
     });
-    ok(&["verify", s(&store)]);
+    ok(["verify", s(&store)]);
     let last = &trees[(rounds - 1) % vs.len()];
     assert_eq!(&tree_of(&store, "main"), last);
     // The history that is left is walkable, and restores.
-    let log = json(&["log", s(&store), "--branch", "main", "--json"]);
+    let log = ok_json(["log", s(&store), "--branch", "main"]);
     assert!(!log.as_array().unwrap().is_empty());
     let dest = t.path().join("restored");
-    ok(&["restore", s(&store), "main", "--to", s(&dest)]);
-    assert_eq!(snapshot(&dest), snapshot(&vs[(rounds - 1) % vs.len()]));
+    ok(["restore", s(&store), "main", "--to", s(&dest)]);
+    assert_eq!(contents(&dest), contents(&vs[(rounds - 1) % vs.len()]));
     let (_, f) = {
-        let o = run(&["doctor", s(&store), "--json"]);
+        let o = run(["doctor", s(&store), "--json"]);
         (
             o.status.code(),
             String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -91,7 +91,7 @@ fn two_captures_on_one_branch_serialize() {
     // The later capture's parent is the earlier one: neither was lost.
     assert_eq!(show(&store, &h)["parents"][0], other.as_str());
     assert_eq!(show(&store, other)["parents"][0], first.as_str());
-    ok(&["verify", s(&store)]);
+    ok(["verify", s(&store)]);
     assert!(
         fs::read_to_string(store.join("audit.jsonl"))
             .unwrap()

@@ -4,14 +4,13 @@
 //! every run `recover` then `verify` must be clean and the store must show the old state or the
 //! new one, never a mix. Plus SIGKILL at random times against a real capture.
 
-mod health_util;
+mod support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use health_util::*;
+use support::*;
 
 /// Fault points per mode (all of them when the operation has fewer steps): with both modes,
 /// 60 spread points per operation.
@@ -39,7 +38,7 @@ impl Fixture {
             .unwrap();
             ids.push(capture(&store, &[]));
         }
-        ok(&["label", s(&store), &ids[1], "l1"]);
+        ok(["label", s(&store), &ids[1], "l1"]);
         // A changed copy of the room for capture --from.
         let new_room = dir.path().join("room-new");
         copy_dir(&room, &new_room);
@@ -84,9 +83,7 @@ fn fault_loop(
         let ctx = format!("{name} {mode}:{n}/{steps}");
         let (w, st) = fx.work(&format!("{name}-{mode}-{n}"));
         prepare(&w);
-        let a = args(&w, &st);
-        let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        let o = run_fault(&a, mode, *n);
+        let o = run_fault(args(&w, &st), mode, *n);
         if *mode == "abort" {
             assert!(!o.status.success(), "{ctx}: abort did not happen");
         }
@@ -113,7 +110,7 @@ fn capture_crashes_leave_old_or_new_state() {
     // Reference run: the new tree.
     let (_, refst) = fx.work("capture-ref");
     let a = args(Path::new(""), &refst);
-    let steps = io_steps(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let steps = io_steps(&a);
     let new_tree = tree_of(&refst, "main");
     fault_loop(&fx, "capture", steps, &args, &|_| {}, &|_, st, ctx| {
         recover_and_verify(st, ctx);
@@ -127,13 +124,13 @@ fn capture_crashes_leave_old_or_new_state() {
             assert_eq!(show(st, &h)["parents"][0], old_head.as_str(), "{ctx}");
         }
         // The store keeps working: a capture after recovery succeeds.
-        ok(&[
+        ok([
             "capture",
             s(st),
             "--from",
             &format!("workspace={}", s(&new_room)),
         ]);
-        ok(&["verify", s(st)]);
+        ok(["verify", s(st)]);
     });
 }
 
@@ -157,13 +154,13 @@ fn restore_crashes_leave_old_or_new_directory() {
     let (rw, rst) = fx.work("restore-ref");
     prepare(&rw);
     let a = args(&rw, &rst);
-    let steps = io_steps(&a.iter().map(String::as_str).collect::<Vec<_>>());
-    let new_snap = snapshot(&rw.join("dest"));
+    let steps = io_steps(&a);
+    let new_snap = contents(&rw.join("dest"));
     let mut old_snap = std::collections::BTreeMap::new();
     old_snap.insert("old.txt".to_string(), b"old content".to_vec());
     fault_loop(&fx, "restore", steps, &args, &prepare, &|w, st, ctx| {
         recover_and_verify(st, ctx);
-        let snap = snapshot(&w.join("dest"));
+        let snap = contents(&w.join("dest"));
         assert!(
             snap == old_snap || snap == new_snap,
             "{ctx}: destination is a mix: {:?}",
@@ -189,10 +186,10 @@ fn gc_crashes_leave_a_clean_store_and_a_rerun_finishes() {
     };
     let (_, rst) = fx.work("gc-ref");
     let a = args(Path::new(""), &rst);
-    let steps = io_steps(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let steps = io_steps(&a);
     let final_set = checkpoints(&rst);
     assert_eq!(final_set.len(), 2);
-    let all = checkpoints(&fx.store());
+    let all = checkpoints(fx.store());
     let heads = |st: &Path| {
         (
             head(st, "main"),
@@ -210,9 +207,9 @@ fn gc_crashes_leave_a_clean_store_and_a_rerun_finishes() {
             assert!(all.contains(c), "{ctx}");
         }
         assert_eq!(heads(st), before, "{ctx}: refs changed");
-        ok(&["gc", s(st), "--keep-last", "1"]);
+        ok(["gc", s(st), "--keep-last", "1"]);
         assert_eq!(checkpoints(st), final_set, "{ctx}: rerun did not finish");
-        ok(&["verify", s(st)]);
+        ok(["verify", s(st)]);
     });
 }
 
@@ -235,7 +232,7 @@ fn archive_crashes_leave_no_half_archive() {
     let (rw, rst) = fx.work("archive-ref");
     prepare(&rw);
     let a = args(&rw, &rst);
-    let steps = io_steps(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let steps = io_steps(&a);
     fault_loop(&fx, "archive", steps, &args, &prepare, &|w, st, ctx| {
         recover_and_verify(st, ctx);
         let temps: Vec<String> = fs::read_dir(w.join("out"))
@@ -245,14 +242,14 @@ fn archive_crashes_leave_no_half_archive() {
             .collect();
         assert!(temps.is_empty(), "{ctx}: partial files left: {temps:?}");
         let target = w.join("imported");
-        let o = run(&["unarchive", s(&w.join("out/a.ckar")), s(&target)]);
+        let o = run(["unarchive", s(&w.join("out/a.ckar")), s(&target)]);
         if w.join("out/a.ckar.sha256").exists() {
             assert!(
                 o.status.success(),
                 "{ctx}: complete archive refused: {}",
                 stderr(&o)
             );
-            ok(&["verify", s(&target)]);
+            ok(["verify", s(&target)]);
             assert_eq!(
                 head(&target, "main").as_deref(),
                 Some(expected_head.as_str())
@@ -271,7 +268,7 @@ fn archive_crashes_leave_no_half_archive() {
 fn unarchive_crashes_leave_old_or_new_state() {
     let fx = Fixture::new();
     let file = fx.path("a.ckar");
-    ok(&["archive", s(&fx.store()), "main", "--out", s(&file)]);
+    ok(["archive", s(&fx.store()), "main", "--out", s(&file)]);
     let expected_head = fx.ids[3].clone();
     let relocated = fx.path("relocated/room");
     let args = |w: &Path, _: &Path| -> Vec<String> {
@@ -285,7 +282,7 @@ fn unarchive_crashes_leave_old_or_new_state() {
     };
     let (rw, _) = fx.work("unarchive-ref");
     let a = args(&rw, Path::new(""));
-    let steps = io_steps(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let steps = io_steps(&a);
     fault_loop(&fx, "unarchive", steps, &args, &|_| {}, &|w, _, ctx| {
         let target = w.join("target");
         if target.join("STORE.json").exists() {
@@ -299,7 +296,7 @@ fn unarchive_crashes_leave_old_or_new_state() {
             }
         }
         // A rerun finishes the import.
-        ok(&[
+        ok([
             "unarchive",
             s(&file),
             s(&target),
@@ -311,7 +308,7 @@ fn unarchive_crashes_leave_old_or_new_state() {
             Some(expected_head.as_str()),
             "{ctx}"
         );
-        ok(&["verify", s(&target)]);
+        ok(["verify", s(&target)]);
     });
 }
 
@@ -331,7 +328,7 @@ fn sigkill_during_capture() {
     let refst = t.path().join("ref");
     copy_dir(&store, &refst);
     let started = Instant::now();
-    ok(&["capture", s(&refst), "--from", &from]);
+    ok(["capture", s(&refst), "--from", &from]);
     let full = started.elapsed();
     let new_tree = tree_of(&refst, "main");
     let mut x: u64 = 0x9e3779b97f4a7c15;
@@ -345,8 +342,7 @@ fn sigkill_during_capture() {
         let delay = Duration::from_micros(span / 4 + x % (span - span / 4 + span / 10 + 1));
         let st = t.path().join(format!("s{i}"));
         copy_dir(&store, &st);
-        let mut child = Command::new(bin())
-            .args([args[0], s(&st), args[2], &from])
+        let mut child = cmd([args[0], s(&st), args[2], &from])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

@@ -2,16 +2,16 @@
 //! Security defaults: store 0700, objects 0444, credentials kept out of `home`, no file
 //! contents in the audit log.
 
-mod health_util;
+mod support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use health_util::*;
+use support::*;
 
 fn findings(store: &Path) -> (i32, Vec<serde_json::Value>) {
-    let o = run(&["doctor", s(store), "--json"]);
+    let o = run(["doctor", s(store), "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("doctor JSON: {e}: {}", stderr(&o)));
     (
@@ -37,7 +37,7 @@ fn clean_store_is_clean() {
     let (code, f) = findings(&store);
     assert_eq!(code, 0, "{f:?}");
     assert!(f.is_empty(), "{f:?}");
-    let text = ok(&["doctor", s(&store)]);
+    let text = ok(["doctor", s(&store)]);
     assert!(text.contains("0 problems"), "{text}");
 }
 
@@ -119,7 +119,7 @@ fn finds_everything_and_recover_repairs_what_it_can() {
         "{f:#?}"
     );
 
-    let r = json(&["recover", s(&store), "--json"]);
+    let r = ok_json(["recover", s(&store)]);
     let actions = r["actions"].to_string();
     for word in [
         "pin",
@@ -202,9 +202,9 @@ fn credentials_stay_out_of_home_by_default() {
     }
     fs::write(home.join("config.toml"), b"model = 1").unwrap();
     let store = t.path().join("store");
-    ok(&["init", s(&store), "--root", &format!("home={}", s(&home))]);
+    ok(["init", s(&store), "--root", &format!("home={}", s(&home))]);
     let id = capture(&store, &["-m", "turn"]);
-    let listing = json(&["ls", s(&store), &format!("{id}:home"), "-r", "--json"]);
+    let listing = ok_json(["ls", s(&store), &format!("{id}:home"), "-r"]);
     let paths: Vec<&str> = listing
         .as_array()
         .unwrap()
@@ -226,7 +226,7 @@ fn credentials_stay_out_of_home_by_default() {
     assert!(!f.iter().any(|x| x["check"] == "security"), "{f:?}");
     // Opting out is explicit, and doctor notes it.
     let store2 = t.path().join("store2");
-    ok(&[
+    ok([
         "init",
         s(&store2),
         "--root",
@@ -234,15 +234,15 @@ fn credentials_stay_out_of_home_by_default() {
         "--no-default-excludes",
     ]);
     let id2 = capture(&store2, &[]);
-    let listing = ok(&["ls", s(&store2), &format!("{id2}:home"), "-r"]);
+    let listing = ok(["ls", s(&store2), &format!("{id2}:home"), "-r"]);
     assert!(listing.contains("auth.json"));
     let (_, f) = findings(&store2);
     assert!(f.iter().any(|x| x["check"] == "security"), "{f:?}");
     // Audit lines never hold file contents, whatever ran.
     let out = t.path().join("a.ckar");
-    ok(&["archive", s(&store2), "--all", "--out", s(&out)]);
-    ok(&["gc", s(&store2), "--keep-last", "1"]);
-    ok(&["unarchive", s(&out), s(&t.path().join("store3"))]);
+    ok(["archive", s(&store2), "--all", "--out", s(&out)]);
+    ok(["gc", s(&store2), "--keep-last", "1"]);
+    ok(["unarchive", s(&out), s(&t.path().join("store3"))]);
     for st in [&store, &store2, &t.path().join("store3")] {
         let audit = fs::read_to_string(st.join("audit.jsonl")).unwrap();
         assert!(

@@ -1,12 +1,12 @@
 //! gc: table-driven retention policies, dry run == apply, pins, ephemeral and cache paths.
 
-mod health_util;
+mod support;
 
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use health_util::*;
+use support::*;
 
 /// main: 5 checkpoints (the 2nd labelled `keep`), feat: 3 checkpoints. Returns (ids main, ids feat).
 fn fixture(root: &Path) -> (Vec<String>, Vec<String>) {
@@ -23,7 +23,7 @@ fn fixture(root: &Path) -> (Vec<String>, Vec<String>) {
         .unwrap();
         main.push(capture(&store, &["-m", &format!("main {i}")]));
         if i == 1 {
-            ok(&["label", s(&store), &main[1], "keep"]);
+            ok(["label", s(&store), &main[1], "keep"]);
         }
     }
     let mut feat = Vec::new();
@@ -72,10 +72,10 @@ fn retention_policies_table() {
         copy_dir(&base.path().join("store"), &store);
         let mut dry = vec!["gc", s(&store), "--json", "--dry-run"];
         dry.extend(flags.iter().copied());
-        let planned = json(&dry);
+        let planned = ok_json(&dry);
         let before = checkpoints(&store);
         assert_eq!(before.len(), 8, "dry run deleted nothing");
-        let applied = json(&applied_args(&store, flags));
+        let applied = ok_json(applied_args(&store, flags));
         assert_eq!(
             planned, applied,
             "case {flags:?}: dry run report differs from apply"
@@ -90,13 +90,13 @@ fn retention_policies_table() {
             8 - want.len(),
             "case {flags:?}"
         );
-        ok(&["verify", s(&store)]);
+        ok(["verify", s(&store)]);
         // log follows parents until the first pruned one.
-        let log = json(&["log", s(&store), "--branch", "main", "--json"]);
+        let log = ok_json(["log", s(&store), "--branch", "main"]);
         assert!(!log.as_array().unwrap().is_empty());
         assert_eq!(log[0]["id"], main[4]);
         // A second gc with the same policy has nothing left to prune.
-        let again = json(&applied_args(&store, flags));
+        let again = ok_json(applied_args(&store, flags));
         assert_eq!(again["pruned"].as_array().unwrap().len(), 0);
         assert_eq!(again["objects_removed"], 0);
         // Audit log records the gc.
@@ -116,14 +116,14 @@ fn pruning_frees_objects_and_keeps_every_kept_checkpoint_whole() {
     let base = tempdir();
     let (main, _) = fixture(base.path());
     let store = base.path().join("store");
-    let r = json(&["gc", s(&store), "--keep-last", "1", "--json"]);
+    let r = ok_json(["gc", s(&store), "--keep-last", "1"]);
     assert!(r["objects_removed"].as_u64().unwrap() > 0);
     assert!(r["bytes_freed"].as_u64().unwrap() > 0);
     assert_eq!(r["kept"]["label"], 1);
-    ok(&["verify", s(&store)]);
+    ok(["verify", s(&store)]);
     // The labelled checkpoint still restores completely.
     let dest = base.path().join("restored");
-    ok(&["restore", s(&store), "keep", "--to", s(&dest)]);
+    ok(["restore", s(&store), "keep", "--to", s(&dest)]);
     assert!(dest.join("turn1").exists() && !dest.join("turn2").exists());
     let _ = main;
 }
@@ -137,7 +137,7 @@ fn retention_defaults_from_store_json() {
     let mut cfg: serde_json::Value = serde_json::from_slice(&fs::read(&cfg_path).unwrap()).unwrap();
     cfg["retention"] = serde_json::json!({"keep_last": 1});
     fs::write(&cfg_path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
-    let r = json(&["gc", s(&store), "--json"]);
+    let r = ok_json(["gc", s(&store)]);
     assert_eq!(r["policy_source"], "STORE.json");
     let mut want = vec![main[1].clone(), main[4].clone(), feat[2].clone()];
     want.sort();
@@ -145,7 +145,7 @@ fn retention_defaults_from_store_json() {
     // A bad duration in STORE.json is a clear error.
     cfg["retention"] = serde_json::json!({"keep_within": "soon"});
     fs::write(&cfg_path, serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
-    let o = run(&["gc", s(&store)]);
+    let o = run(["gc", s(&store)]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("keep_within"), "{}", stderr(&o));
 }
@@ -165,16 +165,16 @@ fn live_pins_protect_checkpoints_dead_pins_do_not() {
     let store = base.path().join("store");
     let mut holder = Command::new("sleep").arg("60").spawn().unwrap();
     write_pin(&store, holder.id(), false, &[&main[0]]);
-    let r = json(&["gc", s(&store), "--keep-last", "1", "--json"]);
+    let r = ok_json(["gc", s(&store), "--keep-last", "1"]);
     assert_eq!(r["kept"]["pinned"], 1, "{r}");
     assert!(checkpoints(&store).contains(&main[0]));
     assert!(!checkpoints(&store).contains(&main[2]));
-    ok(&["verify", s(&store)]);
+    ok(["verify", s(&store)]);
     // A pin with all: true keeps every checkpoint.
     let mut holder2 = Command::new("sleep").arg("60").spawn().unwrap();
     write_pin(&store, holder2.id(), true, &[]);
     let n = checkpoints(&store).len();
-    let r = json(&["gc", s(&store), "--keep-last", "1", "--json"]);
+    let r = ok_json(["gc", s(&store), "--keep-last", "1"]);
     assert_eq!(r["pruned"].as_array().unwrap().len(), 0);
     assert_eq!(checkpoints(&store).len(), n);
     // Once the processes are gone, their pins are ignored and removed.
@@ -182,7 +182,7 @@ fn live_pins_protect_checkpoints_dead_pins_do_not() {
     holder.wait().unwrap();
     holder2.kill().unwrap();
     holder2.wait().unwrap();
-    let r = json(&["gc", s(&store), "--keep-last", "1", "--json"]);
+    let r = ok_json(["gc", s(&store), "--keep-last", "1"]);
     assert!(!checkpoints(&store).contains(&main[0]), "{r}");
     let removed: Vec<String> = r["paths_removed"]
         .as_array()
@@ -194,7 +194,7 @@ fn live_pins_protect_checkpoints_dead_pins_do_not() {
         removed.iter().any(|p| p.starts_with("run/pins/test-")),
         "{removed:?}"
     );
-    ok(&["verify", s(&store)]);
+    ok(["verify", s(&store)]);
 }
 
 #[test]
@@ -218,8 +218,8 @@ fn ephemeral_and_cache_paths() {
     .unwrap();
     let stat_caches_before = fs::read_dir(store.join("cache/stat")).unwrap().count();
     assert!(stat_caches_before > 0);
-    let dry = json(&["gc", s(&store), "--keep-last", "1", "--dry-run", "--json"]);
-    let r = json(&["gc", s(&store), "--keep-last", "1", "--json"]);
+    let dry = ok_json(["gc", s(&store), "--keep-last", "1", "--dry-run"]);
+    let r = ok_json(["gc", s(&store), "--keep-last", "1"]);
     assert_eq!(dry, r);
     let removed: Vec<&str> = r["paths_removed"]
         .as_array()
@@ -246,16 +246,10 @@ fn ephemeral_and_cache_paths() {
         .collect();
     assert!(cached.iter().any(|c| c.starts_with(&main[4])), "{cached:?}");
     // --prune-displaced and --clear-cache.
-    let r = json(&[
-        "gc",
-        s(&store),
-        "--prune-displaced",
-        "--clear-cache",
-        "--json",
-    ]);
+    let r = ok_json(["gc", s(&store), "--prune-displaced", "--clear-cache"]);
     assert!(!store.join("displaced/ws-old").exists(), "{r}");
     assert_eq!(fs::read_dir(store.join("cache")).unwrap().count(), 0);
-    ok(&["verify", s(&store)]);
+    ok(["verify", s(&store)]);
     capture(&store, &[]);
 }
 
@@ -264,10 +258,10 @@ fn gc_text_output_explains_itself() {
     let base = tempdir();
     fixture(base.path());
     let store = base.path().join("store");
-    let out = ok(&["gc", s(&store), "--keep-last", "1", "--dry-run"]);
+    let out = ok(["gc", s(&store), "--keep-last", "1", "--dry-run"]);
     assert!(out.contains("dry run"), "{out}");
     assert!(out.contains("would prune"), "{out}");
     assert!(out.contains("would free"), "{out}");
-    let o = run(&["gc", s(&store), "--keep-within", "bogus"]);
+    let o = run(["gc", s(&store), "--keep-within", "bogus"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

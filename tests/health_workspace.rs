@@ -2,27 +2,17 @@
 //! workspace stands on, and a `checkpoint` of a live workspace failed or aborted at its I/O
 //! steps leaves the old state or the new one.
 
-mod wscommon;
+mod support;
 
 use std::fs;
 use std::process::Command;
 
-use wscommon::*;
+use support::*;
 
 fn populate(room: &std::path::Path) {
     fs::create_dir_all(room.join("src")).unwrap();
     fs::write(room.join("notes.md"), "notes\n").unwrap();
     fs::write(room.join("src/a.py"), "print(1)\n".repeat(500)).unwrap();
-}
-
-fn checkpoints(store: &str) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(format!("{store}/checkpoints"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.len() == 64)
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]
@@ -34,15 +24,7 @@ fn gc_keeps_what_a_live_workspace_stands_on() {
         fs::write(w.path(&format!("turn{i}.txt")), format!("turn {i}\n")).unwrap();
         ids.push(w.checkpoint(&format!("turn {i}")));
     }
-    let r: serde_json::Value = serde_json::from_str(&ok(&[
-        "gc",
-        w.store(),
-        "--keep-last",
-        "1",
-        "--clear-cache",
-        "--json",
-    ]))
-    .unwrap();
+    let r = ok_json(["gc", w.store(), "--keep-last", "1", "--clear-cache"]);
     let left = checkpoints(w.store());
     let st: serde_json::Value = serde_json::from_str(
         &fs::read_to_string(format!("{}/upper/main/base.json", w.store())).unwrap(),
@@ -67,11 +49,11 @@ fn gc_keeps_what_a_live_workspace_stands_on() {
     fs::write(w.path("after-gc.txt"), "x").unwrap();
     let id = w.checkpoint("after gc");
     assert_eq!(
-        ok(&["cat", w.store(), &format!("{id}:ws/src/a.py")]),
+        ok(["cat", w.store(), &format!("{id}:ws/src/a.py")]),
         "print(1)\n".repeat(500)
     );
-    assert!(ok(&["verify", w.store()]).contains("0 findings"));
-    let o = run(&["doctor", w.store(), "--json"]);
+    assert!(ok(["verify", w.store()]).contains("0 findings"));
+    let o = run(["doctor", w.store(), "--json"]);
     let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let problems: Vec<&serde_json::Value> = d["findings"]
         .as_array()
@@ -86,51 +68,24 @@ fn gc_keeps_what_a_live_workspace_stands_on() {
 fn checkpoint_of_a_live_workspace_under_faults() {
     let w = Workspace::new(populate);
     fs::write(w.path("count.txt"), "0").unwrap();
-    let o = Command::new(bin())
-        .args(["checkpoint", w.room(), "-m", "count"])
-        .env("CKPTFS_FAULT", "count")
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    let steps: u64 = String::from_utf8_lossy(&o.stderr)
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("ckptfs: io steps: ")
-                .map(|n| n.trim().parse().unwrap())
-        })
-        .expect("step count");
-    let points: Vec<u64> = (0..12).map(|i| 1 + i * (steps - 1) / 11).collect();
+    let steps = io_steps(["checkpoint", w.room(), "-m", "count"]);
+    let points = spread(steps, 12);
     let mut n_iter = 0;
     for mode in ["fail", "abort"] {
         for &n in &points {
             n_iter += 1;
             let content = format!("iteration {n_iter}");
             fs::write(w.path("count.txt"), &content).unwrap();
-            let old = head_of(w.store());
-            let o = Command::new("sh")
-                .arg("-c")
-                .arg("ulimit -c 0; exec \"$@\"")
-                .arg("sh")
-                .arg(bin())
-                .args(["checkpoint", w.room(), "-m", "faulty"])
-                .env("CKPTFS_FAULT", format!("{mode}:{n}"))
-                .output()
-                .unwrap();
-            let ctx = format!(
-                "checkpoint {mode}:{n}/{steps}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            let r = run(&["recover", w.store()]);
-            assert!(
-                r.status.success(),
-                "{ctx}: recover: {}",
-                String::from_utf8_lossy(&r.stderr)
-            );
-            assert!(ok(&["verify", w.store()]).contains("0 findings"), "{ctx}");
-            let new = head_of(w.store());
+            let old = head(w.store(), "main").unwrap();
+            let o = run_fault(["checkpoint", w.room(), "-m", "faulty"], mode, n);
+            let ctx = format!("checkpoint {mode}:{n}/{steps}: {}", stderr(&o));
+            let r = run(["recover", w.store()]);
+            assert!(r.status.success(), "{ctx}: recover: {}", stderr(&r));
+            assert!(ok(["verify", w.store()]).contains("0 findings"), "{ctx}");
+            let new = head(w.store(), "main").unwrap();
             if new != old {
                 assert_eq!(
-                    ok(&["cat", w.store(), &format!("{new}:ws/count.txt")]),
+                    ok(["cat", w.store(), &format!("{new}:ws/count.txt")]),
                     content,
                     "{ctx}: new head is not the workspace's state"
                 );
@@ -138,7 +93,7 @@ fn checkpoint_of_a_live_workspace_under_faults() {
             // The workspace keeps working: the next checkpoint records the same state.
             let id = w.checkpoint("after fault");
             assert_eq!(
-                ok(&["cat", w.store(), &format!("{id}:ws/count.txt")]),
+                ok(["cat", w.store(), &format!("{id}:ws/count.txt")]),
                 content,
                 "{ctx}"
             );
@@ -146,21 +101,9 @@ fn checkpoint_of_a_live_workspace_under_faults() {
     }
 }
 
-fn head_of(store: &str) -> String {
-    let v: serde_json::Value =
-        serde_json::from_str(&ok(&["branch", "list", store, "--json"])).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["name"] == "main")
-        .and_then(|b| b["head"].as_str())
-        .unwrap()
-        .to_string()
-}
-
 /// The branch the workspace at `room` shows, by its state file and its mounts.
 fn shown_branch(w: &Workspace) -> String {
-    let st: serde_json::Value = serde_json::from_str(&ok(&["status", w.room(), "--json"])).unwrap();
+    let st = ok_json(["status", w.room()]);
     let row = &st.as_array().unwrap()[0];
     assert_eq!(row["live"], true, "{st}");
     row["branch"].as_str().unwrap().to_string()
@@ -171,47 +114,20 @@ fn switch_under_faults_leaves_the_old_workspace_or_the_new_one() {
     let w = Workspace::new(populate);
     fs::write(w.path("notes.md"), "main\n").unwrap();
     w.checkpoint("main");
-    let main_head = head_of(w.store());
-    ok(&["fork", w.store(), "main", "--name", "alt"]);
-    ok(&["switch", w.room(), "--to", "alt"]);
+    let main_head = head(w.store(), "main").unwrap();
+    ok(["fork", w.store(), "main", "--name", "alt"]);
+    ok(["switch", w.room(), "--to", "alt"]);
     fs::write(w.path("notes.md"), "alt\n").unwrap();
     w.checkpoint("alt");
-    ok(&["switch", w.room(), "--to", "main"]);
-    let o = Command::new(bin())
-        .args(["switch", w.room(), "--to", "alt"])
-        .env("CKPTFS_FAULT", "count")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let steps: u64 = String::from_utf8_lossy(&o.stderr)
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("ckptfs: io steps: ")
-                .map(|n| n.trim().parse().unwrap())
-        })
-        .expect("step count");
-    ok(&["switch", w.room(), "--to", "main"]);
+    ok(["switch", w.room(), "--to", "main"]);
+    let steps = io_steps(["switch", w.room(), "--to", "alt"]);
+    ok(["switch", w.room(), "--to", "main"]);
     for mode in ["fail", "abort"] {
         for n in 1..=steps {
-            let o = Command::new("sh")
-                .arg("-c")
-                .arg("ulimit -c 0; exec \"$@\"")
-                .arg("sh")
-                .arg(bin())
-                .args(["switch", w.room(), "--to", "alt"])
-                .env("CKPTFS_FAULT", format!("{mode}:{n}"))
-                .output()
-                .unwrap();
-            let ctx = format!(
-                "switch {mode}:{n}/{steps}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            let r = run(&["recover", w.store()]);
-            assert!(
-                r.status.success(),
-                "{ctx}: recover: {}",
-                String::from_utf8_lossy(&r.stderr)
-            );
+            let o = run_fault(["switch", w.room(), "--to", "alt"], mode, n);
+            let ctx = format!("switch {mode}:{n}/{steps}: {}", stderr(&o));
+            let r = run(["recover", w.store()]);
+            assert!(r.status.success(), "{ctx}: recover: {}", stderr(&r));
             // Old state or new state: the room shows one whole branch, and status agrees.
             let notes = fs::read_to_string(w.path("notes.md")).unwrap();
             let branch = shown_branch(&w);
@@ -220,7 +136,7 @@ fn switch_under_faults_leaves_the_old_workspace_or_the_new_one() {
                 "alt" => assert_eq!(notes, "alt\n", "{ctx}"),
                 other => panic!("{ctx}: unexpected branch {other}"),
             }
-            assert!(ok(&["verify", w.store()]).contains("0 findings"), "{ctx}");
+            assert!(ok(["verify", w.store()]).contains("0 findings"), "{ctx}");
             let detached = format!("{}/run/detached/", w.store());
             assert!(
                 !fs::read_to_string("/proc/self/mountinfo")
@@ -229,9 +145,9 @@ fn switch_under_faults_leaves_the_old_workspace_or_the_new_one() {
                 "{ctx}: an old overlay was left mounted under run/detached"
             );
             if branch == "alt" {
-                ok(&["switch", w.room(), "--to", "main"]);
+                ok(["switch", w.room(), "--to", "main"]);
             }
-            assert_eq!(head_of(w.store()), main_head, "{ctx}");
+            assert_eq!(head(w.store(), "main").unwrap(), main_head, "{ctx}");
         }
     }
 }
@@ -248,15 +164,15 @@ fn checkpoints_and_gc_run_side_by_side() {
         });
         sc.spawn(|| {
             for _ in 0..8 {
-                ok(&["gc", w.store(), "--keep-last", "2"]);
+                ok(["gc", w.store(), "--keep-last", "2"]);
             }
         });
     });
-    assert!(ok(&["verify", w.store()]).contains("0 findings"));
+    assert!(ok(["verify", w.store()]).contains("0 findings"));
     let id = w.checkpoint("last");
     for i in 0..8 {
         assert_eq!(
-            ok(&["cat", w.store(), &format!("{id}:ws/turn{i}.txt")]),
+            ok(["cat", w.store(), &format!("{id}:ws/turn{i}.txt")]),
             format!("turn {i}\n")
         );
     }
@@ -271,25 +187,15 @@ fn gc_never_removes_what_an_open_browse_view_shows() {
     fs::create_dir_all(&room).unwrap();
     fs::create_dir_all(&mnt).unwrap();
     let (st, rm, mn) = (s(&store), s(&room), s(&mnt));
-    ok(&["init", st, "--root", &format!("ws={rm}")]);
+    ok(["init", st, "--root", &format!("ws={rm}")]);
     let mut ids = Vec::new();
     for i in 0..4 {
         fs::write(room.join("f.txt"), format!("version {i}\n")).unwrap();
-        let out = ok(&["capture", st, "--json"]);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        ids.push(v["id"].as_str().unwrap().to_string());
+        ids.push(capture(st, &[]));
     }
-    ok(&["browse", st, mn]);
-    struct Unmount<'a>(&'a str);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new(bin()).args(["umount", self.0]).output();
-            let _ = Command::new("umount").args(["-l", self.0]).output();
-        }
-    }
-    let guard = Unmount(mn);
-    let gc: serde_json::Value =
-        serde_json::from_str(&ok(&["gc", st, "--keep-last", "1", "--json"])).unwrap();
+    ok(["browse", st, mn]);
+    let guard = MountGuard::new(&mnt);
+    let gc = ok_json(["gc", st, "--keep-last", "1"]);
     for (i, id) in ids.iter().enumerate() {
         let p = mnt.join("checkpoints").join(id).join("ws/f.txt");
         let got = fs::read_to_string(&p);
@@ -297,8 +203,8 @@ fn gc_never_removes_what_an_open_browse_view_shows() {
     }
     drop(guard);
     // Without the view, the same policy prunes the old ones.
-    ok(&["gc", st, "--keep-last", "1"]);
-    assert!(ok(&["verify", st]).contains("0 findings"));
+    ok(["gc", st, "--keep-last", "1"]);
+    assert!(ok(["verify", st]).contains("0 findings"));
     assert_eq!(
         fs::read_dir(store.join("checkpoints")).unwrap().count(),
         1,
@@ -331,17 +237,6 @@ fn lower_pins(store: &str) -> Vec<Vec<String>> {
     out
 }
 
-/// Waits (up to 10 s) until `cond` holds.
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..100 {
-        if cond() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    panic!("timed out waiting until {what}");
-}
-
 /// A process working in a workspace that `umount` detached (it had its cwd there) keeps
 /// reading the old base through the lower view; gc keeps that base while it does, and prunes
 /// it once the process has left.
@@ -349,26 +244,20 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 fn gc_keeps_the_base_a_detached_overlay_still_reads() {
     let w = Workspace::new(populate);
     let first = checkpoints(w.store())[0].clone();
-    let mut inside = Command::new("sleep")
-        .arg("600")
-        .current_dir(&w.room)
-        .spawn()
-        .unwrap();
-    struct Kill<'a>(&'a mut std::process::Child);
-    impl Drop for Kill<'_> {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let pid = inside.id();
-    let guard = Kill(&mut inside);
+    let inside = KillOnDrop(
+        Command::new("sleep")
+            .arg("600")
+            .current_dir(&w.room)
+            .spawn()
+            .unwrap(),
+    );
+    let pid = inside.0.id();
     fs::write(w.path("turn.txt"), "turn\n").unwrap();
     let head = w.checkpoint("turn");
-    ok(&["umount", w.room()]);
+    ok(["umount", w.room()]);
     // Resumed: every change is in the head, so the head is the new base, and the first
     // checkpoint is neither a base nor a head any more.
-    ok(&["mount", w.store(), "--branch", "main"]);
+    ok(["mount", w.store(), "--branch", "main"]);
     let st = fs::read_to_string(format!("{}/upper/main/base.json", w.store())).unwrap();
     assert!(st.contains(&head), "{st}");
     assert!(
@@ -376,22 +265,22 @@ fn gc_keeps_the_base_a_detached_overlay_still_reads() {
         "{:?}",
         lower_pins(w.store())
     );
-    let gc = ok(&["gc", w.store(), "--keep-last", "1", "--json"]);
+    let gc = ok(["gc", w.store(), "--keep-last", "1", "--json"]);
     assert!(checkpoints(w.store()).contains(&first), "{gc}");
     let old = format!("/proc/{pid}/cwd/src/a.py");
     assert_eq!(fs::read_to_string(&old).unwrap(), "print(1)\n".repeat(500));
-    drop(guard);
+    drop(inside);
     // The detached overlay goes with its last user, the old lower view with it.
     eventually("no lower view pins the first checkpoint", || {
         !lower_pins(w.store()).iter().any(|p| p.contains(&first))
     });
-    let gc = ok(&["gc", w.store(), "--keep-last", "1", "--json"]);
+    let gc = ok(["gc", w.store(), "--keep-last", "1", "--json"]);
     assert!(!checkpoints(w.store()).contains(&first), "{gc}");
     assert_eq!(
         fs::read_to_string(w.path("src/a.py")).unwrap(),
         "print(1)\n".repeat(500)
     );
-    assert!(ok(&["verify", w.store()]).contains("0 findings"));
+    assert!(ok(["verify", w.store()]).contains("0 findings"));
 }
 
 /// After `switch`, the lower view keeps the old base pinned while the kernel holds its
@@ -401,14 +290,14 @@ fn gc_keeps_the_base_a_detached_overlay_still_reads() {
 fn the_lower_view_unpins_a_base_the_kernel_forgot() {
     let w = Workspace::new(populate);
     let first = checkpoints(w.store())[0].clone();
-    ok(&["fork", w.store(), &first, "--name", "other"]);
+    ok(["fork", w.store(), &first, "--name", "other"]);
     fs::write(w.path("turn.txt"), "turn\n").unwrap();
     let head = w.checkpoint("turn");
     // A new mount's base is the head it was mounted at: remount so main stands on `head`.
-    ok(&["umount", w.room()]);
-    ok(&["mount", w.store(), "--branch", "main"]);
+    ok(["umount", w.room()]);
+    ok(["mount", w.store(), "--branch", "main"]);
     assert_eq!(lower_pins(w.store()), vec![vec![head.clone()]]);
-    ok(&["switch", w.room(), "--to", "other"]);
+    ok(["switch", w.room(), "--to", "other"]);
     // The kernel still caches the old overlay's lower directory: both stay pinned.
     let mut both = vec![first.clone(), head.clone()];
     both.sort();

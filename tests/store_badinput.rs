@@ -1,11 +1,11 @@
 //! Bad input: every case gets one line naming the thing at fault, exit 2 for usage errors
 //! and 1 otherwise, and never a panic.
 
-mod common;
+mod support;
 
 use std::fs;
 
-use common::*;
+use support::*;
 
 #[test]
 fn bad_stores() {

@@ -2,7 +2,7 @@
 //! keeps changing fails the capture naming it with the store unchanged, two captures at once
 //! serialize, several roots are one atomic checkpoint, progress shows on a terminal.
 
-mod common;
+mod support;
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::*;
+use support::*;
 
 #[test]
 fn sockets_and_fifos_fail_closed_unless_excluded() {

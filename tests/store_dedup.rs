@@ -1,12 +1,12 @@
 //! Dedup and incremental capture: an unchanged tree adds no object and reads no file; an
 //! append to a big file adds about one chunk; identical content is stored once.
 
-mod common;
+mod support;
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 
-use common::*;
+use support::*;
 
 #[test]
 fn unchanged_tree_adds_nothing_and_reads_nothing() {

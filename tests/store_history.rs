@@ -1,12 +1,12 @@
 //! History and inspection: log, show, ls, cat, diff, labels (immutable), branches, short ids,
 //! `--json` on every listing.
 
-mod common;
+mod support;
 
 use std::fs;
 
-use common::*;
 use serde_json::json;
+use support::*;
 
 #[test]
 fn labels_are_immutable() {

@@ -3,12 +3,12 @@
 //! mutating command refuses until `recover`, and `recover` leaves either the old state or the
 //! new one, never a mix, and never loses the original directory.
 
-mod common;
+mod support;
 
 use std::fs;
 use std::path::Path;
 
-use common::*;
+use support::*;
 
 fn staging_leftovers(dir: &Path) -> Vec<String> {
     fs::read_dir(dir)
@@ -27,23 +27,24 @@ fn interrupted_restore_is_rolled_back_at_every_crash_point() {
 
     let mut rolled_back_from_aside = false;
     let mut completed_at = None;
-    for n in 1..=40u32 {
+    for n in 1..=40u64 {
         let work = env.path(&format!("work-{n}"));
         let dest = work.join("dest");
         write(&dest.join("original.txt"), b"the user's data");
         fs::create_dir(dest.join("nested")).unwrap();
         let original = snapshot(&dest);
 
-        let o = cmd([
-            "restore",
-            &env.s(),
-            &id,
-            "--to",
-            &dest.display().to_string(),
-        ])
-        .env("CKPTFS_FAULT", format!("abort:{n}"))
-        .output()
-        .unwrap();
+        let o = run_fault(
+            [
+                "restore",
+                &env.s(),
+                &id,
+                "--to",
+                &dest.display().to_string(),
+            ],
+            "abort",
+            n,
+        );
         if o.status.success() {
             completed_at = Some(n);
             assert_trees_equal(env.ws(), &dest);
@@ -103,11 +104,8 @@ fn interrupted_capture_leaves_old_or_new_state() {
     write(&env.ws().join("more/new.bin"), &random_bytes(2, 300_000));
 
     let mut completed = false;
-    for n in 1..=40u32 {
-        let o = cmd(["capture", &env.s(), "--json"])
-            .env("CKPTFS_FAULT", format!("abort:{n}"))
-            .output()
-            .unwrap();
+    for n in 1..=40u64 {
+        let o = run_fault(["capture", &env.s(), "--json"], "abort", n);
         if o.status.success() {
             completed = true;
             break;
@@ -148,10 +146,7 @@ fn interrupted_capture_leaves_old_or_new_state() {
     assert!(completed, "capture never completed within 40 I/O steps");
     ok(["verify", &env.s()]);
     // Injected I/O errors (not crashes) fail cleanly and leave no marker behind.
-    let o = cmd(["capture", &env.s()])
-        .env("CKPTFS_FAULT", "fail:3")
-        .output()
-        .unwrap();
+    let o = run_fault(["capture", &env.s()], "fail", 3);
     assert_error_output(&["capture".into()], &o, 1);
     assert!(!env.store.join("run/RUNNING.json").exists());
     env.capture_id(&[]);

@@ -2,14 +2,14 @@
 //! (ns), owners, symlinks (relative, dangling, absolute), xattrs, empty dirs, hidden files,
 //! awkward names and sparse files. Run for both compression settings.
 
-mod common;
+mod support;
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use common::*;
+use support::*;
 
 /// Builds a tree exercising everything a restore must reproduce.
 fn rich_tree(root: &Path) {

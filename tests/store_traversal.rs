@@ -2,14 +2,14 @@
 //! NUL is rejected when decoded (ls, cat, restore, verify), and restore never writes outside
 //! DIR even when DIR, or what sits at DIR, contains symlinks.
 
-mod common;
+mod support;
 
 use std::fs;
 use std::os::unix::fs::symlink;
 
 use ckptfs::store::tree::{Chunk, Entry, EntryKind, Tree};
 use ckptfs::ObjectId;
-use common::*;
+use support::*;
 
 fn file_entry(name: &[u8], chunk: ObjectId, len: u32) -> Entry {
     Entry {

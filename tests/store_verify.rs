@@ -1,12 +1,12 @@
 //! Corruption detection: verify re-hashes everything and reports every finding with the
 //! checkpoint paths that use it; reads never return wrong bytes; restore checks first.
 
-mod common;
+mod support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use common::*;
+use support::*;
 
 fn chunk_of(env: &Env, spec: &str) -> String {
     let ls = ok_json(["ls", &env.s(), spec]);

@@ -1,14 +1,14 @@
 //! The browse namespace (`ckptfs browse`) and the library API that live workspaces use to put
 //! a kernel overlay on top of it.
 
-mod view_common;
+mod support;
 
 use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use view_common::*;
+use support::*;
 
 fn link(p: PathBuf) -> String {
     fs::read_link(p).unwrap().to_string_lossy().into_owned()
@@ -16,10 +16,10 @@ fn link(p: PathBuf) -> String {
 
 #[test]
 fn browse_shows_history_and_new_checkpoints_without_remounting() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     let mp = f.dir("browse");
     let _g = MountGuard::new(&mp);
-    ck_ok(&["browse", f.store_str(), mp.to_str().unwrap()]);
+    ok(["browse", f.store_str(), mp.to_str().unwrap()]);
     let mut top: Vec<String> = fs::read_dir(&mp)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -66,24 +66,24 @@ fn browse_shows_history_and_new_checkpoints_without_remounting() {
     let e = fs::create_dir(mp.join("labels/new")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
     // status lists the browse mount.
-    assert!(ck_ok(&["status", f.store_str()]).contains("browse"));
+    assert!(ok(["status", f.store_str()]).contains("browse"));
 }
 
 #[test]
 fn library_api_serves_an_overlay_lower_inside_the_store() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     let store = ckptfs::Store::open(&f.store).unwrap();
     let lower = store.run_dir().join("lower");
     fs::create_dir_all(&lower).unwrap();
     let _g = MountGuard::new(&lower);
     let opts = ckptfs::daemon::StartOptions {
-        exe: Some(BIN.into()),
+        exe: Some(bin().into()),
         ..Default::default()
     };
     let state =
         ckptfs::daemon::start(&store, &ckptfs::view::Namespace::Browse, &lower, &opts).unwrap();
     assert_eq!(state.mountpoint, lower);
-    assert!(mounted(&lower).is_some());
+    assert!(mounted(&lower));
     let id = link(lower.join("latest"))
         .trim_start_matches("checkpoints/")
         .to_string();
@@ -120,18 +120,18 @@ fn library_api_serves_an_overlay_lower_inside_the_store() {
     // ensure_browse is idempotent while it is mounted, and starts it again after a stop.
     ckptfs::daemon::ensure_browse(&store, &lower).unwrap();
     ckptfs::daemon::stop(&lower).unwrap();
-    assert!(mounted(&lower).is_none());
-    std::env::set_var("CKPTFS_EXE", BIN);
+    assert!(!mounted(&lower));
+    std::env::set_var("CKPTFS_EXE", bin());
     ckptfs::daemon::ensure_browse(&store, &lower).unwrap();
-    assert!(mounted(&lower).is_some());
+    assert!(mounted(&lower));
     ckptfs::daemon::stop(&lower).unwrap();
-    assert!(mounted(&lower).is_none());
+    assert!(!mounted(&lower));
 }
 
 #[test]
 fn browse_refuses_a_mountpoint_inside_the_store_outside_run() {
-    let f = Fixture::new();
-    let o = ck(&[
+    let f = ViewFixture::new();
+    let o = run([
         "browse",
         f.store_str(),
         f.store.join("refs").to_str().unwrap(),

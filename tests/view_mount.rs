@@ -1,7 +1,7 @@
 //! Real FUSE mounts of one checkpoint root (`ckptfs mount`): fidelity, tools, EROFS, inodes,
 //! concurrency, corruption, signals, mountpoint rules.
 
-mod view_common;
+mod support;
 
 use std::fs;
 use std::io::{Read, Write};
@@ -10,11 +10,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use view_common::*;
+use support::*;
 
 #[test]
 fn mount_is_a_byte_exact_copy_and_tools_work() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     let g = f.mount("mnt");
     let mp = g.mp.to_str().unwrap();
     assert_trees_equal(&f.src, &g.mp);
@@ -51,7 +51,7 @@ fn mount_is_a_byte_exact_copy_and_tools_work() {
 
 #[test]
 fn every_write_fails_with_erofs() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     let g = f.mount("mnt");
     let m = &g.mp;
     let erofs = |what: &str, r: std::io::Result<()>| {
@@ -107,7 +107,7 @@ fn every_write_fails_with_erofs() {
 
 #[test]
 fn inodes_are_stable_across_walks_and_remounts() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     let first;
     {
         let g = f.mount("mnt");
@@ -120,7 +120,7 @@ fn inodes_are_stable_across_walks_and_remounts() {
 
 #[test]
 fn eight_concurrent_readers_get_correct_bytes() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     let g = f.mount("mnt");
     let files = ["big.bin", "f300000.bin", "f65537.bin", "dir/needle.txt"];
     std::thread::scope(|s| {
@@ -149,7 +149,7 @@ fn eight_concurrent_readers_get_correct_bytes() {
 
 #[test]
 fn corrupted_object_gives_eio_for_that_file_only() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     let victim = fs::read(f.src.join("victim.txt")).unwrap();
     let store = ckptfs::Store::open(&f.store).unwrap();
     let (obj, _) = store
@@ -187,7 +187,7 @@ fn corrupted_object_gives_eio_for_that_file_only() {
 }
 
 fn daemon_pid(store: &str, mp: &Path) -> i32 {
-    let v: serde_json::Value = serde_json::from_str(&ck_ok(&["status", store, "--json"])).unwrap();
+    let v = ok_json(["status", store]);
     v.as_array()
         .unwrap()
         .iter()
@@ -198,37 +198,37 @@ fn daemon_pid(store: &str, mp: &Path) -> i32 {
 
 #[test]
 fn sigterm_and_sigkill_leave_no_mount_behind() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGKILL] {
         let g = f.mount("mnt");
         let pid = daemon_pid(f.store_str(), &g.mp);
         sh(&format!("kill -{sig} {pid}"));
         assert!(
-            wait_for(Duration::from_secs(20), || mounted(&g.mp).is_none()),
+            wait_for(Duration::from_secs(20), || !mounted(&g.mp)),
             "still mounted after signal {sig}"
         );
         // The mountpoint is usable again, not a dead "transport endpoint".
         assert!(fs::read_dir(&g.mp).unwrap().next().is_none());
     }
-    assert_eq!(ck_ok(&["status", f.store_str(), "--json"]).trim(), "[]");
+    assert_eq!(ok(["status", f.store_str(), "--json"]).trim(), "[]");
 }
 
 #[test]
 fn mounts_at_the_recorded_root_path_and_with_at() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     assert!(!f.room.exists());
     let g = MountGuard::new(&f.room);
-    let out = ck_ok(&["mount", f.store_str(), "first"]);
+    let out = ok(["mount", f.store_str(), "first"]);
     assert!(out.contains(f.room.to_str().unwrap()), "{out}");
-    assert!(mounted(&f.room).unwrap().starts_with("ckptfs:"));
+    assert!(mount_source(&f.room).unwrap().starts_with("ckptfs:"));
     assert_trees_equal(&f.src, &f.room);
-    ck_ok(&["umount", f.room.to_str().unwrap()]);
-    assert!(mounted(&f.room).is_none());
+    ok(["umount", f.room.to_str().unwrap()]);
+    assert!(!mounted(&f.room));
     drop(g);
     // --at and a positional MOUNTPOINT both mount elsewhere.
     let at = f.dir("elsewhere");
     let g = MountGuard::new(&at);
-    ck_ok(&[
+    ok([
         "mount",
         f.store_str(),
         "first:work",
@@ -239,16 +239,16 @@ fn mounts_at_the_recorded_root_path_and_with_at() {
     drop(g);
     let pos = f.dir("positional");
     let g = MountGuard::new(&pos);
-    ck_ok(&["mount", f.store_str(), "first", pos.to_str().unwrap()]);
+    ok(["mount", f.store_str(), "first", pos.to_str().unwrap()]);
     assert_trees_equal(&f.src, &pos);
     drop(g);
 }
 
 #[test]
 fn clear_errors_for_bad_mountpoints() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     let inside = f.store.join("objects");
-    let o = ck(&[
+    let o = run([
         "mount",
         f.store_str(),
         "first",
@@ -261,7 +261,7 @@ fn clear_errors_for_bad_mountpoints() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 
     let missing = f.dir.path().join("missing");
-    let o = ck(&[
+    let o = run([
         "mount",
         f.store_str(),
         "first",
@@ -271,7 +271,7 @@ fn clear_errors_for_bad_mountpoints() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("mountpoint"));
 
     let g = f.mount("busy");
-    let o = ck(&[
+    let o = run([
         "mount",
         f.store_str(),
         "first",
@@ -281,7 +281,7 @@ fn clear_errors_for_bad_mountpoints() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("busy"), "{err}");
 
-    let o = ck(&[
+    let o = run([
         "mount",
         f.store_str(),
         "nosuchlabel",
@@ -290,7 +290,7 @@ fn clear_errors_for_bad_mountpoints() {
     ]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("nosuchlabel"));
 
-    let o = ck(&["umount", f.dir.path().to_str().unwrap()]);
+    let o = run(["umount", f.dir.path().to_str().unwrap()]);
     assert!(!o.status.success());
 }
 
@@ -305,7 +305,7 @@ fn materialized_fds(pid: i32) -> usize {
 
 #[test]
 fn big_files_are_read_through_a_materialized_copy_with_passthrough() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     let g = f.mount("mnt");
     let pid = daemon_pid(f.store_str(), &g.mp);
     let want = fs::read(f.src.join("big.bin")).unwrap();
@@ -355,7 +355,7 @@ fn big_files_are_read_through_a_materialized_copy_with_passthrough() {
     // A file system with --file-cache-size 0 reads the same bytes without copies.
     let mp2 = f.dir("nocopy");
     let g2 = MountGuard::new(&mp2);
-    ck_ok(&[
+    ok([
         "mount",
         f.store_str(),
         "first:work",
@@ -371,7 +371,7 @@ fn big_files_are_read_through_a_materialized_copy_with_passthrough() {
 
 #[test]
 fn corrupt_chunk_of_a_big_file_gives_eio_and_no_copy() {
-    let f = Fixture::new();
+    let f = ViewFixture::new();
     let store = ckptfs::Store::open(&f.store).unwrap();
     let loc = ckptfs::ops::walk::locate(&store, "first:work/big.bin").unwrap();
     let chunks = match loc.entry.unwrap().kind {

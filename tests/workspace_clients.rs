@@ -2,12 +2,12 @@
 //! Each one works in the mount, survives a checkpoint and a switch away and back, and its data
 //! is byte-exact afterwards.
 
-mod wscommon;
+mod support;
 
 use std::fs;
 use std::process::Command;
 
-use wscommon::{ok, sh, Workspace};
+use support::*;
 
 fn seed(room: &std::path::Path) {
     fs::create_dir_all(room.join("proj")).unwrap();
@@ -17,9 +17,9 @@ fn seed(room: &std::path::Path) {
 /// Checkpoint, switch to a fork, switch back: the workspace must show the checkpoint again.
 fn round_trip_through_switch(w: &Workspace) {
     let id = w.checkpoint("client state");
-    ok(&["fork", w.store(), &id, "--name", "elsewhere"]);
-    ok(&["switch", w.room(), "--to", "elsewhere"]);
-    ok(&["switch", w.room(), "--to", "main"]);
+    ok(["fork", w.store(), &id, "--name", "elsewhere"]);
+    ok(["switch", w.room(), "--to", "elsewhere"]);
+    ok(["switch", w.room(), "--to", "main"]);
 }
 
 #[test]
@@ -103,7 +103,7 @@ fn sqlite_wal_and_rollback_journal() {
     }
     // The checkpoint itself holds a consistent database: restore it and check it there.
     let out = w.tmp.path().join("restored");
-    ok(&["restore", w.store(), "main", "--to", out.to_str().unwrap()]);
+    ok(["restore", w.store(), "main", "--to", out.to_str().unwrap()]);
     assert_eq!(
         sqlite(&out.join("journal.db"), "SELECT count(*) FROM t;"),
         "10000"
@@ -204,20 +204,15 @@ fn sqlite_updates_store_only_the_blocks_they_touch() {
         &db,
         "BEGIN; UPDATE kv SET v = printf('%.2000c', 'x') WHERE id % 200 = 7; COMMIT;",
     );
-    let out = ok(&["checkpoint", w.room(), "-m", "update", "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = w.checkpoint_json("update");
     let new_bytes = v["checkpoint"]["stats"]["new_bytes"].as_u64().unwrap();
     assert!(
         new_bytes < 40 * 16384,
         "20 rewritten rows added {new_bytes} bytes to the store"
     );
     let id = v["id"].as_str().unwrap();
-    let o = Command::new(wscommon::bin())
-        .args(["cat", w.store(), &format!("{id}:ws/agent.sqlite")])
-        .output()
-        .unwrap();
     assert!(
-        o.stdout == fs::read(&db).unwrap(),
+        w.cat(id, "agent.sqlite") == fs::read(&db).unwrap(),
         "the database differs in the checkpoint"
     );
 }
@@ -305,8 +300,8 @@ fn git_index_stays_fresh_across_capture_switch_and_remount() {
     assert_eq!(stale(), "", "files stat-dirty after a switch away and back");
 
     // A remount drops the checkpointed upper layer: every file now comes from the store.
-    ok(&["umount", w.room()]);
-    ok(&["mount", w.store(), "--branch", "main"]);
+    ok(["umount", w.room()]);
+    ok(["mount", w.store(), "--branch", "main"]);
     assert!(
         fs::read_dir(w.store.join("upper/main/ws")).map_or(true, |mut d| d.next().is_none()),
         "the upper layer was not dropped, so the remount proves nothing"

@@ -2,18 +2,14 @@
 //! captured whole (one of its states, never a mix), it runs on afterwards, and a checkpoint
 //! killed while the cgroup is frozen leaves it frozen only until `recover`.
 
-mod common;
-mod wscommon;
+mod support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wscommon::{
-    holder, lines_all_equal, modified, ok, run, wait_until_rewritten, KillOnDrop, Workspace,
-    REWRITER,
-};
+use support::*;
 
 /// A fresh cgroup (v2 if mounted, else v1's freezer) holding a writer process; the writer is
 /// killed and the cgroup thawed and removed on drop, even after a failed assert.
@@ -97,14 +93,10 @@ impl Drop for Cgroup {
 
 /// Asserts that checkpoint `id` (the `i`th) holds one whole state of a `REWRITER`'s `db.bin`.
 fn assert_one_state(w: &Workspace, id: &str, i: usize) {
-    let o = Command::new(wscommon::bin())
-        .args(["cat", w.store(), &format!("{id}:ws/db.bin")])
-        .output()
-        .unwrap();
-    assert!(o.status.success());
-    assert_eq!(o.stdout.len(), 13 * 80000);
+    let data = w.cat(id, "db.bin");
+    assert_eq!(data.len(), 13 * 80000);
     assert!(
-        lines_all_equal(&o.stdout),
+        lines_all_equal(&data),
         "checkpoint {i} captured a mix of two states of the file"
     );
 }
@@ -128,16 +120,14 @@ fn a_frozen_cgroup_is_captured_at_one_instant_and_thawed() {
     };
     let dir = cg.dir.to_str().unwrap().to_string();
     for i in 0..5 {
-        let out = ok(&[
+        let v = ok_json([
             "checkpoint",
             w.room(),
             "-m",
             &format!("frozen {i}"),
             "--freeze-cgroup",
             &dir,
-            "--json",
         ]);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_one_state(&w, v["id"].as_str().unwrap(), i);
         // Thawed: the writer goes on.
         assert!(
@@ -155,12 +145,12 @@ fn a_frozen_cgroup_is_captured_at_one_instant_and_thawed() {
         }
     }
     // A directory that is not a cgroup is refused with its name, and nothing is recorded.
-    let heads = ok(&["log", w.store(), "--branch", "main"]);
-    let o = run(&["checkpoint", w.room(), "--freeze-cgroup", "/tmp"]);
+    let heads = ok(["log", w.store(), "--branch", "main"]);
+    let o = run(["checkpoint", w.room(), "--freeze-cgroup", "/tmp"]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--freeze-cgroup /tmp"), "{err}");
-    assert_eq!(ok(&["log", w.store(), "--branch", "main"]), heads);
+    assert_eq!(ok(["log", w.store(), "--branch", "main"]), heads);
 }
 
 #[test]
@@ -173,16 +163,16 @@ fn recover_thaws_a_cgroup_left_frozen_by_a_killed_checkpoint() {
     // (the rewritten file's new chunk is written while the writers stand still).
     let mut crashed_frozen = false;
     for n in 1..40 {
-        let o = Command::new(wscommon::bin())
-            .args(["checkpoint", w.room(), "--freeze-cgroup", &dir])
-            .env("CKPTFS_FAULT", format!("abort:{n}"))
-            .output()
-            .unwrap();
+        let o = run_fault(
+            ["checkpoint", w.room(), "--freeze-cgroup", &dir],
+            "abort",
+            n,
+        );
         if o.status.success() {
             break;
         }
         let frozen = cg.frozen();
-        let rec = ok(&["recover", w.store()]);
+        let rec = ok(["recover", w.store()]);
         if frozen {
             assert!(rec.contains("thawed cgroup"), "{rec}");
             assert!(!cg.frozen(), "recover left the cgroup frozen: {rec}");
@@ -191,7 +181,7 @@ fn recover_thaws_a_cgroup_left_frozen_by_a_killed_checkpoint() {
         }
     }
     assert!(crashed_frozen, "no injected crash happened while frozen");
-    assert!(ok(&["checkpoint", w.room(), "--freeze-cgroup", &dir]).contains("checkpoint"));
+    assert!(ok(["checkpoint", w.room(), "--freeze-cgroup", &dir]).contains("checkpoint"));
 }
 
 /// The writers are held only for a second pass: a big file changed before the checkpoint is
@@ -204,27 +194,25 @@ fn the_frozen_pass_reads_only_what_changed_after_the_first() {
     };
     cg.spawn("import time\nwhile True: time.sleep(1)", &[]);
     let dir = cg.dir.to_str().unwrap().to_string();
-    let big = common::random_bytes(7, 24 << 20);
+    let big = random_bytes(7, 24 << 20);
     fs::write(w.path("big.bin"), &big).unwrap();
     fs::write(w.path("small.txt"), b"changed\n").unwrap();
     // Past the clock tick the files were stamped in, so the first pass's keys are settled.
     std::thread::sleep(Duration::from_millis(30));
-    let out = ok(&["checkpoint", w.room(), "--freeze-cgroup", &dir, "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert!(v["files_read"].as_u64().unwrap() >= 2, "{out}");
+    let v = ok_json(["checkpoint", w.room(), "--freeze-cgroup", &dir]);
+    assert!(v["files_read"].as_u64().unwrap() >= 2, "{v}");
     assert_eq!(
         v["held"]["files_read"], 0,
-        "the frozen pass read again: {out}"
+        "the frozen pass read again: {v}"
     );
-    assert_eq!(v["held"]["bytes_read"], 0, "{out}");
+    assert_eq!(v["held"]["bytes_read"], 0, "{v}");
     let id = v["id"].as_str().unwrap();
-    let got = ok(&["cat", w.store(), &format!("{id}:ws/small.txt")]);
+    let got = ok(["cat", w.store(), &format!("{id}:ws/small.txt")]);
     assert_eq!(got, "changed\n");
-    let o = Command::new(wscommon::bin())
-        .args(["cat", w.store(), &format!("{id}:ws/big.bin")])
-        .output()
-        .unwrap();
-    assert!(o.stdout == big, "big.bin differs in the checkpoint");
+    assert!(
+        w.cat(id, "big.bin") == big,
+        "big.bin differs in the checkpoint"
+    );
     assert!(!cg.frozen());
 }
 
@@ -238,8 +226,8 @@ fn a_cgroup_given_at_mount_is_frozen_by_every_checkpoint() {
         return;
     };
     let dir = cg.dir.to_str().unwrap().to_string();
-    ok(&["umount", w.room()]);
-    let o = run(&[
+    ok(["umount", w.room()]);
+    let o = run([
         "mount",
         w.store(),
         "--branch",
@@ -250,11 +238,8 @@ fn a_cgroup_given_at_mount_is_frozen_by_every_checkpoint() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--freeze-cgroup /tmp"), "{err}");
-    assert!(
-        !wscommon::mounted(&w.room),
-        "mounted despite the bad cgroup"
-    );
-    ok(&[
+    assert!(!mounted(&w.room), "mounted despite the bad cgroup");
+    ok([
         "mount",
         w.store(),
         "--branch",
@@ -262,24 +247,19 @@ fn a_cgroup_given_at_mount_is_frozen_by_every_checkpoint() {
         "--freeze-cgroup",
         &dir,
     ]);
-    let status: serde_json::Value =
-        serde_json::from_str(&ok(&["status", w.store(), "--json"])).unwrap();
+    let status: serde_json::Value = ok_json(["status", w.store()]);
     assert_eq!(status[0]["freeze_cgroups"][0], dir.as_str(), "{status}");
     let path = w.path("db.bin");
     fs::write(&path, (b"000000000000\n").repeat(80000)).unwrap();
     cg.spawn(REWRITER, &[&path]);
     wait_until_rewritten(&path);
     let whole = |id: &str| {
-        let o = Command::new(wscommon::bin())
-            .args(["cat", w.store(), &format!("{id}:ws/db.bin")])
-            .output()
-            .unwrap();
-        o.stdout.len() == 13 * 80000 && lines_all_equal(&o.stdout)
+        let data = w.cat(id, "db.bin");
+        data.len() == 13 * 80000 && lines_all_equal(&data)
     };
     for i in 0..3 {
-        let out = ok(&["checkpoint", w.room(), "-m", &format!("c{i}"), "--json"]);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert!(v["held"]["micros"].as_u64().is_some(), "not held: {out}");
+        let v = ok_json(["checkpoint", w.room(), "-m", &format!("c{i}")]);
+        assert!(v["held"]["micros"].as_u64().is_some(), "not held: {v}");
         assert!(
             whole(v["id"].as_str().unwrap()),
             "checkpoint {i} mixed two states"
@@ -287,18 +267,16 @@ fn a_cgroup_given_at_mount_is_frozen_by_every_checkpoint() {
         assert!(!cg.frozen());
     }
     // The writer keeps the workspace dirty: the checkpoint taken first is held too.
-    ok(&["fork", w.store(), "main", "--name", "other"]);
-    ok(&["switch", w.room(), "--to", "other", "--checkpoint-first"]);
-    let log: serde_json::Value =
-        serde_json::from_str(&ok(&["log", w.store(), "--branch", "main", "--json"])).unwrap();
+    ok(["fork", w.store(), "main", "--name", "other"]);
+    ok(["switch", w.room(), "--to", "other", "--checkpoint-first"]);
+    let log: serde_json::Value = ok_json(["log", w.store(), "--branch", "main"]);
     let first = log[0]["id"].as_str().unwrap().to_string();
     assert_eq!(log[0]["message"], "before switch", "{log}");
     assert!(
         whole(&first),
         "the checkpoint before the switch mixed two states"
     );
-    let status: serde_json::Value =
-        serde_json::from_str(&ok(&["status", w.store(), "--json"])).unwrap();
+    let status: serde_json::Value = ok_json(["status", w.store()]);
     assert_eq!(status[0]["branch"], "other");
     assert_eq!(status[0]["freeze_cgroups"][0], dir.as_str(), "{status}");
 }
@@ -311,8 +289,7 @@ fn exec_runs_the_agent_in_a_cgroup_that_checkpoints_freeze() {
     let path = w.path("db.bin");
     fs::write(&path, (b"000000000000\n").repeat(80000)).unwrap();
     let mut agent = KillOnDrop(
-        Command::new(wscommon::bin())
-            .args(["exec", w.room(), "--", "python3", "-c", REWRITER])
+        cmd(["exec", w.room(), "--", "python3", "-c", REWRITER])
             .arg(&path)
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
@@ -327,8 +304,7 @@ fn exec_runs_the_agent_in_a_cgroup_that_checkpoints_freeze() {
         eprintln!("SKIPPED: no cgroup can be made here: {err}");
         return;
     }
-    let status: serde_json::Value =
-        serde_json::from_str(&ok(&["status", w.store(), "--json"])).unwrap();
+    let status: serde_json::Value = ok_json(["status", w.store()]);
     let cg = PathBuf::from(status[0]["freeze_cgroups"][0].as_str().unwrap());
     let procs = fs::read_to_string(cg.join("cgroup.procs")).unwrap();
     let pid = agent.0.id().to_string();
@@ -338,22 +314,15 @@ fn exec_runs_the_agent_in_a_cgroup_that_checkpoints_freeze() {
         cg.display()
     );
     for i in 0..3 {
-        let out = ok(&["checkpoint", w.room(), "-m", &format!("c{i}"), "--json"]);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert!(v["held"]["micros"].as_u64().is_some(), "not held: {out}");
+        let v = ok_json(["checkpoint", w.room(), "-m", &format!("c{i}")]);
+        assert!(v["held"]["micros"].as_u64().is_some(), "not held: {v}");
         let id = v["id"].as_str().unwrap();
-        let o = Command::new(wscommon::bin())
-            .args(["cat", w.store(), &format!("{id}:ws/db.bin")])
-            .output()
-            .unwrap();
-        assert_eq!(o.stdout.len(), 13 * 80000);
-        assert!(
-            lines_all_equal(&o.stdout),
-            "checkpoint {i} mixed two states"
-        );
+        let data = w.cat(id, "db.bin");
+        assert_eq!(data.len(), 13 * 80000);
+        assert!(lines_all_equal(&data), "checkpoint {i} mixed two states");
     }
     drop(agent);
-    ok(&["umount", w.room()]);
+    ok(["umount", w.room()]);
     assert!(
         !cg.exists(),
         "umount left the empty cgroup {}",
@@ -423,27 +392,14 @@ fn fs_frozen(dir: &Path) -> bool {
 }
 
 /// A workspace whose store is on a filesystem of its own: an ext4 image on a loop device in
-/// the temp dir (unmounted by `Workspace`'s drop, after the thaw guard returned first). The
-/// room holds `db.bin` for a `REWRITER`. `None` (the test skipped, saying why) where the
-/// machine cannot mount a loop device.
+/// the temp dir (unmounted by `Workspace`'s drop), mounted with `mount_args`, with its thaw
+/// guard. The room holds `db.bin` for a `REWRITER`. `None` (the test skipped, saying why)
+/// where the machine cannot mount a loop device.
 fn workspace_on_own_fs(mount_args: &[&str]) -> Option<(ThawOnDrop, Workspace)> {
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = wscommon::mount_image(tmp.path(), &["mkfs.ext4", "-q", "-F"], 512 << 20)?;
-    let room = tmp.path().join("room");
-    fs::create_dir(&room).unwrap();
-    fs::write(room.join("db.bin"), (b"000000000000\n").repeat(80000)).unwrap();
-    let w = Workspace {
-        store: mnt.join("store"),
-        room,
-        tmp,
-    };
-    let thaw = ThawOnDrop(mnt);
-    ok(&["init", w.store(), "--root", &format!("ws={}", w.room())]);
-    ok(&["capture", w.store(), "-m", "initial"]);
-    let mut args = vec!["mount", w.store(), "--branch", "main"];
-    args.extend_from_slice(mount_args);
-    ok(&args);
-    Some((thaw, w))
+    let w = Workspace::on_image(&["mkfs.ext4", "-q", "-F"], mount_args, |room| {
+        fs::write(room.join("db.bin"), (b"000000000000\n").repeat(80000)).unwrap()
+    })?;
+    Some((ThawOnDrop(w.image()), w))
 }
 
 /// `checkpoint --freeze-fs` holds a writer that is in no cgroup at all: every checkpoint
@@ -457,16 +413,14 @@ fn freeze_fs_holds_a_writer_outside_any_cgroup() {
     let path = w.path("db.bin");
     let _writer = Writer::rewriting(&path);
     for i in 0..5 {
-        let out = ok(&[
+        let v = ok_json([
             "checkpoint",
             w.room(),
             "-m",
             &format!("frozen fs {i}"),
             "--freeze-fs",
-            "--json",
         ]);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert!(v["held"]["micros"].as_u64().is_some(), "not held: {out}");
+        assert!(v["held"]["micros"].as_u64().is_some(), "not held: {v}");
         assert_one_state(&w, v["id"].as_str().unwrap(), i);
         // Thawed: the writer goes on.
         wait_until_rewritten(&path);
@@ -480,19 +434,17 @@ fn freeze_fs_at_mount_is_recorded_and_the_root_filesystem_refused() {
     let Some((_thaw, w)) = workspace_on_own_fs(&["--freeze-fs"]) else {
         return;
     };
-    let status: serde_json::Value =
-        serde_json::from_str(&ok(&["status", w.room(), "--json"])).unwrap();
+    let status: serde_json::Value = ok_json(["status", w.room()]);
     assert!(
         status.to_string().contains("\"freeze_fs\":true"),
         "{status}"
     );
     fs::write(w.path("new.txt"), b"after mount\n").unwrap();
-    let out = ok(&["checkpoint", w.room(), "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert!(v["held"]["micros"].as_u64().is_some(), "not held: {out}");
+    let v = ok_json(["checkpoint", w.room()]);
+    assert!(v["held"]["micros"].as_u64().is_some(), "not held: {v}");
     let id = v["id"].as_str().unwrap();
     assert_eq!(
-        ok(&["cat", w.store(), &format!("{id}:ws/new.txt")]),
+        ok(["cat", w.store(), &format!("{id}:ws/new.txt")]),
         "after mount\n"
     );
 
@@ -508,30 +460,22 @@ fn freeze_fs_at_mount_is_recorded_and_the_root_filesystem_refused() {
     let room = tmp.path().join("room");
     fs::create_dir(&room).unwrap();
     fs::write(room.join("a.txt"), b"a\n").unwrap();
-    ok(&[
+    ok([
         "init",
-        wscommon::s(&store),
+        s(&store),
         "--root",
         &format!("ws={}", room.display()),
     ]);
-    ok(&["capture", wscommon::s(&store), "-m", "initial"]);
-    let o = run(&[
-        "mount",
-        wscommon::s(&store),
-        "--branch",
-        "main",
-        "--freeze-fs",
-    ]);
+    ok(["capture", s(&store), "-m", "initial"]);
+    let o = run(["mount", s(&store), "--branch", "main", "--freeze-fs"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("--freeze-fs") && err.contains(wscommon::s(&store)),
+        err.contains("--freeze-fs") && err.contains(s(&store)),
         "{err}"
     );
-    assert!(!wscommon::mounted(&room), "mounted despite the refusal");
-    let _ = Command::new(wscommon::bin())
-        .args(["umount", wscommon::s(&room)])
-        .output();
+    assert!(!mounted(&room), "mounted despite the refusal");
+    let _ = run(["umount", s(&room)]);
 }
 
 /// The state letter of process `pid` in /proc (T: stopped; None once reaped).
@@ -555,9 +499,8 @@ fn a_checkpoint_killed_while_the_filesystem_is_frozen_leaves_it_thawed() {
     let err_file = w.tmp.path().join("checkpoint.err");
     let mut stopped = None;
     for n in 1..60 {
-        let mut c = Command::new(wscommon::bin())
-            .args(["checkpoint", w.room(), "--freeze-fs"])
-            .env("CKPTFS_FAULT", format!("stop:{n}"))
+        let mut c = cmd(["checkpoint", w.room(), "--freeze-fs"])
+            .env(FAULT_ENV, format!("stop:{n}"))
             .stderr(fs::File::create(&err_file).unwrap())
             .spawn()
             .unwrap();
@@ -606,8 +549,7 @@ fn a_checkpoint_killed_while_the_filesystem_is_frozen_leaves_it_thawed() {
         .status()
         .unwrap()
         .success());
-    let mut rec = Command::new(wscommon::bin())
-        .args(["recover", w.store()])
+    let mut rec = cmd(["recover", w.store()])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -626,7 +568,7 @@ fn a_checkpoint_killed_while_the_filesystem_is_frozen_leaves_it_thawed() {
     assert!(text.contains("thawed the filesystem"), "{text}");
     assert!(!fs_frozen(&mnt), "recover left it frozen");
     wait_until_rewritten(&path);
-    assert!(ok(&["checkpoint", w.room(), "--freeze-fs"]).contains("checkpoint"));
+    assert!(ok(["checkpoint", w.room(), "--freeze-fs"]).contains("checkpoint"));
 }
 
 /// Holds `path` open (mode `a`, `r`) or mapped shared and writable with no descriptor left
@@ -649,8 +591,7 @@ time.sleep(120)
 "#;
 
 fn unheld_pids(w: &Workspace) -> Vec<u32> {
-    let status: serde_json::Value =
-        serde_json::from_str(&ok(&["status", w.store(), "--json"])).unwrap();
+    let status: serde_json::Value = ok_json(["status", w.store()]);
     let mut pids: Vec<u32> = status[0]["unheld_writers"]
         .as_array()
         .unwrap_or_else(|| panic!("no unheld_writers: {status}"))
@@ -675,7 +616,7 @@ fn status_names_the_writers_checkpoints_do_not_hold() {
     let p = |rel: &str| w.path(rel).to_str().unwrap().to_string();
     let agent_file = p("agent.txt");
     let Some(agent) = holder(&[
-        wscommon::bin(),
+        bin(),
         "exec",
         w.room(),
         "--",
@@ -695,7 +636,7 @@ fn status_names_the_writers_checkpoints_do_not_hold() {
     let mut expected = vec![appender.0.id(), mapper.0.id()];
     expected.sort_unstable();
     assert_eq!(unheld_pids(&w), expected, "agent {}", agent.0.id());
-    let text = ok(&["status", w.room()]);
+    let text = ok(["status", w.room()]);
     assert!(
         text.contains(&format!(
             "not held by checkpoints: pid {} (python3) writing {log}",

@@ -1,14 +1,13 @@
 //! Live workspaces: checkpoint, switch with a busy cwd, fork independence, dirty refusal,
 //! discard, branch lifecycle, survival of a crashed daemon.
 
-mod common;
-mod wscommon;
+mod support;
 
 use std::fs;
 use std::io::Write;
 use std::process::Command;
 
-use wscommon::{mounted, ok, run, sh, Workspace};
+use support::*;
 
 fn populate(room: &std::path::Path) {
     fs::create_dir_all(room.join("src/pkg")).unwrap();
@@ -28,7 +27,7 @@ fn checkpoint_records_changes_and_keeps_untouched_subtrees() {
     fs::remove_file(w.path("pkg")).unwrap();
     fs::rename(w.path("src"), w.path("src2")).unwrap(); // a lower directory: no EXDEV
     let id = w.checkpoint("turn 1");
-    let ls = ok(&["ls", w.store(), &format!("{id}:ws"), "-r"]);
+    let ls = ok(["ls", w.store(), &format!("{id}:ws"), "-r"]);
     assert!(ls.contains("src2/pkg/a.py"), "{ls}");
     assert!(ls.contains("new/file.txt"));
     assert!(
@@ -37,17 +36,16 @@ fn checkpoint_records_changes_and_keeps_untouched_subtrees() {
     );
     assert!(!ls.lines().any(|l| l.ends_with(" src")), "{ls}");
     assert_eq!(
-        ok(&["cat", w.store(), &format!("{id}:ws/notes.md")]),
+        ok(["cat", w.store(), &format!("{id}:ws/notes.md")]),
         "# notes\nmore\n"
     );
     assert_eq!(
-        ok(&["cat", w.store(), &format!("{id}:ws/src2/pkg/a.py")]),
+        ok(["cat", w.store(), &format!("{id}:ws/src2/pkg/a.py")]),
         "print('a')\n"
     );
-    let log: serde_json::Value =
-        serde_json::from_str(&ok(&["log", w.store(), "--branch", "main", "--json"])).unwrap();
+    let log: serde_json::Value = ok_json(["log", w.store(), "--branch", "main"]);
     let parent = log[1]["id"].as_str().unwrap().to_string();
-    let diff = ok(&["diff", w.store(), &parent, &id]);
+    let diff = ok(["diff", w.store(), &parent, &id]);
     for want in [
         "modified  ws/notes.md",
         "added     ws/new",
@@ -57,13 +55,12 @@ fn checkpoint_records_changes_and_keeps_untouched_subtrees() {
         assert!(diff.contains(want), "missing {want:?} in diff:\n{diff}");
     }
     // An unchanged big file is neither re-read nor re-stored on the next checkpoint.
-    let v: serde_json::Value =
-        serde_json::from_str(&ok(&["show", w.store(), &id, "--json"])).unwrap();
+    let v: serde_json::Value = ok_json(["show", w.store(), &id]);
     assert_eq!(v["checkpoint"]["stats"]["files"], 4); // a.py, notes.md, big.bin, new/file.txt
-    let before = ok(&["checkpoint", w.room(), "--json"]);
+    let before = ok(["checkpoint", w.room(), "--json"]);
     let b: serde_json::Value = serde_json::from_str(&before).unwrap();
     assert_eq!(b["checkpoint"]["stats"]["new_objects"], 0, "{before}");
-    assert!(ok(&["verify", w.store()]).contains("0 findings"));
+    assert!(ok(["verify", w.store()]).contains("0 findings"));
 }
 
 #[test]
@@ -71,7 +68,7 @@ fn switch_back_and_forth_with_a_shell_inside() {
     let w = Workspace::new(populate);
     fs::write(w.path("notes.md"), "main version\n").unwrap();
     let main1 = w.checkpoint("main work");
-    ok(&["fork", w.store(), &main1, "--name", "alt"]);
+    ok(["fork", w.store(), &main1, "--name", "alt"]);
     // A shell keeps its cwd inside the mount during every switch.
     let mut shell = Command::new("sh")
         .arg("-c")
@@ -79,19 +76,19 @@ fn switch_back_and_forth_with_a_shell_inside() {
         .current_dir(w.path("src"))
         .spawn()
         .unwrap();
-    ok(&["switch", w.room(), "--to", "alt"]);
+    ok(["switch", w.room(), "--to", "alt"]);
     fs::write(w.path("notes.md"), "alt version\n").unwrap();
     fs::write(w.path("alt-only.txt"), "x").unwrap();
     let alt1 = w.checkpoint("alt work");
     for _ in 0..3 {
-        ok(&["switch", w.room(), "--to", "main"]);
+        ok(["switch", w.room(), "--to", "main"]);
         assert_eq!(
             fs::read_to_string(w.path("notes.md")).unwrap(),
             "main version\n"
         );
         assert!(!w.path("alt-only.txt").exists());
         assert_eq!(fs::read(w.path("big.bin")).unwrap(), vec![7u8; 3 << 20]);
-        ok(&["switch", w.room(), "--to", "alt"]);
+        ok(["switch", w.room(), "--to", "alt"]);
         assert_eq!(
             fs::read_to_string(w.path("notes.md")).unwrap(),
             "alt version\n"
@@ -105,13 +102,13 @@ fn switch_back_and_forth_with_a_shell_inside() {
     shell.kill().unwrap();
     let _ = shell.wait();
     // Switching to a checkpoint that is no branch head starts a new branch.
-    let out = ok(&["switch", w.room(), "--to", &main1[..12], "--name", "retry"]);
+    let out = ok(["switch", w.room(), "--to", &main1[..12], "--name", "retry"]);
     assert!(out.contains("retry"), "{out}");
     assert_eq!(
         fs::read_to_string(w.path("notes.md")).unwrap(),
         "main version\n"
     );
-    let branches = ok(&["branch", "list", w.store(), "--json"]);
+    let branches = ok(["branch", "list", w.store(), "--json"]);
     let v: serde_json::Value = serde_json::from_str(&branches).unwrap();
     let retry = v
         .as_array()
@@ -127,22 +124,22 @@ fn switch_back_and_forth_with_a_shell_inside() {
 #[test]
 fn switch_refuses_dirty_state_unless_told() {
     let w = Workspace::new(populate);
-    ok(&["fork", w.store(), "main", "--name", "other"]);
+    ok(["fork", w.store(), "main", "--name", "other"]);
     fs::write(w.path("notes.md"), "unsaved\n").unwrap();
-    let o = run(&["switch", w.room(), "--to", "other"]);
+    let o = run(["switch", w.room(), "--to", "other"]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("un-checkpointed"), "{err}");
     assert_eq!(fs::read_to_string(w.path("notes.md")).unwrap(), "unsaved\n");
     // --discard sets the change aside under displaced/, never deleting it.
-    ok(&["switch", w.room(), "--to", "other", "--discard"]);
+    ok(["switch", w.room(), "--to", "other", "--discard"]);
     assert_eq!(fs::read_to_string(w.path("notes.md")).unwrap(), "# notes\n");
     let found = sh(&format!("grep -rl unsaved {}/displaced", w.store()));
     assert!(found.contains("notes.md"), "{found}");
     // --checkpoint-first records the change on the branch being left.
     fs::write(w.path("notes.md"), "other work\n").unwrap();
-    ok(&["switch", w.room(), "--to", "main", "--checkpoint-first"]);
-    assert_eq!(ok(&["cat", w.store(), "other:ws/notes.md"]), "other work\n");
+    ok(["switch", w.room(), "--to", "main", "--checkpoint-first"]);
+    assert_eq!(ok(["cat", w.store(), "other:ws/notes.md"]), "other work\n");
     assert_eq!(fs::read_to_string(w.path("notes.md")).unwrap(), "# notes\n");
 }
 
@@ -150,19 +147,19 @@ fn switch_refuses_dirty_state_unless_told() {
 fn forks_are_independent() {
     let w = Workspace::new(populate);
     let base = w.checkpoint("base");
-    ok(&["fork", w.store(), &base, "--name", "f1"]);
+    ok(["fork", w.store(), &base, "--name", "f1"]);
     fs::write(w.path("notes.md"), "main after fork\n").unwrap();
     w.checkpoint("main moves on");
-    ok(&["switch", w.room(), "--to", "f1"]);
+    ok(["switch", w.room(), "--to", "f1"]);
     assert_eq!(fs::read_to_string(w.path("notes.md")).unwrap(), "# notes\n");
     fs::write(w.path("notes.md"), "fork work\n").unwrap();
     w.checkpoint("fork work");
     assert_eq!(
-        ok(&["cat", w.store(), "main:ws/notes.md"]),
+        ok(["cat", w.store(), "main:ws/notes.md"]),
         "main after fork\n"
     );
-    assert_eq!(ok(&["cat", w.store(), "f1:ws/notes.md"]), "fork work\n");
-    let graph = ok(&["log", w.store(), "--graph"]);
+    assert_eq!(ok(["cat", w.store(), "f1:ws/notes.md"]), "fork work\n");
+    let graph = ok(["log", w.store(), "--graph"]);
     assert!(
         graph.contains("(f1)") && graph.contains("(main)"),
         "{graph}"
@@ -176,19 +173,19 @@ fn forks_are_independent() {
 #[test]
 fn branch_archive_unarchive_delete() {
     let w = Workspace::new(populate);
-    ok(&["fork", w.store(), "main", "--name", "old"]);
-    ok(&["branch", "archive", w.store(), "old"]);
-    assert!(!ok(&["branch", "list", w.store()]).contains("old"));
-    assert!(ok(&["branch", "list", w.store(), "--all"]).contains("archived"));
-    ok(&["branch", "unarchive", w.store(), "old"]);
-    assert!(ok(&["branch", "list", w.store()]).contains("old"));
+    ok(["fork", w.store(), "main", "--name", "old"]);
+    ok(["branch", "archive", w.store(), "old"]);
+    assert!(!ok(["branch", "list", w.store()]).contains("old"));
+    assert!(ok(["branch", "list", w.store(), "--all"]).contains("archived"));
+    ok(["branch", "unarchive", w.store(), "old"]);
+    assert!(ok(["branch", "list", w.store()]).contains("old"));
     // main is mounted: delete refuses.
-    let o = run(&["branch", "delete", w.store(), "main"]);
+    let o = run(["branch", "delete", w.store(), "main"]);
     assert_eq!(o.status.code(), Some(1));
-    ok(&["branch", "delete", w.store(), "old"]);
-    assert!(!ok(&["branch", "list", w.store(), "--all"]).contains("old"));
+    ok(["branch", "delete", w.store(), "old"]);
+    assert!(!ok(["branch", "list", w.store(), "--all"]).contains("old"));
     // The checkpoint it pointed at is still there (only gc removes checkpoints).
-    assert!(ok(&["verify", w.store()]).contains("0 findings"));
+    assert!(ok(["verify", w.store()]).contains("0 findings"));
 }
 
 #[test]
@@ -202,12 +199,12 @@ fn fsynced_data_survives_unmount_and_resume() {
     // Simulate a crash of the mount: detach it behind ckptfs's back.
     sh(&format!("umount -l {}", w.room()));
     assert!(!mounted(&w.room));
-    ok(&["mount", w.store(), "--branch", "main"]);
+    ok(["mount", w.store(), "--branch", "main"]);
     assert_eq!(
         fs::read_to_string(w.path("precious.txt")).unwrap(),
         "fsynced data"
     );
-    let st = ok(&["status", w.store()]);
+    let st = ok(["status", w.store()]);
     assert!(st.contains("changed since the last checkpoint"), "{st}");
 }
 
@@ -274,7 +271,7 @@ fn checkpoint_equals_a_capture_of_what_the_mount_shows() {
         let id = w.checkpoint(&format!("round {i}"));
         let room = format!("ws={}", w.room());
         let cmp = format!("cmp{i}");
-        let out = ok(&[
+        let out = ok([
             "capture",
             w.store(),
             "--branch",
@@ -286,8 +283,7 @@ fn checkpoint_equals_a_capture_of_what_the_mount_shows() {
         let cap: serde_json::Value = serde_json::from_str(&out).unwrap();
         let cap_id = cap["id"].as_str().unwrap();
         let tree = |c: &str| {
-            let v: serde_json::Value =
-                serde_json::from_str(&ok(&["show", w.store(), c, "--json"])).unwrap();
+            let v: serde_json::Value = ok_json(["show", w.store(), c]);
             (
                 v["checkpoint"]["roots"]["ws"]["tree"].clone(),
                 v["checkpoint"]["stats"]["files"].clone(),
@@ -304,7 +300,7 @@ fn checkpoint_equals_a_capture_of_what_the_mount_shows() {
         );
         // Same content, types, modes, owners, mtimes and xattrs...
         assert_eq!(
-            ok(&["diff", w.store(), cap_id, &id]),
+            ok(["diff", w.store(), cap_id, &id]),
             "",
             "round {i}: the checkpoint differs from a capture of the mount"
         );
@@ -391,7 +387,7 @@ fn checkpoints_keep_user_xattrs_and_no_overlay_ones() {
 /// insertion all come back byte-exact, and the store verifies.
 #[test]
 fn edited_big_files_checkpoint_byte_exact() {
-    let noise = |seed, len| common::random_bytes(seed, len);
+    let noise = |seed, len| random_bytes(seed, len);
     let base = noise(3, 6 << 20);
     let b2 = base.clone();
     let w = Workspace::new(move |room| {
@@ -414,14 +410,12 @@ fn edited_big_files_checkpoint_byte_exact() {
         edit(&mut data);
         fs::write(&path, &data).unwrap();
         let id = w.checkpoint(&format!("edit {i}"));
-        let o = Command::new(wscommon::bin())
-            .args(["cat", w.store(), &format!("{id}:ws/db.bin")])
-            .output()
-            .unwrap();
-        assert!(o.status.success());
-        assert!(o.stdout == data, "edit {i}: checkpoint content differs");
+        assert!(
+            w.cat(&id, "db.bin") == data,
+            "edit {i}: checkpoint content differs"
+        );
     }
-    assert!(ok(&["verify", w.store()]).contains("0 findings"));
+    assert!(ok(["verify", w.store()]).contains("0 findings"));
 }
 
 #[test]
@@ -444,15 +438,11 @@ fn checkpoint_while_appending_captures_a_prefix() {
     writer.join().unwrap();
     let full = fs::read(&path).unwrap();
     for id in &ids {
-        let o = std::process::Command::new(wscommon::bin())
-            .args(["cat", w.store(), &format!("{id}:ws/transcript.jsonl")])
-            .output()
-            .unwrap();
-        assert!(o.status.success());
+        let got = w.cat(id, "transcript.jsonl");
         assert!(
-            full.starts_with(&o.stdout),
+            full.starts_with(&got),
             "checkpoint {id} holds {} bytes that are not a prefix of the file",
-            o.stdout.len()
+            got.len()
         );
     }
     assert!(!ids.is_empty());
@@ -467,8 +457,7 @@ fn killed_lower_view_daemon_then_remount_keeps_fsynced_data() {
         f.sync_all().unwrap();
     }
     // SIGKILL the daemon serving the workspace's lower layer (the store's browse view).
-    let views: serde_json::Value =
-        serde_json::from_str(&ok(&["status", w.store(), "--json"])).unwrap();
+    let views: serde_json::Value = ok_json(["status", w.store()]);
     let pid = views
         .as_array()
         .unwrap()
@@ -478,7 +467,7 @@ fn killed_lower_view_daemon_then_remount_keeps_fsynced_data() {
     sh(&format!("kill -9 {pid}"));
     std::thread::sleep(std::time::Duration::from_millis(500));
     // Resume: the stale overlay is replaced, nothing written is lost, lower files read again.
-    ok(&["mount", w.store(), "--branch", "main"]);
+    ok(["mount", w.store(), "--branch", "main"]);
     assert_eq!(
         fs::read_to_string(w.path("survivor.txt")).unwrap(),
         "written before the crash"
@@ -489,7 +478,7 @@ fn killed_lower_view_daemon_then_remount_keeps_fsynced_data() {
     );
     let id = w.checkpoint("after crash");
     assert_eq!(
-        ok(&["cat", w.store(), &format!("{id}:ws/survivor.txt")]),
+        ok(["cat", w.store(), &format!("{id}:ws/survivor.txt")]),
         "written before the crash"
     );
 }
@@ -505,7 +494,7 @@ fn workspace_checkpoints_apply_the_roots_exclude_rules() {
     fs::write(w.path("cache/blob"), "x").unwrap();
     fs::write(w.path("kept.txt"), "kept").unwrap();
     let id = w.checkpoint("with secrets around");
-    let ls = ok(&["ls", w.store(), &format!("{id}:ws"), "-r"]);
+    let ls = ok(["ls", w.store(), &format!("{id}:ws"), "-r"]);
     assert!(ls.contains("kept.txt"), "{ls}");
     assert!(
         !ls.contains("server.pem"),
@@ -553,15 +542,15 @@ fn metadata_changes_copy_no_data_and_checkpoint_exactly() {
     let id = w.checkpoint("metadata only");
     let spec = |p: &str| format!("{id}:ws/{p}");
     assert!(
-        ok(&["cat", w.store(), &spec("big.bin")]) == "\x07".repeat(3 << 20),
+        ok(["cat", w.store(), &spec("big.bin")]) == "\x07".repeat(3 << 20),
         "big.bin keeps its bytes"
     );
-    assert_eq!(ok(&["cat", w.store(), &spec("notes.md")]), "# notes\n");
+    assert_eq!(ok(["cat", w.store(), &spec("notes.md")]), "# notes\n");
     assert_eq!(
-        ok(&["cat", w.store(), &spec("src/arrived.txt")]),
+        ok(["cat", w.store(), &spec("src/arrived.txt")]),
         "moved bytes\n"
     );
-    let ls = ok(&["ls", w.store(), &format!("{id}:ws"), "-r", "--json"]);
+    let ls = ok(["ls", w.store(), &format!("{id}:ws"), "-r", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&ls).unwrap();
     let entry = |p: &str| {
         v.as_array()
@@ -581,12 +570,11 @@ fn metadata_changes_copy_no_data_and_checkpoint_exactly() {
     assert_eq!(entry("src/arrived.txt")["mode"], "640");
     assert!(!ls.contains("moved.txt"), "{ls}");
     // Nothing was read back to build it: same content ids, no new chunk objects.
-    let show: serde_json::Value =
-        serde_json::from_str(&ok(&["show", w.store(), &id, "--json"])).unwrap();
+    let show: serde_json::Value = ok_json(["show", w.store(), &id]);
     assert_eq!(show["checkpoint"]["stats"]["files_read"], 0, "{show}");
     // The workspace itself still reads the right bytes, and a fresh mount of the checkpoint too.
     assert_eq!(fs::read(w.path("big.bin")).unwrap(), vec![7u8; 3 << 20]);
-    assert!(ok(&["verify", w.store()]).contains("0 findings"));
+    assert!(ok(["verify", w.store()]).contains("0 findings"));
 }
 
 /// Overlayfs makes every whiteout a hard link of one shared inode, so each deletion changes
@@ -609,8 +597,7 @@ fn a_deletion_leaves_directories_with_older_whiteouts_unmerged() {
     let checkpoint = |msg: &str| -> serde_json::Value {
         // Past the racy window, so the checkpoint caches what it merged.
         std::thread::sleep(std::time::Duration::from_millis(60));
-        let out = ok(&["checkpoint", w.room(), "-m", msg, "--json"]);
-        serde_json::from_str(&out).unwrap()
+        w.checkpoint_json(msg)
     };
     fs::remove_file(w.path("tree/d0/sub0/f0.txt")).unwrap();
     checkpoint("first deletion");
@@ -633,7 +620,7 @@ fn a_deletion_leaves_directories_with_older_whiteouts_unmerged() {
     // The root, tree, tree/d3 and tree/d3/sub1: not tree/d0 or tree/d0/sub0.
     assert_eq!(v["dirs_merged"], 4, "{v}");
     let id = v["id"].as_str().unwrap();
-    let ls = ok(&["ls", w.store(), &format!("{id}:ws"), "-r"]);
+    let ls = ok(["ls", w.store(), &format!("{id}:ws"), "-r"]);
     assert!(!ls.contains("d0/sub0/f0.txt"), "{ls}");
     assert!(!ls.contains("d3/sub1/f1.txt"), "{ls}");
     assert!(ls.contains("d0/sub0/f1.txt"), "{ls}");
@@ -643,7 +630,7 @@ fn a_deletion_leaves_directories_with_older_whiteouts_unmerged() {
     assert_eq!(v["dirs_merged"], 4, "{v}");
     let id = v["id"].as_str().unwrap();
     assert_eq!(
-        ok(&["cat", w.store(), &format!("{id}:ws/tree/d0/sub0/f0.txt")]),
+        ok(["cat", w.store(), &format!("{id}:ws/tree/d0/sub0/f0.txt")]),
         "back\n"
     );
 }

@@ -1,12 +1,12 @@
 //! POSIX conformance of a live workspace: pjdfstest on a ckptfs workspace mount and, in the
 //! same run, on fuse-overlayfs (the peer). The workspace must pass at least as many tests.
 
-mod wscommon;
+mod support;
 
 use std::path::Path;
 use std::process::Command;
 
-use wscommon::{sh, Workspace};
+use support::*;
 
 fn pjdfstest() -> String {
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());

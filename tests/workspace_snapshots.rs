@@ -3,14 +3,14 @@
 //! files' bytes; a file rewritten in place without pause is captured at one instant without
 //! holding its writer; one snapshot per big file is kept, and `status` keeps none.
 
-mod wscommon;
+mod support;
 
 use std::fs;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use wscommon::{lines_all_equal, ok, wait_until_rewritten, KillOnDrop, Workspace, REWRITER};
+use support::*;
 
 /// Deterministic bytes that do not compress or repeat (xorshift), as text lines.
 fn noise_lines(seed: u64, len: usize) -> Vec<u8> {
@@ -33,35 +33,7 @@ fn noise_lines(seed: u64, len: usize) -> Vec<u8> {
 /// dir (unmounted by `Workspace`'s drop), over a room made by `populate`. `None` (the test
 /// skipped, saying why) where the machine cannot mount a loop device.
 fn workspace_on(fs_type: &str, populate: impl FnOnce(&Path)) -> Option<Workspace> {
-    let tmp = tempfile::tempdir().unwrap();
-    let mkfs = format!("mkfs.{fs_type}");
-    let mnt = wscommon::mount_image(tmp.path(), &[&mkfs, "-q", "-f"], 512 << 20)?;
-    let room = tmp.path().join("room");
-    fs::create_dir(&room).unwrap();
-    populate(&room);
-    let w = Workspace {
-        store: mnt.join("store"),
-        room,
-        tmp,
-    };
-    ok(&["init", w.store(), "--root", &format!("ws={}", w.room())]);
-    ok(&["capture", w.store(), "-m", "initial"]);
-    ok(&["mount", w.store(), "--branch", "main"]);
-    Some(w)
-}
-
-fn checkpoint(w: &Workspace, msg: &str) -> serde_json::Value {
-    let out = ok(&["checkpoint", w.room(), "-m", msg, "--json"]);
-    serde_json::from_str(&out).unwrap()
-}
-
-fn cat(w: &Workspace, id: &str, rel: &str) -> Vec<u8> {
-    let o = Command::new(wscommon::bin())
-        .args(["cat", w.store(), &format!("{id}:ws/{rel}")])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    o.stdout
+    Workspace::on_image(&[&format!("mkfs.{fs_type}"), "-q", "-f"], &[], populate)
 }
 
 fn snapshots(w: &Workspace) -> Vec<PathBuf> {
@@ -87,7 +59,7 @@ fn append(p: &Path, data: &[u8]) {
 fn assert_exact(w: &Workspace, id: &str, rels: &[&str]) {
     for &rel in rels {
         assert!(
-            cat(w, id, rel) == fs::read(w.path(rel)).unwrap(),
+            w.cat(id, rel) == fs::read(w.path(rel)).unwrap(),
             "{rel} differs in checkpoint {id}"
         );
     }
@@ -116,7 +88,7 @@ fn reads_only_the_changed_parts(fs_type: &str) {
     // snapshot of each is kept.
     append(&log, &noise_lines(3, 1000));
     overwrite(&db, 1 << 20, b"first in-place edit");
-    let r = checkpoint(&w, "one");
+    let r = w.checkpoint_json("one");
     assert_eq!(r["files_read"], 2, "{r}");
     assert_eq!(r["bytes_unread"], 0, "{r}");
     assert_exact(&w, r["id"].as_str().unwrap(), &["log.jsonl", "db.bin"]);
@@ -129,7 +101,7 @@ fn reads_only_the_changed_parts(fs_type: &str) {
     // Past the clock tick of these writes: a file changed in the tick a checkpoint starts in
     // is read again by the next one, which the third checkpoint below must not do.
     std::thread::sleep(std::time::Duration::from_millis(30));
-    let r = checkpoint(&w, "two");
+    let r = w.checkpoint_json("two");
     let unread = r["bytes_unread"].as_u64().unwrap();
     assert!(
         unread > (9 << 20) - (256 << 10),
@@ -153,7 +125,7 @@ fn reads_only_the_changed_parts(fs_type: &str) {
     let mut back = data[1 << 20..].to_vec();
     back[4096] ^= 1;
     append(&db, &back);
-    let r = checkpoint(&w, "three");
+    let r = w.checkpoint_json("three");
     assert_exact(&w, r["id"].as_str().unwrap(), &["log.jsonl", "db.bin"]);
     // The log, untouched since its clone, is taken from the stat cache (the clone left its
     // stat as it was): only the database is read.
@@ -164,7 +136,7 @@ fn reads_only_the_changed_parts(fs_type: &str) {
     // `status` reads changed files through snapshots too, and keeps none of them.
     append(&log, b"{\"more\":1}\n");
     let before: Vec<PathBuf> = snapshots(&w);
-    let st = ok(&["status", w.store(), "--json"]);
+    let st = ok(["status", w.store(), "--json"]);
     assert!(
         st.contains("\"files_changed\":1") || st.contains("\"files_changed\": 1"),
         "{st}"
@@ -175,7 +147,7 @@ fn reads_only_the_changed_parts(fs_type: &str) {
     before.sort();
     assert_eq!(before, after);
     // And the recorded checkpoints check out.
-    ok(&["verify", w.store()]);
+    ok(["verify", w.store()]);
 }
 
 /// A file rewritten in many scattered places (a database) costs more to clone than to read:
@@ -194,21 +166,21 @@ fn on_xfs_a_file_rewritten_in_many_places_is_read_whole_from_then_on() {
         }
     };
     scatter(1);
-    let r = checkpoint(&w, "one");
+    let r = w.checkpoint_json("one");
     assert_eq!(r["bytes_unread"], 0, "{r}");
     assert_eq!(snapshots(&w).len(), 1);
     // Compared once, through the snapshot: then declined, and its snapshot gone.
     scatter(2);
-    let r = checkpoint(&w, "two");
+    let r = w.checkpoint_json("two");
     assert!(r["bytes_unread"].as_u64().unwrap() > 3 << 20, "{r}");
     assert!(snapshots(&w).is_empty(), "{:?}", snapshots(&w));
-    assert!(cat(&w, r["id"].as_str().unwrap(), "db.bin") == fs::read(&db).unwrap());
+    assert!(w.cat(r["id"].as_str().unwrap(), "db.bin") == fs::read(&db).unwrap());
     // From then on read whole, as on any filesystem.
     scatter(3);
-    let r = checkpoint(&w, "three");
+    let r = w.checkpoint_json("three");
     assert_eq!(r["bytes_unread"], 0, "{r}");
     assert!(snapshots(&w).is_empty(), "{:?}", snapshots(&w));
-    assert!(cat(&w, r["id"].as_str().unwrap(), "db.bin") == fs::read(&db).unwrap());
+    assert!(w.cat(r["id"].as_str().unwrap(), "db.bin") == fs::read(&db).unwrap());
 }
 
 #[test]
@@ -239,8 +211,8 @@ fn captured_at_one_instant(fs_type: &str) {
     wait_until_rewritten(&path);
     let mut states = std::collections::HashSet::new();
     for i in 0..6 {
-        let r = checkpoint(&w, &format!("rewrite {i}"));
-        let data = cat(&w, r["id"].as_str().unwrap(), "db.bin");
+        let r = w.checkpoint_json(&format!("rewrite {i}"));
+        let data = w.cat(r["id"].as_str().unwrap(), "db.bin");
         assert_eq!(data.len(), 13 * 160000);
         let first = &data[..13];
         assert!(
@@ -258,7 +230,7 @@ struct Immutable(PathBuf);
 
 impl Immutable {
     fn set(dir: PathBuf) -> Immutable {
-        wscommon::sh(&format!("chattr +i '{}'", dir.display()));
+        sh(&format!("chattr +i '{}'", dir.display()));
         Immutable(dir)
     }
 }
@@ -282,7 +254,7 @@ fn on_xfs_gc_removes_the_snapshots_of_a_failed_checkpoint() {
     let (log, db) = (w.path("log.jsonl"), w.path("db.bin"));
     append(&log, &noise_lines(8, 1000));
     overwrite(&db, 1 << 20, b"first in-place edit");
-    checkpoint(&w, "one");
+    w.checkpoint_json("one");
     let mut named = snapshots(&w);
     named.sort();
     assert_eq!(named.len(), 2, "{named:?}");
@@ -291,11 +263,7 @@ fn on_xfs_gc_removes_the_snapshots_of_a_failed_checkpoint() {
     overwrite(&db, 2 << 20, b"second in-place edit");
     {
         let _guard = Immutable::set(w.store.join("checkpoints"));
-        let o = Command::new(wscommon::bin())
-            .args(["checkpoint", w.room(), "-m", "fails"])
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
+        let o = run(["checkpoint", w.room(), "-m", "fails"]);
         assert!(!o.status.success(), "the checkpoint was to fail");
     }
     let left = snapshots(&w);
@@ -305,17 +273,17 @@ fn on_xfs_gc_removes_the_snapshots_of_a_failed_checkpoint() {
         "the failed checkpoint's clones stay: {left:?}"
     );
 
-    let out = ok(&["gc", w.store(), "--json"]);
+    let out = ok(["gc", w.store(), "--json"]);
     assert!(out.contains("reflink snapshot no checkpoint uses"), "{out}");
     let mut kept = snapshots(&w);
     kept.sort();
     assert_eq!(kept, named, "gc keeps exactly the last checkpoint's clones");
 
     // Which the next checkpoint still reads through: only the edited parts are read.
-    let r = checkpoint(&w, "two");
+    let r = w.checkpoint_json("two");
     assert!(r["bytes_unread"].as_u64().unwrap() > 8 << 20, "{r}");
     assert_exact(&w, r["id"].as_str().unwrap(), &["log.jsonl", "db.bin"]);
-    ok(&["verify", w.store()]);
+    ok(["verify", w.store()]);
 }
 
 /// Prints how many pages of the file named by its argument the page cache holds (mincore).
@@ -362,13 +330,13 @@ fn on_xfs_a_file_no_writer_holds_is_read_from_the_page_cache_not_its_clone() {
     };
     // First checkpoint after the copy-up: read whole, from the live file.
     append(&log, &noise_lines(11, 1000));
-    let r = checkpoint(&w, "one");
+    let r = w.checkpoint_json("one");
     assert_eq!(r["files_read"], 1, "{r}");
     assert_exact(&w, r["id"].as_str().unwrap(), &["log.jsonl"]);
     assert_eq!(resident_pages(&only_snapshot(&w)), 0, "the clone was read");
 
     // A writer holds the log open: the appended part is read through the new clone.
-    let holder = wscommon::holder(&[
+    let holder = holder(&[
         "python3",
         "-c",
         "import sys, time; f = open(sys.argv[1], 'a'); print('ready', flush=True); time.sleep(60)",
@@ -376,7 +344,7 @@ fn on_xfs_a_file_no_writer_holds_is_read_from_the_page_cache_not_its_clone() {
     ])
     .expect("the holder did not start");
     append(&log, &noise_lines(12, 5000));
-    let r = checkpoint(&w, "two");
+    let r = w.checkpoint_json("two");
     assert!(r["bytes_unread"].as_u64().unwrap() > 5 << 20, "{r}");
     assert_exact(&w, r["id"].as_str().unwrap(), &["log.jsonl"]);
     assert!(
@@ -387,7 +355,7 @@ fn on_xfs_a_file_no_writer_holds_is_read_from_the_page_cache_not_its_clone() {
     // The writer gone, the next change is read from the live file again.
     drop(holder);
     append(&log, &noise_lines(13, 5000));
-    let r = checkpoint(&w, "three");
+    let r = w.checkpoint_json("three");
     assert!(r["bytes_unread"].as_u64().unwrap() > 5 << 20, "{r}");
     assert_exact(&w, r["id"].as_str().unwrap(), &["log.jsonl"]);
     assert_eq!(resident_pages(&only_snapshot(&w)), 0, "the clone was read");

@@ -1,0 +1,176 @@
+//! Live workspaces: `Workspace` (a store with one root `ws`, captured once and mounted as
+//! branch `main`, unmounted on drop), on a temp dir or on a filesystem image of its own; and
+//! the processes the workspace tests run in them (a holder that says `ready`, `REWRITER`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value;
+
+use super::cli::{bin, cat, ok, ok_json, s};
+use super::mount::{mount_image, unmount_all_under};
+
+/// A store with one root `ws` at `<tmp>/room`, captured once on `main`, mounted writable.
+/// Drop unmounts the workspace and everything else mounted below the temp dir.
+pub struct Workspace {
+    pub tmp: tempfile::TempDir,
+    pub store: PathBuf,
+    pub room: PathBuf,
+}
+
+impl Workspace {
+    /// Creates the room with `populate`, captures it, and mounts branch main over it.
+    pub fn new(populate: impl FnOnce(&Path)) -> Workspace {
+        Workspace::with_init_args(&[], populate)
+    }
+
+    /// As `new`, with extra `init` arguments (e.g. exclude rules).
+    pub fn with_init_args(extra: &[&str], populate: impl FnOnce(&Path)) -> Workspace {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = tmp.path().join("store");
+        let room = tmp.path().join("room");
+        Workspace { tmp, store, room }.start(extra, &[], populate)
+    }
+
+    /// As `new`, with the store on a 512 MiB image made by `mkfs` (program and arguments) on
+    /// a loop device in the temp dir, mounted with extra `mount` arguments. `None` (the test
+    /// skipped, saying why) where the machine cannot mount a loop device.
+    pub fn on_image(
+        mkfs: &[&str],
+        mount_args: &[&str],
+        populate: impl FnOnce(&Path),
+    ) -> Option<Workspace> {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mnt = mount_image(tmp.path(), mkfs, 512 << 20)?;
+        let store = mnt.join("store");
+        let room = tmp.path().join("room");
+        Some(Workspace { tmp, store, room }.start(&[], mount_args, populate))
+    }
+
+    /// Populates the room, inits the store, captures, mounts `main`.
+    fn start(
+        self,
+        init_args: &[&str],
+        mount_args: &[&str],
+        populate: impl FnOnce(&Path),
+    ) -> Workspace {
+        fs::create_dir_all(&self.room).expect("mkdir room");
+        populate(&self.room);
+        let root = format!("ws={}", self.room());
+        let mut args = vec!["init", self.store(), "--root", &root];
+        args.extend_from_slice(init_args);
+        ok(&args);
+        ok(["capture", self.store(), "-m", "initial"]);
+        let mut args = vec!["mount", self.store(), "--branch", "main"];
+        args.extend_from_slice(mount_args);
+        ok(&args);
+        self
+    }
+
+    pub fn store(&self) -> &str {
+        s(&self.store)
+    }
+    pub fn room(&self) -> &str {
+        s(&self.room)
+    }
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.room.join(rel)
+    }
+    /// The mountpoint of the image the store is on (with `on_image`).
+    pub fn image(&self) -> PathBuf {
+        self.store.parent().expect("store parent").to_path_buf()
+    }
+
+    /// `ckptfs checkpoint ROOM -m msg --json`: the report.
+    pub fn checkpoint_json(&self, msg: &str) -> Value {
+        ok_json(["checkpoint", self.room(), "-m", msg])
+    }
+
+    /// `ckptfs checkpoint ROOM -m msg`; returns the new checkpoint's full id.
+    pub fn checkpoint(&self, msg: &str) -> String {
+        self.checkpoint_json(msg)["id"]
+            .as_str()
+            .expect("id")
+            .to_string()
+    }
+
+    /// The bytes of `ws/rel` in checkpoint `id` (`ckptfs cat`, which must succeed).
+    pub fn cat(&self, id: &str, rel: &str) -> Vec<u8> {
+        cat(&self.store, &format!("{id}:ws/{rel}"))
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        // Unmount whatever is still mounted under the temp dir, even after a failed assert.
+        let _ = Command::new(bin()).args(["umount", s(&self.room)]).output();
+        unmount_all_under(self.tmp.path());
+    }
+}
+
+/// Kills a process on drop, even after a failed assert.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `argv`, a process that prints `ready` once set up, and waits for that line; `None`
+/// if it ended without.
+pub fn holder(argv: &[&str]) -> Option<KillOnDrop> {
+    let mut c = Command::new(argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(c.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let c = KillOnDrop(c);
+    (line.trim() == "ready").then_some(c)
+}
+
+/// Rewrites the file named by its argument in place, without pause, in one pwrite of its
+/// whole length (as many 13-byte lines as it held at the start), with a counter on every
+/// line: each state of the file is one number repeated, and every state is new content.
+pub const REWRITER: &str = "import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+n = os.path.getsize(sys.argv[1]) // 13
+i = 0
+while True:
+    os.pwrite(fd, (b'%012d\\n' % i) * n, 0)
+    i += 1";
+
+/// Whether every non-empty line of `data` is the same (one state of a `REWRITER`'s file).
+pub fn lines_all_equal(data: &[u8]) -> bool {
+    let mut lines = data.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    let first = lines.next();
+    first.is_some() && lines.all(|l| Some(l) == first)
+}
+
+pub fn modified(p: &Path) -> SystemTime {
+    fs::metadata(p).expect("stat").modified().expect("mtime")
+}
+
+/// Waits until a just-started `REWRITER` has rewritten `p` (Python can take a second to start
+/// on a loaded machine; a checkpoint before that would see a file at rest).
+pub fn wait_until_rewritten(p: &Path) {
+    let before = modified(p);
+    let t0 = Instant::now();
+    while modified(p) == before {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the rewriter never wrote"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
