@@ -38,6 +38,13 @@ pub struct MountArgs {
     /// Units as for --cache-size.
     #[arg(long, value_name = "BYTES", default_value = "4G", value_parser = size_arg)]
     pub file_cache_size: u64,
+    /// Let every local user in. By default the view is private: only root can list or read
+    /// it, whatever the captured modes say. With this flag each user reads what the captured
+    /// owners and modes allow (the kernel checks them), but what protected the tree from
+    /// outside no longer does: a 0644 file of a project in a 0700 home is readable by every
+    /// user through a view mounted at /mnt.
+    #[arg(long, conflicts_with = "branch")]
+    pub allow_other: bool,
     /// Internal: report readiness on stdout (used by the daemonizing parent).
     #[arg(long, hide = true)]
     pub notify_stdout: bool,
@@ -86,6 +93,13 @@ pub struct BrowseArgs {
     /// Units as for --cache-size.
     #[arg(long, value_name = "BYTES", default_value = "4G", value_parser = size_arg)]
     pub file_cache_size: u64,
+    /// Let every local user in. By default the view is private: only root can list or read
+    /// it, whatever the captured modes say. With this flag each user reads what the captured
+    /// owners and modes allow (the kernel checks them), but what protected the tree from
+    /// outside no longer does: a 0644 file of a project in a 0700 home is readable by every
+    /// user through a view mounted at /mnt.
+    #[arg(long)]
+    pub allow_other: bool,
     /// Internal: report readiness on stdout (used by the daemonizing parent).
     #[arg(long, hide = true)]
     pub notify_stdout: bool,
@@ -120,30 +134,24 @@ fn print_ready(s: &MountState) {
     );
 }
 
+/// Serves the view here (`foreground`) or starts its daemon with the same `opts`.
 fn run(
     store: Store,
     ns: Namespace,
     mountpoint: PathBuf,
     foreground: bool,
-    notify_stdout: bool,
-    cache_size: u64,
-    file_cache_size: u64,
+    opts: ServeOptions,
 ) -> Result<i32> {
     if foreground {
         let mp = daemon::check_mountpoint(&store, &mountpoint)?;
-        let opts = ServeOptions {
-            view: ViewOptions {
-                cache_bytes: cache_size,
-                file_cache_bytes: file_cache_size,
-            },
-            notify_stdout,
-        };
         daemon::serve(store, ns, &mp, &opts)?;
         return Ok(0);
     }
+    let (cache, file_cache) = (opts.view.cache_bytes, opts.view.file_cache_bytes);
     let opts = StartOptions {
-        cache_bytes: (cache_size != DEFAULT_CACHE_BYTES).then_some(cache_size),
-        file_cache_bytes: (file_cache_size != DEFAULT_FILE_CACHE_BYTES).then_some(file_cache_size),
+        cache_bytes: (cache != DEFAULT_CACHE_BYTES).then_some(cache),
+        file_cache_bytes: (file_cache != DEFAULT_FILE_CACHE_BYTES).then_some(file_cache),
+        allow_other: opts.allow_other,
         ..StartOptions::default()
     };
     let state = daemon::start(&store, &ns, &mountpoint, &opts)?;
@@ -195,29 +203,35 @@ pub fn mount(a: MountArgs) -> Result<i32> {
             path
         }
     };
+    let opts = ServeOptions {
+        view: ViewOptions {
+            cache_bytes: a.cache_size,
+            file_cache_bytes: a.file_cache_size,
+        },
+        allow_other: a.allow_other,
+        notify_stdout: a.notify_stdout,
+    };
     run(
         store,
         Namespace::Checkpoint { id, root },
         mountpoint,
         a.foreground,
-        a.notify_stdout,
-        a.cache_size,
-        a.file_cache_size,
+        opts,
     )
 }
 
 /// `ckptfs browse`.
 pub fn browse(a: BrowseArgs) -> Result<i32> {
     let store = Store::open(&a.store)?;
-    run(
-        store,
-        Namespace::Browse,
-        a.mountpoint,
-        a.foreground,
-        a.notify_stdout,
-        a.cache_size,
-        a.file_cache_size,
-    )
+    let opts = ServeOptions {
+        view: ViewOptions {
+            cache_bytes: a.cache_size,
+            file_cache_bytes: a.file_cache_size,
+        },
+        allow_other: a.allow_other,
+        notify_stdout: a.notify_stdout,
+    };
+    run(store, Namespace::Browse, a.mountpoint, a.foreground, opts)
 }
 
 /// `ckptfs umount`.

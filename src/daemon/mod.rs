@@ -5,7 +5,8 @@
 //! 1. block SIGTERM/SIGINT/SIGHUP (a dedicated thread waits for them);
 //! 2. register a pin (`run/pins/`) so gc never removes what the mount can reach;
 //! 3. mount with `auto_unmount` (fusermount3 stays behind and unmounts even after SIGKILL),
-//!    `fsname=ckptfs:<store>:<what>` so `status`, `umount` and mount(8) can find it;
+//!    `fsname=ckptfs:<store>:<what>` so `status`, `umount` and mount(8) can find it, private
+//!    to root unless `allow_other` (who can see what: [`crate::view::fuse`]);
 //! 4. raise the mount's readahead, write `run/views/<pid>.json`, report "ready";
 //! 5. serve until unmounted (by a signal, `ckptfs umount`, or umount(8)); remove the state file.
 //!
@@ -148,6 +149,8 @@ pub fn check_mountpoint(store: &Store, mountpoint: &Path) -> Result<PathBuf> {
 #[derive(Clone, Debug, Default)]
 pub struct ServeOptions {
     pub view: ViewOptions,
+    /// Open the mount to every local user (`--allow-other`); by default only root gets in.
+    pub allow_other: bool,
     /// Report "ready"/"error ..." on stdout for a parent waiting in [`start`], then detach
     /// stdout, and send stderr (the log) to `run/views/<pid>.log`.
     pub notify_stdout: bool,
@@ -245,6 +248,7 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
     let cfg = MountConfig {
         fsname: name.clone(),
         auto_unmount: true,
+        allow_other: opts.allow_other,
         threads: THREADS,
     };
     let session = crate::view::fuse::mount(view, &mp, &cfg)
@@ -334,6 +338,8 @@ pub struct StartOptions {
     pub cache_bytes: Option<u64>,
     /// Disk budget of materialized files (`--file-cache-size`); None = the default.
     pub file_cache_bytes: Option<u64>,
+    /// Open the mount to every local user (`--allow-other`).
+    pub allow_other: bool,
     /// How long to wait for the mount to be ready.
     pub timeout: Duration,
 }
@@ -344,6 +350,7 @@ impl Default for StartOptions {
             exe: None,
             cache_bytes: None,
             file_cache_bytes: None,
+            allow_other: false,
             timeout: Duration::from_secs(30),
         }
     }
@@ -404,6 +411,9 @@ pub fn start(
     }
     if let Some(c) = opts.file_cache_bytes {
         cmd.arg("--file-cache-size").arg(c.to_string());
+    }
+    if opts.allow_other {
+        cmd.arg("--allow-other");
     }
     if std::env::var_os("RUST_LOG").is_none() {
         let level = log::max_level().to_string().to_lowercase();
@@ -507,6 +517,8 @@ pub fn ensure_browse(store: &Store, mountpoint: &Path) -> Result<()> {
         )));
     }
     fs::create_dir_all(&mp).map_err(|e| Error::io(&mp, e))?;
+    // Private (no `allow_other`): overlayfs reads its lower layer as the overlay's mounter
+    // (root), so agents read these files only through their workspace, never here.
     // No materialized copies under an overlay: the overlay opens lower files on its own, copies
     // them up before any write, and without copies the view answers OPEN with ENOSYS, so a
     // workspace pays no OPEN round trip per file it reads from the lower layer.

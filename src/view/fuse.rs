@@ -2,6 +2,18 @@
 //! with the precise errno. No logic lives here beyond choosing TTLs and open flags; which big
 //! files pass through is decided by `backing.rs` (`Opens`), which this asks and obeys.
 //!
+//! Who can see what:
+//! - a view (`mount`, `browse`) is private by default: mounted without `allow_other`, so the
+//!   kernel refuses every process whose uids and gids are not the mounter's (root's) before
+//!   any request, cached entry or cached page is reached;
+//! - `--allow-other` opens it to every local user, and `default_permissions` has the kernel
+//!   check the captured owners and modes; only those then protect it, not the directories
+//!   that held the original tree;
+//! - a workspace is a kernel overlayfs: the kernel checks each agent against the captured,
+//!   then edited, owners and modes of the overlay's files, and reads the lower layer with the
+//!   credentials of whoever mounted the overlay (root), so the store's lower view under
+//!   `STORE/run/lower` stays private and serves agents only through their workspace.
+//!
 //! Choices, each made to save kernel round trips, daemon work or disk reads:
 //! - immutable entries get long entry/attr TTLs and negative entries; browse entries that can
 //!   change (`labels/`, `branches/`, `latest`...) get one second;
@@ -24,18 +36,21 @@
 //!   ENODATA, never ENOSYS (which would disable xattrs for the whole mount).
 
 use std::ffi::OsStr;
-use std::io;
+use std::io::{self, BufRead, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BackingId, BsdFileFlags, Config, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
     FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    MountOption, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, Session, SessionACL, TimeOrNow, WriteFlags,
+    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, Session, SessionACL, TimeOrNow, WriteFlags,
 };
 
 use crate::error::Error;
@@ -54,8 +69,35 @@ pub struct MountConfig {
     pub fsname: String,
     /// Let fusermount3 unmount when the process dies, even by SIGKILL.
     pub auto_unmount: bool,
+    /// Open the mount to every local user (`allow_other`), the kernel checking the captured
+    /// modes; without it only the mounting uid and gid (root) get in.
+    pub allow_other: bool,
     /// Worker threads.
     pub threads: usize,
+}
+
+/// A mounted view, not serving yet: [`MountedView::run`] serves it until it is unmounted.
+pub struct MountedView {
+    session: Session<ViewFs>,
+    /// Our end of fusermount3's socket (auto-unmount): it closes when this process dies, and
+    /// fusermount3 then unmounts the dead mount.
+    _auto_unmount: Option<OwnedFd>,
+}
+
+impl MountedView {
+    /// Serves requests until the mount goes away.
+    ///
+    /// # Errors
+    /// The session's final error.
+    pub fn run(self) -> io::Result<()> {
+        let MountedView {
+            session,
+            _auto_unmount: socket,
+        } = self;
+        let r = session.run();
+        drop(socket);
+        r
+    }
 }
 
 /// The fuser filesystem: a [`View`] and the passthrough bookkeeping.
@@ -117,29 +159,164 @@ impl ViewFs {
     }
 }
 
-/// Mounts `view` at `mountpoint` (read-only) and returns the session, not yet running.
+/// Mounts `view` at `mountpoint` (read-only) and returns it, not serving yet.
+///
+/// The mount goes through fusermount3 here rather than through fuser, because fuser 0.18
+/// runs fusermount3's `auto_unmount` only with `allow_other` (its `SessionACL::RootAndOwner`
+/// is `allow_other` for the kernel plus a uid filter in fuser that cached dentries, cached
+/// attributes and the page cache never reach). fusermount3 itself, run by root, accepts
+/// `auto_unmount` without `allow_other`; fuser then serves the device it hands back.
 ///
 /// # Errors
 /// The mount failure (mountpoint missing, FUSE unavailable, fusermount3 missing...).
-pub fn mount(view: Arc<View>, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Session<ViewFs>> {
+pub fn mount(view: Arc<View>, mountpoint: &Path, cfg: &MountConfig) -> io::Result<MountedView> {
     let mut options = vec![
-        MountOption::FSName(cfg.fsname.clone()),
-        MountOption::Subtype("ckptfs".into()),
-        MountOption::RO,
-        MountOption::NoDev,
-        MountOption::NoSuid,
-        MountOption::NoAtime,
-        MountOption::DefaultPermissions,
+        format!("fsname={}", cfg.fsname),
+        "subtype=ckptfs".into(),
+        "ro".into(),
+        "nodev".into(),
+        "nosuid".into(),
+        "noatime".into(),
+        "default_permissions".into(),
     ];
-    if cfg.auto_unmount {
-        options.push(MountOption::AutoUnmount);
+    if cfg.allow_other {
+        options.push("allow_other".into());
     }
+    if cfg.auto_unmount {
+        options.push("auto_unmount".into());
+    }
+    let (device, socket) = fusermount(mountpoint, &options.join(","), cfg.auto_unmount)?;
     let mut config = Config::default();
-    config.mount_options = options;
-    config.acl = SessionACL::All;
+    // The kernel already refuses other users on a private mount; what overlayfs asks for an
+    // agent carries the overlay mounter's credentials (root's), which `Owner` admits.
+    config.acl = if cfg.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
-    Session::new(ViewFs::new(view), mountpoint, &config)
+    let session = match Session::from_fd(ViewFs::new(view), device, config.acl, config) {
+        Ok(s) => s,
+        Err(e) => {
+            if let Err(u) = nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+                log::warn!(
+                    "detaching {} after a failed start: {u}",
+                    mountpoint.display()
+                );
+            }
+            return Err(e);
+        }
+    };
+    Ok(MountedView {
+        session,
+        _auto_unmount: socket,
+    })
+}
+
+/// fusermount3 from PATH, else where distributions put it.
+fn fusermount_bin() -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("fusermount3"))
+                .find(|f| f.is_file())
+        })
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/fusermount3"))
+}
+
+/// Mounts with fusermount3's protocol (libfuse's): it opens /dev/fuse, mounts it with
+/// `options` and sends the device back over the socket named by `_FUSE_COMMFD`. With
+/// `auto_unmount` it stays, and once our end of that socket closes (this process ended,
+/// however) it unmounts the mount if it is dead. Returns the device and, with
+/// `auto_unmount`, our end of the socket, to keep open while serving.
+fn fusermount(
+    mountpoint: &Path,
+    options: &str,
+    auto_unmount: bool,
+) -> io::Result<(OwnedFd, Option<OwnedFd>)> {
+    use rustix::io::{fcntl_setfd, FdFlags};
+    let (ours, theirs) = UnixStream::pair()?;
+    // Only fusermount3 may inherit its end (our threads spawn nothing meanwhile).
+    fcntl_setfd(&theirs, FdFlags::empty())?;
+    let mut child = Command::new(fusermount_bin())
+        .arg("-o")
+        .arg(options)
+        .arg("--")
+        .arg(mountpoint)
+        .env("_FUSE_COMMFD", theirs.as_raw_fd().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| io::Error::new(e.kind(), format!("running fusermount3: {e}")))?;
+    drop(theirs);
+    let device = receive_fd(&ours);
+    let mut stderr = child.stderr.take();
+    let device = match device {
+        Ok(Some(d)) => d,
+        failed => {
+            drop(ours);
+            let mut msg = String::new();
+            if let Some(s) = &mut stderr {
+                if let Err(e) = s.read_to_string(&mut msg) {
+                    log::warn!("reading fusermount3's error: {e}");
+                }
+            }
+            let status = child.wait()?;
+            let msg = msg.trim();
+            return Err(match failed {
+                Err(e) => io::Error::new(e.kind(), format!("fusermount3: {e}; {msg}")),
+                _ if msg.is_empty() => io::Error::other(format!("fusermount3 failed ({status})")),
+                _ => io::Error::other(msg.to_string()),
+            });
+        }
+    };
+    if !auto_unmount {
+        drop(ours);
+        child.wait()?;
+        return Ok((device, None));
+    }
+    // fusermount3 lives as long as the mount; reap it when it ends. While this process lives
+    // it can only say that a mount we unmounted ourselves is gone ("not mounted"): debug.
+    std::thread::Builder::new()
+        .name("fusermount3".into())
+        .spawn(move || {
+            if let Some(s) = stderr {
+                for line in io::BufReader::new(s).lines().map_while(Result::ok) {
+                    log::debug!("fusermount3: {line}");
+                }
+            }
+            if let Err(e) = child.wait() {
+                log::warn!("waiting for fusermount3: {e}");
+            }
+        })?;
+    Ok((device, Some(ours.into())))
+}
+
+/// Receives the one fd fusermount3 sends; `None` when it closed the socket without one.
+fn receive_fd(socket: &UnixStream) -> io::Result<Option<OwnedFd>> {
+    use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut byte = [0u8; 1];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    loop {
+        match recvmsg(
+            socket,
+            &mut [io::IoSliceMut::new(&mut byte)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Ok(_) => break,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let fd = control.drain().find_map(|m| match m {
+        RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+        _ => None,
+    });
+    Ok(fd)
 }
 
 fn time(ns: i64) -> SystemTime {

@@ -1,0 +1,294 @@
+//! Views against other local users (DESIGN §8a, "views are private unless --allow-other"):
+//! real mounts read as root and as `nobody` (uid/gid 65534, through `setpriv`).
+//!
+//! - a checkpoint view and the browse view refuse every other user, even for what root has
+//!   just read (cached entries and pages are not a way in);
+//! - `--allow-other` lets them read what the captured modes allow, and no more;
+//! - a workspace, whose lower layer is the store's private browse view, serves its agent
+//!   through the overlay (read, write, create, mmap, exec) while that agent is refused on
+//!   `STORE/run/lower` itself.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sha2::Digest;
+
+const NOBODY: u32 = 65534;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ckptfs")
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+fn describe(what: &str, o: &Output) -> String {
+    format!(
+        "{what}: {}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs ckptfs as root and returns its stdout; panics on failure.
+fn ck(args: &[&str]) -> String {
+    let o = Command::new(bin()).args(args).output().expect("run ckptfs");
+    assert!(o.status.success(), "{}", describe(&args.join(" "), &o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs `script` with /bin/sh as nobody:nogroup without supplementary groups.
+fn as_nobody(script: &str) -> Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/bin/sh",
+            "-c",
+            script,
+        ])
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .expect("run setpriv")
+}
+
+/// nobody's stdout of `script`; panics unless it succeeds.
+fn nobody_ok(script: &str) -> String {
+    let o = as_nobody(script);
+    assert!(o.status.success(), "{}", describe(script, &o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Panics unless `script` fails for nobody with "Permission denied" (EACCES).
+fn nobody_denied(script: &str) {
+    let o = as_nobody(script);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("Permission denied"),
+        "{}",
+        describe(&format!("expected EACCES for nobody: {script}"), &o)
+    );
+}
+
+/// The options field of the mount at `mp` in mountinfo.
+fn mount_options(mp: &Path) -> Option<String> {
+    let info = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    info.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let sep = f.iter().position(|x| *x == "-")?;
+        (f.get(4) == Some(&s(mp))).then(|| f.get(sep + 3).copied().unwrap_or("").to_string())
+    })
+}
+
+fn chmod(p: &Path, mode: u32) {
+    fs::set_permissions(p, fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+fn chown_tree(p: &Path, uid: u32) {
+    std::os::unix::fs::lchown(p, Some(uid), Some(uid)).expect("chown");
+    if fs::symlink_metadata(p).expect("stat").is_dir() {
+        for e in fs::read_dir(p).expect("read_dir") {
+            chown_tree(&e.expect("entry").path(), uid);
+        }
+    }
+}
+
+/// A store with one root `work` at `<tmp>/room`, captured on `main`:
+/// `pub/open.txt` 0644 and `pub/secret.txt` 0600 in a 0755 `pub/`, all root's. Every mount
+/// under the temp dir is unmounted on drop, even after a failed assert.
+struct Fixture {
+    tmp: tempfile::TempDir,
+    store: PathBuf,
+    room: PathBuf,
+}
+
+impl Fixture {
+    fn new(populate: impl FnOnce(&Path)) -> Fixture {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        // Reachable by nobody, so what refuses it is the mount, not the temp dir.
+        chmod(tmp.path(), 0o755);
+        let store = tmp.path().join("store");
+        let room = tmp.path().join("room");
+        fs::create_dir_all(room.join("pub")).expect("mkdir");
+        fs::write(room.join("pub/open.txt"), "open to all\n").expect("write");
+        fs::write(room.join("pub/secret.txt"), "owner only\n").expect("write");
+        chmod(&room, 0o755);
+        chmod(&room.join("pub"), 0o755);
+        chmod(&room.join("pub/open.txt"), 0o644);
+        chmod(&room.join("pub/secret.txt"), 0o600);
+        populate(&room);
+        ck(&["init", s(&store), "--root", &format!("work={}", s(&room))]);
+        ck(&["capture", s(&store), "-m", "initial"]);
+        Fixture { tmp, store, room }
+    }
+
+    fn dir(&self, name: &str) -> PathBuf {
+        let d = self.tmp.path().join(name);
+        fs::create_dir_all(&d).expect("mkdir");
+        chmod(&d, 0o755);
+        d
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let prefix = format!("{}/", s(self.tmp.path()));
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut points: Vec<String> = info
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|m| m.starts_with(&prefix))
+            .collect();
+        // Workspaces first (their umount also releases the lower view), deepest first.
+        points.sort_by_key(|p| (p.contains("/store/run/"), std::cmp::Reverse(p.len())));
+        for m in points {
+            if mount_options(Path::new(&m)).is_none() {
+                continue;
+            }
+            let _ = Command::new(bin()).args(["umount", &m]).output();
+            if mount_options(Path::new(&m)).is_some() {
+                let _ = Command::new("umount").arg("-l").arg(&m).output();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_private_view_refuses_other_users_even_what_root_has_read() {
+    let f = Fixture::new(|_| {});
+    let mp = f.dir("mnt");
+    ck(&["mount", s(&f.store), "main", s(&mp)]);
+    let opts = mount_options(&mp).expect("mounted");
+    assert!(!opts.contains("allow_other"), "{opts}");
+    // Root reads it, which also fills the kernel's dentry, attribute and page caches.
+    assert_eq!(
+        fs::read_to_string(mp.join("pub/open.txt")).unwrap(),
+        "open to all\n"
+    );
+    assert_eq!(
+        fs::read_to_string(mp.join("pub/secret.txt")).unwrap(),
+        "owner only\n"
+    );
+    let m = s(&mp);
+    nobody_denied(&format!("ls {m}"));
+    nobody_denied(&format!("ls {m}/pub"));
+    nobody_denied(&format!("stat {m}/pub/open.txt"));
+    nobody_denied(&format!("cat {m}/pub/open.txt"));
+    nobody_denied(&format!("cat {m}/pub/secret.txt"));
+}
+
+#[test]
+fn allow_other_lets_users_read_what_the_captured_modes_allow() {
+    let f = Fixture::new(|_| {});
+    let mp = f.dir("mnt");
+    ck(&["mount", s(&f.store), "main", s(&mp), "--allow-other"]);
+    let opts = mount_options(&mp).expect("mounted");
+    assert!(opts.contains("allow_other"), "{opts}");
+    let m = s(&mp);
+    assert!(nobody_ok(&format!("ls {m}/pub")).contains("secret.txt"));
+    assert_eq!(nobody_ok(&format!("cat {m}/pub/open.txt")), "open to all\n");
+    nobody_denied(&format!("cat {m}/pub/secret.txt"));
+    // Root still reads everything.
+    assert_eq!(
+        fs::read_to_string(mp.join("pub/secret.txt")).unwrap(),
+        "owner only\n"
+    );
+}
+
+#[test]
+fn browse_is_private_unless_allow_other() {
+    let f = Fixture::new(|_| {});
+    let mp = f.dir("history");
+    ck(&["browse", s(&f.store), s(&mp)]);
+    let open = format!("{}/branches/main/work/pub/open.txt", s(&mp));
+    assert_eq!(fs::read_to_string(&open).unwrap(), "open to all\n");
+    nobody_denied(&format!("ls {}", s(&mp)));
+    nobody_denied(&format!("ls {}/checkpoints", s(&mp)));
+    nobody_denied(&format!("cat {open}"));
+    ck(&["umount", s(&mp)]);
+    assert!(mount_options(&mp).is_none());
+
+    ck(&["browse", s(&f.store), s(&mp), "--allow-other"]);
+    assert!(nobody_ok(&format!("ls {}", s(&mp))).contains("checkpoints"));
+    assert_eq!(nobody_ok(&format!("cat {open}")), "open to all\n");
+    nobody_denied(&format!("cat {}/branches/main/work/pub/secret.txt", s(&mp)));
+}
+
+#[test]
+fn a_workspace_over_the_private_lower_view_serves_its_agent() {
+    let f = Fixture::new(|room| {
+        fs::create_dir_all(room.join("src")).unwrap();
+        fs::write(room.join("src/notes.txt"), "agent notes\n").unwrap();
+        fs::write(room.join("src/mine.txt"), "agent private\n").unwrap();
+        // Large enough for many READs, read by nobody first (capture reads the room, not
+        // the view, so the view's page cache is cold).
+        let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        fs::write(room.join("src/big.bin"), &big).unwrap();
+        fs::write(room.join("run.sh"), "#!/bin/sh\necho ran from lower\n").unwrap();
+        chmod(&room.join("run.sh"), 0o755);
+        chmod(&room.join("src/mine.txt"), 0o600);
+        // The agent owns its room; root's 0600 file in it stays root's.
+        chown_tree(room, NOBODY);
+        std::os::unix::fs::lchown(room.join("pub/secret.txt"), Some(0), Some(0)).unwrap();
+    });
+    ck(&["mount", s(&f.store), "--branch", "main"]);
+    let lower = f.store.join("run/lower");
+    let opts = mount_options(&lower).expect("lower view mounted");
+    assert!(!opts.contains("allow_other"), "{opts}");
+    // Let nobody reach run/lower, so what refuses it below is the view itself.
+    chmod(&f.store, 0o711);
+    chmod(&f.store.join("run"), 0o711);
+
+    let r = s(&f.room);
+    // Read and mmap of a lower file nobody has opened yet (so READs reach the lower view).
+    let sums = nobody_ok(&format!(
+        "/usr/bin/python3 -c \"import hashlib, mmap; f = open('{r}/src/big.bin', 'rb'); \
+         m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); \
+         print(hashlib.sha256(m[:]).hexdigest(), hashlib.sha256(f.read()).hexdigest())\""
+    ));
+    let want = format!(
+        "{:x}",
+        sha2::Sha256::digest(fs::read(f.room.join("src/big.bin")).unwrap())
+    );
+    assert_eq!(sums.trim(), format!("{want} {want}"), "mmap, then read");
+    assert_eq!(
+        nobody_ok(&format!("cat {r}/src/notes.txt")),
+        "agent notes\n"
+    );
+    assert_eq!(
+        nobody_ok(&format!("cat {r}/src/mine.txt")),
+        "agent private\n"
+    );
+    assert_eq!(nobody_ok(&format!("{r}/run.sh")), "ran from lower\n");
+    assert_eq!(nobody_ok(&format!("cat {r}/pub/open.txt")), "open to all\n");
+    nobody_denied(&format!("cat {r}/pub/secret.txt"));
+    // Writes: append (copy-up), create, rename, delete.
+    nobody_ok(&format!(
+        "set -e; cd {r}; echo more >> src/notes.txt; echo fresh > src/new.txt; \
+         mkdir out; mv src/new.txt out/; rm src/mine.txt"
+    ));
+    assert_eq!(
+        nobody_ok(&format!("cat {r}/src/notes.txt {r}/out/new.txt")),
+        "agent notes\nmore\nfresh\n"
+    );
+    // Straight at the lower view, the same user gets nothing.
+    let id = ck(&["checkpoint", r, "-m", "by the agent", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&id).expect("json");
+    let id = v["id"].as_str().expect("id");
+    let l = s(&lower);
+    nobody_denied(&format!("ls {l}"));
+    nobody_denied(&format!("ls {l}/checkpoints/{id}/work"));
+    nobody_denied(&format!("cat {l}/checkpoints/{id}/work/src/notes.txt"));
+    nobody_denied(&format!("cat {l}/checkpoints/{id}/work/pub/open.txt"));
+    // What the agent wrote is in its checkpoint.
+    assert_eq!(
+        ck(&["cat", s(&f.store), &format!("{id}:work/out/new.txt")]),
+        "fresh\n"
+    );
+    ck(&["umount", r]);
+}
