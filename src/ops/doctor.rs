@@ -400,6 +400,18 @@ fn check_layout(store: &Store, f: &mut Vec<Finding>) -> Result<()> {
             ));
         }
     }
+    // Inside objects/, checkpoints/ and refs/: symlinks, special files and foreign names (a
+    // store copied or received from elsewhere is untrusted input), as `verify` finds them.
+    for u in crate::ops::verify::scan_layout(store)? {
+        f.push(Finding::new(
+            Severity::Error,
+            Check::Layout,
+            u.object,
+            u.detail,
+            "move it out of the store (ckptfs never follows or reads it)",
+            Repair::Manual,
+        ));
+    }
     Ok(())
 }
 

@@ -160,25 +160,13 @@ impl View {
 
     /// Reads and checks one chunk (not cached).
     fn load_chunk(&self, f: &OpenFile, c: &Chunk) -> Result<Vec<u8>> {
-        match self.store.read_object(&c.id) {
-            Ok(data) if data.len() == c.len as usize => Ok(data),
-            Ok(data) => {
-                let path = self.path_of(f.ino);
-                let msg = format!(
-                    "{path}: object {} has {} bytes, the tree says {}",
-                    c.id,
-                    data.len(),
-                    c.len
-                );
-                log::error!("{msg}");
-                Err(Error::Corrupt(msg))
-            }
-            Err(e) => {
-                let path = self.path_of(f.ino);
-                log::error!("{path}: object {}: {e}", c.id);
-                Err(Error::Corrupt(format!("{path}: object {}: {e}", c.id)))
-            }
-        }
+        // `read_chunk` holds the object to the tree's length before it allocates anything and
+        // checks its hash: a corrupt or hostile object is EIO, never wrong bytes.
+        self.store.read_chunk(c).map_err(|e| {
+            let path = self.path_of(f.ino);
+            log::error!("{path}: object {}: {e}", c.id);
+            Error::Corrupt(format!("{path}: object {}: {e}", c.id))
+        })
     }
 
     /// Reads up to `size` bytes at `offset` and passes them to `f` (a slice of the cached
