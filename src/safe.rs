@@ -268,7 +268,7 @@ fn check_rel(rel: &Path) -> Result<()> {
 /// The error of an open that met a special file: named, and never blocking.
 pub fn special_kind(path: &Path, kind: Kind) -> Error {
     Error::Invalid(format!(
-        "{} is {}: only files, directories and symlinks can be read (exclude it)",
+        "{} is {}, not a regular file",
         path.display(),
         kind.describe()
     ))
@@ -642,6 +642,27 @@ impl Dir {
     }
 }
 
+/// Opens the regular file at `path`, a path the operator or the store names (its ancestors are
+/// trusted), without blocking: the last component is not followed unless `follow`, and
+/// anything but a regular file is refused, naming it. `None` when nothing is there.
+pub fn open_regular_path(path: &Path, follow: bool) -> Result<Option<(File, Stat)>> {
+    let mut flags = BASE | OFlags::RDONLY;
+    if follow {
+        flags.remove(OFlags::NOFOLLOW);
+    }
+    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(io_err(path, e)),
+    };
+    let st = Stat::of_fd(&fd).map_err(|e| Error::io(path, e))?;
+    if st.kind() != Kind::File {
+        return Err(special_kind(path, st.kind()));
+    }
+    rustix::fs::fcntl_setfl(&fd, OFlags::empty()).map_err(|e| io_err(path, e))?;
+    Ok(Some((File::from(fd), st)))
+}
+
 /// The xattrs of an open file, sorted; none where unsupported.
 pub fn file_xattrs(f: &File, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     read_xattrs(
@@ -734,7 +755,10 @@ mod tests {
         .unwrap();
         let d = Dir::open(t.path()).unwrap();
         let e = d.open_file("p").unwrap_err();
-        assert!(e.to_string().contains("is a fifo"), "{e}");
+        assert!(
+            e.to_string().contains("is a fifo, not a regular file"),
+            "{e}"
+        );
         assert!(d.stat("p").unwrap().unwrap().kind() == Kind::Fifo);
     }
 

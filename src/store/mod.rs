@@ -241,7 +241,7 @@ pub struct Store {
     root: PathBuf,
     config: Config,
     /// `objects/`, opened on first use; every object is opened beneath it (see `object`).
-    objects_fd: std::sync::OnceLock<std::os::fd::OwnedFd>,
+    objects_fd: std::sync::OnceLock<crate::safe::Dir>,
 }
 
 /// System directories no root may be: a restore, switch or workspace mount at a root's path

@@ -16,6 +16,7 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::safe::Dir;
 use crate::store::tree::{Chunk, Tree, MAX_TREE_BYTES};
 use crate::store::{fsio, Store};
 
@@ -77,21 +78,6 @@ fn zstd_bound(len: u64) -> u64 {
     zstd::zstd_safe::compress_bound(len) as u64
 }
 
-/// The kind of a file type, for messages.
-fn kind_name(ft: rustix::fs::FileType) -> &'static str {
-    use rustix::fs::FileType;
-    match ft {
-        FileType::RegularFile => "a regular file",
-        FileType::Directory => "a directory",
-        FileType::Symlink => "a symlink",
-        FileType::Fifo => "a FIFO",
-        FileType::Socket => "a socket",
-        FileType::CharacterDevice => "a character device",
-        FileType::BlockDevice => "a block device",
-        FileType::Unknown => "of unknown type",
-    }
-}
-
 impl Store {
     /// True when the object is present (raw or compressed). Links are not followed: a
     /// symlink in an object's place is "present" (so it is never written over) and fails to
@@ -112,74 +98,35 @@ impl Store {
         None
     }
 
-    /// `objects/`, opened once per `Store` (not following a symlink): the directory every
-    /// object open resolves beneath.
-    fn objects_fd(&self) -> Result<std::os::fd::BorrowedFd<'_>> {
-        use std::os::fd::AsFd;
-        if let Some(fd) = self.objects_fd.get() {
-            return Ok(fd.as_fd());
+    /// `objects/`, held once per `Store` (not following a symlink): the directory every
+    /// object open resolves beneath, through the safe module (a store made elsewhere is
+    /// untrusted input: its fan-out directories may be symlinks, its objects FIFOs).
+    fn objects_dir_fd(&self) -> Result<&Dir> {
+        if let Some(d) = self.objects_fd.get() {
+            return Ok(d);
         }
-        let dir = self.objects_dir();
-        let flags = rustix::fs::OFlags::RDONLY
-            | rustix::fs::OFlags::DIRECTORY
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::CLOEXEC;
-        let fd = rustix::fs::open(&dir, flags, rustix::fs::Mode::empty()).map_err(|e| {
-            let e = std::io::Error::from(e);
-            if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) {
-                Error::Corrupt(format!(
-                    "{} is not a directory (a symlink?); objects are read only from the \
-                     store's own objects/ directory",
-                    dir.display()
-                ))
-            } else {
-                Error::io(&dir, e)
-            }
-        })?;
-        let _already_set_by_another_thread = self.objects_fd.set(fd);
-        match self.objects_fd.get() {
-            Some(fd) => Ok(fd.as_fd()),
-            None => Err(Error::io_op(
-                dir.display().to_string(),
-                std::io::Error::from_raw_os_error(libc::EBADF),
+        let path = self.objects_dir();
+        let dir = Dir::open(&path).map_err(|e| match e {
+            Error::Invalid(_) => Error::Corrupt(format!(
+                "{} is not a directory (a symlink?); objects are read only from the \
+                 store's own objects/ directory",
+                path.display()
             )),
-        }
+            e => e,
+        })?;
+        let _already_set_by_another_thread = self.objects_fd.set(dir);
+        self.objects_fd.get().ok_or_else(|| {
+            Error::io_op(
+                path.display().to_string(),
+                std::io::Error::from_raw_os_error(libc::EBADF),
+            )
+        })
     }
 
-    /// Opens `objects/REL` without following any symlink (`openat2` with
-    /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`; where openat2 is refused, `openat` with
-    /// `O_NOFOLLOW`, which still follows a symlinked fan-out directory), non-blocking (a FIFO
-    /// does not hang the open) and close-on-exec.
-    fn open_beneath_objects(&self, rel: &str) -> std::io::Result<fs::File> {
-        use std::sync::atomic::AtomicBool;
-        static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
-        let dir = self
-            .objects_fd()
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        let flags = rustix::fs::OFlags::RDONLY
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::NONBLOCK
-            | rustix::fs::OFlags::CLOEXEC
-            | rustix::fs::OFlags::NOCTTY;
-        let mode = rustix::fs::Mode::empty();
-        if !NO_OPENAT2.load(Ordering::Relaxed) {
-            let how = rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS;
-            match rustix::fs::openat2(dir, rel, flags, mode, how) {
-                Ok(fd) => return Ok(fs::File::from(fd)),
-                // Not offered by the kernel or refused by a seccomp filter.
-                Err(rustix::io::Errno::NOSYS) | Err(rustix::io::Errno::PERM) => {
-                    NO_OPENAT2.store(true, Ordering::Relaxed);
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(fs::File::from(rustix::fs::openat(dir, rel, flags, mode)?))
-    }
-
-    /// Opens an object's file (raw or `.zst`, the store's usual form first): an `fstatat`
-    /// (not following links) must say regular file before it is opened, since opening a
-    /// device node can have effects; the open follows no symlink, does not block, and its
-    /// `fstat` must show that same regular file. Returns its size (from that `fstat`) too.
+    /// Opens an object's file (raw or `.zst`, the store's usual form first), through
+    /// `safe::Dir` beneath `objects/`: its `lstat` must say regular file before it is opened
+    /// (opening a device node can have effects), no symlink is followed on the way, the open
+    /// does not block, and its `fstat` must show that same file. Returns its size too.
     ///
     /// # Errors
     /// `Corrupt` naming the object when its file is a symlink, FIFO, directory, device or
@@ -187,6 +134,7 @@ impl Store {
     /// file.
     pub fn open_object_checked(&self, id: &ObjectId) -> Result<Option<OpenedObject>> {
         let hex = id.to_hex();
+        let dir = self.objects_dir_fd()?;
         for compressed in [self.compressed(), !self.compressed()] {
             let rel = if compressed {
                 format!("{}/{}.zst", &hex[..2], &hex[2..])
@@ -197,61 +145,42 @@ impl Store {
             let odd = |what: String| {
                 Error::Corrupt(format!("object {id} is not a regular file ({what})"))
             };
-            // A symlink as the object or a directory on the way (ELOOP from O_NOFOLLOW or
-            // RESOLVE_NO_SYMLINKS, EXDEV from RESOLVE_BENEATH), a file as a directory on the
-            // way (ENOTDIR), a socket (ENXIO).
-            let refused = |e: &std::io::Error| {
-                matches!(
-                    e.raw_os_error(),
-                    Some(libc::ELOOP | libc::EXDEV | libc::ENOTDIR | libc::ENXIO)
-                )
-            };
-            // Its type first, without opening it: opening a device node can have effects.
-            let dir = self.objects_fd()?;
-            let before = match rustix::fs::statat(
-                dir,
-                rel.as_str(),
-                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-            ) {
-                Ok(st) => st,
-                Err(rustix::io::Errno::NOENT) => continue,
-                Err(e) => {
-                    let e = std::io::Error::from(e);
-                    if refused(&e) {
-                        return Err(odd(format!("objects/{rel}: {e}")));
-                    }
-                    return Err(Error::io(&path, e));
-                }
-            };
-            let ft = rustix::fs::FileType::from_raw_mode(before.st_mode);
-            if ft != rustix::fs::FileType::RegularFile {
-                return Err(odd(format!("objects/{rel} is {}", kind_name(ft))));
-            }
-            let file = match self.open_beneath_objects(&rel) {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) if refused(&e) => {
-                    return Err(odd(format!(
+            // A symlink or a file as a directory on the way, as the safe module reports it.
+            let refused = |e: Error| {
+                if crate::safe::is_swapped(&e) {
+                    odd(format!(
                         "objects/{rel} is a symlink or is reached through one"
-                    )));
+                    ))
+                } else {
+                    e
                 }
-                Err(e) => return Err(Error::io(&path, e)),
             };
-            let st = rustix::fs::fstat(&file).map_err(|e| Error::io(&path, e.into()))?;
-            let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
-            if ft != rustix::fs::FileType::RegularFile {
-                return Err(odd(format!("objects/{rel} is {}", kind_name(ft))));
+            // Its type first, without opening it.
+            let Some(before) = dir.stat(&rel).map_err(refused)? else {
+                continue;
+            };
+            if !before.is_file() {
+                return Err(odd(format!(
+                    "objects/{rel} is {}",
+                    before.kind().describe()
+                )));
             }
-            if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) {
+            let opened = match dir.open_walked(&rel, &before) {
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    continue
+                }
+                other => other.map_err(refused)?,
+            };
+            let Some((file, st)) = opened else {
                 return Err(Error::Corrupt(format!(
                     "object {id} was replaced while it was opened (objects/{rel})"
                 )));
-            }
+            };
             return Ok(Some(OpenedObject {
                 file,
                 path,
                 compressed,
-                len: u64::try_from(st.st_size).unwrap_or(0),
+                len: st.size,
             }));
         }
         Ok(None)
@@ -419,36 +348,19 @@ pub(crate) fn read_regular_file(
     follow: bool,
     what: &str,
 ) -> Result<Option<Vec<u8>>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
-    if !follow {
-        flags |= libc::O_NOFOLLOW;
-    }
-    let file = match fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+    let (file, st) = match crate::safe::open_regular_path(path, follow) {
+        Ok(Some(x)) => x,
+        Ok(None) => return Ok(None),
+        Err(Error::Invalid(m)) => return Err(Error::Corrupt(format!("{what}: {m}"))),
+        Err(e) if crate::safe::is_swapped(&e) => {
             return Err(Error::Corrupt(format!(
                 "{what} is not a regular file (a symlink: {})",
                 path.display()
             )))
         }
-        Err(e) => return Err(Error::io(path, e)),
+        Err(e) => return Err(e),
     };
-    let st = rustix::fs::fstat(&file).map_err(|e| Error::io(path, e.into()))?;
-    let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
-    if ft != rustix::fs::FileType::RegularFile {
-        return Err(Error::Corrupt(format!(
-            "{what} is not a regular file ({} is {})",
-            path.display(),
-            kind_name(ft)
-        )));
-    }
-    let len = u64::try_from(st.st_size).unwrap_or(0);
+    let len = st.size;
     if len > max {
         return Err(Error::Corrupt(format!(
             "{what} is {len} bytes, more than {max} ({})",
