@@ -71,9 +71,12 @@ impl Store {
         }
     }
 
-    /// Exclusive store lock (blocks until free).
+    /// Exclusive store lock (blocks until free), for what writes: refused in a store whose own
+    /// directories are not real directories (see [`Store::check_own_dirs`]).
     pub fn lock_exclusive(&self) -> Result<StoreLock> {
-        self.lock_with(FlockArg::LockExclusive)
+        let lock = self.lock_with(FlockArg::LockExclusive)?;
+        self.check_own_dirs()?;
+        Ok(lock)
     }
 
     /// Shared store lock (blocks while an exclusive holder runs).

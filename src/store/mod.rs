@@ -72,6 +72,8 @@ pub const FORMAT_NAME: &str = "ckptfs-store";
 pub const FORMAT_VERSION: u32 = 2;
 /// Name of the config file at the store root.
 pub const CONFIG_FILE: &str = "STORE.json";
+/// The largest STORE.json read (roots and their exclude rules; real ones are a few KiB).
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// What a top-level entry of the store is, for [`TOP_LEVEL`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -508,13 +510,14 @@ impl Store {
             )));
         }
         let cfg_path = root.join(CONFIG_FILE);
-        let bytes = fs::read(&cfg_path).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => Error::NotFound(format!(
-                "{} is not a ckptfs store (no {CONFIG_FILE})",
-                root.display()
-            )),
-            _ => Error::io(&cfg_path, e),
-        })?;
+        // Bounded, not followed, never blocking: a store from elsewhere is untrusted input.
+        let bytes = object::read_regular_file(&cfg_path, MAX_CONFIG_BYTES, false, CONFIG_FILE)?
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "{} is not a ckptfs store (no {CONFIG_FILE})",
+                    root.display()
+                ))
+            })?;
         check_format(&bytes, &cfg_path)?;
         let config = parse_config(&bytes)
             .map_err(|m| Error::Corrupt(format!("{}: {m}", cfg_path.display())))?;
@@ -527,6 +530,41 @@ impl Store {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Checks that the store's own directories (the top-level ones, `refs/*`, the fan-outs
+    /// of `objects/`) are real directories where present: a store copied or received from
+    /// elsewhere may hold a symlink there, through which a write (an object renamed into
+    /// `objects/ab/`, a ref, a temp file) would land outside the store. Readers need no such
+    /// check (they open through `safe`, following nothing); writers take it with the lock.
+    ///
+    /// # Errors
+    /// `Corrupt` naming the first such directory.
+    pub fn check_own_dirs(&self) -> Result<()> {
+        let mut dirs: Vec<PathBuf> = TOP_LEVEL
+            .iter()
+            .filter(|(_, k)| *k == TopKind::Dir)
+            .map(|(n, _)| self.root.join(n))
+            .collect();
+        dirs.extend([self.branches_dir(), self.labels_dir()]);
+        dirs.extend((0..=255u8).map(|b| self.objects_dir().join(format!("{b:02x}"))));
+        for d in dirs {
+            match fs::symlink_metadata(&d) {
+                Ok(m) if m.is_dir() => {}
+                Ok(m) => {
+                    return Err(Error::Corrupt(format!(
+                        "{} is {}, not a directory: this store's layout was changed outside \
+                         ckptfs; nothing is written to it (see `ckptfs doctor`)",
+                        d.display(),
+                        crate::safe::Kind::of_mode(std::os::unix::fs::MetadataExt::mode(&m))
+                            .describe()
+                    )))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&d, e)),
+            }
+        }
+        Ok(())
     }
     pub fn config(&self) -> &Config {
         &self.config
