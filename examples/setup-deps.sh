@@ -14,6 +14,7 @@ has mkfs.ext4 || need+=(e2fsprogs)
 has mkfs.xfs || need+=(xfsprogs)
 has mkfs.btrfs || need+=(btrfs-progs)
 has fsfreeze || need+=(util-linux)
+has setcap || need+=(libcap2-bin)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "missing packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2

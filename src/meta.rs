@@ -5,16 +5,15 @@
 //! Capture, the workspace merge and restore all read (or write) metadata through here, so a
 //! file is described the same way whichever path stored it. Depends on the store's types only.
 
-use std::fs::{self, File};
+use std::ffi::OsStr;
+use std::fs::File;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use nix::sys::stat::{utimensat, UtimensatFlags};
-use nix::sys::time::TimeSpec;
-
 use crate::error::{Error, Result};
+use crate::safe::{self, Dir};
 use crate::store::statcache::{StatKey, RACY_WINDOW_NS};
 use crate::store::tree::{Entry, EntryKind};
 
@@ -91,9 +90,70 @@ pub(crate) fn read_xattrs_file(f: &File, path: &Path) -> Result<Vec<(Vec<u8>, Ve
     crate::safe::file_xattrs(f, path)
 }
 
-/// Gives `p` the recorded metadata: xattrs, owner (kept as is when not root, as tar does),
-/// mode (not for a symlink, which has none of its own) and mtime, never following a final
-/// symlink.
+/// The metadata a restore gives an entry, as the tree recorded it.
+#[derive(Clone, Copy, Debug)]
+pub struct Meta<'a> {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime_ns: i64,
+    pub xattrs: &'a [(Vec<u8>, Vec<u8>)],
+}
+
+impl<'a> Meta<'a> {
+    /// The recorded metadata of a tree entry.
+    pub fn of_entry(e: &'a Entry) -> Meta<'a> {
+        Meta {
+            mode: e.mode,
+            uid: e.uid,
+            gid: e.gid,
+            mtime_ns: e.mtime_ns,
+            xattrs: &e.xattrs,
+        }
+    }
+}
+
+// The order of every apply below: owner, then mode, then xattrs, then times. A chown clears
+// the setuid/setgid bits and the file capabilities (`security.capability`), so both are set
+// after it; nothing after the times changes the mtime.
+
+/// Gives the open file or directory `fd` (`path` names it in messages) the recorded
+/// metadata: owner (kept as it is when we may not chown, as tar does), mode, xattrs, mtime.
+///
+/// # Errors
+/// I/O on the fd.
+pub fn apply_meta_fd(fd: impl AsFd, path: &Path, m: &Meta<'_>) -> Result<()> {
+    let fd = fd.as_fd();
+    allow_eperm(safe::set_owner_fd(fd, path, m.uid, m.gid))?;
+    safe::set_mode_fd(fd, path, m.mode)?;
+    for (k, v) in m.xattrs {
+        safe::set_xattr_fd(fd, path, k, v).map_err(|e| xattr_context(e, path, k))?;
+    }
+    safe::set_times_fd(fd, path, m.mtime_ns, m.mtime_ns)
+}
+
+/// Gives the entry `name` of the held directory `dir` the recorded metadata, never following
+/// it: as [`apply_meta_fd`], without the mode for a symlink (which has none of its own).
+///
+/// # Errors
+/// I/O on the entry.
+pub fn apply_meta_at(dir: &Dir, name: &OsStr, is_link: bool, m: &Meta<'_>) -> Result<()> {
+    allow_eperm(dir.set_owner(name, m.uid, m.gid))?;
+    if !is_link {
+        dir.set_mode(name, m.mode)?;
+    }
+    for (k, v) in m.xattrs {
+        dir.set_xattr(name, k, v)
+            .map_err(|e| xattr_context(e, &dir.display_path(name), k))?;
+    }
+    dir.set_times(name, m.mtime_ns, m.mtime_ns)
+}
+
+/// As [`apply_meta_at`] for `p`, whose parent is a directory of the store's own (its path is
+/// trusted; `p` itself is not followed). Not for a tree an agent can write.
+///
+/// # Errors
+/// I/O opening the parent or on the entry.
 pub fn apply_meta(
     p: &Path,
     is_link: bool,
@@ -103,38 +163,37 @@ pub fn apply_meta(
     mtime_ns: i64,
     xattrs: &[(Vec<u8>, Vec<u8>)],
 ) -> Result<()> {
-    for (k, v) in xattrs {
-        xattr::set(p, std::ffi::OsStr::from_bytes(k), v).map_err(|err| {
-            Error::io_op(
-                format!(
-                    "{}: setting xattr {}",
-                    p.display(),
-                    String::from_utf8_lossy(k)
-                ),
-                err,
-            )
-        })?;
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+        return Err(Error::Invalid(format!("{} has no parent", p.display())));
+    };
+    let meta = Meta {
+        mode,
+        uid,
+        gid,
+        mtime_ns,
+        xattrs,
+    };
+    apply_meta_at(&Dir::open(parent)?, name, is_link, &meta)
+}
+
+/// A chown refused with EPERM (we are not root) keeps our own ownership, as tar does.
+fn allow_eperm(r: Result<()>) -> Result<()> {
+    match r {
+        Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::EPERM) => Ok(()),
+        other => other,
     }
-    match std::os::unix::fs::lchown(p, Some(uid), Some(gid)) {
-        Ok(()) => {}
-        // Not root: keep our own ownership, as tar does.
-        Err(err) if err.raw_os_error() == Some(libc::EPERM) => {}
-        Err(err) => return Err(Error::io(p, err)),
+}
+
+fn xattr_context(e: Error, path: &Path, key: &[u8]) -> Error {
+    match e {
+        Error::Io { source, .. } => Error::io_op(
+            format!(
+                "{}: setting xattr {}",
+                path.display(),
+                String::from_utf8_lossy(key)
+            ),
+            source,
+        ),
+        e => e,
     }
-    if !is_link {
-        fs::set_permissions(p, fs::Permissions::from_mode(mode))
-            .map_err(|err| Error::io(p, err))?;
-    }
-    let ts = TimeSpec::new(
-        mtime_ns.div_euclid(1_000_000_000),
-        mtime_ns.rem_euclid(1_000_000_000),
-    );
-    utimensat(
-        nix::fcntl::AT_FDCWD,
-        p,
-        &ts,
-        &ts,
-        UtimensatFlags::NoFollowSymlink,
-    )
-    .map_err(|err| Error::io(p, io::Error::from(err)))
 }

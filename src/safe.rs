@@ -24,9 +24,15 @@
 //!    the same way by the walks ([`Stat::same_object`]).
 //! 4. **Metadata goes to an fd or to a name in a held directory** with `AT_SYMLINK_NOFOLLOW`
 //!    (`fchownat`, `utimensat`, xattrs through `/proc/self/fd/N/NAME` with the `l*` calls, whose
-//!    directory part is the held fd itself, never a path lookup); never to a path.
+//!    directory part is the held fd itself, never a path lookup), or to the fd of what was
+//!    just created ([`set_owner_fd`], [`set_mode_fd`], [`set_xattr_fd`], [`set_times_fd`]);
+//!    never to a path.
 //! 5. **Creations are exclusive** (`O_CREAT | O_EXCL`, `mkdirat`, `symlinkat`, `linkat`) and
 //!    renames stay between held directory fds (`renameat2`, `RENAME_NOREPLACE` unless asked).
+//!    A directory made in a tree others can write is opened and checked to be the one made
+//!    ([`Dir::create_private_dir`]) before anything is put in it.
+//! 6. **Checks on real paths are made on what is held**: [`Dir::real_path`] names the
+//!    directory an fd holds, so a check (is it inside the store?) and the use agree.
 //!
 //! Paths carried by [`Dir`] are for messages only; no call here resolves them again.
 
@@ -624,14 +630,7 @@ impl Dir {
     /// Sets the access and modification times of the entry `name` (not followed), in ns.
     pub fn set_times(&self, name: &OsStr, atime_ns: i64, mtime_ns: i64) -> Result<()> {
         check_name(name)?;
-        let ts = |ns: i64| Timespec {
-            tv_sec: ns.div_euclid(1_000_000_000),
-            tv_nsec: ns.rem_euclid(1_000_000_000) as _,
-        };
-        let times = Timestamps {
-            last_access: ts(atime_ns),
-            last_modification: ts(mtime_ns),
-        };
+        let times = timestamps(atime_ns, mtime_ns);
         rustix::fs::utimensat(&self.fd, name, &times, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| io_err(&self.display_path(name), e))
     }
@@ -639,6 +638,86 @@ impl Dir {
     /// `fsync` of this directory: makes its entries (creations, renames) durable.
     pub fn sync(&self) -> Result<()> {
         rustix::fs::fsync(&self.fd).map_err(|e| io_err(&self.path, e))
+    }
+
+    /// `syncfs` of the filesystem holding this directory: every earlier write there durable.
+    pub fn sync_filesystem(&self) -> Result<()> {
+        rustix::fs::syncfs(&self.fd).map_err(|e| io_err(&self.path, e))
+    }
+
+    /// Where this directory is now, as the kernel names the held fd (`/proc/self/fd/N`): a
+    /// check on real paths (is it inside the store?) is then about the directory held, not
+    /// about a path that could resolve elsewhere by the time it is used.
+    pub fn real_path(&self) -> Result<PathBuf> {
+        std::fs::read_link(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+            .map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Creates the directory `name` (0700; it must not exist) and opens it, checking that what
+    /// was opened is what was created: the entry's own `lstat`, owned by us and writable by
+    /// nobody else. In a directory others can write, `name` can be swapped between the
+    /// `mkdirat` and the open; a swapped-in symlink is refused by the open, a directory of
+    /// someone else's by the owner check. Nobody else can write in the directory returned.
+    pub fn create_private_dir(&self, name: &OsStr) -> Result<Dir> {
+        self.create_dir(name, 0o700)?;
+        let path = self.display_path(name);
+        let entry = self.stat(name)?;
+        let dir = self.open_dir(name)?;
+        let held = dir.stat_self()?;
+        let ours = entry.is_some_and(|e| e.same_object(&held))
+            && held.uid == nix::unistd::geteuid().as_raw()
+            && held.mode & 0o022 == 0;
+        if !ours {
+            return Err(Error::Invalid(format!(
+                "{} was replaced while being created (is its parent writable by others?)",
+                path.display()
+            )));
+        }
+        Ok(dir)
+    }
+}
+
+// Metadata of an open file or directory (rule 4): the fd is what was created or checked.
+
+/// `fchown` of an open file or directory.
+pub fn set_owner_fd(fd: impl AsFd, path: &Path, uid: u32, gid: u32) -> Result<()> {
+    rustix::fs::fchown(
+        fd,
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(gid)),
+    )
+    .map_err(|e| io_err(path, e))
+}
+
+/// `fchmod` of an open file or directory.
+pub fn set_mode_fd(fd: impl AsFd, path: &Path, mode: u32) -> Result<()> {
+    rustix::fs::fchmod(fd, Mode::from_raw_mode(mode)).map_err(|e| io_err(path, e))
+}
+
+/// `fsetxattr` on an open file or directory.
+pub fn set_xattr_fd(fd: impl AsFd, path: &Path, key: &[u8], value: &[u8]) -> Result<()> {
+    rustix::fs::fsetxattr(
+        fd,
+        OsStr::from_bytes(key),
+        value,
+        rustix::fs::XattrFlags::empty(),
+    )
+    .map_err(|e| io_err(path, e))
+}
+
+/// `futimens` of an open file or directory: access and modification times, in ns.
+pub fn set_times_fd(fd: impl AsFd, path: &Path, atime_ns: i64, mtime_ns: i64) -> Result<()> {
+    rustix::fs::futimens(fd, &timestamps(atime_ns, mtime_ns)).map_err(|e| io_err(path, e))
+}
+
+fn timestamps(atime_ns: i64, mtime_ns: i64) -> Timestamps {
+    let ts = |ns: i64| Timespec {
+        tv_sec: ns.div_euclid(1_000_000_000),
+        tv_nsec: ns.rem_euclid(1_000_000_000) as _,
+    };
+    Timestamps {
+        last_access: ts(atime_ns),
+        last_modification: ts(mtime_ns),
     }
 }
 

@@ -6,7 +6,8 @@
 //! right size (full re-hash is `verify`); no stale RUNNING marker, dead pins, dead control
 //! sockets or pid files; no leftover temp/staging files; no stale mounts of this store in
 //! `/proc/self/mountinfo` (fsname `ckptfs:<store>...`); no unknown top-level entries or
-//! symlinks in the store's own directories (nothing of the store's lives outside its root);
+//! symlinks in the store's own directories (nothing of the store's lives outside its root),
+//! nor where objects or their fan-out directories should be;
 //! a `home` root keeps credentials out (default exclude rules).
 //!
 //! Findings marked `repair: "recover"` are fixed by `ckptfs recover`.
@@ -15,7 +16,8 @@ use std::collections::HashSet;
 use std::fmt;
 use std::fs;
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -23,6 +25,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::ops::inventory::{self, file_name, list_dir, object_files};
+use crate::safe::Dir;
 use crate::store::lock::pid_alive;
 use crate::store::tree::{EntryKind, Tree};
 use crate::store::{Store, DEFAULT_HOME_EXCLUDES, HOME_ROOT, TOP_LEVEL};
@@ -221,6 +224,7 @@ pub fn doctor(path: &Path) -> Result<DoctorReport> {
     report.checkpoints = checkpoints.len();
     check_refs(&store, &checkpoints, f)?;
     check_workspaces(&store, &checkpoints, f);
+    check_object_files(&store, f)?;
     let reached = check_objects(&store, &checkpoints, f)?;
     report.objects_checked = reached.len();
     check_garbage(&store, &reached, f)?;
@@ -604,6 +608,85 @@ fn check_objects(
     Ok(seen)
 }
 
+/// What is under `objects/`, looked at without following anything: a fan-out directory that
+/// is a symlink, or an object that is a symlink or not a regular file, is an error (object data
+/// would live outside the store, and a repair could reach through it).
+///
+/// # Errors
+/// I/O listing `objects/` or a fan-out directory.
+fn check_object_files(store: &Store, f: &mut Vec<Finding>) -> Result<()> {
+    const FIX: &str = "replace it with the real file (unarchive an archive that has it), or \
+                       remove it and run `ckptfs verify`";
+    let objects = match Dir::open(&store.objects_dir()) {
+        Ok(d) => d,
+        // Missing or a symlink itself: the layout check reports the top level.
+        Err(_) => return Ok(()),
+    };
+    let mut found = 0usize;
+    let mut push = |f: &mut Vec<Finding>, subject: PathBuf, problem: String| {
+        found += 1;
+        if found <= MAX_OBJECT_FINDINGS {
+            f.push(Finding::new(
+                Severity::Error,
+                Check::Object,
+                subject.display().to_string(),
+                problem,
+                FIX,
+                Repair::Manual,
+            ));
+        }
+    };
+    for fan in objects.entries()? {
+        let Some(st) = objects.stat(&fan)? else {
+            continue;
+        };
+        let is_fan = fan.len() == 2 && fan.as_bytes().iter().all(u8::is_ascii_hexdigit);
+        if st.is_symlink() {
+            push(
+                f,
+                objects.display_path(&fan),
+                "a symlink where an object directory should be: objects would live outside \
+                 the store"
+                    .into(),
+            );
+            continue;
+        }
+        if !is_fan || !st.is_dir() {
+            continue;
+        }
+        let dir = objects.open_dir(&fan)?;
+        for name in dir.entries()? {
+            let Some(st) = dir.stat(&name)? else {
+                continue;
+            };
+            let text = name.to_string_lossy();
+            let hex = text.strip_suffix(".zst").unwrap_or(&text);
+            let is_object = ObjectId::parse(&format!("{}{hex}", fan.to_string_lossy())).is_ok();
+            if st.is_symlink() || (is_object && !st.is_file()) {
+                push(
+                    f,
+                    dir.display_path(&name),
+                    format!("{} where an object file should be", st.kind().describe()),
+                );
+            }
+        }
+    }
+    if found > MAX_OBJECT_FINDINGS {
+        f.push(Finding::new(
+            Severity::Error,
+            Check::Object,
+            format!(
+                "{} more entries under objects/",
+                found - MAX_OBJECT_FINDINGS
+            ),
+            "symlinks or special files where objects should be",
+            FIX,
+            Repair::Manual,
+        ));
+    }
+    Ok(())
+}
+
 /// Objects no checkpoint reaches (gc sweeps them).
 fn check_garbage(store: &Store, reached: &HashSet<ObjectId>, f: &mut Vec<Finding>) -> Result<()> {
     let garbage = object_files(store)?
@@ -630,7 +713,12 @@ fn object_len(p: &Path, compressed: bool) -> Result<u64> {
             .map(|m| m.len())
             .map_err(|e| Error::io(p, e));
     }
-    let mut f = fs::File::open(p).map_err(|e| Error::io(p, e))?;
+    // Never through a symlink, never blocking on a FIFO (check_object_files reports them).
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(p)
+        .map_err(|e| Error::io(p, e))?;
     let mut dec = zstd::stream::read::Decoder::new(&mut f).map_err(|e| Error::io(p, e))?;
     io::copy(&mut dec, &mut io::sink())
         .map_err(|e| Error::Corrupt(format!("{}: bad zstd data ({e})", p.display())))

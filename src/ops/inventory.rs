@@ -53,7 +53,9 @@ pub fn object_files(store: &Store) -> Result<Vec<(PathBuf, ObjectId)>> {
     let mut out = Vec::new();
     for fan in list_dir(&store.objects_dir())? {
         let prefix = file_name(&fan);
-        if prefix.len() != 2 || !fan.is_dir() {
+        // A symlinked fan-out directory is not followed (doctor reports it).
+        let is_dir = fs::symlink_metadata(&fan).is_ok_and(|m| m.is_dir());
+        if prefix.len() != 2 || !is_dir {
             continue;
         }
         for p in list_dir(&fan)? {
@@ -67,7 +69,8 @@ pub fn object_files(store: &Store) -> Result<Vec<(PathBuf, ObjectId)>> {
     Ok(out)
 }
 
-/// Object files that are writable by anyone (objects are 0444).
+/// Object files that are writable by anyone (objects are 0444). Only regular files: a symlink
+/// where an object should be is never a way to chmod what it points to (doctor reports it).
 ///
 /// # Errors
 /// I/O listing `objects/`.
@@ -75,7 +78,7 @@ pub fn writable_objects(store: &Store) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for (p, _) in object_files(store)? {
         if let Ok(md) = fs::symlink_metadata(&p) {
-            if md.mode() & 0o222 != 0 {
+            if md.is_file() && md.mode() & 0o222 != 0 {
                 out.push(p);
             }
         }
