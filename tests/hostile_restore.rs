@@ -3,14 +3,14 @@
 //! and file capabilities survive capture + restore, and neither `recover` nor `doctor` acts
 //! through a symlink planted where objects should be.
 
-mod common;
+mod support;
 
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use support::*;
 
 fn mode_of(p: &Path) -> u32 {
     fs::symlink_metadata(p).unwrap().mode() & 0o7777
@@ -218,7 +218,8 @@ fn doctor_reports_a_symlinked_object_directory() {
             && f["detail"].as_str().is_some_and(|s| s.contains("symlink"))
     });
     assert!(found, "{v}");
-    // recover does not chmod the objects behind it, nor gc delete them.
+    // recover and gc refuse to write to a store laid out so (one line naming the directory),
+    // and neither chmods nor deletes the objects behind it.
     chmod(&elsewhere, 0o755);
     let inside: Vec<PathBuf> = fs::read_dir(&elsewhere)
         .unwrap()
@@ -227,9 +228,16 @@ fn doctor_reports_a_symlinked_object_directory() {
     for p in &inside {
         chmod(p, 0o644);
     }
-    ok(["recover", &env.s()]);
+    for cmd in ["recover", "gc"] {
+        let err = fails(1, [cmd, &env.s()]);
+        assert!(
+            err.contains(&name) && err.contains("symlink"),
+            "{cmd}: {err}"
+        );
+    }
     for p in &inside {
         assert_eq!(mode_of(p), 0o644, "{}", p.display());
+        assert!(p.exists(), "{}", p.display());
     }
 }
 
