@@ -8,7 +8,11 @@
 //!                         the id is the SHA-256 of the uncompressed bytes
 //!   checkpoints/<64 hex>  immutable checkpoint records (JSON); the id is the SHA-256 of the file
 //!   refs/branches/B.json  movable branch head + lifecycle state (replaced atomically, CAS under lock)
-//!   refs/labels/L         immutable label -> checkpoint id (renameat2 NOREPLACE: never replaced)
+//!   refs/labels/L         immutable label -> checkpoint id (renameat2 NOREPLACE: never replaced;
+//!                         only `label delete` removes one, audited)
+//!   refs/forgotten/<64 hex>.json  tombstone of a checkpoint `forget` removed: its parents,
+//!                         branch and time (no trees, no message), so `log --branch` can show
+//!                         the gap and go on; created lazily, never changed
 //!   tmp/                  objects being written by a capture; renamed into objects/ once durable
 //!   run/RUNNING.json      marker of the mutating operation in progress (a crash leaves it behind)
 //!   run/                  also pid files and control sockets of mount daemons
@@ -453,6 +457,13 @@ impl Store {
     }
     pub fn label_path(&self, name: &str) -> PathBuf {
         self.labels_dir().join(name)
+    }
+    /// `refs/forgotten/`: tombstones of forgotten checkpoints (see `ops::forget`).
+    pub fn forgotten_dir(&self) -> PathBuf {
+        self.root.join("refs").join("forgotten")
+    }
+    pub fn forgotten_path(&self, id: &ObjectId) -> PathBuf {
+        self.forgotten_dir().join(format!("{}.json", id.to_hex()))
     }
     pub fn tmp_dir(&self) -> PathBuf {
         self.root.join("tmp")
