@@ -122,7 +122,7 @@ fn refusals(store: &Store, ids: &BTreeSet<ObjectId>) -> Result<Vec<String>> {
         if ids.contains(&id) {
             out.push(format!(
                 "{} is the base of branch {branch}'s workspace (its upper layer applies to it): \
-                 checkpoint or unmount the workspace first",
+                 checkpoint the workspace first (its changes then apply to the new head)",
                 id.short()
             ));
         }

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::Checkpoint;
-use crate::store::refs::Tombstone;
+use crate::store::refs::{NamedId, Tombstone};
 use crate::store::Store;
 use crate::util::{format_utc, human_bytes};
 
@@ -135,10 +135,7 @@ pub fn graph_names(store: &Store) -> Result<Vec<(String, ObjectId)>> {
 ///
 /// # Errors
 /// I/O listing `refs/`.
-pub fn names_lenient(
-    store: &Store,
-    with_branches: bool,
-) -> Result<(Vec<(String, ObjectId)>, Vec<String>)> {
+pub fn names_lenient(store: &Store, with_branches: bool) -> Result<(Vec<NamedId>, Vec<String>)> {
     let (mut names, bad) = store.list_labels_lenient()?;
     let mut problems: Vec<String> = bad.iter().map(Error::to_string).collect();
     if with_branches {

@@ -120,7 +120,13 @@ mod tests {
 
     #[test]
     fn keep_rules_win_over_exclude_rules_in_any_order() {
-        let hit = excluder(&["!.env.example", ".env.*", ".env", "!**/.ssh/*.pub", "**/.ssh/id_*"]);
+        let hit = excluder(&[
+            "!.env.example",
+            ".env.*",
+            ".env",
+            "!**/.ssh/*.pub",
+            "**/.ssh/id_*",
+        ]);
         assert!(hit(".env"));
         assert!(hit("app/.env.local"));
         assert!(!hit("app/.env.example"));
@@ -136,7 +142,10 @@ mod tests {
 
     #[test]
     fn default_rules_match_what_tools_write_and_spare_look_alikes() {
-        let rules: Vec<&str> = crate::store::DEFAULT_EXCLUDES.iter().map(|d| d.glob).collect();
+        let rules: Vec<&str> = crate::store::DEFAULT_EXCLUDES
+            .iter()
+            .map(|d| d.glob)
+            .collect();
         let hit = excluder(&rules);
         for secret in [
             ".aws/credentials",

@@ -159,7 +159,10 @@ pub const DEFAULT_EXCLUDES: &[DefaultExclude] = &[
     DefaultExclude::new(".netrc", "machine/login/password lines (curl, git, ftp)"),
     DefaultExclude::new("_netrc", ".netrc under its Windows name"),
     DefaultExclude::new(".git-credentials", "git credential-store tokens"),
-    DefaultExclude::new("**/.config/git/credentials", "git credential-store, XDG location"),
+    DefaultExclude::new(
+        "**/.config/git/credentials",
+        "git credential-store, XDG location",
+    ),
     DefaultExclude::new(".pgpass", "PostgreSQL passwords"),
     DefaultExclude::new(".env", "dotenv secrets"),
     DefaultExclude::new(".env.*", "dotenv variants (.env.local, .env.production...)"),
@@ -167,8 +170,14 @@ pub const DEFAULT_EXCLUDES: &[DefaultExclude] = &[
     DefaultExclude::new("!.env.sample", "dotenv template: no secrets, captured"),
     DefaultExclude::new("!.env.template", "dotenv template: no secrets, captured"),
     // SSH and other private keys (public halves stay).
-    DefaultExclude::new("**/.ssh/id_*", "ssh private keys (id_rsa, id_ed25519, id_ecdsa_sk...)"),
-    DefaultExclude::new("!**/.ssh/*.pub", "ssh public keys and certificates: captured"),
+    DefaultExclude::new(
+        "**/.ssh/id_*",
+        "ssh private keys (id_rsa, id_ed25519, id_ecdsa_sk...)",
+    ),
+    DefaultExclude::new(
+        "!**/.ssh/*.pub",
+        "ssh public keys and certificates: captured",
+    ),
     DefaultExclude::new("id_rsa", "ssh private key outside .ssh"),
     DefaultExclude::new("id_dsa", "ssh private key outside .ssh"),
     DefaultExclude::new("id_ecdsa", "ssh private key outside .ssh"),
@@ -178,7 +187,10 @@ pub const DEFAULT_EXCLUDES: &[DefaultExclude] = &[
     DefaultExclude::new("privkey*.pem", "private keys (Let's Encrypt privkey.pem)"),
     DefaultExclude::new("*-key.pem", "private keys (cfssl, mkcert: name-key.pem)"),
     DefaultExclude::new("*_key.pem", "private keys (name_key.pem)"),
-    DefaultExclude::new("key.pem", "private keys (openssl examples, webpack-dev-server)"),
+    DefaultExclude::new(
+        "key.pem",
+        "private keys (openssl examples, webpack-dev-server)",
+    ),
     DefaultExclude::new("*.p12", "PKCS#12 bundles (hold the private key)"),
     DefaultExclude::new("*.pfx", "PKCS#12 bundles (hold the private key)"),
     DefaultExclude::new("*.ppk", "PuTTY private keys"),
@@ -188,14 +200,23 @@ pub const DEFAULT_EXCLUDES: &[DefaultExclude] = &[
     DefaultExclude::new("**/.aws/credentials", "AWS access keys"),
     DefaultExclude::new("**/.aws/sso/cache", "AWS SSO tokens"),
     DefaultExclude::new("**/.aws/cli/cache", "AWS CLI assumed-role credentials"),
-    DefaultExclude::new("**/.config/gcloud/credentials.db", "gcloud OAuth refresh tokens"),
+    DefaultExclude::new(
+        "**/.config/gcloud/credentials.db",
+        "gcloud OAuth refresh tokens",
+    ),
     DefaultExclude::new("**/.config/gcloud/access_tokens.db", "gcloud access tokens"),
-    DefaultExclude::new("**/.config/gcloud/legacy_credentials", "gcloud per-account keys"),
+    DefaultExclude::new(
+        "**/.config/gcloud/legacy_credentials",
+        "gcloud per-account keys",
+    ),
     DefaultExclude::new(
         "application_default_credentials.json",
         "Google application default credentials",
     ),
-    DefaultExclude::new("**/.azure/accessTokens.json", "Azure CLI tokens (old versions)"),
+    DefaultExclude::new(
+        "**/.azure/accessTokens.json",
+        "Azure CLI tokens (old versions)",
+    ),
     DefaultExclude::new("**/.azure/msal_token_cache.*", "Azure CLI MSAL token cache"),
     DefaultExclude::new(
         "**/.azure/service_principal_entries.*",
@@ -210,14 +231,26 @@ pub const DEFAULT_EXCLUDES: &[DefaultExclude] = &[
     DefaultExclude::new("**/.cargo/credentials", "crates.io token (old name)"),
     DefaultExclude::new("**/.cargo/credentials.toml", "crates.io token"),
     DefaultExclude::new("**/.docker/config.json", "docker registry auths"),
-    DefaultExclude::new("**/.kube/config", "Kubernetes client certificates and tokens"),
+    DefaultExclude::new(
+        "**/.kube/config",
+        "Kubernetes client certificates and tokens",
+    ),
     DefaultExclude::new(".vault-token", "HashiCorp Vault token"),
     DefaultExclude::new("credentials.tfrc.json", "Terraform Cloud tokens"),
     // Agent CLIs' own logins (a root may be the agent's home itself: `/auth.json`).
-    DefaultExclude::new("/auth.json", "Codex login at a root's top (root = ~/.codex); Composer auth"),
+    DefaultExclude::new(
+        "/auth.json",
+        "Codex login at a root's top (root = ~/.codex); Composer auth",
+    ),
     DefaultExclude::new("**/.codex/auth.json", "Codex login"),
-    DefaultExclude::new(".credentials.json", "Claude Code login (~/.claude/.credentials.json)"),
-    DefaultExclude::new("oauth_creds.json", "Gemini CLI login (~/.gemini/oauth_creds.json)"),
+    DefaultExclude::new(
+        ".credentials.json",
+        "Claude Code login (~/.claude/.credentials.json)",
+    ),
+    DefaultExclude::new(
+        "oauth_creds.json",
+        "Gemini CLI login (~/.gemini/oauth_creds.json)",
+    ),
 ];
 
 /// One rule of [`DEFAULT_EXCLUDES`] and what it keeps out.

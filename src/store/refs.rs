@@ -180,7 +180,7 @@ impl Store {
     ///
     /// # Errors
     /// I/O listing `refs/labels/`.
-    pub fn list_labels_lenient(&self) -> Result<(Vec<(String, ObjectId)>, Vec<Error>)> {
+    pub fn list_labels_lenient(&self) -> Result<(Vec<NamedId>, Vec<Error>)> {
         let dir = self.labels_dir();
         let mut out = Vec::new();
         let mut bad = Vec::new();
@@ -276,6 +276,9 @@ impl Store {
         Ok(out)
     }
 }
+
+/// A ref's name and the checkpoint it names.
+pub type NamedId = (String, ObjectId);
 
 /// What [`Store::delete_label`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
