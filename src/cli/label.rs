@@ -34,8 +34,10 @@ pub struct LabelCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum LabelAction {
-    /// Delete a label: an explicit act, recorded in audit.jsonl with the label, the
-    /// checkpoint it named, the user and the time. The checkpoint stays (it becomes subject
+    /// Delete a label (audited; the name can then be created again).
+    ///
+    /// An explicit act, recorded in audit.jsonl with the label, the checkpoint it named, the
+    /// user and the time. The checkpoint stays (it becomes subject
     /// to gc's retention policy, and `forget` no longer refuses it for this label). Labels
     /// are never moved or overwritten: to give the name to another checkpoint, delete it and
     /// create it again.

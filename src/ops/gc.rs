@@ -30,7 +30,11 @@
 //! workspaces are mounted and still keeps the base of a detached overlay that is in use.
 //!
 //! **Pruned parents**: checkpoint records are immutable, so a kept checkpoint may name a pruned
-//! parent. `log --branch` stops there and says the older history was pruned.
+//! parent. `log --branch` stops there and says the older history was pruned. (A parent taken
+//! out by `forget` leaves a tombstone, and `log --branch` steps over it.)
+//!
+//! **Forgetting** (`GcOptions::forget`, used by `forget --prune`): the named records go like
+//! pruned ones and no policy applies; the rest of the plan (mark, sweep, garbage) is the same.
 //!
 //! **Crash safety**: apply deletes checkpoint records first and syncs their directory, and only
 //! then deletes objects that no kept checkpoint reaches. A gc killed at any point leaves every
