@@ -37,8 +37,10 @@ pub enum LabelAction {
     /// Delete a label (audited; the name can then be created again).
     ///
     /// An explicit act, recorded in audit.jsonl with the label, the checkpoint it named, the
-    /// user and the time. The checkpoint stays (it becomes subject
-    /// to gc's retention policy, and `forget` no longer refuses it for this label). Labels
+    /// user and the time. The checkpoint stays, and `forget` no
+    /// longer refuses it for this label. gc's retention policy then applies to it, unless it
+    /// was labelled by `capture --label`: its immutable record keeps the name, and gc keeps
+    /// such records (forget them explicitly). Labels
     /// are never moved or overwritten: to give the name to another checkpoint, delete it and
     /// create it again.
     ///
