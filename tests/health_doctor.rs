@@ -192,7 +192,7 @@ fn credentials_stay_out_of_home_by_default() {
     fs::create_dir_all(home.join("sub/.ssh")).unwrap();
     for name in [
         "auth.json",
-        "sub/server.pem",
+        "sub/server-key.pem",
         ".env",
         "sub/.ssh/id_rsa",
         "sub/.ssh/id_rsa.pub",
@@ -212,12 +212,13 @@ fn credentials_stay_out_of_home_by_default() {
         .map(|e| e["path"].as_str().unwrap())
         .collect();
     assert!(paths.contains(&"config.toml"), "{paths:?}");
+    // The public half of a key pair is no credential: captured.
+    assert!(paths.contains(&"sub/.ssh/id_rsa.pub"), "{paths:?}");
     for secret in [
         "auth.json",
-        "sub/server.pem",
+        "sub/server-key.pem",
         ".env",
         "sub/.ssh/id_rsa",
-        "sub/.ssh/id_rsa.pub",
         "x.key",
     ] {
         assert!(!paths.contains(&secret), "{secret} was captured: {paths:?}");

@@ -169,7 +169,7 @@ pub fn run_recover(a: RecoverArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn print_gc(r: &GcReport, dry_run: bool) {
+pub(crate) fn print_gc(r: &GcReport, dry_run: bool) {
     let (go, went) = if dry_run {
         ("would prune", "would free")
     } else {
@@ -225,6 +225,7 @@ pub fn run_gc(a: GcArgs) -> Result<i32> {
         policy: (!policy.is_empty()).then_some(policy),
         prune_displaced: a.prune_displaced,
         clear_cache: a.clear_cache,
+        ..GcOptions::default()
     };
     let r = if a.dry_run {
         gc::gc_dry_run(&s, &opts)?

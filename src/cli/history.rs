@@ -69,16 +69,34 @@ pub struct DiffArgs {
     pub json: JsonFlag,
 }
 
-/// `ckptfs log [--branch B] [--graph | --json]`.
+/// `ckptfs log [--branch B] [--graph | --json]`. A record or label that does not read is
+/// named in one warning line on stderr and left out; the rest is listed and the exit code
+/// stays 0 (a listing, as restic's: `doctor` and `verify` are the checks that fail).
 pub fn run_log(a: LogArgs) -> Result<i32> {
     let s = Store::open(&a.store)?;
     let h = history::history(&s, a.branch.as_deref())?;
+    let (names, ref_problems) = history::names_lenient(&s, a.graph && !a.json.json)?;
+    for p in h.problems.iter().chain(&ref_problems) {
+        eprintln!("ckptfs: warning: {p}; left out (run `ckptfs doctor`)");
+    }
     if let Some(id) = h.pruned_before {
         eprintln!("(history before {} was pruned by gc)", id.short());
     }
-    let labels = s.list_labels()?;
+    let labels: Vec<_> = names
+        .iter()
+        .filter(|(n, _)| !n.starts_with("branch:"))
+        .cloned()
+        .collect();
+    // Gaps print in place in text; beside JSON and the graph they go to stderr, so those
+    // keep their format.
+    let inline_gaps = !a.graph && !a.json.json;
+    if !inline_gaps {
+        for g in &h.gaps {
+            eprintln!("(forgotten: {})", g.line());
+        }
+    }
     if a.graph && !a.json.json {
-        for line in history::graph_lines(&h.items, &history::graph_names(&s)?) {
+        for line in history::graph_lines(&h.items, &names) {
             println!("{line}");
         }
         return Ok(0);
@@ -93,8 +111,14 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
     } else {
         // A reader that stops early (`| head`) is not an error.
         let mut out = io::stdout().lock();
-        for (id, c) in &h.items {
+        for (i, (id, c)) in h.items.iter().enumerate() {
+            for g in h.gaps.iter().filter(|g| g.before_item == i) {
+                let _ignored = writeln!(out, "  ... {}", g.line());
+            }
             let _ignored = writeln!(out, "{}", history::log_line(id, c, &labels));
+        }
+        for g in h.gaps.iter().filter(|g| g.before_item == h.items.len()) {
+            let _ignored = writeln!(out, "  ... {}", g.line());
         }
     }
     Ok(0)

@@ -4,11 +4,13 @@
 //! One module per group of commands, each holding its clap arguments and one `run_*`
 //! function per command: `store` (init, capture, restore, label), `history` (log, show, ls,
 //! cat, diff), `health` (verify, recover, gc, archive, unarchive, doctor), `workspace`
-//! (branches, checkpoint, exec, switch, fork, status, mount --branch) and `view` (mount,
-//! browse, umount). [`run`] only dispatches.
+//! (branches, checkpoint, exec, switch, fork, status, mount --branch), `view` (mount,
+//! browse, umount), `label` (label, label delete) and `forget`. [`run`] only dispatches.
 
+mod forget;
 mod health;
 mod history;
+mod label;
 mod store;
 mod view;
 mod workspace;
@@ -110,6 +112,11 @@ pub enum Command {
     /// --freeze-fs` and its watchdog left frozen. Refuses while the recorded process is alive.
     Recover(health::RecoverArgs),
     /// List checkpoints, newest first.
+    ///
+    /// A checkpoint `forget` removed from a branch's line shows as a `... ID (forgotten ...)`
+    /// line where it was (on stderr with --json or --graph). A record or label file that does
+    /// not read gives one warning line on stderr naming it; the rest is still listed and the
+    /// exit code stays 0 (`doctor` and `verify` are the checks that fail).
     Log(history::LogArgs),
     /// Show one checkpoint's record.
     Show(history::ShowArgs),
@@ -119,8 +126,22 @@ pub enum Command {
     Cat(history::CatArgs),
     /// Show what changed between two checkpoints (added, removed, modified, type, mode...).
     Diff(history::DiffArgs),
-    /// Give a checkpoint an immutable label (an existing label is never moved).
-    Label(store::LabelArgs),
+    /// Give a checkpoint an immutable label: `label STORE CHECKPOINT NAME` (an existing label
+    /// is never moved or overwritten), or delete one: `label delete STORE NAME` (audited).
+    Label(label::LabelCommand),
+    /// Take checkpoints out of history, e.g. one that captured a secret: their records go
+    /// (a tombstone keeps only id, parents, branch and time, so `log` shows the gap), and with
+    /// --prune (or at the next `gc`) so do the objects nothing else reaches.
+    ///
+    /// Refused, changing nothing, for a checkpoint that is a branch head (move or delete the
+    /// branch first), has a label (`label delete` first), is the base of a workspace or is
+    /// pinned by a live mount or view (unmount first). --dry-run prints the same plan.
+    /// The report counts objects the checkpoints share with others that stay: identical
+    /// content elsewhere in history is kept. Not reached: live files, workspace upper layers,
+    /// displaced/ (`gc --prune-displaced`), archives made earlier.
+    ///
+    /// Example: ckptfs forget /var/lib/ckpt 3f2a9c1b --prune
+    Forget(forget::ForgetArgs),
     /// Branches: list, archive, unarchive, delete. A branch is a movable head checkpoint plus
     /// its workspace layer; it plays the part of a saved agent session (resume = mount it).
     #[command(subcommand)]
@@ -242,7 +263,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Ls(a) => history::run_ls(a),
         Command::Cat(a) => history::run_cat(a),
         Command::Diff(a) => history::run_diff(a),
-        Command::Label(a) => store::run_label(a),
+        Command::Label(a) => label::run_label(a),
+        Command::Forget(a) => forget::run_forget(a),
         Command::Branch(c) => workspace::run_branch(c),
         Command::Checkpoint(a) => workspace::run_checkpoint(a),
         Command::Exec(a) => workspace::run_exec(a),

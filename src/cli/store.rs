@@ -25,15 +25,28 @@ pub struct InitArgs {
     #[arg(long = "root", value_name = "NAME=/ABS/PATH", required = true)]
     pub roots: Vec<String>,
     /// Exclude rule for a root, NAME=GLOB (repeatable). A glob without '/' matches a name
-    /// at any depth ("*.pem"); with '/' it matches the path from the root ("cache/**").
+    /// at any depth (".netrc"); with '/' it matches the path from the root ("cache/**";
+    /// "**/" matches any depth: "**/.aws/credentials"). NAME='!GLOB' is a keep rule: what it
+    /// matches is captured whatever other rule matches it; that is how one default rule is
+    /// switched off for a root (e.g. --exclude 'ws=!*.key').
     #[arg(long = "exclude", value_name = "NAME=GLOB")]
     pub excludes: Vec<String>,
     /// Object compression: none (default) or zstd (ids stay the hash of the uncompressed
     /// bytes). zstd halves the store growth per agent turn for a little capture time.
     #[arg(long, value_parser = ["none", "zstd"], default_value = "none")]
     pub compression: String,
-    /// Do not add the credential excludes (auth.json, *.pem, .env, *.key, id_rsa*...) that a
-    /// root named `home` gets by default (they are written into STORE.json, editable).
+    /// Do not give the roots the default credential excludes. By default every root gets
+    /// them, written into STORE.json (visible and editable there; `init` prints how many):
+    /// .netrc, .git-credentials, .pgpass, .env and .env.* (not .env.example/.sample/.template),
+    /// ssh private keys (.ssh/id_* but not *.pub, id_rsa, id_ed25519..., ssh_host_*_key),
+    /// private-key names (*.key, privkey*.pem, *-key.pem, *_key.pem, key.pem, *.p12, *.pfx,
+    /// *.ppk; not every *.pem: CA bundles are public), GnuPG secret keys, AWS credentials
+    /// and SSO/CLI caches (not .aws/config), gcloud credentials.db, access_tokens.db,
+    /// legacy_credentials and application_default_credentials.json, Azure token caches,
+    /// gh hosts.yml, glab config.yml, .npmrc, .pypirc, gem/cargo credentials,
+    /// .docker/config.json, .kube/config, .vault-token, credentials.tfrc.json, and agent
+    /// logins (auth.json at a root's top, .codex/auth.json, .credentials.json,
+    /// oauth_creds.json). Rules match at any depth.
     #[arg(long)]
     pub no_default_excludes: bool,
 }
@@ -55,7 +68,7 @@ pub struct CaptureArgs {
     /// Capture root NAME from DIR instead of its recorded path (repeatable).
     #[arg(long, value_name = "NAME=DIR")]
     pub from: Vec<String>,
-    /// Extra exclude glob for every root (repeatable).
+    /// Extra exclude glob for every root (repeatable); '!GLOB' keeps what it matches.
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
     #[command(flatten)]
@@ -117,7 +130,16 @@ pub fn run_init(a: InitArgs) -> Result<i32> {
     )?;
     println!("created store {}", s.root().display());
     for (n, r) in &s.config().roots {
-        println!("  root {n} = {}", r.path.display());
+        let defaults = ckptfs::store::DEFAULT_EXCLUDES
+            .iter()
+            .filter(|d| r.exclude.iter().any(|x| x == d.glob))
+            .count();
+        println!(
+            "  root {n} = {} ({} exclude rules, {defaults} of them the default credential \
+             rules; see STORE.json)",
+            r.path.display(),
+            r.exclude.len()
+        );
     }
     Ok(0)
 }

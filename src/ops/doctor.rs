@@ -28,7 +28,7 @@ use crate::ops::inventory::{self, file_name, list_dir, object_files};
 use crate::safe::Dir;
 use crate::store::lock::pid_alive;
 use crate::store::tree::{EntryKind, Tree};
-use crate::store::{Store, DEFAULT_HOME_EXCLUDES, HOME_ROOT, TOP_LEVEL};
+use crate::store::{Store, DEFAULT_EXCLUDES, TOP_LEVEL};
 
 /// Object findings listed one by one; past this many, one finding counts the rest.
 const MAX_OBJECT_FINDINGS: usize = 50;
@@ -206,8 +206,12 @@ pub fn doctor(path: &Path) -> Result<DoctorReport> {
                 Check::Format,
                 root.display().to_string(),
                 e.to_string(),
-                "use a ckptfs build that knows this format, or restore STORE.json from an archive \
-                 (`ckptfs unarchive`)",
+                "a newer format needs a newer ckptfs. Otherwise rebuild STORE.json: archives carry \
+                 no STORE.json, but their MANIFEST.json holds the roots, exclude rules, \
+                 compression and chunker, so `ckptfs unarchive ARCHIVE NEW_STORE` makes a working \
+                 store of what was archived; without an archive, `ckptfs init` an empty directory \
+                 with the same --root, --exclude and --compression and copy its STORE.json here \
+                 (objects, records and refs do not depend on it)",
                 Repair::Manual,
             ));
             return Ok(report);
@@ -423,26 +427,38 @@ fn check_layout(store: &Store, f: &mut Vec<Finding>) -> Result<()> {
     Ok(())
 }
 
-/// STORE.json: a `home` root keeps credentials out (the default exclude rules).
+/// STORE.json: every root keeps credentials out (the default exclude rules). Stores made
+/// before the defaults covered every root keep their rules (nothing changes silently); this
+/// notes what they lack.
 fn check_config(store: &Store, f: &mut Vec<Finding>) {
-    let Some(rc) = store.config().roots.get(HOME_ROOT) else {
-        return;
-    };
-    let missing: Vec<&str> = DEFAULT_HOME_EXCLUDES
-        .iter()
-        .copied()
-        .filter(|p| !rc.exclude.iter().any(|x| x == p))
-        .collect();
-    if !missing.is_empty() {
+    for (name, rc) in &store.config().roots {
+        let missing: Vec<&str> = DEFAULT_EXCLUDES
+            .iter()
+            .map(|d| d.glob)
+            .filter(|p| !rc.exclude.iter().any(|x| x == p))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let shown: Vec<&str> = missing.iter().take(6).copied().collect();
+        let more = if missing.len() > shown.len() {
+            format!(" and {} more", missing.len() - shown.len())
+        } else {
+            String::new()
+        };
         f.push(Finding::new(
             Severity::Info,
             Check::Security,
-            format!("root {HOME_ROOT}"),
+            format!("root {name}"),
             format!(
-                "no exclude rule for {}: credentials may be captured",
-                missing.join(", ")
+                "no exclude rule for {}{more} (of the {} default credential rules): credentials may be captured",
+                shown.join(", "),
+                DEFAULT_EXCLUDES.len()
             ),
-            "add the rules to STORE.json roots.home.exclude (or keep them out on purpose)",
+            format!(
+                "add them to STORE.json roots.{name}.exclude (`ckptfs init --help` and README's \
+                 Security section list them; a new store gets them all), or keep them out on purpose"
+            ),
             Repair::Manual,
         ));
     }

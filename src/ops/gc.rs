@@ -30,7 +30,11 @@
 //! workspaces are mounted and still keeps the base of a detached overlay that is in use.
 //!
 //! **Pruned parents**: checkpoint records are immutable, so a kept checkpoint may name a pruned
-//! parent. `log --branch` stops there and says the older history was pruned.
+//! parent. `log --branch` stops there and says the older history was pruned. (A parent taken
+//! out by `forget` leaves a tombstone, and `log --branch` steps over it.)
+//!
+//! **Forgetting** (`GcOptions::forget`, used by `forget --prune`): the named records go like
+//! pruned ones and no policy applies; the rest of the plan (mark, sweep, garbage) is the same.
 //!
 //! **Crash safety**: apply deletes checkpoint records first and syncs their directory, and only
 //! then deletes objects that no kept checkpoint reaches. A gc killed at any point leaves every
@@ -63,6 +67,11 @@ pub struct GcOptions {
     pub prune_displaced: bool,
     /// Delete everything in `cache/`, not only caches of pruned checkpoints.
     pub clear_cache: bool,
+    /// Checkpoints being forgotten (`forget --prune`): their records go whatever keeps them,
+    /// and no policy applies, so every other checkpoint is kept. The caller has checked,
+    /// under the same lock, that none is a branch head, labelled, pinned or a workspace's
+    /// base; gc refuses the plan if one is a head, pinned or a base all the same.
+    pub forget: BTreeSet<ObjectId>,
 }
 
 /// Where the policy gc applies came from.
@@ -330,10 +339,11 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
     keep_refs(store, &records, &mut retention)?;
     report.pins = keep_pinned(store, &mut retention)?;
     keep_workspace_bases(store, &mut retention);
+    refuse_forgetting_roots(&opts.forget, &retention)?;
     keep_by_policy(&records, &policy, crate::util::now_ns(), &mut retention)?;
     let kept: BTreeSet<ObjectId> = records
         .keys()
-        .filter(|id| retention.reasons.contains_key(id))
+        .filter(|id| retention.reasons.contains_key(id) && !opts.forget.contains(id))
         .copied()
         .collect();
     for id in &kept {
@@ -369,8 +379,37 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
     })
 }
 
-/// The command line's policy, else STORE.json's, else none (keep every checkpoint).
+/// Defence in depth for `forget --prune`: a checkpoint to forget that a branch head, a live
+/// pin or a workspace needs stops the plan (its objects would be swept from under them).
+fn refuse_forgetting_roots(forget: &BTreeSet<ObjectId>, retention: &Retention) -> Result<()> {
+    for id in forget {
+        match retention.reasons.get(id) {
+            Some(
+                why @ (KeepReason::BranchHead | KeepReason::Pinned | KeepReason::WorkspaceBase),
+            ) => {
+                return Err(Error::Conflict(format!(
+                    "gc: checkpoint {} cannot be forgotten: it is a {why}",
+                    id.short()
+                )))
+            }
+            _ if retention.pinned_all => {
+                return Err(Error::Conflict(format!(
+                    "gc: checkpoint {} cannot be forgotten: a live pin keeps every checkpoint",
+                    id.short()
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The command line's policy, else STORE.json's, else none (keep every checkpoint). While
+/// forgetting, none: only the forgotten checkpoints go.
 fn choose_policy(store: &Store, opts: &GcOptions) -> (RetentionPolicy, PolicySource) {
+    if !opts.forget.is_empty() {
+        return (RetentionPolicy::default(), PolicySource::None);
+    }
     match (&opts.policy, &store.config().retention) {
         (Some(p), _) if !p.is_empty() => (p.clone(), PolicySource::CommandLine),
         (_, Some(p)) if !p.is_empty() => (p.clone(), PolicySource::StoreConfig),
@@ -379,7 +418,7 @@ fn choose_policy(store: &Store, opts: &GcOptions) -> (RetentionPolicy, PolicySou
 }
 
 /// Every checkpoint record; one that does not read stops gc.
-fn read_records(store: &Store) -> Result<BTreeMap<ObjectId, Checkpoint>> {
+pub(crate) fn read_records(store: &Store) -> Result<BTreeMap<ObjectId, Checkpoint>> {
     let mut records = BTreeMap::new();
     for id in store.list_checkpoints()? {
         let c = store.read_checkpoint(&id).map_err(|e| {
@@ -511,7 +550,7 @@ fn prune_records(
 
 /// Every object a kept checkpoint reaches (trees and chunks). A tree that does not read stops
 /// gc: what it reaches would otherwise be swept.
-fn mark_reachable(
+pub(crate) fn mark_reachable(
     store: &Store,
     records: &BTreeMap<ObjectId, Checkpoint>,
     kept: &BTreeSet<ObjectId>,

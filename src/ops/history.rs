@@ -2,11 +2,12 @@
 //! of parents), and their rendering as text lines, JSON rows, or a lane graph like
 //! `git log --graph`. A front end prints what these return.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::Checkpoint;
+use crate::store::refs::{NamedId, Tombstone};
 use crate::store::Store;
 use crate::util::{format_utc, human_bytes};
 
@@ -17,13 +18,41 @@ pub struct History {
     /// Set when a branch's line of parents ends at a record gc pruned: the id of the missing
     /// parent (records are immutable, so a kept checkpoint may still name it).
     pub pruned_before: Option<ObjectId>,
+    /// Checkpoints `forget` took out of a branch's line, stepped over by their tombstones.
+    pub gaps: Vec<Gap>,
+    /// Records (or refs) that could not be read: listed here and left out, so one bad file
+    /// does not hide the rest of the history. A branch's line stops at an unreadable record.
+    pub problems: Vec<String>,
+}
+
+/// A forgotten checkpoint in a branch's line of parents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gap {
+    /// Index into [`History::items`] of the checkpoint after the gap (the older one).
+    pub before_item: usize,
+    pub tombstone: Tombstone,
+}
+
+impl Gap {
+    /// The line `log` prints for the gap.
+    pub fn line(&self) -> String {
+        format!(
+            "{} (forgotten {}; recorded {} on {})",
+            self.tombstone.id.short(),
+            format_utc(self.tombstone.forgotten_ns),
+            format_utc(self.tombstone.time_ns),
+            self.tombstone.branch
+        )
+    }
 }
 
 /// Every checkpoint newest first (ties by id), or with `branch` that branch's history from its
-/// head along first parents.
+/// head along first parents. A forgotten checkpoint on the way is a [`Gap`] (its tombstone
+/// names its parents); a record that does not read is a problem, reported and left out.
 ///
 /// # Errors
-/// `NotFound` for an unknown branch or a missing head; I/O and `Corrupt` reading records.
+/// `NotFound` for an unknown branch or a missing head; I/O listing the records; `Corrupt`
+/// for an unreadable branch file or head record.
 pub fn history(store: &Store, branch: Option<&str>) -> Result<History> {
     let mut out = History::default();
     match branch {
@@ -32,13 +61,39 @@ pub fn history(store: &Store, branch: Option<&str>) -> Result<History> {
                 .read_branch(b)?
                 .ok_or_else(|| Error::NotFound(format!("branch {b}")))?;
             let mut cur = br.head;
+            let mut seen = HashSet::new();
             while let Some(id) = cur {
+                if !seen.insert(id) {
+                    out.problems
+                        .push(format!("checkpoint {id}: its parents loop back to it"));
+                    break;
+                }
                 let c = match store.read_checkpoint(&id) {
-                    Err(Error::NotFound(_)) if Some(id) != br.head => {
-                        out.pruned_before = Some(id);
+                    Ok(c) => c,
+                    Err(e) if Some(id) == br.head => return Err(e),
+                    Err(Error::NotFound(_)) => match store.read_tombstone(&id) {
+                        Ok(Some(t)) => {
+                            cur = t.parents.first().copied();
+                            out.gaps.push(Gap {
+                                before_item: out.items.len(),
+                                tombstone: t,
+                            });
+                            continue;
+                        }
+                        Ok(None) => {
+                            out.pruned_before = Some(id);
+                            break;
+                        }
+                        Err(e) => {
+                            out.problems.push(e.to_string());
+                            break;
+                        }
+                    },
+                    Err(e) => {
+                        out.problems
+                            .push(format!("{e} (older history of {b} not shown)"));
                         break;
                     }
-                    other => other?,
                 };
                 cur = c.parents.first().copied();
                 out.items.push((id, c));
@@ -46,7 +101,12 @@ pub fn history(store: &Store, branch: Option<&str>) -> Result<History> {
         }
         None => {
             for id in store.list_checkpoints()? {
-                out.items.push((id, store.read_checkpoint(&id)?));
+                match store.read_checkpoint(&id) {
+                    Ok(c) => out.items.push((id, c)),
+                    // Gone between the listing and the read (gc, forget): not a problem.
+                    Err(Error::NotFound(_)) => {}
+                    Err(e) => out.problems.push(e.to_string()),
+                }
             }
             out.items
                 .sort_by(|a, b| b.1.time_ns.cmp(&a.1.time_ns).then(a.0.cmp(&b.0)));
@@ -68,6 +128,29 @@ pub fn graph_names(store: &Store) -> Result<Vec<(String, ObjectId)>> {
         }
     }
     Ok(names)
+}
+
+/// As [`graph_names`] and the labels `log` shows, reading what reads: the names, and one
+/// message per label or branch file that does not (for `log` to report and go on).
+///
+/// # Errors
+/// I/O listing `refs/`.
+pub fn names_lenient(store: &Store, with_branches: bool) -> Result<(Vec<NamedId>, Vec<String>)> {
+    let (mut names, bad) = store.list_labels_lenient()?;
+    let mut problems: Vec<String> = bad.iter().map(Error::to_string).collect();
+    if with_branches {
+        match store.list_branches() {
+            Ok(branches) => {
+                for (n, b) in branches {
+                    if let Some(h) = b.head {
+                        names.push((format!("branch:{n}"), h));
+                    }
+                }
+            }
+            Err(e) => problems.push(format!("{e} (branch names not shown)")),
+        }
+    }
+    Ok((names, problems))
 }
 
 /// The labels (`(name, checkpoint)` pairs) naming `id`, in their order.

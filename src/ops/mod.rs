@@ -6,11 +6,13 @@
 //! - [`gc`] (plan, then apply), [`doctor`] (collect findings) and [`recover`] (repair after a
 //!   crash) all look at the store's state through [`inventory`]: what exists, and which
 //!   artifacts are left by processes that are gone. None of the three imports another.
+//! - [`forget`] (plan, then apply): take checkpoints out of history, then sweep with gc's plan.
 //! - [`archive`]: portable tar+zstd exports and imports.
 
 pub mod archive;
 pub mod diff;
 pub mod doctor;
+pub mod forget;
 pub mod gc;
 pub mod history;
 pub mod inventory;

@@ -148,8 +148,10 @@ pub fn write_new_early(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     Ok(())
 }
 
+/// Creates `path` and writes `data`. A write that fails (ENOSPC, EIO; or the injected fault,
+/// which strikes after the file exists, as a full disk does) removes the file again, so a
+/// failed operation leaves no partial temp file behind.
 fn create_with(path: &Path, data: &[u8], mode: u32) -> Result<File> {
-    fault_point("write").map_err(|e| Error::io(path, e))?;
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -157,7 +159,12 @@ fn create_with(path: &Path, data: &[u8], mode: u32) -> Result<File> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(|e| Error::io(path, e))?;
-    f.write_all(data).map_err(|e| Error::io(path, e))?;
+    let written = fault_point("write").and_then(|()| f.write_all(data));
+    if let Err(e) = written {
+        drop(f);
+        let _ignored_cleanup = fs::remove_file(path);
+        return Err(Error::io(path, e));
+    }
     Ok(f)
 }
 

@@ -8,7 +8,11 @@
 //!                         the id is the SHA-256 of the uncompressed bytes
 //!   checkpoints/<64 hex>  immutable checkpoint records (JSON); the id is the SHA-256 of the file
 //!   refs/branches/B.json  movable branch head + lifecycle state (replaced atomically, CAS under lock)
-//!   refs/labels/L         immutable label -> checkpoint id (renameat2 NOREPLACE: never replaced)
+//!   refs/labels/L         immutable label -> checkpoint id (renameat2 NOREPLACE: never replaced;
+//!                         only `label delete` removes one, audited)
+//!   refs/forgotten/<64 hex>.json  tombstone of a checkpoint `forget` removed: its parents,
+//!                         branch and time (no trees, no message), so `log --branch` can show
+//!                         the gap and go on; created lazily, never changed
 //!   tmp/                  objects being written by a capture; renamed into objects/ once durable
 //!   run/RUNNING.json      marker of the mutating operation in progress (a crash leaves it behind)
 //!   run/                  also pid files and control sockets of mount daemons
@@ -170,20 +174,128 @@ pub struct RootConfig {
     pub exclude: Vec<String>,
 }
 
-/// Exclude rules added at `init` to a root named [`HOME_ROOT`] so credentials stay out of
-/// history (unless `InitOptions::no_default_excludes`). They are written into STORE.json, where
-/// they can be read and edited like any other rule.
-pub const DEFAULT_HOME_EXCLUDES: &[&str] = &[
-    "auth.json",
-    "*.pem",
-    ".env",
-    "*.key",
-    "id_rsa*",
-    "id_ed25519*",
-    "id_ecdsa*",
+/// Exclude rules `init` gives every root, so credentials stay out of history (DESIGN §8a),
+/// unless `InitOptions::no_default_excludes`. They are written into STORE.json, where they can
+/// be read and edited like any other rule; a `!GLOB` rule (`init --exclude NAME='!GLOB'`)
+/// keeps one of them from applying. Stores made before keep their own rules.
+///
+/// Chosen from what tools really write, and narrow enough not to drop ordinary project files:
+/// a name rule (no `/`) matches at any depth, so only names that are credentials wherever they
+/// appear are names; the rest are anchored under the tool's directory at any depth (`**/`).
+/// Not `*.pem` (CA bundles such as certifi's `cacert.pem` are public and needed in a venv):
+/// only the names private keys usually get. Not `.aws/config` (region and profiles; keys
+/// belong in `credentials`), but the SSO and CLI token caches.
+pub const DEFAULT_EXCLUDES: &[DefaultExclude] = &[
+    // Shell-level secrets.
+    DefaultExclude::new(".netrc", "machine/login/password lines (curl, git, ftp)"),
+    DefaultExclude::new("_netrc", ".netrc under its Windows name"),
+    DefaultExclude::new(".git-credentials", "git credential-store tokens"),
+    DefaultExclude::new(
+        "**/.config/git/credentials",
+        "git credential-store, XDG location",
+    ),
+    DefaultExclude::new(".pgpass", "PostgreSQL passwords"),
+    DefaultExclude::new(".env", "dotenv secrets"),
+    DefaultExclude::new(".env.*", "dotenv variants (.env.local, .env.production...)"),
+    DefaultExclude::new("!.env.example", "dotenv template: no secrets, captured"),
+    DefaultExclude::new("!.env.sample", "dotenv template: no secrets, captured"),
+    DefaultExclude::new("!.env.template", "dotenv template: no secrets, captured"),
+    // SSH and other private keys (public halves stay).
+    DefaultExclude::new(
+        "**/.ssh/id_*",
+        "ssh private keys (id_rsa, id_ed25519, id_ecdsa_sk...)",
+    ),
+    DefaultExclude::new(
+        "!**/.ssh/*.pub",
+        "ssh public keys and certificates: captured",
+    ),
+    DefaultExclude::new("id_rsa", "ssh private key outside .ssh"),
+    DefaultExclude::new("id_dsa", "ssh private key outside .ssh"),
+    DefaultExclude::new("id_ecdsa", "ssh private key outside .ssh"),
+    DefaultExclude::new("id_ed25519", "ssh private key outside .ssh"),
+    DefaultExclude::new("ssh_host_*_key", "ssh host private keys (/etc/ssh)"),
+    DefaultExclude::new("*.key", "PEM private keys (server.key, tls.key)"),
+    DefaultExclude::new("privkey*.pem", "private keys (Let's Encrypt privkey.pem)"),
+    DefaultExclude::new("*-key.pem", "private keys (cfssl, mkcert: name-key.pem)"),
+    DefaultExclude::new("*_key.pem", "private keys (name_key.pem)"),
+    DefaultExclude::new(
+        "key.pem",
+        "private keys (openssl examples, webpack-dev-server)",
+    ),
+    DefaultExclude::new("*.p12", "PKCS#12 bundles (hold the private key)"),
+    DefaultExclude::new("*.pfx", "PKCS#12 bundles (hold the private key)"),
+    DefaultExclude::new("*.ppk", "PuTTY private keys"),
+    DefaultExclude::new("**/.gnupg/private-keys-v1.d", "GnuPG secret keys"),
+    DefaultExclude::new("**/.gnupg/secring.gpg", "GnuPG 1 secret keyring"),
+    // Cloud CLIs.
+    DefaultExclude::new("**/.aws/credentials", "AWS access keys"),
+    DefaultExclude::new("**/.aws/sso/cache", "AWS SSO tokens"),
+    DefaultExclude::new("**/.aws/cli/cache", "AWS CLI assumed-role credentials"),
+    DefaultExclude::new(
+        "**/.config/gcloud/credentials.db",
+        "gcloud OAuth refresh tokens",
+    ),
+    DefaultExclude::new("**/.config/gcloud/access_tokens.db", "gcloud access tokens"),
+    DefaultExclude::new(
+        "**/.config/gcloud/legacy_credentials",
+        "gcloud per-account keys",
+    ),
+    DefaultExclude::new(
+        "application_default_credentials.json",
+        "Google application default credentials",
+    ),
+    DefaultExclude::new(
+        "**/.azure/accessTokens.json",
+        "Azure CLI tokens (old versions)",
+    ),
+    DefaultExclude::new("**/.azure/msal_token_cache.*", "Azure CLI MSAL token cache"),
+    DefaultExclude::new(
+        "**/.azure/service_principal_entries.*",
+        "Azure CLI service principal secrets",
+    ),
+    // Forges, registries, clusters.
+    DefaultExclude::new("**/.config/gh/hosts.yml", "GitHub CLI oauth_token"),
+    DefaultExclude::new("**/.config/glab-cli/config.yml", "GitLab CLI tokens"),
+    DefaultExclude::new(".npmrc", "npm auth tokens (_authToken)"),
+    DefaultExclude::new(".pypirc", "PyPI upload passwords and tokens"),
+    DefaultExclude::new("**/.gem/credentials", "RubyGems API key"),
+    DefaultExclude::new("**/.cargo/credentials", "crates.io token (old name)"),
+    DefaultExclude::new("**/.cargo/credentials.toml", "crates.io token"),
+    DefaultExclude::new("**/.docker/config.json", "docker registry auths"),
+    DefaultExclude::new(
+        "**/.kube/config",
+        "Kubernetes client certificates and tokens",
+    ),
+    DefaultExclude::new(".vault-token", "HashiCorp Vault token"),
+    DefaultExclude::new("credentials.tfrc.json", "Terraform Cloud tokens"),
+    // Agent CLIs' own logins (a root may be the agent's home itself: `/auth.json`).
+    DefaultExclude::new(
+        "/auth.json",
+        "Codex login at a root's top (root = ~/.codex); Composer auth",
+    ),
+    DefaultExclude::new("**/.codex/auth.json", "Codex login"),
+    DefaultExclude::new(
+        ".credentials.json",
+        "Claude Code login (~/.claude/.credentials.json)",
+    ),
+    DefaultExclude::new(
+        "oauth_creds.json",
+        "Gemini CLI login (~/.gemini/oauth_creds.json)",
+    ),
 ];
-/// The root name that gets [`DEFAULT_HOME_EXCLUDES`].
-pub const HOME_ROOT: &str = "home";
+
+/// One rule of [`DEFAULT_EXCLUDES`] and what it keeps out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DefaultExclude {
+    pub glob: &'static str,
+    pub what: &'static str,
+}
+
+impl DefaultExclude {
+    const fn new(glob: &'static str, what: &'static str) -> DefaultExclude {
+        DefaultExclude { glob, what }
+    }
+}
 
 /// gc retention policy (per branch; see `ops::gc`). Every field absent = keep every checkpoint.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -233,7 +345,7 @@ pub struct Config {
 pub struct InitOptions {
     pub roots: BTreeMap<String, RootConfig>,
     pub zstd: bool,
-    /// Do not add [`DEFAULT_HOME_EXCLUDES`] to a root named `home`.
+    /// Do not add [`DEFAULT_EXCLUDES`] to the roots.
     pub no_default_excludes: bool,
 }
 
@@ -621,6 +733,13 @@ impl Store {
     pub fn label_path(&self, name: &str) -> PathBuf {
         self.labels_dir().join(name)
     }
+    /// `refs/forgotten/`: tombstones of forgotten checkpoints (see `ops::forget`).
+    pub fn forgotten_dir(&self) -> PathBuf {
+        self.root.join("refs").join("forgotten")
+    }
+    pub fn forgotten_path(&self, id: &ObjectId) -> PathBuf {
+        self.forgotten_dir().join(format!("{}.json", id.to_hex()))
+    }
     pub fn tmp_dir(&self) -> PathBuf {
         self.root.join("tmp")
     }
@@ -765,17 +884,17 @@ fn is_interrupted_init(root: &Path) -> bool {
     })
 }
 
-/// The roots with [`DEFAULT_HOME_EXCLUDES`] added to a root named [`HOME_ROOT`].
+/// The roots with [`DEFAULT_EXCLUDES`] added to each (after its own rules, without repeats).
 fn with_default_excludes(
     roots: &BTreeMap<String, RootConfig>,
     no_defaults: bool,
 ) -> BTreeMap<String, RootConfig> {
     let mut out = roots.clone();
     if !no_defaults {
-        if let Some(rc) = out.get_mut(HOME_ROOT) {
-            for pat in DEFAULT_HOME_EXCLUDES {
-                if !rc.exclude.iter().any(|p| p == pat) {
-                    rc.exclude.push((*pat).to_string());
+        for rc in out.values_mut() {
+            for d in DEFAULT_EXCLUDES {
+                if !rc.exclude.iter().any(|p| p == d.glob) {
+                    rc.exclude.push(d.glob.to_string());
                 }
             }
         }

@@ -626,7 +626,8 @@ impl<'a> ObjectBatch<'a> {
         Ok(())
     }
 
-    /// Makes every pending object durable under its final name.
+    /// Makes every pending object durable under its final name. On failure the temp files
+    /// not yet published are removed (objects already published stay: garbage for gc).
     pub fn commit(&self) -> Result<()> {
         self.write_deferred()?;
         let pending: Vec<(ObjectId, PathBuf)> = lock(&self.pending).drain().collect();
@@ -634,6 +635,26 @@ impl<'a> ObjectBatch<'a> {
         if pending.is_empty() && ahead.is_empty() {
             return Ok(());
         }
+        let tmps: Vec<PathBuf> = pending
+            .iter()
+            .chain(&ahead)
+            .map(|(_, t)| t.clone())
+            .collect();
+        let result = self.publish(pending, ahead);
+        if result.is_err() {
+            for tmp in &tmps {
+                let _ignored_cleanup = fs::remove_file(tmp);
+            }
+        }
+        result
+    }
+
+    /// The syncs and renames of [`ObjectBatch::commit`].
+    fn publish(
+        &self,
+        pending: Vec<(ObjectId, PathBuf)>,
+        ahead: Vec<(ObjectId, PathBuf)>,
+    ) -> Result<()> {
         // A few objects (a workspace checkpoint after one turn): fsync each, cheaper than
         // syncfs on a busy filesystem. Many (a first capture): one syncfs for all.
         let few = pending.len() + ahead.len() <= FSYNC_EACH_LIMIT;

@@ -1,7 +1,10 @@
-//! Refs: branches (movable heads with a lifecycle) and labels (immutable names).
+//! Refs: branches (movable heads with a lifecycle), labels (immutable names: created once,
+//! never moved or overwritten; only an explicit, audited `label delete` removes one, and the
+//! name can then be created again) and tombstones of forgotten checkpoints.
 
 use std::fs;
 use std::io;
+use std::os::unix::fs::DirBuilderExt;
 
 use serde::{Deserialize, Serialize};
 
@@ -140,10 +143,47 @@ impl Store {
         Ok(())
     }
 
+    /// Deletes label `name` durably (unlink, then fsync of `refs/labels/`). Deleting a label
+    /// that is not there is no error ([`LabelDeletion::Missing`]); a label file that does not
+    /// read is deleted too. Callers hold the store lock and write the audit line
+    /// (`Store::mutate`).
+    ///
+    /// # Errors
+    /// `Usage` for a bad name; I/O reading, unlinking or syncing.
+    pub fn delete_label(&self, name: &str) -> Result<LabelDeletion> {
+        let what = match self.read_label(name) {
+            Ok(None) => return Ok(LabelDeletion::Missing),
+            Ok(Some(id)) => LabelDeletion::Deleted(id),
+            Err(Error::Corrupt(m)) => LabelDeletion::DeletedUnreadable(m),
+            Err(e) => return Err(e),
+        };
+        fsio::remove_file(&self.label_path(name))?;
+        fsio::sync_path(&self.labels_dir())?;
+        Ok(what)
+    }
+
     /// Every label, sorted by name.
+    ///
+    /// # Errors
+    /// I/O listing `refs/labels/`; `Corrupt` for a label file that is not an id (see
+    /// [`Store::list_labels_lenient`] for listings that go on).
     pub fn list_labels(&self) -> Result<Vec<(String, ObjectId)>> {
+        let (labels, mut bad) = self.list_labels_lenient()?;
+        match bad.pop() {
+            Some(e) => Err(e),
+            None => Ok(labels),
+        }
+    }
+
+    /// Every readable label, sorted by name, and an error for each label file that does not
+    /// read (for listings such as `log`, which report it and go on).
+    ///
+    /// # Errors
+    /// I/O listing `refs/labels/`.
+    pub fn list_labels_lenient(&self) -> Result<(Vec<NamedId>, Vec<Error>)> {
         let dir = self.labels_dir();
         let mut out = Vec::new();
+        let mut bad = Vec::new();
         for ent in fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
             let ent = ent.map_err(|e| Error::io(&dir, e))?;
             let Some(name) = ent.file_name().to_str().map(str::to_string) else {
@@ -152,11 +192,112 @@ impl Store {
             if check_name("label", &name).is_err() {
                 continue;
             }
-            if let Some(id) = self.read_label(&name)? {
-                out.push((name, id));
+            match self.read_label(&name) {
+                Ok(Some(id)) => out.push((name, id)),
+                Ok(None) => {}
+                Err(e) => bad.push(e),
+            }
+        }
+        out.sort();
+        Ok((out, bad))
+    }
+
+    /// Writes the tombstone of a forgotten checkpoint (never replaced: an existing one is
+    /// success, so a rerun of `forget` is idempotent).
+    ///
+    /// # Errors
+    /// I/O creating `refs/forgotten/` or writing the file.
+    pub fn write_tombstone(&self, t: &Tombstone) -> Result<()> {
+        let dir = self.forgotten_dir();
+        if !dir.is_dir() {
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .or_else(|e| match e.kind() {
+                    io::ErrorKind::AlreadyExists => Ok(()),
+                    _ => Err(Error::io(&dir, e)),
+                })?;
+            if let Some(refs) = dir.parent() {
+                fsio::sync_path(refs)?;
+            }
+        }
+        let data = serde_json::to_vec_pretty(t)
+            .map_err(|e| Error::Invalid(format!("encoding tombstone {}: {e}", t.id)))?;
+        fsio::write_atomic_new(&self.forgotten_path(&t.id), &data, 0o444)?;
+        Ok(())
+    }
+
+    /// The tombstone of forgotten checkpoint `id`, `None` when it has none.
+    ///
+    /// # Errors
+    /// I/O reading it; `Corrupt` when it does not decode or names another id.
+    pub fn read_tombstone(&self, id: &ObjectId) -> Result<Option<Tombstone>> {
+        let p = self.forgotten_path(id);
+        match fs::read(&p) {
+            Ok(data) => {
+                let t: Tombstone = serde_json::from_slice(&data)
+                    .map_err(|e| Error::Corrupt(format!("{}: {e}", p.display())))?;
+                if t.id != *id {
+                    return Err(Error::Corrupt(format!(
+                        "{}: names checkpoint {}",
+                        p.display(),
+                        t.id
+                    )));
+                }
+                Ok(Some(t))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(&p, e)),
+        }
+    }
+
+    /// Ids of every tombstone, sorted (empty when `refs/forgotten/` does not exist).
+    ///
+    /// # Errors
+    /// I/O listing the directory.
+    pub fn list_tombstones(&self) -> Result<Vec<ObjectId>> {
+        let dir = self.forgotten_dir();
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(&dir, e)),
+        };
+        let mut out = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::io(&dir, e))?;
+            let name = ent.file_name();
+            if let Some(hex) = name.to_str().and_then(|n| n.strip_suffix(".json")) {
+                if let Ok(id) = ObjectId::parse(hex) {
+                    out.push(id);
+                }
             }
         }
         out.sort();
         Ok(out)
     }
+}
+
+/// A ref's name and the checkpoint it names.
+pub type NamedId = (String, ObjectId);
+
+/// What [`Store::delete_label`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LabelDeletion {
+    /// There was no such label.
+    Missing,
+    /// The label named this checkpoint and is gone.
+    Deleted(ObjectId),
+    /// The label file did not read (the message says why) and is gone.
+    DeletedUnreadable(String),
+}
+
+/// `refs/forgotten/<id>.json`: what is left of a checkpoint `forget` removed. Only what the
+/// history needs to go on past the gap; nothing of its content (no trees, no message).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Tombstone {
+    pub id: ObjectId,
+    pub parents: Vec<ObjectId>,
+    pub branch: String,
+    pub time_ns: i64,
+    pub forgotten_ns: i64,
 }

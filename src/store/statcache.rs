@@ -86,8 +86,11 @@ fn write(path: &Path, data: &[u8]) -> std::io::Result<()> {
         fs::create_dir_all(dir)?;
     }
     let tmp = path.with_extension("tmp");
-    fs::write(&tmp, data)?;
-    fs::rename(&tmp, path)
+    let result = fs::write(&tmp, data).and_then(|()| fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ignored_cleanup = fs::remove_file(&tmp); // a full disk leaves no half cache
+    }
+    result
 }
 
 fn encode(cache: &StatCache) -> Vec<u8> {

@@ -1,0 +1,84 @@
+//! CLI of `forget`: prints the plan `ckptfs::ops::forget` makes (the same for `--dry-run`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use ckptfs::ops::forget::{self, ForgetOptions, ForgetReport};
+use ckptfs::{Result, Store};
+
+use super::{print_json, JsonFlag};
+
+/// `forget` arguments.
+#[derive(Args, Debug)]
+pub struct ForgetArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    /// Checkpoints to forget: ids or unique id prefixes (repeatable).
+    #[arg(required = true, value_name = "CHECKPOINT")]
+    pub checkpoints: Vec<String>,
+    /// Print the plan (the same report) and change nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// Then sweep at once the objects only these checkpoints reached, as `ckptfs gc` does
+    /// (every other checkpoint is kept, whatever the retention policy).
+    #[arg(long)]
+    pub prune: bool,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `ckptfs forget`.
+pub fn run_forget(a: ForgetArgs) -> Result<i32> {
+    let s = Store::open(&a.store)?;
+    let opts = ForgetOptions {
+        specs: a.checkpoints,
+        prune: a.prune,
+    };
+    let r = if a.dry_run {
+        forget::forget_dry_run(&s, &opts)?
+    } else {
+        forget::forget(&s, &opts)?
+    };
+    if a.json.json {
+        print_json(&r)?;
+    } else {
+        print_forget(&r, a.dry_run, &s);
+    }
+    Ok(0)
+}
+
+fn print_forget(r: &ForgetReport, dry_run: bool, s: &Store) {
+    if dry_run {
+        println!("forget dry run: nothing was changed");
+    }
+    let verb = if dry_run { "would forget" } else { "forgot" };
+    for c in &r.checkpoints {
+        println!(
+            "{verb} {} {} {} {}",
+            c.id.short(),
+            c.time,
+            c.branch,
+            c.message
+        );
+        if let Some(l) = &c.recorded_label {
+            println!("  (its record names label {l}, which no longer exists)");
+        }
+    }
+    for id in &r.already_forgotten {
+        println!("already forgotten {}", id.short());
+    }
+    println!(
+        "objects only they reach: {} (gc removes them); shared with checkpoints that stay: {} \
+         (kept: content those also hold)",
+        r.objects_only_theirs, r.objects_shared
+    );
+    match &r.gc {
+        Some(g) => super::health::print_gc(g, dry_run),
+        None if r.objects_only_theirs > 0 => println!(
+            "run `ckptfs gc {}` (or forget with --prune) to remove those objects",
+            s.root().display()
+        ),
+        None => {}
+    }
+}
