@@ -5,6 +5,8 @@
 //! (a tracking allocator records the largest allocation each thread asks for), so no length
 //! read from the input sizes an allocation by itself. Bounded so it runs under `cargo test`.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -21,6 +23,7 @@ use ckptfs::store::{InitOptions, RootConfig, Store};
 use ckptfs::Error;
 use proptest::prelude::*;
 use serde_json::{json, Value};
+use support::*;
 
 /// The largest single allocation (or reallocation) each thread has asked for.
 #[allow(unsafe_code)]
@@ -472,19 +475,6 @@ fn check_manifest_bytes(data: &[u8]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// A zstd-compressed tar stream of these entries.
-fn archive_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut tb = tar::Builder::new(Vec::new());
-    for (name, data) in entries {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(data.len() as u64);
-        h.set_mode(0o444);
-        h.set_entry_type(tar::EntryType::Regular);
-        tb.append_data(&mut h, name, *data).unwrap();
-    }
-    zstd::encode_all(&tb.into_inner().unwrap()[..], 1).unwrap()
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1000, max_shrink_iters: 200, ..ProptestConfig::default() })]
 
@@ -650,10 +640,6 @@ fn clear(p: &Path) {
         Ok(_) => fs::remove_file(p).unwrap(),
         Err(_) => {}
     }
-}
-
-fn mkfifo(p: &Path) {
-    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
 }
 
 /// Plants `what` as the object holding `content`; returns whether the store now holds the

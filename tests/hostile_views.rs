@@ -8,95 +8,13 @@
 //!   through the overlay (read, write, create, mmap, exec) while that agent is refused on
 //!   `STORE/run/lower` itself.
 
+mod support;
+
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use sha2::Digest;
-
-const NOBODY: u32 = 65534;
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_ckptfs")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn describe(what: &str, o: &Output) -> String {
-    format!(
-        "{what}: {}\nstdout: {}\nstderr: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Runs ckptfs as root and returns its stdout; panics on failure.
-fn ck(args: &[&str]) -> String {
-    let o = Command::new(bin()).args(args).output().expect("run ckptfs");
-    assert!(o.status.success(), "{}", describe(&args.join(" "), &o));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Runs `script` with /bin/sh as nobody:nogroup without supplementary groups.
-fn as_nobody(script: &str) -> Output {
-    Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "/bin/sh",
-            "-c",
-            script,
-        ])
-        .env("PATH", "/usr/bin:/bin")
-        .output()
-        .expect("run setpriv")
-}
-
-/// nobody's stdout of `script`; panics unless it succeeds.
-fn nobody_ok(script: &str) -> String {
-    let o = as_nobody(script);
-    assert!(o.status.success(), "{}", describe(script, &o));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Panics unless `script` fails for nobody with "Permission denied" (EACCES).
-fn nobody_denied(script: &str) {
-    let o = as_nobody(script);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && err.contains("Permission denied"),
-        "{}",
-        describe(&format!("expected EACCES for nobody: {script}"), &o)
-    );
-}
-
-/// The options field of the mount at `mp` in mountinfo.
-fn mount_options(mp: &Path) -> Option<String> {
-    let info = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    info.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        let sep = f.iter().position(|x| *x == "-")?;
-        (f.get(4) == Some(&s(mp))).then(|| f.get(sep + 3).copied().unwrap_or("").to_string())
-    })
-}
-
-fn chmod(p: &Path, mode: u32) {
-    fs::set_permissions(p, fs::Permissions::from_mode(mode)).expect("chmod");
-}
-
-fn chown_tree(p: &Path, uid: u32) {
-    std::os::unix::fs::lchown(p, Some(uid), Some(uid)).expect("chown");
-    if fs::symlink_metadata(p).expect("stat").is_dir() {
-        for e in fs::read_dir(p).expect("read_dir") {
-            chown_tree(&e.expect("entry").path(), uid);
-        }
-    }
-}
+use support::*;
 
 /// A store with one root `work` at `<tmp>/room`, captured on `main`:
 /// `pub/open.txt` 0644 and `pub/secret.txt` 0600 in a 0755 `pub/`, all root's. Every mount
@@ -109,21 +27,19 @@ struct Fixture {
 
 impl Fixture {
     fn new(populate: impl FnOnce(&Path)) -> Fixture {
-        let tmp = tempfile::tempdir().expect("tempdir");
         // Reachable by nobody, so what refuses it is the mount, not the temp dir.
-        chmod(tmp.path(), 0o755);
+        let tmp = open_tmp();
         let store = tmp.path().join("store");
         let room = tmp.path().join("room");
-        fs::create_dir_all(room.join("pub")).expect("mkdir");
-        fs::write(room.join("pub/open.txt"), "open to all\n").expect("write");
-        fs::write(room.join("pub/secret.txt"), "owner only\n").expect("write");
+        write(&room.join("pub/open.txt"), b"open to all\n");
+        write(&room.join("pub/secret.txt"), b"owner only\n");
         chmod(&room, 0o755);
         chmod(&room.join("pub"), 0o755);
         chmod(&room.join("pub/open.txt"), 0o644);
         chmod(&room.join("pub/secret.txt"), 0o600);
         populate(&room);
-        ck(&["init", s(&store), "--root", &format!("work={}", s(&room))]);
-        ck(&["capture", s(&store), "-m", "initial"]);
+        ok(["init", s(&store), "--root", &format!("work={}", s(&room))]);
+        ok(["capture", s(&store), "-m", "initial"]);
         Fixture { tmp, store, room }
     }
 
@@ -137,23 +53,12 @@ impl Fixture {
 
 impl Drop for Fixture {
     fn drop(&mut self) {
-        let prefix = format!("{}/", s(self.tmp.path()));
-        let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut points: Vec<String> = info
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-            .filter(|m| m.starts_with(&prefix))
-            .collect();
-        // Workspaces first (their umount also releases the lower view), deepest first.
-        points.sort_by_key(|p| (p.contains("/store/run/"), std::cmp::Reverse(p.len())));
+        // Workspaces first (their umount also releases the lower view), deepest first; each
+        // by `ckptfs umount`, then lazily.
+        let mut points = mounts_under(self.tmp.path());
+        points.sort_by_key(|p| p.starts_with(self.store.join("run")));
         for m in points {
-            if mount_options(Path::new(&m)).is_none() {
-                continue;
-            }
-            let _ = Command::new(bin()).args(["umount", &m]).output();
-            if mount_options(Path::new(&m)).is_some() {
-                let _ = Command::new("umount").arg("-l").arg(&m).output();
-            }
+            drop(MountGuard::new(&m));
         }
     }
 }
@@ -162,7 +67,7 @@ impl Drop for Fixture {
 fn a_private_view_refuses_other_users_even_what_root_has_read() {
     let f = Fixture::new(|_| {});
     let mp = f.dir("mnt");
-    ck(&["mount", s(&f.store), "main", s(&mp)]);
+    ok(["mount", s(&f.store), "main", s(&mp)]);
     let opts = mount_options(&mp).expect("mounted");
     assert!(!opts.contains("allow_other"), "{opts}");
     // Root reads it, which also fills the kernel's dentry, attribute and page caches.
@@ -186,7 +91,7 @@ fn a_private_view_refuses_other_users_even_what_root_has_read() {
 fn allow_other_lets_users_read_what_the_captured_modes_allow() {
     let f = Fixture::new(|_| {});
     let mp = f.dir("mnt");
-    ck(&["mount", s(&f.store), "main", s(&mp), "--allow-other"]);
+    ok(["mount", s(&f.store), "main", s(&mp), "--allow-other"]);
     let opts = mount_options(&mp).expect("mounted");
     assert!(opts.contains("allow_other"), "{opts}");
     let m = s(&mp);
@@ -204,16 +109,16 @@ fn allow_other_lets_users_read_what_the_captured_modes_allow() {
 fn browse_is_private_unless_allow_other() {
     let f = Fixture::new(|_| {});
     let mp = f.dir("history");
-    ck(&["browse", s(&f.store), s(&mp)]);
+    ok(["browse", s(&f.store), s(&mp)]);
     let open = format!("{}/branches/main/work/pub/open.txt", s(&mp));
     assert_eq!(fs::read_to_string(&open).unwrap(), "open to all\n");
     nobody_denied(&format!("ls {}", s(&mp)));
     nobody_denied(&format!("ls {}/checkpoints", s(&mp)));
     nobody_denied(&format!("cat {open}"));
-    ck(&["umount", s(&mp)]);
+    ok(["umount", s(&mp)]);
     assert!(mount_options(&mp).is_none());
 
-    ck(&["browse", s(&f.store), s(&mp), "--allow-other"]);
+    ok(["browse", s(&f.store), s(&mp), "--allow-other"]);
     assert!(nobody_ok(&format!("ls {}", s(&mp))).contains("checkpoints"));
     assert_eq!(nobody_ok(&format!("cat {open}")), "open to all\n");
     nobody_denied(&format!("cat {}/branches/main/work/pub/secret.txt", s(&mp)));
@@ -222,21 +127,20 @@ fn browse_is_private_unless_allow_other() {
 #[test]
 fn a_workspace_over_the_private_lower_view_serves_its_agent() {
     let f = Fixture::new(|room| {
-        fs::create_dir_all(room.join("src")).unwrap();
-        fs::write(room.join("src/notes.txt"), "agent notes\n").unwrap();
-        fs::write(room.join("src/mine.txt"), "agent private\n").unwrap();
+        write(&room.join("src/notes.txt"), b"agent notes\n");
+        write(&room.join("src/mine.txt"), b"agent private\n");
         // Large enough for many READs, read by nobody first (capture reads the room, not
         // the view, so the view's page cache is cold).
         let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
-        fs::write(room.join("src/big.bin"), &big).unwrap();
-        fs::write(room.join("run.sh"), "#!/bin/sh\necho ran from lower\n").unwrap();
+        write(&room.join("src/big.bin"), &big);
+        write(&room.join("run.sh"), b"#!/bin/sh\necho ran from lower\n");
         chmod(&room.join("run.sh"), 0o755);
         chmod(&room.join("src/mine.txt"), 0o600);
         // The agent owns its room; root's 0600 file in it stays root's.
         chown_tree(room, NOBODY);
         std::os::unix::fs::lchown(room.join("pub/secret.txt"), Some(0), Some(0)).unwrap();
     });
-    ck(&["mount", s(&f.store), "--branch", "main"]);
+    ok(["mount", s(&f.store), "--branch", "main"]);
     let lower = f.store.join("run/lower");
     let opts = mount_options(&lower).expect("lower view mounted");
     assert!(!opts.contains("allow_other"), "{opts}");
@@ -277,8 +181,7 @@ fn a_workspace_over_the_private_lower_view_serves_its_agent() {
         "agent notes\nmore\nfresh\n"
     );
     // Straight at the lower view, the same user gets nothing.
-    let id = ck(&["checkpoint", r, "-m", "by the agent", "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&id).expect("json");
+    let v = ok_json(["checkpoint", r, "-m", "by the agent"]);
     let id = v["id"].as_str().expect("id");
     let l = s(&lower);
     nobody_denied(&format!("ls {l}"));
@@ -287,8 +190,8 @@ fn a_workspace_over_the_private_lower_view_serves_its_agent() {
     nobody_denied(&format!("cat {l}/checkpoints/{id}/work/pub/open.txt"));
     // What the agent wrote is in its checkpoint.
     assert_eq!(
-        ck(&["cat", s(&f.store), &format!("{id}:work/out/new.txt")]),
+        ok(["cat", s(&f.store), &format!("{id}:work/out/new.txt")]),
         "fresh\n"
     );
-    ck(&["umount", r]);
+    ok(["umount", r]);
 }

@@ -1,9 +1,12 @@
-//! The binary under test: running it with a clean environment, checking its exit status and
-//! output, and the shell.
+//! The binary under test: running it with a clean environment (also with a time bound, for
+//! input that might make it hang), checking its exit status and output, and the shell.
 
 use std::ffi::OsStr;
+use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -55,9 +58,13 @@ where
 
 /// The command line, exit status, stdout and stderr of a run, for failure messages.
 pub fn describe(args: &[String], o: &Output) -> String {
+    describe_output(&format!("ckptfs {}", args.join(" ")), o)
+}
+
+/// As `describe`, for any program: `what` (the command line) first.
+pub fn describe_output(what: &str, o: &Output) -> String {
     format!(
-        "ckptfs {}\nstatus: {:?}\nstdout: {}\nstderr: {}",
-        args.join(" "),
+        "{what}\nstatus: {:?}\nstdout: {}\nstderr: {}",
         o.status,
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
@@ -119,8 +126,26 @@ where
 
 /// Asserts `o` is a clean failure with `code`: no panic, one line on stderr. Returns it.
 pub fn assert_error_output(args: &[String], o: &Output, code: i32) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(o.status.code(), Some(code), "{}", describe(args, o));
+    clean_error_line(args, o)
+}
+
+/// Asserts `o` is a clean failure with whatever exit code: not a success, not a panic (nor
+/// its exit code 101), one line on stderr. Returns it. For runs that may fail in more than
+/// one way (a race), where `assert_error_output` cannot name the code.
+pub fn assert_clean_failure<S: AsRef<OsStr>>(args: &[S], o: &Output) -> String {
+    let args = strings(args);
+    assert!(
+        !o.status.success() && o.status.code() != Some(101),
+        "expected a clean failure: {}",
+        describe(&args, o)
+    );
+    clean_error_line(&args, o)
+}
+
+/// No panic and exactly one line on stderr; that line.
+fn clean_error_line(args: &[String], o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(
         !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
         "panic: {}",
@@ -133,6 +158,98 @@ pub fn assert_error_output(args: &[String], o: &Output, code: i32) -> String {
         describe(args, o)
     );
     err.trim_end().to_string()
+}
+
+// ---- runs with a time bound ------------------------------------------------------------------
+
+/// How long a command on hostile input may take before it counts as hung (`refused`).
+pub const BOUND: Duration = Duration::from_secs(20);
+
+/// Runs the binary (the environment of `cmd`, stdin empty), killed once `limit` has passed;
+/// its output and whether it finished by itself. Stdout and stderr are drained by threads,
+/// so a command that writes much is not mistaken for one that hangs.
+pub fn run_bounded<I, S>(args: I, limit: Duration) -> (Output, bool)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    fn drain(r: Option<impl Read + Send + 'static>) -> JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let mut child = cmd(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning ckptfs");
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let t0 = Instant::now();
+    let (status, finished) = loop {
+        if let Some(status) = child.try_wait().expect("waiting for ckptfs") {
+            break (status, true);
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            break (child.wait().expect("waiting for ckptfs"), false);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let o = Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    };
+    (o, finished)
+}
+
+/// `run_bounded`, asserting it finished within `limit`; the output.
+fn finished_within(args: &[String], limit: Duration) -> Output {
+    let (o, finished) = run_bounded(args, limit);
+    assert!(
+        finished,
+        "hung (killed after {limit:?}): {}",
+        describe(args, &o)
+    );
+    o
+}
+
+/// As `ok`, and the run must finish within `limit`.
+pub fn ok_bounded<I, S>(args: I, limit: Duration) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args = strings(args);
+    let o = finished_within(&args, limit);
+    assert!(
+        o.status.success(),
+        "expected success: {}",
+        describe(&args, &o)
+    );
+    stdout(&o)
+}
+
+/// Asserts a clean refusal within `BOUND`: exit `code`, no panic, one line on stderr (as
+/// `assert_error_output`) holding every word of `words`. Returns the line.
+pub fn refused<I, S>(code: i32, args: I, words: &[&str]) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args = strings(args);
+    let o = finished_within(&args, BOUND);
+    let line = assert_error_output(&args, &o, code);
+    for w in words {
+        assert!(line.contains(w), "{line:?} lacks {w:?}");
+    }
+    line
 }
 
 /// `ckptfs cat STORE SPEC`, asserting success; the file's bytes.

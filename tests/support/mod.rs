@@ -1,20 +1,26 @@
 //! The helpers every integration test shares: each test file says `mod support;` and
 //! `use support::*;`. One definition of each thing, by area:
 //!
-//! - `cli`: the binary under test (`bin`, `cmd`, `run`, `ok`, `ok_json`, `fails`, `cat`), its
-//!   output (`stdout`, `stderr`, `describe`), `s` for paths, and `sh`.
-//! - `tree`: building trees (`write`, `chmod`, `set_mtime`, `random_bytes`, `small_tree`,
-//!   `make_room`, `sample_tree`, `copy_dir`) and comparing them (`assert_trees_equal` over
-//!   every byte and attribute, `snapshot`, `contents` for bytes alone, `inodes`).
+//! - `cli`: the binary under test (`bin`, `cmd`, `run`, `ok`, `ok_json`, `fails`, `cat`), with a
+//!   time bound for hostile input (`run_bounded`, `ok_bounded`, `refused`), its output
+//!   (`stdout`, `stderr`, `describe`, `assert_error_output`, `assert_clean_failure`), `s` for
+//!   paths, and `sh`.
+//! - `tree`: building trees (`write`, `chmod`, `chown_tree`, `mkfifo`, `set_mtime`,
+//!   `random_bytes`, `small_tree`, `make_room`, `sample_tree`, `copy_dir`) and comparing them
+//!   (`assert_trees_equal` over every byte and attribute, `snapshot`, `contents` for bytes
+//!   alone, `inodes`).
 //! - `store`: temp stores (`Env`, `tempdir` on tmpfs), queries by store path (`init`,
 //!   `capture`, `head`, `show`, `tree_of`, `checkpoints`, `record`), `recover_and_verify`,
 //!   and raw writes into a store for corruption tests.
-//! - `mount`: mountinfo (`mounts`, `mount_source`, `mounted`, `mounts_under`), `MountGuard`,
-//!   `unmount_all_under`, `mount_image` (loop devices), `wait_for` and `eventually`.
+//! - `mount`: mountinfo (`mounts`, `mount_source`, `mount_options`, `mounted`, `mounts_under`),
+//!   `MountGuard`, `unmount_all_under`, `mount_image` (loop devices), `wait_for` and
+//!   `eventually`.
 //! - `fault`: `CKPTFS_FAULT` injection (`io_steps`, `run_fault`, `spread`, `par_for`).
 //! - `workspace`: `Workspace` (a mounted branch, unmounted on drop, optionally on its own
 //!   filesystem image), `KillOnDrop`, `holder`, `REWRITER` and its checks.
 //! - `view`: `ViewFixture`, the read-only view tests' captured sample tree.
+//! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
+//!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).
 //!
 //! Each test binary compiles this module on its own and uses a part of it, hence the
 //! `dead_code` allowance.
@@ -22,6 +28,7 @@
 
 pub mod cli;
 pub mod fault;
+pub mod hostile;
 pub mod mount;
 pub mod store;
 pub mod tree;
@@ -30,4 +37,4 @@ pub mod workspace;
 
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
-pub use {cli::*, fault::*, mount::*, store::*, tree::*, view::*, workspace::*};
+pub use {cli::*, fault::*, hostile::*, mount::*, store::*, tree::*, view::*, workspace::*};

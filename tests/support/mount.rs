@@ -32,8 +32,8 @@ fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// (mountpoint, source) of every mount of this process, in mount order.
-pub fn mounts() -> Vec<(PathBuf, String)> {
+/// (mountpoint, source, filesystem options) of every mount of this process, in mount order.
+fn mountinfo() -> Vec<(PathBuf, String, String)> {
     let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     text.lines()
         .filter_map(|l| {
@@ -42,9 +42,27 @@ pub fn mounts() -> Vec<(PathBuf, String)> {
             Some((
                 PathBuf::from(unescape(f.get(4)?)),
                 unescape(f.get(sep + 2)?),
+                unescape(f.get(sep + 3).copied().unwrap_or("")),
             ))
         })
         .collect()
+}
+
+/// (mountpoint, source) of every mount of this process, in mount order.
+pub fn mounts() -> Vec<(PathBuf, String)> {
+    mountinfo()
+        .into_iter()
+        .map(|(mp, src, _)| (mp, src))
+        .collect()
+}
+
+/// The filesystem's options (mountinfo's super options, where FUSE lists `allow_other`) of
+/// the topmost mount at exactly `path`, if any.
+pub fn mount_options(path: &Path) -> Option<String> {
+    mountinfo()
+        .into_iter()
+        .rev()
+        .find_map(|(mp, _, opts)| (mp == path).then_some(opts))
 }
 
 /// The source of the topmost mount at exactly `path` (e.g. `ckptfs:STORE:...`), if any.

@@ -27,6 +27,22 @@ pub fn chmod(path: &Path, mode: u32) {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
+/// Gives `path` and everything below it to `uid` (and group `uid`), without following
+/// symlinks (`chown -R -P`).
+pub fn chown_tree(path: &Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).expect("lchown");
+    if fs::symlink_metadata(path).expect("lstat").is_dir() {
+        for e in fs::read_dir(path).expect("readdir") {
+            chown_tree(&e.expect("entry").path(), uid);
+        }
+    }
+}
+
+/// Makes a FIFO (mode 0644) at `path`.
+pub fn mkfifo(path: &Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+}
+
 /// Sets atime and mtime to `ns` nanoseconds since the epoch, without following symlinks.
 pub fn set_mtime(path: &Path, ns: i64) {
     let ts = TimeSpec::new(ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000));

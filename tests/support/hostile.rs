@@ -1,0 +1,137 @@
+//! Hostile input and other users: commands run as `nobody` (uid/gid 65534, through `setpriv`,
+//! without supplementary groups), an `Attacker` loop as `nobody`, temp dirs `nobody` may
+//! traverse, and hand-built trees and archive streams that say what the test wants.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use ckptfs::store::tree::{Chunk, Entry, EntryKind, Tree};
+
+use super::cli::describe_output;
+use super::tree::chmod;
+
+/// nobody's uid and gid (Debian's `nobody:nogroup`).
+pub const NOBODY: u32 = 65534;
+
+/// Debian's Python: the one first on root's PATH may be a pyenv shim under `/root`, which
+/// `nobody` may not run.
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// The shell `nobody_ok` and `nobody_denied` run their scripts with.
+pub const SH: &str = "/bin/sh";
+
+/// A command running `argv` (program and arguments) as `nobody:nogroup` without
+/// supplementary groups, with `PATH=/usr/bin:/bin` (so a bare `python3` is Debian's, too) and
+/// `/` as working directory (the test's may be closed to `nobody`).
+pub fn nobody_command(argv: &[&str]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .arg("--clear-groups")
+        .args(argv)
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir("/");
+    c
+}
+
+/// Runs `argv` (program and arguments, e.g. `[PYTHON, "-c", code]`) as `nobody`; its output,
+/// whatever the exit status.
+pub fn as_nobody(argv: &[&str]) -> Output {
+    nobody_command(argv).output().expect("run setpriv")
+}
+
+/// nobody's stdout of the shell script `script`; panics unless it succeeds.
+pub fn nobody_ok(script: &str) -> String {
+    let o = as_nobody(&[SH, "-c", script]);
+    assert!(
+        o.status.success(),
+        "{}",
+        describe_output(&format!("as nobody: {script}"), &o)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Panics unless the shell script `script` fails for `nobody` with "Permission denied"
+/// (EACCES).
+pub fn nobody_denied(script: &str) {
+    let o = as_nobody(&[SH, "-c", script]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("Permission denied"),
+        "{}",
+        describe_output(&format!("expected EACCES for nobody: {script}"), &o)
+    );
+}
+
+/// An attacker: `body` (Python statements indented by four spaces, which may use `os` and
+/// `time`) looped as `nobody` in `dir` for up to `secs` seconds; killed on drop.
+pub struct Attacker(Child);
+
+impl Attacker {
+    /// Starts the loop and asserts it is running (as `nobody`) 300 ms later.
+    pub fn start(dir: &Path, body: &str, secs: u64) -> Attacker {
+        let script = format!(
+            "import os, time\nos.chdir({dir:?})\nend = time.time() + {secs}\nwhile time.time() < end:\n{body}"
+        );
+        let child = nobody_command(&[PYTHON, "-c", &script])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn attacker");
+        // Let it start looping; it must really be running as `nobody`.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut a = Attacker(child);
+        assert!(
+            a.0.try_wait().expect("attacker").is_none(),
+            "the attacker did not start"
+        );
+        a
+    }
+}
+
+impl Drop for Attacker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A temp dir everyone may traverse (0755; tempfile makes them 0700), removed on drop.
+pub fn open_tmp() -> tempfile::TempDir {
+    let t = tempfile::tempdir().expect("tempdir");
+    chmod(t.path(), 0o755);
+    t
+}
+
+/// A tree of one file entry `name` (0644, root's, mtime 1 ns) whose size and chunks are
+/// whatever the caller says, consistent or not.
+pub fn one_file_tree(name: &[u8], size: u64, chunks: Vec<Chunk>) -> Tree {
+    Tree {
+        entries: vec![Entry {
+            name: name.to_vec(),
+            kind: EntryKind::File { chunks },
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 1,
+            size,
+            xattrs: vec![],
+            ctime_ns: 0,
+            ino: 0,
+        }],
+    }
+}
+
+/// An archive stream as `ckptfs archive` writes one (zstd over tar), of these entries (name,
+/// bytes) in order, each a regular file 0444: for crafted archives.
+pub fn archive_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut tb = tar::Builder::new(Vec::new());
+    for (name, data) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o444);
+        h.set_entry_type(tar::EntryType::Regular);
+        tb.append_data(&mut h, name, *data).expect("tar entry");
+    }
+    zstd::encode_all(&tb.into_inner().expect("tar")[..], 3).expect("zstd")
+}
