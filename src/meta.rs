@@ -80,12 +80,6 @@ pub(crate) fn symlink_entry(
     }
 }
 
-/// Whether an xattr call failed only because the filesystem has none (or that one is gone):
-/// read as "no xattrs", not as an error.
-pub(crate) fn is_unsupported(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::ENODATA))
-}
-
 /// Reads the xattrs of the open file `f` (`path` names it in errors). Unsupported = none.
 pub(crate) fn read_xattrs_file(f: &File, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     crate::safe::file_xattrs(f, path)
