@@ -1186,3 +1186,34 @@ fn build(
     let id = batch.ensure_tree(&Tree { entries })?;
     Ok((id, subdirs, files))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefetch_never_follows_a_swapped_parent() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("f"), b"secret").unwrap();
+        // Enough paths to be stat'ed from several threads.
+        let mut rels = Vec::new();
+        for d in 0..30 {
+            std::fs::create_dir(t.path().join(format!("d{d}"))).unwrap();
+            for f in 0..10 {
+                std::fs::write(t.path().join(format!("d{d}/f{f}")), b"x").unwrap();
+                rels.push(format!("d{d}/f{f}"));
+            }
+        }
+        std::os::unix::fs::symlink(outside.path(), t.path().join("link")).unwrap();
+        rels.extend(["link/f", "link", "d0", "gone", "d1/gone/x"].map(String::from));
+        let top = Dir::open(t.path()).unwrap();
+        let got = prefetch_stats(&top, rels.iter().map(|r| r.as_bytes()).collect());
+        assert_eq!(got.len(), 300 + 2, "{:?}", got.keys().collect::<Vec<_>>());
+        assert!(got[&b"link"[..]].is_symlink());
+        assert!(got[&b"d0"[..]].is_dir());
+        assert!(!got.contains_key(&b"link/f"[..]));
+        let m = std::fs::symlink_metadata(t.path().join("d29/f9")).unwrap();
+        assert!(got[&b"d29/f9"[..]].same_object(&Stat::from(&m)));
+    }
+}
