@@ -7,7 +7,7 @@
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io;
+
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -77,12 +77,6 @@ pub(crate) fn symlink_entry(
         ctime_ns: ctime_ns(m),
         ino: m.ino(),
     }
-}
-
-/// Whether an xattr call failed only because the filesystem has none (or that one is gone):
-/// read as "no xattrs", not as an error.
-pub(crate) fn is_unsupported(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::ENODATA))
 }
 
 /// Reads the xattrs of the open file `f` (`path` names it in errors). Unsupported = none.

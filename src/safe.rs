@@ -475,21 +475,41 @@ impl Dir {
 
     /// The xattrs of the entry `name` (not followed), sorted; none where unsupported.
     pub fn xattrs_of(&self, name: &OsStr) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.xattrs_of_where(name, &mut |_| true)
+    }
+
+    /// As [`Dir::xattrs_of`], reading only the values of the names `want` accepts (it sees
+    /// every name listed).
+    pub fn xattrs_of_where(
+        &self,
+        name: &OsStr,
+        want: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let p = self.proc_path(name)?;
         let path = self.display_path(name);
         read_xattrs(
             &path,
             |buf| rustix::fs::llistxattr(p.as_c_str(), buf),
             |n, buf| rustix::fs::lgetxattr(p.as_c_str(), n, buf),
+            want,
         )
     }
 
     /// The xattrs of this directory itself, sorted; none where unsupported.
     pub fn xattrs_self(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.xattrs_self_where(&mut |_| true)
+    }
+
+    /// As [`Dir::xattrs_self`], reading only the values of the names `want` accepts.
+    pub fn xattrs_self_where(
+        &self,
+        want: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         read_xattrs(
             &self.path,
             |buf| rustix::fs::flistxattr(&self.fd, buf),
             |n, buf| rustix::fs::fgetxattr(&self.fd, n, buf),
+            want,
         )
     }
 
@@ -748,6 +768,7 @@ pub fn file_xattrs(f: &File, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         path,
         |buf| rustix::fs::flistxattr(f, buf),
         |n, buf| rustix::fs::fgetxattr(f, n, buf),
+        &mut |_| true,
     )
 }
 
@@ -756,24 +777,51 @@ pub fn is_unsupported_errno(e: rustix::io::Errno) -> bool {
     matches!(e, rustix::io::Errno::NOTSUP | rustix::io::Errno::NODATA)
 }
 
-/// Lists, then reads, every xattr with the two calls given; bounded by the kernel's limits.
+/// Lists, then reads, every xattr that `want` accepts with the two calls given; bounded by
+/// the kernel's limits.
 fn read_xattrs(
     path: &Path,
     list: impl Fn(&mut [u8]) -> rustix::io::Result<usize>,
     get: impl Fn(&OsStr, &mut [u8]) -> rustix::io::Result<usize>,
+    want: &mut dyn FnMut(&[u8]) -> bool,
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    // XATTR_LIST_MAX: the kernel never returns a longer list.
-    let mut names = vec![0u8; 64 << 10];
-    let n = match list(&mut names) {
-        Ok(n) => n,
+    // Most lists and values are short: a small buffer first (a walk reads the xattrs of
+    // every changed entry), the kernel's limits (XATTR_LIST_MAX, XATTR_SIZE_MAX) on ERANGE.
+    let mut small = [0u8; 4096];
+    let big;
+    let names: &[u8] = match list(&mut small) {
+        Ok(n) => &small[..n],
+        Err(rustix::io::Errno::RANGE) => {
+            let mut b = vec![0u8; 64 << 10];
+            match list(&mut b) {
+                Ok(n) => b.truncate(n),
+                Err(e) if is_unsupported_errno(e) => return Ok(Vec::new()),
+                Err(e) => return Err(io_err(path, e)),
+            }
+            big = b;
+            &big
+        }
         Err(e) if is_unsupported_errno(e) => return Ok(Vec::new()),
         Err(e) => return Err(io_err(path, e)),
     };
     let mut out = Vec::new();
-    let mut value = vec![0u8; XATTR_MAX];
-    for name in names[..n].split(|&b| b == 0).filter(|s| !s.is_empty()) {
-        match get(OsStr::from_bytes(name), &mut value) {
-            Ok(len) => out.push((name.to_vec(), value[..len].to_vec())),
+    let mut value = [0u8; 4096];
+    let mut big_value = Vec::new();
+    for name in names.split(|&b| b == 0).filter(|s| !s.is_empty()) {
+        if !want(name) {
+            continue;
+        }
+        let n = OsStr::from_bytes(name);
+        let got = match get(n, &mut value) {
+            Ok(len) => Ok(value[..len].to_vec()),
+            Err(rustix::io::Errno::RANGE) => {
+                big_value.resize(XATTR_MAX, 0);
+                get(n, &mut big_value).map(|len| big_value[..len].to_vec())
+            }
+            Err(e) => Err(e),
+        };
+        match got {
+            Ok(v) => out.push((name.to_vec(), v)),
             // Removed between the list and the read, or not readable here: not part of it.
             Err(e) if is_unsupported_errno(e) => {}
             Err(e) => return Err(io_err(path, e)),
@@ -910,5 +958,20 @@ mod tests {
         );
         let (f, _) = d.open_file("f").unwrap();
         assert_eq!(file_xattrs(&f, &p).unwrap().len(), 1);
+        // A value longer than the first buffer, and one left unread.
+        let long = vec![b'v'; 10_000];
+        if d.set_xattr(OsStr::new("f"), b"user.long", &long).is_ok() {
+            let x = d.xattrs_of(OsStr::new("f")).unwrap();
+            assert_eq!(x[1], (b"user.long".to_vec(), long));
+            let mut seen = Vec::new();
+            let only_a = d
+                .xattrs_of_where(OsStr::new("f"), &mut |n| {
+                    seen.push(n.to_vec());
+                    n == b"user.a"
+                })
+                .unwrap();
+            assert_eq!(only_a, vec![(b"user.a".to_vec(), b"1".to_vec())]);
+            assert_eq!(seen.len(), 2);
+        }
     }
 }

@@ -43,6 +43,12 @@ pub struct CheckpointArgs {
     /// thaws it if the checkpoint dies or holds it over 10 s.
     #[arg(long)]
     pub freeze_fs: bool,
+    /// Leave out what this glob matches, besides the roots' exclude rules (as `capture
+    /// --exclude`: a pattern without `/` matches a name anywhere, one with `/` the path
+    /// from the root). A FIFO, socket or device in the workspace fails a checkpoint
+    /// unless excluded. Repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -140,6 +146,7 @@ pub fn run_checkpoint(a: CheckpointArgs) -> Result<i32> {
         a.label.as_deref(),
         &a.message,
         &hold,
+        &a.exclude,
         a.json.json,
     )
 }
@@ -317,10 +324,11 @@ pub fn checkpoint(
     label: Option<&str>,
     message: &str,
     hold: &Hold,
+    exclude: &[String],
     json: bool,
 ) -> Result<i32> {
     let (s, b) = target(place, branch)?;
-    let r = workspace::checkpoint(&s, &b, label, message, hold)?;
+    let r = workspace::checkpoint(&s, &b, label, message, hold, exclude)?;
     if json {
         print_json(&r)?;
     } else {
@@ -442,6 +450,11 @@ struct WorkspaceStatus {
     dirty: bool,
     files_changed: u64,
     bytes_changed: u64,
+    /// FIFOs, sockets and devices no exclude rule skips: its checkpoints fail on them.
+    special_files: Vec<workspace::SpecialFile>,
+    /// Why its changes could not be told (it is then not reported clean).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
     /// Cgroups its checkpoints freeze (`mount --freeze-cgroup`).
     freeze_cgroups: Vec<PathBuf>,
     /// Its checkpoints freeze the store's filesystem (`mount --freeze-fs`).
@@ -464,7 +477,17 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
         if only.as_ref().is_some_and(|b| *b != st.branch) {
             continue;
         }
-        let d = workspace::dirty(&s, &st.branch).unwrap_or_default();
+        // A workspace whose changes cannot be told is not reported clean.
+        let (d, error) = match workspace::dirty(&s, &st.branch) {
+            Ok(d) => (d, None),
+            Err(e) => {
+                let d = workspace::DirtyReport {
+                    dirty: true,
+                    ..Default::default()
+                };
+                (d, Some(e.to_string()))
+            }
+        };
         let head = s.read_branch(&st.branch)?.and_then(|b| b.head);
         let live = workspace::is_live(&s, &st)?;
         let mountpoints: Vec<PathBuf> = st.roots.values().map(|r| r.mountpoint.clone()).collect();
@@ -486,6 +509,8 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
             dirty: d.dirty,
             files_changed: d.files_changed,
             bytes_changed: d.bytes_changed,
+            special_files: d.special_files,
+            error,
             freeze_cgroups: st.freeze_cgroups.clone(),
             freeze_fs: st.freeze_fs,
             unheld_writers,
@@ -507,7 +532,9 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
             },
             w["head"].as_str().map_or("-", |h| &h[..12.min(h.len())]),
             w["base"].as_str().map_or("-", |h| &h[..12.min(h.len())]),
-            if w["dirty"].as_bool() == Some(true) {
+            if let Some(e) = w["error"].as_str() {
+                format!("changes unknown ({e})")
+            } else if w["dirty"].as_bool() == Some(true) {
                 format!(
                     "{} files / {} changed since the last checkpoint",
                     w["files_changed"],
@@ -517,6 +544,13 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
                 "clean".to_string()
             }
         );
+        for f in w["special_files"].as_array().into_iter().flatten() {
+            println!(
+                "  not checkpointable: {} is a {} (exclude it)",
+                f["path"].as_str().unwrap_or(""),
+                f["kind"].as_str().unwrap_or("special file")
+            );
+        }
         if let Some(m) = w["mountpoints"].as_object() {
             for (n, p) in m {
                 println!("  {n} at {}", p.as_str().unwrap_or(""));

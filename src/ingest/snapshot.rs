@@ -44,6 +44,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::safe::Dir;
 use crate::sys::{Extent, FIEMAP_EXTENT_SHARED};
 
 /// Files smaller than this are read whole (a clone and two extent maps cost more).
@@ -94,11 +95,14 @@ impl Drop for Snapshot {
 }
 
 impl Snapshots {
-    /// The snapshots of the upper layer `upper` (`upper/B/ROOT`), kept in `dir`
-    /// (`Store::snapshot_dir`: `upper/B/.snapshots-ROOT/`); `None` unless that filesystem is
-    /// XFS or btrfs.
-    pub(crate) fn for_upper(upper: &Path, dir: PathBuf, keep: bool) -> Option<Snapshots> {
-        let fs_type = nix::sys::statfs::statfs(upper).ok()?.filesystem_type().0 as i64;
+    /// The snapshots of the upper layer held as `upper` (`upper/B/ROOT`), kept in `dir`
+    /// (`Store::snapshot_dir`: `upper/B/.snapshots-ROOT/`, the store's, beside the agent's
+    /// tree, not in it); `None` unless that filesystem is XFS or btrfs. Clones are made from
+    /// files the reading engine opened beneath `upper` (see `safe`), never by path.
+    pub(crate) fn for_upper(upper: &Dir, dir: PathBuf, keep: bool) -> Option<Snapshots> {
+        // The field's type differs between architectures; the cast only widens it.
+        #[allow(clippy::unnecessary_cast)]
+        let fs_type = rustix::fs::fstatfs(upper).ok()?.f_type as i64;
         if fs_type != XFS_SUPER_MAGIC && fs_type != BTRFS_SUPER_MAGIC {
             return None;
         }

@@ -3,11 +3,11 @@
 //! themselves are read and written by `store::refs`.
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::safe::Dir;
 use crate::store::fsio;
 use crate::store::refs::Branch;
 use crate::store::Store;
@@ -96,29 +96,42 @@ pub fn delete_branch(store: &Store, branch: &str, force: bool) -> Result<Option<
     })
 }
 
-/// Bytes and files held by a branch's upper layers (cheap: a walk of the upper only).
+/// Bytes and files held by a branch's upper layers (cheap: a walk of the upper only). The
+/// layers are the agent's trees: walked through held directory fds (see `safe`), symlinks
+/// never followed, so what it links in is not counted (nor listed). Best effort: what cannot
+/// be read is not counted.
 pub fn upper_usage(store: &Store, branch: &str) -> (u64, u64) {
-    fn walk(p: &Path, acc: &mut (u64, u64)) {
-        let Ok(rd) = fs::read_dir(p) else { return };
-        for e in rd.flatten() {
-            let Ok(m) = e.metadata() else { continue };
+    fn walk(dir: &Dir, acc: &mut (u64, u64)) {
+        let Ok(names) = dir.entries() else { return };
+        for name in names {
+            let Ok(Some(m)) = dir.stat(&name) else {
+                continue;
+            };
             if m.is_dir() {
-                walk(&e.path(), acc);
+                let sub = dir.open_dir(&name);
+                if let Ok(sub) = sub.and_then(|d| Ok((d.stat_self()?, d))) {
+                    if sub.0.same_object(&m) {
+                        walk(&sub.1, acc);
+                    }
+                }
             } else if m.is_file() {
                 acc.0 += 1;
-                acc.1 += m.size();
+                acc.1 += m.size;
             }
         }
     }
     let mut acc = (0, 0);
+    // `upper/B` is the store's: a directory per root, and ckptfs's own dotted entries.
     let dir = store.upper_branch_dir(branch);
     if let Ok(rd) = fs::read_dir(&dir) {
         for e in rd.flatten() {
             if e.file_name().to_string_lossy().starts_with('.') {
                 continue;
             }
-            if e.path().is_dir() {
-                walk(&e.path(), &mut acc);
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                if let Ok(d) = Dir::open(&e.path()) {
+                    walk(&d, &mut acc);
+                }
             }
         }
     }

@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::ingest::reader::OnChange;
+use crate::safe::Kind;
 use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
 use crate::store::fsio;
 use crate::store::object::ObjectBatch;
@@ -87,6 +88,38 @@ pub struct DirtyReport {
     pub bytes_changed: u64,
     /// Roots whose merged tree differs from the branch head.
     pub roots_changed: Vec<String>,
+    /// FIFOs, sockets and devices in the workspace that no exclude rule skips: a checkpoint
+    /// fails on them, so the workspace is not clean while they are there.
+    pub special_files: Vec<SpecialFile>,
+}
+
+/// A file a checkpoint cannot record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SpecialFile {
+    /// Where the workspace shows it (under the mountpoint, or the root's path when the
+    /// workspace is not mounted).
+    pub path: PathBuf,
+    /// `fifo`, `socket`, `char device` or `block device`.
+    pub kind: &'static str,
+}
+
+impl SpecialFile {
+    /// "PATH is a fifo": for messages.
+    pub fn describe(&self) -> String {
+        format!("{} is a {}", self.path.display(), self.kind)
+    }
+}
+
+fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Fifo => "fifo",
+        Kind::Socket => "socket",
+        Kind::CharDevice => "char device",
+        Kind::BlockDevice => "block device",
+        Kind::File => "file",
+        Kind::Dir => "directory",
+        Kind::Symlink => "symlink",
+    }
 }
 
 /// What a checkpoint did.
@@ -135,6 +168,25 @@ struct MergedAll {
     bytes_read: u64,
     bytes_unread: u64,
     dirs_merged: u64,
+    /// (root, path from the root, kind) of the special files a dry run found.
+    special: Vec<(String, PathBuf, Kind)>,
+}
+
+/// How a merge pass starting now reads (see `merge::Pass`): the clock is read here, so call
+/// it right before the merge.
+fn pass_now(
+    on_change: OnChange,
+    snapshots: bool,
+    exclude: &[String],
+    report_special: bool,
+) -> merge::Pass<'_> {
+    merge::Pass {
+        start_ns: crate::meta::coarse_now_ns(),
+        on_change,
+        snapshots,
+        exclude,
+        report_special,
+    }
 }
 
 /// Merges base + upper for every root of the store; roots without an upper keep the base.
@@ -144,14 +196,9 @@ fn merge_all(
     branch: &str,
     base: &Checkpoint,
     mut previous: impl FnMut(&str) -> merge::Previous,
-    on_change: OnChange,
-    snapshots: bool,
+    pass: merge::Pass<'_>,
 ) -> Result<MergedAll> {
-    let pass = merge::Pass {
-        start_ns: crate::meta::coarse_now_ns(),
-        on_change,
-        snapshots,
-    };
+    let mut special = Vec::new();
     let mut roots = BTreeMap::new();
     let mut caches = Vec::new();
     let mut stats = Stats {
@@ -167,6 +214,7 @@ fn merge_all(
             continue;
         }
         let m = merge::merge_root(store, batch, branch, name, rec, previous(name), pass)?;
+        special.extend(m.special.into_iter().map(|(p, k)| (name.clone(), p, k)));
         stats.dirs = (stats.dirs as i64 + m.delta.dirs).max(0) as u64;
         stats.symlinks = (stats.symlinks as i64 + m.delta.symlinks).max(0) as u64;
         files_read += m.files_read;
@@ -187,6 +235,7 @@ fn merge_all(
         bytes_read,
         bytes_unread,
         dirs_merged,
+        special,
     })
 }
 
@@ -249,19 +298,25 @@ pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
     let head_c = store.read_checkpoint(&head)?;
     let batch = ObjectBatch::dry_run(store);
     let previous = saved_caches(store, head, base_id);
-    let m = merge_all(
-        store,
-        &batch,
-        branch,
-        &base,
-        previous,
-        OnChange::AcceptPrefix,
-        true,
-    )?;
+    let pass = pass_now(OnChange::AcceptPrefix, true, &[], true);
+    let m = merge_all(store, &batch, branch, &base, previous, pass)?;
     let roots = m.roots;
+    let mounted = state(store, branch)?;
+    let mut special_files = Vec::new();
+    for (root, rel, kind) in m.special {
+        let at = match mounted.as_ref().and_then(|st| st.roots.get(&root)) {
+            Some(r) => r.mountpoint.clone(),
+            None => store.root_config(&root)?.path.clone(),
+        };
+        special_files.push(SpecialFile {
+            path: at.join(rel),
+            kind: kind_name(kind),
+        });
+    }
     let mut report = DirtyReport {
         files_changed: m.files_read,
         bytes_changed: m.bytes_read,
+        special_files,
         ..DirtyReport::default()
     };
     for (name, r) in &roots {
@@ -273,17 +328,19 @@ pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
             report.roots_changed.push(name.clone());
         }
     }
-    report.dirty = !report.roots_changed.is_empty();
+    report.dirty = !report.roots_changed.is_empty() || !report.special_files.is_empty();
     Ok(report)
 }
 
-/// Records a checkpoint of `branch`'s workspace (mounted or not). Caller holds the lock.
+/// Records a checkpoint of `branch`'s workspace (mounted or not), leaving out what `exclude`
+/// matches besides the roots' rules. Caller holds the lock.
 pub(super) fn checkpoint_locked(
     store: &Store,
     branch: &str,
     label: Option<&str>,
     message: &str,
     hold: &Hold,
+    exclude: &[String],
 ) -> Result<CheckpointReport> {
     let t0 = std::time::Instant::now();
     if let Some(l) = label {
@@ -308,11 +365,12 @@ pub(super) fn checkpoint_locked(
         OnChange::Provisional
     };
     let previous = saved_caches(store, head, base_id);
-    let first = merge_all(store, &batch, branch, &base, previous, on_change, true)?;
+    let pass = pass_now(on_change, true, exclude, false);
+    let first = merge_all(store, &batch, branch, &base, previous, pass)?;
     let (all, held) = if hold.is_empty() {
         (first, None)
     } else {
-        let (m, h) = second_pass(store, &batch, branch, &base, hold, first)?;
+        let (m, h) = second_pass(store, &batch, branch, &base, hold, exclude, first)?;
         (m, Some(h))
     };
     let MergedAll {
@@ -323,6 +381,7 @@ pub(super) fn checkpoint_locked(
         bytes_read,
         bytes_unread,
         dirs_merged,
+        special: _,
     } = all;
     let merged = t0.elapsed();
     batch.commit()?;
@@ -376,6 +435,7 @@ fn second_pass(
     branch: &str,
     base: &Checkpoint,
     hold: &Hold,
+    exclude: &[String],
     first: MergedAll,
 ) -> Result<(MergedAll, Held)> {
     let mut pre: BTreeMap<String, merge::Previous> = first
@@ -405,15 +465,8 @@ fn second_pass(
         fsio::fault_point("frozen").map_err(|e| Error::io(store.root(), e))?;
     }
     let previous = |name: &str| pre.remove(name).unwrap_or_default();
-    let m = merge_all(
-        store,
-        batch,
-        branch,
-        base,
-        previous,
-        OnChange::AcceptPrefix,
-        !hold.filesystem,
-    )?;
+    let pass = pass_now(OnChange::AcceptPrefix, !hold.filesystem, exclude, false);
+    let m = merge_all(store, batch, branch, base, previous, pass)?;
     if let Some(f) = &mut frozen_fs {
         f.thaw()?;
     }
@@ -441,13 +494,19 @@ fn second_pass(
 }
 
 /// `ckptfs checkpoint`: a checkpoint of the workspace of `branch`. What `hold` names is
-/// frozen while the upper layers are read (see `freeze`).
+/// frozen while the upper layers are read (see `freeze`); what `exclude` matches (globs as in
+/// STORE.json's rules, see `store::exclude`) is left out, besides the roots' own rules.
+///
+/// # Errors
+/// `Invalid` naming a special file (FIFO, socket, device) that no rule excludes, or a file
+/// that kept changing; `Usage` for a bad exclude glob; `Conflict` for an existing label.
 pub fn checkpoint(
     store: &Store,
     branch: &str,
     label: Option<&str>,
     message: &str,
     hold: &Hold,
+    exclude: &[String],
 ) -> Result<CheckpointReport> {
     // What the workspace's mount records (`mount --freeze-cgroup`, `--freeze-fs`) is held too.
     let mut hold = hold.clone();
@@ -461,9 +520,12 @@ pub fn checkpoint(
         }
     }
     let hold = &hold;
-    let args = hold.mark(store, serde_json::json!({"branch": branch, "label": label}));
+    let args = hold.mark(
+        store,
+        serde_json::json!({"branch": branch, "label": label, "exclude": exclude}),
+    );
     store.mutate("checkpoint", args, |_| {
-        let r = checkpoint_locked(store, branch, label, message, hold)?;
+        let r = checkpoint_locked(store, branch, label, message, hold, exclude)?;
         let summary = serde_json::json!({"checkpoint": r.id, "files_read": r.files_read,
             "new_objects": r.checkpoint.stats.new_objects, "new_bytes": r.checkpoint.stats.new_bytes});
         Ok((r, summary))

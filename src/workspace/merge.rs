@@ -16,12 +16,20 @@
 //! An upper directory whose whole subtree keeps the stat keys the last checkpoint cached (the
 //! `UpperCache` beside its stat cache) is not merged again: its tree id and totals are reused
 //! (`is_clean`), at the cost of one `lstat` per entry under it.
+//!
+//! The upper layer is the agent's: through the overlay it can create symlinks and FIFOs and
+//! rename directories at any instant. So it is walked only through held directory fds (see
+//! `safe`): each entry `lstat`ed in its directory, each subdirectory opened from its parent and
+//! checked to be the one the `lstat` saw (an entry replaced meanwhile is looked at again), its
+//! xattrs and symlink targets read through the held fd, never by a path; the prefetched stats
+//! come from the parent directories opened beneath the upper root. A special file (FIFO,
+//! socket, device; not a whiteout) fails a checkpoint, naming it, unless excluded; a dry run
+//! (`dirty`) lists it instead (`Merged::special`).
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{self, Metadata};
-use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -29,10 +37,8 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::ingest::reader::{read_files, split_cached, FileData, FileJob, OnChange, Progress};
 use crate::ingest::snapshot::Snapshots;
-use crate::meta::{
-    ctime_ns, is_unsupported, mtime_ns, special_file_error, stat_key, symlink_entry,
-};
-use crate::safe::{Dir, Stat};
+use crate::meta::{ctime_ns, mtime_ns, special_file_error, stat_key, symlink_entry};
+use crate::safe::{is_swapped, Dir, Kind, Stat};
 use crate::store::checkpoint::RootRecord;
 use crate::store::exclude::Excluder;
 use crate::store::object::ObjectBatch;
@@ -91,6 +97,9 @@ pub struct Merged {
     /// Upper directories merged again (listed, their lower tree read): the root and every
     /// directory something changed under since the last checkpoint.
     pub dirs_merged: u64,
+    /// Special files found (paths from the root), when the pass reports them rather than
+    /// failing (`Pass::report_special`); they are left out of the merged tree.
+    pub special: Vec<(PathBuf, Kind)>,
 }
 
 enum MNode {
@@ -103,7 +112,7 @@ enum MNode {
 }
 
 struct MDir {
-    meta: Metadata,
+    meta: Stat,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     children: Vec<(Vec<u8>, MNode)>,
     rel: Vec<u8>,
@@ -143,9 +152,12 @@ struct Ctx<'a> {
     settled_before: i64,
     /// `lstat` of the paths the last checkpoint cached, taken from all cores before the walk
     /// (see `prefetch_stats`); each is used once, then the walk stats afresh.
-    prefetched: HashMap<Vec<u8>, Metadata>,
+    prefetched: HashMap<Vec<u8>, Stat>,
     /// Directories `merge_dir` merged.
     dirs_merged: u64,
+    /// List special files in `special` instead of failing (a dry run).
+    report_special: bool,
+    special: Vec<(PathBuf, Kind)>,
 }
 
 impl Ctx<'_> {
@@ -153,38 +165,83 @@ impl Ctx<'_> {
         k.mtime_ns < self.settled_before && k.ctime_ns < self.settled_before
     }
 
-    /// `lstat` of the upper path `abs` (`rel` from the root): prefetched, else now.
-    fn lstat(&mut self, abs: &Path, rel: &[u8]) -> io::Result<Metadata> {
+    /// `lstat` of the entry `name` of the held upper directory `dir` (`rel` from the root):
+    /// prefetched, else now; `None` when nothing is there.
+    fn lstat_in(&mut self, dir: &Dir, name: &OsStr, rel: &[u8]) -> Result<Option<Stat>> {
         match self.prefetched.remove(rel) {
-            Some(m) => Ok(m),
-            None => fs::symlink_metadata(abs),
+            Some(m) => Ok(Some(m)),
+            None => dir.stat(name),
+        }
+    }
+
+    /// `lstat` of `rel` below the upper root, for a directory the walk does not hold:
+    /// prefetched, else through its parent opened beneath the root. `None` when nothing is
+    /// there or a component on the way is no longer a directory (a symlink, say).
+    fn lstat_rel(&mut self, rel: &[u8]) -> Result<Option<Stat>> {
+        if let Some(m) = self.prefetched.remove(rel) {
+            return Ok(Some(m));
+        }
+        match self.top.stat(Path::new(OsStr::from_bytes(rel))) {
+            Err(e) if is_swapped(&e) || is_gone(&e) => Ok(None),
+            other => other,
         }
     }
 }
 
-/// `lstat` of every path under `upper` that the last checkpoint cached, from every core. The
-/// walk then checks a subtree nothing touched (most of an upper layer that grew over many
-/// turns) without a system call per entry in turn: one `lstat` costs 3-4 us on a 2-core VM,
-/// and a long-mounted workspace's upper layer holds thousands of entries. A path that cannot
-/// be stat'ed is left out: the walk stats it itself and reports what it finds.
-fn prefetch_stats(upper: &Path, rels: Vec<&[u8]>) -> HashMap<Vec<u8>, Metadata> {
+/// Whether an error says the entry is no longer there.
+fn is_gone(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOENT))
+}
+
+/// A directory (its path from the root) and paths of entries in it.
+type Siblings<'a> = (&'a [u8], Vec<&'a [u8]>);
+
+/// `lstat` of every path under the upper root `top` that the last checkpoint cached, from
+/// every core. The walk then checks a subtree nothing touched (most of an upper layer that
+/// grew over many turns) without a system call per entry in turn: one `lstat` costs 3-4 us on
+/// a 2-core VM, and a long-mounted workspace's upper layer holds thousands of entries. The
+/// paths are grouped by parent: each parent is opened once beneath the root (no symlink on
+/// the way, see `safe`), and its entries are `lstat`ed in it by name. A path that cannot be
+/// stat'ed is left out: the walk stats it itself and reports what it finds.
+fn prefetch_stats(top: &Dir, rels: Vec<&[u8]>) -> HashMap<Vec<u8>, Stat> {
+    let total = rels.len();
+    let mut by_parent: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
+    for rel in rels {
+        let parent = rel
+            .iter()
+            .rposition(|&b| b == b'/')
+            .map_or(&rel[..0], |i| &rel[..i]);
+        by_parent.entry(parent).or_default().push(rel);
+    }
+    let groups: Vec<Siblings<'_>> = by_parent.into_iter().collect();
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2)
         .clamp(1, 8);
-    if rels.len() < 256 || threads == 1 {
-        return stat_all(upper, &rels);
+    if total < 256 || threads == 1 {
+        return stat_groups(top, &groups);
     }
-    let per = rels.len().div_ceil(threads);
+    // About as many paths per thread, whole directories each.
+    let per = total.div_ceil(threads);
+    let mut parts: Vec<&[Siblings<'_>]> = Vec::new();
+    let (mut start, mut n) = (0, 0);
+    for (i, g) in groups.iter().enumerate() {
+        n += g.1.len();
+        if n >= per {
+            parts.push(&groups[start..=i]);
+            (start, n) = (i + 1, 0);
+        }
+    }
+    parts.push(&groups[start..]);
     std::thread::scope(|s| {
-        let parts: Vec<_> = rels
-            .chunks(per)
-            .map(|part| s.spawn(move || stat_all(upper, part)))
+        let handles: Vec<_> = parts
+            .into_iter()
+            .map(|part| s.spawn(move || stat_groups(top, part)))
             .collect();
-        let mut all = HashMap::with_capacity(rels.len());
-        for p in parts {
+        let mut all = HashMap::with_capacity(total);
+        for h in handles {
             // A panicking thread only loses its prefetch; the walk stats those paths itself.
-            if let Ok(m) = p.join() {
+            if let Ok(m) = h.join() {
                 all.extend(m);
             }
         }
@@ -192,13 +249,34 @@ fn prefetch_stats(upper: &Path, rels: Vec<&[u8]>) -> HashMap<Vec<u8>, Metadata> 
     })
 }
 
-fn stat_all(upper: &Path, rels: &[&[u8]]) -> HashMap<Vec<u8>, Metadata> {
-    rels.iter()
-        .filter_map(|&rel| {
-            let abs = upper.join(std::ffi::OsStr::from_bytes(rel));
-            fs::symlink_metadata(abs).ok().map(|m| (rel.to_vec(), m))
-        })
-        .collect()
+/// `lstat`s each group's paths in their parent directory (`""`: the root), opened once.
+fn stat_groups(top: &Dir, groups: &[Siblings<'_>]) -> HashMap<Vec<u8>, Stat> {
+    let mut out = HashMap::new();
+    for (parent, rels) in groups {
+        let held;
+        let dir = if parent.is_empty() {
+            top
+        } else {
+            match top.open_dir(Path::new(OsStr::from_bytes(parent))) {
+                Ok(d) => {
+                    held = d;
+                    &held
+                }
+                Err(_) => continue,
+            }
+        };
+        let skip = if parent.is_empty() {
+            0
+        } else {
+            parent.len() + 1
+        };
+        for rel in rels {
+            if let Ok(Some(m)) = dir.stat(OsStr::from_bytes(&rel[skip..])) {
+                out.insert(rel.to_vec(), m);
+            }
+        }
+    }
+    out
 }
 
 /// What the last checkpoint taken from this upper layer cached (empty after a fresh mount).
@@ -208,14 +286,18 @@ pub struct Previous {
     pub upper: UpperCache,
 }
 
-/// How a merge reads: when it started and what a file changing while read does.
+/// How a merge reads: when it started, what a file changing while read does, what it skips.
 #[derive(Clone, Copy)]
-pub(crate) struct Pass {
+pub(crate) struct Pass<'a> {
     pub(crate) start_ns: i64,
     pub(crate) on_change: OnChange,
     /// Whether big changed files may be read through reflink snapshots (see `snapshot`):
     /// not while the upper's filesystem is frozen, where a clone would wait for the thaw.
     pub(crate) snapshots: bool,
+    /// Exclude globs added to the root's rules for this merge (`checkpoint --exclude`).
+    pub(crate) exclude: &'a [String],
+    /// List special files in `Merged::special` (a dry run) instead of failing on the first.
+    pub(crate) report_special: bool,
 }
 
 /// Merges `base` (the lower root) with the upper layer of `root` in `branch`'s workspace.
@@ -233,7 +315,7 @@ pub(crate) fn merge_root(
     root: &str,
     base: &RootRecord,
     previous: Previous,
-    pass: Pass,
+    pass: Pass<'_>,
 ) -> Result<Merged> {
     let upper = &store.upper_dir(branch, root);
     let snapshot_dir = store.snapshot_dir(branch, root);
@@ -241,18 +323,25 @@ pub(crate) fn merge_root(
         start_ns,
         on_change,
         snapshots,
+        exclude,
+        report_special,
     } = pass;
     let Previous {
         files: old,
         upper: old_upper,
     } = previous;
-    let meta = fs::symlink_metadata(upper).map_err(|e| Error::io(upper, e))?;
-    let rules = store
+    // The upper root is the store's (`upper/B/ROOT`); everything below it is the agent's,
+    // reached only through this fd.
+    let top = Arc::new(Dir::open(upper)?);
+    let meta = top.stat_self()?;
+    let mut rules = store
         .config()
         .roots
         .get(root)
         .map(|rc| rc.exclude.clone())
         .unwrap_or_default();
+    rules.extend(exclude.iter().cloned());
+    // Directories cached under other rules may hold entries these exclude, or lack some.
     let fingerprint = rules.join("\n").into_bytes();
     let old_upper = if old_upper.rules == fingerprint {
         old_upper
@@ -261,7 +350,7 @@ pub(crate) fn merge_root(
     };
     let mut ctx = Ctx {
         store,
-        top: Arc::new(Dir::open(upper)?),
+        top: Arc::clone(&top),
         exclude: Excluder::compile(root, &rules)?,
         base_tree: base.tree,
         old,
@@ -280,6 +369,8 @@ pub(crate) fn merge_root(
         on_change,
         prefetched: HashMap::new(),
         dirs_merged: 0,
+        report_special,
+        special: Vec::new(),
     };
     let cached_paths = ctx
         .old
@@ -288,17 +379,17 @@ pub(crate) fn merge_root(
         .chain(ctx.old_upper.others.keys())
         .map(Vec::as_slice)
         .collect();
-    ctx.prefetched = prefetch_stats(upper, cached_paths);
+    ctx.prefetched = prefetch_stats(&top, cached_paths);
     let lower = Some(load_tree(store, &base.tree)?);
-    let xattrs = xattrs_of(upper)?.user;
+    let xattrs = split_xattrs(|want| top.xattrs_self_where(want))?.user;
     let t0 = std::time::Instant::now();
-    let root = merge_dir(&mut ctx, lower.as_ref(), upper, Path::new(""), meta, xattrs)?;
+    let root = merge_dir(&mut ctx, lower.as_ref(), &top, Path::new(""), meta, xattrs)?;
     let walked = t0.elapsed();
     let progress = Progress::new();
     // Reflink snapshots of big changed files where the upper's filesystem shares blocks;
     // kept for the next checkpoint, except in a dry run (`status`).
     let snapshots = snapshots
-        .then(|| Snapshots::for_upper(upper, snapshot_dir, !batch.is_dry_run()))
+        .then(|| Snapshots::for_upper(&top, snapshot_dir, !batch.is_dry_run()))
         .flatten();
     let mut results = read_files(
         batch,
@@ -384,6 +475,7 @@ pub(crate) fn merge_root(
         bytes_read,
         bytes_unread: snapshots.as_ref().map_or(0, Snapshots::skipped),
         dirs_merged: ctx.dirs_merged,
+        special: ctx.special,
     })
 }
 
@@ -442,49 +534,38 @@ fn copy_source(
     })
 }
 
-/// Lists a path's xattrs once and reads only the values the merge needs (overlayfs's
-/// `origin`, `impure` and the like are skipped unread).
-fn xattrs_of(p: &Path) -> Result<Xattrs> {
+/// Splits the xattrs `read` returns (given which names to read the values of): overlayfs's
+/// markers that the merge needs, the user's own; overlayfs's `origin`, `impure` and the like
+/// are listed but not read.
+fn split_xattrs(
+    read: impl FnOnce(&mut dyn FnMut(&[u8]) -> bool) -> Result<Vec<(Vec<u8>, Vec<u8>)>>,
+) -> Result<Xattrs> {
+    let mut origin = false;
+    let all = read(&mut |n: &[u8]| match n.strip_prefix(OVERLAY_XATTR_PREFIX) {
+        Some(b"origin") => {
+            origin = true;
+            false
+        }
+        Some(b"opaque" | b"redirect" | b"metacopy") => true,
+        Some(_) => false,
+        None => true,
+    })?;
     let mut x = Xattrs {
         opaque: false,
         redirect: None,
         metacopy: false,
-        origin: false,
+        origin,
         user: Vec::new(),
     };
-    let names = match xattr::list(p) {
-        Ok(n) => n,
-        Err(e) if is_unsupported(&e) => return Ok(x),
-        Err(e) => return Err(Error::io(p, e)),
-    };
-    for n in names {
-        let nb = n.as_bytes();
-        if nb.strip_prefix(OVERLAY_XATTR_PREFIX) == Some(b"origin") {
-            x.origin = true;
-            continue;
-        }
-        let wanted = match nb.strip_prefix(OVERLAY_XATTR_PREFIX) {
-            Some(b"opaque" | b"redirect" | b"metacopy") => true,
-            Some(_) => false,
-            None => true,
-        };
-        if !wanted {
-            continue;
-        }
-        let v = match xattr::get(p, &n) {
-            Ok(Some(v)) => v,
-            Ok(None) => continue,
-            Err(e) if is_unsupported(&e) => continue,
-            Err(e) => return Err(Error::io(p, e)),
-        };
-        match nb.strip_prefix(OVERLAY_XATTR_PREFIX) {
+    // In name order already, so `user` is too.
+    for (k, v) in all {
+        match k.strip_prefix(OVERLAY_XATTR_PREFIX) {
             Some(b"opaque") => x.opaque = v == b"y",
             Some(b"redirect") => x.redirect = Some(v),
             Some(_) => x.metacopy = true,
-            None => x.user.push((nb.to_vec(), v)),
+            None => x.user.push((k, v)),
         }
     }
-    x.user.sort();
     Ok(x)
 }
 
@@ -529,8 +610,8 @@ fn lower_at(ctx: &Ctx<'_>, path: &[u8]) -> Result<Option<Tree>> {
     Ok(Some(tree))
 }
 
-fn is_whiteout(m: &Metadata) -> bool {
-    m.file_type().is_char_device() && m.rdev() == 0
+fn is_whiteout(m: &Stat) -> bool {
+    m.kind() == Kind::CharDevice && m.rdev == 0
 }
 
 /// The key an upper entry that is neither a file nor a directory is cached with: its stat key,
@@ -539,7 +620,7 @@ fn is_whiteout(m: &Metadata) -> bool {
 /// count) of all the others; with their stat keys, every directory holding a whiteout turned
 /// dirty at every checkpoint that followed a deletion or a rename, and was merged again (638
 /// of an upper layer's directories after 30 turns of `examples/bench_workspace.sh large`).
-fn other_key(m: &Metadata) -> StatKey {
+fn other_key(m: &Stat) -> StatKey {
     if is_whiteout(m) {
         StatKey {
             size: 0,
@@ -552,42 +633,69 @@ fn other_key(m: &Metadata) -> StatKey {
     }
 }
 
-/// Merges the upper directory `upper` (`rel` from the root) with its lower directory `lower`:
-/// each upper entry is turned into a node (`merge_child`), then the lower entries the upper
-/// does not name are kept as they are (`overlay_children`).
+/// How often an entry replaced between its `lstat` and its open is looked at again before
+/// the merge fails, naming it.
+const REPLACED_RETRIES: usize = 3;
+
+/// Merges the held upper directory `dir` (`rel` from the root) with its lower directory
+/// `lower`: each upper entry is turned into a node (`merge_child`), then the lower entries the
+/// upper does not name are kept as they are (`overlay_children`).
 fn merge_dir(
     ctx: &mut Ctx<'_>,
     lower: Option<&Tree>,
-    upper: &Path,
+    dir: &Dir,
     rel: &Path,
-    meta: Metadata,
+    meta: Stat,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 ) -> Result<MDir> {
     ctx.dirs_merged += 1;
-    let names = sorted_names(upper)?;
+    let names = dir.entries()?;
     let all_names: Vec<Vec<u8>> = names.iter().map(|n| n.as_bytes().to_vec()).collect();
     let mut upper_nodes: Vec<(Vec<u8>, Option<MNode>)> = Vec::with_capacity(names.len());
-    for name in names {
-        let abs = upper.join(&name);
-        let child_rel = rel.join(&name);
-        if ctx.exclude.excluded(&child_rel, &name) {
+    for name in &names {
+        let child_rel = rel.join(name);
+        if ctx.exclude.excluded(&child_rel, name) {
             continue; // excluded (e.g. credentials): never checkpointed
         }
-        let meta = match ctx.lstat(&abs, child_rel.as_os_str().as_bytes()) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(Error::io(&abs, e)),
+        let rel_bytes = child_rel.as_os_str().as_bytes();
+        let nb = name.as_bytes();
+        let mut looks = 1;
+        let looked = loop {
+            let Some(meta) = ctx.lstat_in(dir, name, rel_bytes)? else {
+                break Looked::Gone;
+            };
+            let child = UpperChild {
+                dir,
+                os_name: name,
+                lower: lower.and_then(|t| t.get(nb)),
+                rel_bytes: rel_bytes.to_vec(),
+                name: nb.to_vec(),
+                abs: dir.display_path(name),
+                rel: child_rel.clone(),
+                meta,
+            };
+            match merge_child(ctx, lower, child)? {
+                Looked::Replaced if looks < REPLACED_RETRIES => {
+                    log::debug!(
+                        "{} was replaced since its lstat; looking again",
+                        dir.display_path(name).display()
+                    );
+                    looks += 1;
+                }
+                Looked::Replaced => {
+                    return Err(Error::Invalid(format!(
+                        "{} kept being replaced while being checkpointed ({REPLACED_RETRIES} attempts); retry",
+                        dir.display_path(name).display()
+                    )))
+                }
+                other => break other,
+            }
         };
-        let nb = name.as_bytes().to_vec();
-        let child = UpperChild {
-            lower: lower.and_then(|t| t.get(&nb)),
-            rel_bytes: child_rel.as_os_str().as_bytes().to_vec(),
-            name: nb.clone(),
-            abs,
-            rel: child_rel,
-            meta,
-        };
-        upper_nodes.push((nb, merge_child(ctx, lower, child)?));
+        match looked {
+            Looked::Node(n) => upper_nodes.push((nb.to_vec(), Some(n))),
+            Looked::Hidden => upper_nodes.push((nb.to_vec(), None)),
+            Looked::Gone | Looked::Replaced => {}
+        }
     }
     Ok(MDir {
         meta,
@@ -599,61 +707,82 @@ fn merge_dir(
     })
 }
 
-/// One entry of an upper directory, as `merge_dir` found it.
-struct UpperChild<'t> {
+/// One entry of a held upper directory, as `merge_dir` found it.
+struct UpperChild<'d, 't> {
+    /// The directory holding it, and its name there: every call on it goes through these.
+    dir: &'d Dir,
+    os_name: &'d OsStr,
     name: Vec<u8>,
+    /// Its full path, for messages only.
     abs: PathBuf,
     /// The path from the root, as a path and as the bytes the caches are keyed by.
     rel: PathBuf,
     rel_bytes: Vec<u8>,
     /// Its `lstat`.
-    meta: Metadata,
+    meta: Stat,
     /// The lower entry of the same name, if any.
     lower: Option<&'t Entry>,
 }
 
-/// The names in the directory `dir`, sorted by their bytes (the order trees keep).
-fn sorted_names(dir: &Path) -> Result<Vec<std::ffi::OsString>> {
-    let mut names: Vec<std::ffi::OsString> = Vec::new();
-    for ent in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-        names.push(ent.map_err(|e| Error::io(dir, e))?.file_name());
-    }
-    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-    Ok(names)
+/// What looking at one upper entry found.
+enum Looked {
+    Node(MNode),
+    /// A whiteout, which hides the lower entry (or a special file a dry run reports).
+    Hidden,
+    /// Nothing there any more: the lower entry shows.
+    Gone,
+    /// Not what its `lstat` saw when opened or read (renamed, replaced, swapped for a
+    /// symlink): to be looked at again. Nothing was recorded of it yet.
+    Replaced,
 }
 
-/// The node of one upper entry, or `None` for a whiteout (which hides the lower entry);
-/// updates the totals for what it replaces.
-fn merge_child(
-    ctx: &mut Ctx<'_>,
-    lower: Option<&Tree>,
-    c: UpperChild<'_>,
-) -> Result<Option<MNode>> {
+/// Whether an error on an entry says it is no longer what the walk saw: gone, a symlink or
+/// not a directory now (`safe::is_swapped`), or not a symlink (`readlink`'s EINVAL).
+fn is_replaced(e: &Error) -> bool {
+    is_swapped(e)
+        || matches!(e, Error::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::EINVAL)))
+}
+
+/// Opens the subdirectory `name` of `dir` that the walk `lstat`ed as `walked`; `None` when it
+/// is not that directory any more (replaced, removed, swapped for a symlink).
+fn open_walked_dir(dir: &Dir, name: &OsStr, walked: &Stat) -> Result<Option<Dir>> {
+    let sub = match dir.open_dir(name) {
+        Ok(d) => d,
+        Err(e) if is_replaced(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(sub.stat_self()?.same_object(walked).then_some(sub))
+}
+
+/// What one upper entry merges to; updates the totals for what it replaces (not for an entry
+/// found `Replaced`, which is looked at again).
+fn merge_child(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_, '_>) -> Result<Looked> {
     if is_whiteout(&c.meta) {
         if let Some(l) = c.lower {
             ctx.delta.add(totals_of(ctx.store, l)?, -1);
         }
         remember_other(ctx, c.rel_bytes, &c.meta);
-        return Ok(None);
+        return Ok(Looked::Hidden);
     }
-    let ft = c.meta.file_type();
-    let node = if ft.is_dir() && is_clean(ctx, &c.abs, &c.rel_bytes, &c.meta)? {
-        reuse_clean_dir(ctx, c)?
-    } else if ft.is_dir() {
-        merge_changed_dir(ctx, lower, c)?
-    } else if ft.is_file() {
-        upper_file(ctx, lower, c)?
-    } else if ft.is_symlink() {
-        upper_symlink(ctx, c)?
-    } else {
-        return Err(special_file_error(&c.abs, &c.meta));
-    };
-    Ok(Some(node))
+    match c.meta.kind() {
+        Kind::Dir if is_clean(ctx, &c.rel_bytes, &c.meta)? => {
+            Ok(Looked::Node(reuse_clean_dir(ctx, c)?))
+        }
+        Kind::Dir => merge_changed_dir(ctx, lower, c),
+        Kind::File => upper_file(ctx, lower, c),
+        Kind::Symlink => upper_symlink(ctx, c),
+        kind if ctx.report_special => {
+            ctx.special.push((c.rel, kind));
+            Ok(Looked::Hidden)
+        }
+        _ => Err(special_file_error(&c.abs, &c.meta)),
+    }
 }
 
 /// A directory nothing under which changed since the last checkpoint: its tree and totals are
 /// the ones recorded then, without reading its xattrs or its lower tree.
-fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_>) -> Result<MNode> {
+fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_, '_>) -> Result<MNode> {
     let Some(d) = ctx.old_upper.dirs.remove(&c.rel_bytes) else {
         return Err(Error::Invalid(
             "internal: clean directory not cached".into(),
@@ -682,15 +811,23 @@ fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_>) -> Result<MNode> {
 }
 
 /// A directory something changed under: merged again, over the lower directory it continues
-/// (none when opaque, the one its redirect names when renamed).
-fn merge_changed_dir(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_>) -> Result<MNode> {
+/// (none when opaque, the one its redirect names when renamed). It is opened from its parent
+/// first, and must be the directory the walk saw.
+fn merge_changed_dir(
+    ctx: &mut Ctx<'_>,
+    lower: Option<&Tree>,
+    c: UpperChild<'_, '_>,
+) -> Result<Looked> {
+    let Some(sub) = open_walked_dir(c.dir, c.os_name, &c.meta)? else {
+        return Ok(Looked::Replaced);
+    };
     let before = ctx.delta;
     let Xattrs {
         opaque,
         redirect,
         user,
         ..
-    } = xattrs_of(&c.abs)?;
+    } = split_xattrs(|want| sub.xattrs_self_where(want))?;
     let source = dir_source(ctx, lower, c.lower, opaque, redirect.as_deref())?;
     // Same directory continued: only its new/removed children change totals.
     let continued = matches!(c.lower, Some(l) if l.is_dir() && !opaque && redirect.is_none());
@@ -703,9 +840,9 @@ fn merge_changed_dir(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_>)
         ctx.delta.dirs += 1;
     }
     log::trace!("{}: changed under it, merged again", c.rel.display());
-    let mut sub = merge_dir(ctx, source.as_ref(), &c.abs, &c.rel, c.meta, user)?;
-    sub.walk_delta = ctx.delta.since(before);
-    Ok(MNode::Dir(Box::new(sub)))
+    let mut merged = merge_dir(ctx, source.as_ref(), &sub, &c.rel, c.meta, user)?;
+    merged.walk_delta = ctx.delta.since(before);
+    Ok(Looked::Node(MNode::Dir(Box::new(merged))))
 }
 
 /// The lower directory an upper directory merges over: none when it is opaque; the one its
@@ -751,17 +888,26 @@ fn dir_source(
 
 /// An upper file: reused from the stat cache when unchanged, taken from the lower file when
 /// only its metadata was copied up, else a job for the reading engine.
-fn upper_file(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_>) -> Result<MNode> {
+fn upper_file(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_, '_>) -> Result<Looked> {
+    // Unchanged since the last checkpoint (stat key equal, so xattrs too): reused as it is,
+    // whatever kind of copy it is, without another syscall.
+    let unchanged = ctx
+        .old
+        .get(&c.rel_bytes)
+        .is_some_and(|k| k.key == stat_key(&c.meta));
+    let x = if unchanged {
+        None
+    } else {
+        match split_xattrs(|want| c.dir.xattrs_of_where(c.os_name, want)) {
+            Ok(x) => Some(x),
+            Err(e) if is_replaced(&e) => return Ok(Looked::Replaced),
+            Err(e) => return Err(e),
+        }
+    };
     if let Some(l) = c.lower {
         ctx.delta.add(totals_of(ctx.store, l)?, -1);
     }
     let (cached, previous, previous_snapshot) = split_cached(ctx.old.remove(&c.rel_bytes), &c.meta);
-    // Unchanged since the last checkpoint (stat key equal, so xattrs too): reused as it is,
-    // whatever kind of copy it is, without another syscall.
-    let x = match cached {
-        Some(_) => None,
-        None => Some(xattrs_of(&c.abs)?),
-    };
     // The lower file this one was copied up from, by name or by its redirect (a renamed
     // file); overlayfs shows the copy with that file's inode number.
     let source = match &x {
@@ -770,7 +916,7 @@ fn upper_file(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_>) -> Res
     };
     let origin = x.as_ref().is_some_and(|x| x.origin);
     if let Some(x) = x.filter(|x| x.metacopy) {
-        return metacopy_file(ctx, c, x.user, source, origin);
+        return metacopy_file(ctx, c, x.user, source, origin).map(Looked::Node);
     }
     let job = FileJob {
         // Copied up since the last checkpoint: the lower file is the previous version.
@@ -787,14 +933,14 @@ fn upper_file(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_>) -> Res
         size: c.meta.len(),
         on_change: ctx.on_change,
         top: Arc::clone(&ctx.top),
-        walked: Stat::from(&c.meta),
+        walked: c.meta,
         abs: c.abs,
         rel: c.rel_bytes,
     };
     ctx.jobs.push(job);
     // (None for a cached file: its stat cache entry keeps what it recorded.)
     ctx.sources.push(source.map(|s| (s, origin)));
-    Ok(MNode::File(ctx.jobs.len() - 1))
+    Ok(Looked::Node(MNode::File(ctx.jobs.len() - 1)))
 }
 
 /// A metadata-only copy-up (chmod, chown, utimes, rename): the upper file is a hole with the
@@ -802,7 +948,7 @@ fn upper_file(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_>) -> Res
 /// nothing read.
 fn metacopy_file(
     ctx: &mut Ctx<'_>,
-    c: UpperChild<'_>,
+    c: UpperChild<'_, '_>,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     source: Option<Entry>,
     origin: bool,
@@ -850,21 +996,24 @@ fn metacopy_file(
     Ok(MNode::Ready(entry))
 }
 
-/// An upper symlink: complete as it is (its target is stored, never followed).
-fn upper_symlink(ctx: &mut Ctx<'_>, c: UpperChild<'_>) -> Result<MNode> {
+/// An upper symlink: complete as it is (its target and xattrs are read through its held
+/// directory, and stored; it is never followed).
+fn upper_symlink(ctx: &mut Ctx<'_>, c: UpperChild<'_, '_>) -> Result<Looked> {
+    let read = split_xattrs(|want| c.dir.xattrs_of_where(c.os_name, want))
+        .and_then(|x| Ok((x.user, c.dir.read_link(c.os_name)?)));
+    let (xattrs, target) = match read {
+        Ok(v) => v,
+        Err(e) if is_replaced(&e) => return Ok(Looked::Replaced),
+        Err(e) => return Err(e),
+    };
     if let Some(l) = c.lower {
         ctx.delta.add(totals_of(ctx.store, l)?, -1);
     }
     ctx.delta.symlinks += 1;
-    let xattrs = xattrs_of(&c.abs)?.user;
     remember_other(ctx, c.rel_bytes, &c.meta);
-    let target = fs::read_link(&c.abs).map_err(|e| Error::io(&c.abs, e))?;
-    Ok(MNode::Ready(symlink_entry(
-        &c.name,
-        target.into_os_string().into_vec(),
-        &c.meta,
-        xattrs,
-    )))
+    Ok(Looked::Node(MNode::Ready(symlink_entry(
+        &c.name, target, &c.meta, xattrs,
+    ))))
 }
 
 /// The children of a merged directory, in name order: upper entries win (a whiteout, `None`,
@@ -889,7 +1038,7 @@ fn overlay_children(
 }
 
 /// Caches the stat key of an upper symlink or whiteout.
-fn remember_other(ctx: &mut Ctx<'_>, rel: Vec<u8>, m: &Metadata) {
+fn remember_other(ctx: &mut Ctx<'_>, rel: Vec<u8>, m: &Stat) {
     let key = other_key(m);
     if ctx.settled(&key) {
         ctx.new_upper.others.insert(rel, key);
@@ -901,41 +1050,43 @@ fn remember_other(ctx: &mut Ctx<'_>, rel: Vec<u8>, m: &Metadata) {
 /// changes when an entry is added, removed or renamed in it and when its own metadata or
 /// xattrs change; a file's when its content, metadata or xattrs change; so equal keys all the
 /// way down mean the subtree merges to the same tree as before.
-fn is_clean(ctx: &mut Ctx<'_>, abs: &Path, rel: &[u8], m: &Metadata) -> Result<bool> {
+fn is_clean(ctx: &mut Ctx<'_>, rel: &[u8], m: &Stat) -> Result<bool> {
     if let Some(&c) = ctx.clean.get(rel) {
         return Ok(c);
     }
-    let c = check_clean(ctx, abs, rel, m)?;
+    let c = check_clean(ctx, rel, m)?;
     ctx.clean.insert(rel.to_vec(), c);
     Ok(c)
 }
 
-fn check_clean(ctx: &mut Ctx<'_>, abs: &Path, rel: &[u8], m: &Metadata) -> Result<bool> {
+fn check_clean(ctx: &mut Ctx<'_>, rel: &[u8], m: &Stat) -> Result<bool> {
     // Same key, same names: no readdir.
     let names = match ctx.old_upper.dirs.get(rel) {
         Some(d) if d.key == stat_key(m) => d.names.clone(),
         _ => return Ok(false),
     };
-    let rel_path = Path::new(std::ffi::OsStr::from_bytes(rel));
+    let rel_path = Path::new(OsStr::from_bytes(rel));
     for name in names {
-        let name = std::ffi::OsStr::from_bytes(&name);
+        let name = OsStr::from_bytes(&name);
         let child_rel = rel_path.join(name);
         if ctx.exclude.excluded(&child_rel, name) {
             continue;
         }
-        let child = abs.join(name);
         let crel = child_rel.as_os_str().as_bytes();
-        let cm = match ctx.lstat(&child, crel) {
-            Ok(cm) => cm,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(Error::io(&child, e)),
+        // Cached nowhere (a special file, say): it cannot compare equal; no stat needed.
+        let cached = ctx.old.contains_key(crel)
+            || ctx.old_upper.dirs.contains_key(crel)
+            || ctx.old_upper.others.contains_key(crel);
+        if !cached {
+            return Ok(false);
+        }
+        let Some(cm) = ctx.lstat_rel(crel)? else {
+            return Ok(false);
         };
-        let same = if cm.is_dir() {
-            is_clean(ctx, &child, crel, &cm)?
-        } else if cm.is_file() {
-            ctx.old.get(crel).is_some_and(|c| c.key == stat_key(&cm))
-        } else {
-            ctx.old_upper.others.get(crel) == Some(&other_key(&cm))
+        let same = match cm.kind() {
+            Kind::Dir => is_clean(ctx, crel, &cm)?,
+            Kind::File => ctx.old.get(crel).is_some_and(|c| c.key == stat_key(&cm)),
+            _ => ctx.old_upper.others.get(crel) == Some(&other_key(&cm)),
         };
         if !same {
             return Ok(false);
@@ -1034,4 +1185,35 @@ fn build(
     }
     let id = batch.ensure_tree(&Tree { entries })?;
     Ok((id, subdirs, files))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefetch_never_follows_a_swapped_parent() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("f"), b"secret").unwrap();
+        // Enough paths to be stat'ed from several threads.
+        let mut rels = Vec::new();
+        for d in 0..30 {
+            std::fs::create_dir(t.path().join(format!("d{d}"))).unwrap();
+            for f in 0..10 {
+                std::fs::write(t.path().join(format!("d{d}/f{f}")), b"x").unwrap();
+                rels.push(format!("d{d}/f{f}"));
+            }
+        }
+        std::os::unix::fs::symlink(outside.path(), t.path().join("link")).unwrap();
+        rels.extend(["link/f", "link", "d0", "gone", "d1/gone/x"].map(String::from));
+        let top = Dir::open(t.path()).unwrap();
+        let got = prefetch_stats(&top, rels.iter().map(|r| r.as_bytes()).collect());
+        assert_eq!(got.len(), 300 + 2, "{:?}", got.keys().collect::<Vec<_>>());
+        assert!(got[&b"link"[..]].is_symlink());
+        assert!(got[&b"d0"[..]].is_dir());
+        assert!(!got.contains_key(&b"link/f"[..]));
+        let m = std::fs::symlink_metadata(t.path().join("d29/f9")).unwrap();
+        assert!(got[&b"d29/f9"[..]].same_object(&Stat::from(&m)));
+    }
 }

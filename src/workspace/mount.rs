@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::safe::Dir;
 use crate::store::checkpoint::RootRecord;
 use crate::store::Store;
 use crate::util::{check_name, now_ns};
@@ -78,8 +79,13 @@ fn rebase_if_clean(store: &Store, branch: &str, head: ObjectId) -> Result<Object
     if dirty(store, branch)?.dirty {
         return Ok(base);
     }
+    // The agent's trees: removed through held fds, never following what it linked in (a
+    // detached overlay a busy shell still holds may write them even now).
     let upper = store.upper_branch_dir(branch);
-    fs::remove_dir_all(&upper).map_err(|e| Error::io(&upper, e))?;
+    let (Some(parent), Some(name)) = (upper.parent(), upper.file_name()) else {
+        return Err(Error::Invalid(format!("{}: no parent", upper.display())));
+    };
+    Dir::open(parent)?.remove_all(name)?;
     Ok(head)
 }
 

@@ -163,6 +163,12 @@ pub fn switch(
         let d = dirty(store, from_branch)?;
         if d.dirty {
             match policy {
+                DirtyPolicy::Refuse if !d.special_files.is_empty() => {
+                    return Err(Error::Conflict(format!(
+                        "workspace of branch {from_branch} holds what no checkpoint can record ({}); remove it, or use --discard",
+                        d.special_files[0].describe()
+                    )))
+                }
                 DirtyPolicy::Refuse => {
                     return Err(Error::Conflict(format!(
                         "workspace of branch {from_branch} has un-checkpointed changes ({} files changed in {}); use --checkpoint-first or --discard",
@@ -172,7 +178,8 @@ pub fn switch(
                 }
                 DirtyPolicy::CheckpointFirst => {
                     // The cgroups the marker names, so `recover` thaws what this froze.
-                    let c = checkpoint_locked(store, from_branch, None, "before switch", &hold)?;
+                    let c =
+                        checkpoint_locked(store, from_branch, None, "before switch", &hold, &[])?;
                     checkpointed = Some(c.id);
                 }
                 DirtyPolicy::Discard => {}
