@@ -270,10 +270,12 @@ impl Store {
                 match matches.len() {
                     1 => return Ok(matches[0]),
                     0 => {}
-                    n => return Err(Error::Usage(format!(
+                    n => {
+                        return Err(Error::Usage(format!(
                         "ambiguous checkpoint prefix {spec} ({n} matches; give more digits): {}",
                         self.describe_candidates(&matches)
-                    ))),
+                    )))
+                    }
                 }
             }
         }
