@@ -100,7 +100,7 @@ fn render(page: &std::path::Path) -> String {
 #[test]
 fn man_pages_render_without_warnings() {
     let dir = tempfile::tempdir().expect("tempdir");
-    ok(["man", &s(dir.path())]);
+    ok(["man", s(dir.path())]);
     let mut pages: Vec<String> = std::fs::read_dir(dir.path())
         .expect("reading man dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
@@ -142,7 +142,7 @@ fn man_without_dir_prints_the_top_page() {
     std::fs::write(&file, &page).expect("writing page");
     assert!(render(&file).contains("ckptfs - ckptfs: checkpoint directory trees"));
     let missing = dir.path().join("nope");
-    let err = fails(2, ["man", &s(&missing)]);
+    let err = fails(2, ["man", s(&missing)]);
     assert!(err.contains("not a directory"), "{err}");
 }
 
