@@ -8,6 +8,9 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v fuse-overlayfs >/dev/null 2>&1 || need+=(fuse-overlayfs)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+# tests/cli_shell.rs renders the generated man pages (`man -l`, groff's nroff).
+command -v man >/dev/null 2>&1 || need+=(man-db)
+command -v nroff >/dev/null 2>&1 || need+=(groff-base)
 # In /usr/sbin, which a non-root PATH may lack.
 has() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 has mkfs.ext4 || need+=(e2fsprogs)

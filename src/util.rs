@@ -26,6 +26,12 @@ pub fn format_utc(ns: i64) -> String {
     )
 }
 
+/// [`format_utc`] with the `Z` that marks it as UTC: `YYYY-MM-DDTHH:MM:SSZ` (RFC 3339), for
+/// output a reader might take for local time.
+pub fn format_rfc3339(ns: i64) -> String {
+    format!("{}Z", format_utc(ns))
+}
+
 /// Howard Hinnant's days-to-civil algorithm.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;

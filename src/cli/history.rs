@@ -9,7 +9,7 @@ use clap::Args;
 use ckptfs::ops::walk::{locate, walk_tree};
 use ckptfs::ops::{diff, history};
 use ckptfs::store::tree::EntryKind;
-use ckptfs::util::{format_utc, human_bytes};
+use ckptfs::util::{format_rfc3339, format_utc, human_bytes};
 use ckptfs::{Error, Result, Store};
 
 use super::{print_json, JsonFlag};
@@ -24,8 +24,60 @@ pub struct LogArgs {
     /// Draw checkpoints with their forks, the way `git log --graph` does.
     #[arg(long)]
     pub graph: bool,
+    /// Show only the N newest checkpoints (of those --branch and --since select).
+    #[arg(short = 'n', long = "max-count", value_name = "N")]
+    pub max_count: Option<usize>,
+    /// Show only checkpoints taken at or after WHEN: a duration back from now (2h, 90min,
+    /// 36h, 7d, 7days, 1week, 1d12h, "2h 30m"; m is minutes, M months) or a UTC time in
+    /// RFC 3339 (2026-12-01T08:00:00Z, with an offset +01:00, or a date 2026-12-01).
+    #[arg(long, value_name = "WHEN", value_parser = since_arg)]
+    pub since: Option<i64>,
     #[command(flatten)]
     pub json: JsonFlag,
+}
+
+/// `--since WHEN` as Unix nanoseconds: now minus a duration, or an RFC 3339 time.
+fn since_arg(s: &str) -> std::result::Result<i64, String> {
+    let s = s.trim();
+    if let Ok(d) = humantime::parse_duration(s) {
+        let back = i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        return Ok(ckptfs::util::now_ns().saturating_sub(back));
+    }
+    parse_time(s).ok_or_else(|| {
+        format!(
+            "{s:?} is neither a duration (2h, 7days, 1week) nor an RFC 3339 time \
+             (2026-12-01T08:00:00Z, 2026-12-01T09:00:00+01:00, 2026-12-01)"
+        )
+    })
+}
+
+/// An RFC 3339 time (`Z`, a `+HH:MM`/`-HH:MM` offset, or none for UTC; `T` or a space) or a
+/// bare date (midnight UTC), as Unix nanoseconds.
+fn parse_time(s: &str) -> Option<i64> {
+    if s.len() == 10 {
+        return parse_time(&format!("{s}T00:00:00Z"));
+    }
+    // humantime reads UTC only: take an offset off and apply it here.
+    let split = s
+        .len()
+        .checked_sub(6)
+        .filter(|&i| s.is_char_boundary(i))
+        .map(|i| s.split_at(i));
+    let (base, offset_s) = match split {
+        Some((base, off)) if off.starts_with(['+', '-']) && off.get(3..4) == Some(":") => {
+            let h: i64 = off.get(1..3)?.parse().ok()?;
+            let m: i64 = off.get(4..6)?.parse().ok()?;
+            let sign = if off.starts_with('-') { -1 } else { 1 };
+            (base, sign * (h * 3600 + m * 60))
+        }
+        _ => (s, 0),
+    };
+    let t = humantime::parse_rfc3339_weak(base).ok()?;
+    let ns = match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).ok()?,
+        Err(e) => -i64::try_from(e.duration().as_nanos()).ok()?,
+    };
+    ns.checked_sub(offset_s.checked_mul(1_000_000_000)?)
 }
 
 /// `show` arguments.
@@ -74,12 +126,20 @@ pub struct DiffArgs {
 /// stays 0 (a listing, as restic's: `doctor` and `verify` are the checks that fail).
 pub fn run_log(a: LogArgs) -> Result<i32> {
     let s = Store::open(&a.store)?;
-    let h = history::history(&s, a.branch.as_deref())?;
+    let mut h = history::history(&s, a.branch.as_deref())?;
     let (names, ref_problems) = history::names_lenient(&s, a.graph && !a.json.json)?;
     for p in h.problems.iter().chain(&ref_problems) {
         eprintln!("ckptfs: warning: {p}; left out (run `ckptfs doctor`)");
     }
-    if let Some(id) = h.pruned_before {
+    let listed = h.items.len();
+    if let Some(since) = a.since {
+        h.items.retain(|(_, c)| c.time_ns >= since);
+    }
+    if let Some(n) = a.max_count {
+        h.items.truncate(n);
+    }
+    // Only a listing that reaches the end of the line of parents ends where gc pruned it.
+    if let Some(id) = h.pruned_before.filter(|_| h.items.len() == listed) {
         eprintln!("(history before {} was pruned by gc)", id.short());
     }
     let labels: Vec<_> = names
@@ -135,7 +195,7 @@ pub fn run_show(a: ShowArgs) -> Result<i32> {
     }
     println!("checkpoint {id}");
     println!("branch     {}", c.branch);
-    println!("time       {}", format_utc(c.time_ns));
+    println!("time       {}", format_rfc3339(c.time_ns));
     for p in &c.parents {
         println!("parent     {p}");
     }

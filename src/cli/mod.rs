@@ -5,12 +5,14 @@
 //! function per command: `store` (init, capture, restore, label), `history` (log, show, ls,
 //! cat, diff), `health` (verify, recover, gc, archive, unarchive, doctor), `workspace`
 //! (branches, checkpoint, exec, switch, fork, status, mount --branch), `view` (mount,
-//! browse, umount), `label` (label, label delete) and `forget`. [`run`] only dispatches.
+//! browse, umount), `label` (label, label delete), `forget` and `shell` (completions, man).
+//! [`run`] only dispatches.
 
 mod forget;
 mod health;
 mod history;
 mod label;
+mod shell;
 mod store;
 mod view;
 mod workspace;
@@ -224,6 +226,17 @@ pub enum Command {
     ///
     /// Example: ckptfs status /var/lib/ckpt --json
     Status(view::StatusArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell) to stdout.
+    ///
+    /// Examples: `source <(ckptfs completions bash)` in ~/.bashrc;
+    /// `ckptfs completions zsh > ~/.zfunc/_ckptfs`;
+    /// `ckptfs completions fish > ~/.config/fish/completions/ckptfs.fish`.
+    Completions(shell::CompletionsArgs),
+    /// Write manual pages generated from this help: ckptfs.1 and ckptfs-SUB.1 for each
+    /// subcommand into DIR, or the top page to stdout.
+    ///
+    /// Examples: `ckptfs man /usr/local/share/man/man1 && mandb`; `ckptfs man | man -l -`.
+    Man(shell::ManArgs),
     /// Internal: detach a moved-aside workspace overlay and remove its directory.
     #[command(hide = true)]
     InternalDetach { target: PathBuf },
@@ -279,6 +292,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Browse(a) => view::browse(a),
         Command::Umount(a) => run_umount(a),
         Command::Status(a) => workspace::status(&a.store, a.json),
+        Command::Completions(a) => shell::run_completions(a),
+        Command::Man(a) => shell::run_man(a),
         Command::InternalDetach { target } => run_internal_detach(&target),
     }
 }

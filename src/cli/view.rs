@@ -48,6 +48,10 @@ pub struct MountArgs {
     /// Internal: report readiness on stdout (used by the daemonizing parent).
     #[arg(long, hide = true)]
     pub notify_stdout: bool,
+    /// Internal (mount.ckptfs): record the mount's source as mount(8) was given it,
+    /// STORE#WHAT, so that `mount -a` knows the fstab line is mounted.
+    #[arg(long, hide = true, value_name = "STORE#WHAT")]
+    pub mount_source: Option<String>,
     /// Mount this branch as a writable workspace instead (every root, at its recorded path).
     #[arg(long, short)]
     pub branch: Option<String>,
@@ -103,6 +107,10 @@ pub struct BrowseArgs {
     /// Internal: report readiness on stdout (used by the daemonizing parent).
     #[arg(long, hide = true)]
     pub notify_stdout: bool,
+    /// Internal (mount.ckptfs): record the mount's source as mount(8) was given it,
+    /// STORE#WHAT, so that `mount -a` knows the fstab line is mounted.
+    #[arg(long, hide = true, value_name = "STORE#WHAT")]
+    pub mount_source: Option<String>,
 }
 
 /// Arguments of `ckptfs umount`.
@@ -142,6 +150,9 @@ fn run(
     foreground: bool,
     opts: ServeOptions,
 ) -> Result<i32> {
+    if let Some(src) = &opts.source {
+        daemon::check_mount_source(&store, src)?;
+    }
     if foreground {
         let mp = daemon::check_mountpoint(&store, &mountpoint)?;
         daemon::serve(store, ns, &mp, &opts)?;
@@ -152,6 +163,7 @@ fn run(
         cache_bytes: (cache != DEFAULT_CACHE_BYTES).then_some(cache),
         file_cache_bytes: (file_cache != DEFAULT_FILE_CACHE_BYTES).then_some(file_cache),
         allow_other: opts.allow_other,
+        source: opts.source,
         ..StartOptions::default()
     };
     let state = daemon::start(&store, &ns, &mountpoint, &opts)?;
@@ -210,6 +222,7 @@ pub fn mount(a: MountArgs) -> Result<i32> {
         },
         allow_other: a.allow_other,
         notify_stdout: a.notify_stdout,
+        source: a.mount_source,
     };
     run(
         store,
@@ -230,6 +243,7 @@ pub fn browse(a: BrowseArgs) -> Result<i32> {
         },
         allow_other: a.allow_other,
         notify_stdout: a.notify_stdout,
+        source: a.mount_source,
     };
     run(store, Namespace::Browse, a.mountpoint, a.foreground, opts)
 }

@@ -61,7 +61,10 @@ pub struct ExecArgs {
     /// Which workspace, when PLACE is the store and several are mounted.
     #[arg(long, short)]
     pub branch: Option<String>,
-    /// The command and its arguments, after `--`.
+    /// The command and its arguments, after `--`. ckptfs becomes the command, so the exit
+    /// status is the command's own (a shell shows death by signal N as 128+N); 127 when
+    /// COMMAND is not found, 126 when it cannot be executed, as shells do; 1 or 2 when
+    /// ckptfs fails before running it.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
 }
@@ -300,8 +303,10 @@ fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
     Ok((s, st.branch))
 }
 
-/// `ckptfs exec`: joins the workspace's cgroup, then becomes COMMAND (it only returns on
-/// error).
+/// `ckptfs exec`: joins the workspace's cgroup, then becomes COMMAND, so its exit status
+/// (and a death by signal, which a shell shows as 128+N) is the command's own. Only returns
+/// when COMMAND cannot be run: as shells do, 127 when it is not found and 126 when it is
+/// found but cannot be executed (not executable, a directory, a bad interpreter...).
 pub fn exec(place: &Path, branch: Option<&str>, command: &[std::ffi::OsString]) -> Result<i32> {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = command.split_first() else {
@@ -312,10 +317,30 @@ pub fn exec(place: &Path, branch: Option<&str>, command: &[std::ffi::OsString]) 
     drop(s);
     workspace::freeze::join(&cgroup)?;
     let err = std::process::Command::new(program).args(args).exec();
-    Err(Error::io_op(
-        format!("running {}", program.to_string_lossy()),
-        err,
-    ))
+    let code = exec_failure_code(Path::new(program), &err);
+    let what = if code == EXIT_NOT_FOUND {
+        "command not found"
+    } else {
+        "cannot execute"
+    };
+    eprintln!("ckptfs: {what}: {}: {err}", program.to_string_lossy());
+    Ok(code)
+}
+
+/// Exit status of a shell for a command that is not found (POSIX "Exit Status" of `sh`).
+const EXIT_NOT_FOUND: i32 = 127;
+/// Exit status of a shell for a command found but not executable.
+const EXIT_CANNOT_EXECUTE: i32 = 126;
+
+/// The shell's exit status for a failed exec of `program`: 127 when there is no such
+/// command, else 126. ENOENT for a path that exists means its interpreter (`#!`) or loader
+/// is missing: the command was found, so 126, as bash says "bad interpreter".
+fn exec_failure_code(program: &Path, err: &std::io::Error) -> i32 {
+    let names_a_path = program.as_os_str().as_encoded_bytes().contains(&b'/');
+    match err.kind() {
+        std::io::ErrorKind::NotFound if !(names_a_path && program.exists()) => EXIT_NOT_FOUND,
+        _ => EXIT_CANNOT_EXECUTE,
+    }
 }
 
 pub fn checkpoint(

@@ -76,6 +76,43 @@ pub fn fsname(store: &Store, ns: &Namespace) -> String {
     format!("ckptfs:{}:{what}", store.root().display())
 }
 
+/// Checks a source given by mount(8) (`mount.ckptfs`): `STORE#WHAT` naming this store, and
+/// nothing a mount option list cannot carry. Mounts made by ckptfs itself are named by
+/// [`fsname`]; one made from an fstab line keeps that line's source, which is how mount(8)
+/// (`mount -a`, findmnt, umount SOURCE) recognises it, and [`source_names_store`] and
+/// [`store_of_source`] read both forms.
+///
+/// # Errors
+/// `Usage` naming the problem.
+pub fn check_mount_source(store: &Store, source: &str) -> Result<()> {
+    if source.contains(',') || source.chars().any(char::is_control) {
+        return Err(Error::Usage(format!(
+            "mount source {source:?} contains a ',' or a control character, which mount options cannot carry"
+        )));
+    }
+    match store_of_source(source) {
+        Some(p) if !source.starts_with("ckptfs:") && absolute(&p)? == store.root() => Ok(()),
+        _ => Err(Error::Usage(format!(
+            "mount source {source:?} must be {}#CHECKPOINT[:ROOT] or {}#browse",
+            store.root().display(),
+            store.root().display()
+        ))),
+    }
+}
+
+/// Whether a mount's source names `store`: `ckptfs:<store>[:...]` ([`fsname`], and
+/// workspaces' overlays), or `<store>#<what>` as fstab gives it ([`check_mount_source`]).
+pub fn source_names_store(source: &str, store: &Store) -> bool {
+    let named = format!("ckptfs:{}", store.root().display());
+    if source == named || source.starts_with(&format!("{named}:")) {
+        return true;
+    }
+    !source.starts_with("ckptfs:")
+        && store_of_source(source)
+            .and_then(|p| absolute(&p).ok())
+            .is_some_and(|p| p == store.root())
+}
+
 /// Checks that FUSE can be used here: /dev/fuse and fusermount3 (for auto-unmount).
 ///
 /// # Errors
@@ -154,6 +191,10 @@ pub struct ServeOptions {
     /// Report "ready"/"error ..." on stdout for a parent waiting in [`start`], then detach
     /// stdout, and send stderr (the log) to `run/views/<pid>.log`.
     pub notify_stdout: bool,
+    /// The mount's source as mount(8) was given it (`STORE#WHAT`, from fstab or `mount -t
+    /// fuse.ckptfs`), recorded instead of [`fsname`] so that `mount -a` sees the fstab line
+    /// as mounted. See [`check_mount_source`].
+    pub source: Option<String>,
 }
 
 fn write_bdi_readahead(dev: &str) {
@@ -210,7 +251,13 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
         // A daemon must not keep the caller's working directory (and its filesystem) busy.
         std::env::set_current_dir("/").map_err(|e| Error::io("/", e))?;
     }
-    let name = fsname(&store, &ns);
+    let name = match &opts.source {
+        Some(src) => {
+            check_mount_source(&store, src)?;
+            src.clone()
+        }
+        None => fsname(&store, &ns),
+    };
     let (kind, checkpoint, root) = match &ns {
         Namespace::Checkpoint { id, root } => ("checkpoint", Some(*id), Some(root.clone())),
         Namespace::Browse => ("browse", None, None),
@@ -342,6 +389,8 @@ pub struct StartOptions {
     pub allow_other: bool,
     /// How long to wait for the mount to be ready.
     pub timeout: Duration,
+    /// The source mount(8) was given (see [`ServeOptions::source`]).
+    pub source: Option<String>,
 }
 
 impl Default for StartOptions {
@@ -352,6 +401,7 @@ impl Default for StartOptions {
             file_cache_bytes: None,
             allow_other: false,
             timeout: Duration::from_secs(30),
+            source: None,
         }
     }
 }
@@ -414,6 +464,9 @@ pub fn start(
     }
     if opts.allow_other {
         cmd.arg("--allow-other");
+    }
+    if let Some(src) = &opts.source {
+        cmd.arg("--mount-source").arg(src);
     }
     if std::env::var_os("RUST_LOG").is_none() {
         let level = log::max_level().to_string().to_lowercase();
@@ -569,7 +622,6 @@ fn states(store: &Store) -> Result<Vec<MountState>> {
 /// mount whose source names the store. Removes state files of daemons that are gone.
 pub fn list(store: &Store) -> Result<Vec<MountStatus>> {
     let all = mounts()?;
-    let prefix = format!("ckptfs:{}:", store.root().display());
     let mut out = Vec::new();
     for s in states(store)? {
         let mounted = all
@@ -590,7 +642,7 @@ pub fn list(store: &Store) -> Result<Vec<MountStatus>> {
     }
     for m in all {
         if m.fstype == FSTYPE
-            && m.source.starts_with(&prefix)
+            && source_names_store(&m.source, store)
             && !out.iter().any(|o| o.mountpoint == m.mountpoint)
         {
             out.push(MountStatus {
@@ -604,9 +656,14 @@ pub fn list(store: &Store) -> Result<Vec<MountStatus>> {
     Ok(out)
 }
 
-/// The store path named by a mount source `ckptfs:<store>:<what>`.
+/// The store path named by a mount source: `ckptfs:<store>:<what>` ([`fsname`]) or
+/// `<store>#<what>` (fstab's, see [`check_mount_source`]; the store ends at the first `#`, as
+/// `mount.ckptfs` splits it).
 pub fn store_of_source(source: &str) -> Option<PathBuf> {
-    let rest = source.strip_prefix("ckptfs:")?;
+    let Some(rest) = source.strip_prefix("ckptfs:") else {
+        let (store, what) = source.split_once('#')?;
+        return (store.starts_with('/') && !what.is_empty()).then(|| PathBuf::from(store));
+    };
     let (store, _) = rest.rsplit_once(':').map(|(a, b)| {
         // `<id>:<root>` has two colons after the store; `browse` has one.
         if b.is_empty() {
@@ -715,5 +772,16 @@ mod tests {
             Some(PathBuf::from("/x/store"))
         );
         assert_eq!(store_of_source("other"), None);
+        // fstab's form, as mount.ckptfs passes it on.
+        assert_eq!(
+            store_of_source("/x/store#before:work"),
+            Some(PathBuf::from("/x/store"))
+        );
+        assert_eq!(
+            store_of_source("/x/store#browse"),
+            Some(PathBuf::from("/x/store"))
+        );
+        assert_eq!(store_of_source("/x/store#"), None);
+        assert_eq!(store_of_source("relative#browse"), None);
     }
 }

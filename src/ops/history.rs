@@ -9,7 +9,7 @@ use crate::id::ObjectId;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::refs::{NamedId, Tombstone};
 use crate::store::Store;
-use crate::util::{format_utc, human_bytes};
+use crate::util::{format_rfc3339, format_utc, human_bytes};
 
 /// The checkpoints `log` lists, in order.
 #[derive(Clone, Debug, Default)]
@@ -162,7 +162,7 @@ fn labels_of<'a>(labels: &'a [(String, ObjectId)], id: &ObjectId) -> Vec<&'a str
         .collect()
 }
 
-/// One `log` line: short id, time, branch, labels, size and message.
+/// One `log` line: short id, time (UTC, RFC 3339 with `Z`), branch, labels, size and message.
 pub fn log_line(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> String {
     let ls = labels_of(labels, id);
     let ls = if ls.is_empty() {
@@ -173,7 +173,7 @@ pub fn log_line(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) ->
     format!(
         "{} {} {:<12}{} {} files {}  {}",
         id.short(),
-        format_utc(c.time_ns),
+        format_rfc3339(c.time_ns),
         c.branch,
         ls,
         c.stats.files,
@@ -184,8 +184,9 @@ pub fn log_line(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) ->
 
 /// One `log --json` row.
 pub fn log_row(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> serde_json::Value {
+    // `time` has no zone (it is UTC) and scripts parse it as it is: `time_rfc3339` says so.
     serde_json::json!({"id": id, "branch": c.branch, "time": format_utc(c.time_ns),
-        "time_ns": c.time_ns, "parents": c.parents, "labels": labels_of(labels, id),
+        "time_rfc3339": format_rfc3339(c.time_ns), "time_ns": c.time_ns, "parents": c.parents, "labels": labels_of(labels, id),
         "message": c.message, "stats": c.stats})
 }
 
@@ -231,7 +232,7 @@ pub fn graph_lines(items: &[(ObjectId, Checkpoint)], names: &[(String, ObjectId)
             "{}{} {} ({}){} {}",
             line,
             id.short(),
-            format_utc(c.time_ns),
+            format_rfc3339(c.time_ns),
             c.branch,
             ls,
             c.message

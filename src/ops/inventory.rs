@@ -229,14 +229,14 @@ pub fn dead_pid_files(store: &Store) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Mounts whose source names this store (`ckptfs:<store>` or `ckptfs:<store>:...`). An
-/// unreadable mount table gives none.
+/// Mounts whose source names this store (`ckptfs:<store>`, `ckptfs:<store>:...`, or
+/// fstab's `<store>#...`: [`crate::daemon::source_names_store`]). An unreadable mount table
+/// gives none.
 pub fn store_mounts(store: &Store) -> Vec<MountEntry> {
-    let want = format!("ckptfs:{}", store.root().display());
     mountinfo::mounts()
         .unwrap_or_default()
         .into_iter()
-        .filter(|m| m.source == want || m.source.starts_with(&format!("{want}:")))
+        .filter(|m| crate::daemon::source_names_store(&m.source, store))
         .collect()
 }
 

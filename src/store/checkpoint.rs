@@ -22,6 +22,23 @@ pub const MAX_CHECKPOINT_BYTES: u64 = 16 << 20;
 pub const MAX_ROOTS: usize = 1024;
 /// Most parents a record may have (a capture has one, a merge two).
 pub const MAX_PARENTS: usize = 64;
+/// Fewest hex digits `resolve` takes as an id prefix: shorter ones match too much to mean one
+/// checkpoint (and could be meant as a label).
+pub const MIN_ID_PREFIX: usize = 4;
+/// Most candidates an ambiguous-prefix error lists.
+const MAX_LISTED_CANDIDATES: usize = 10;
+/// Characters of a candidate's message that error lists.
+const MAX_LISTED_MESSAGE: usize = 40;
+
+/// The first line of `s`, cut to `max` characters (with "..." when cut).
+fn first_line(s: &str, max: usize) -> String {
+    let line = s.lines().next().unwrap_or("");
+    match line.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &line[..i]),
+        None if line.len() < s.trim_end().len() => format!("{line}..."),
+        None => line.to_string(),
+    }
+}
 
 /// The captured state of one root: its top tree and the root directory's own metadata.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -212,10 +229,12 @@ impl Store {
     }
 
     /// Resolves a checkpoint spec: a label, a branch name (its head), or a unique id prefix
-    /// (at least 4 hex digits).
+    /// (at least [`MIN_ID_PREFIX`] hex digits).
     ///
     /// # Errors
-    /// `NotFound` for an unknown spec, `Usage` for an ambiguous prefix.
+    /// `NotFound` for an unknown spec; `Usage` for a hex prefix shorter than
+    /// [`MIN_ID_PREFIX`] that names no label or branch, and for an ambiguous prefix (the
+    /// message lists up to [`MAX_LISTED_CANDIDATES`] of the matches, newest first).
     pub fn resolve(&self, spec: &str) -> Result<ObjectId> {
         if spec.is_empty() {
             return Err(Error::Usage("empty checkpoint name".into()));
@@ -237,7 +256,12 @@ impl Store {
                 if self.checkpoint_path(&id).exists() {
                     return Ok(id);
                 }
-            } else if lower.len() >= 4 {
+            } else if lower.len() < MIN_ID_PREFIX {
+                return Err(Error::Usage(format!(
+                    "checkpoint prefix {spec} is too short: give at least {MIN_ID_PREFIX} hex \
+                     digits (or a label or branch)"
+                )));
+            } else {
                 let matches: Vec<ObjectId> = self
                     .list_checkpoints()?
                     .into_iter()
@@ -248,8 +272,9 @@ impl Store {
                     0 => {}
                     n => {
                         return Err(Error::Usage(format!(
-                            "checkpoint prefix {spec} is ambiguous ({n} matches); give more digits"
-                        )))
+                        "ambiguous checkpoint prefix {spec} ({n} matches; give more digits): {}",
+                        self.describe_candidates(&matches)
+                    )))
                     }
                 }
             }
@@ -257,5 +282,37 @@ impl Store {
         Err(Error::NotFound(format!(
             "checkpoint, label or branch {spec:?}"
         )))
+    }
+
+    /// `ID (TIME BRANCH "MESSAGE")` for up to [`MAX_LISTED_CANDIDATES`] of `ids`, newest first,
+    /// joined by ", ". A record that cannot be read is listed by its id alone: the list is
+    /// there to help choose, and must not hide the ambiguity behind a read error.
+    fn describe_candidates(&self, ids: &[ObjectId]) -> String {
+        let mut rows: Vec<(Option<Checkpoint>, ObjectId)> = ids
+            .iter()
+            .map(|id| (self.read_checkpoint(id).ok(), *id))
+            .collect();
+        rows.sort_by(|a, b| {
+            let t = |r: &(Option<Checkpoint>, ObjectId)| r.0.as_ref().map(|c| c.time_ns);
+            t(b).cmp(&t(a)).then(a.1.cmp(&b.1))
+        });
+        let mut out: Vec<String> = rows
+            .iter()
+            .take(MAX_LISTED_CANDIDATES)
+            .map(|(c, id)| match c {
+                Some(c) => format!(
+                    "{} ({} {} {:?})",
+                    id.short(),
+                    crate::util::format_rfc3339(c.time_ns),
+                    c.branch,
+                    first_line(&c.message, MAX_LISTED_MESSAGE)
+                ),
+                None => id.short(),
+            })
+            .collect();
+        if ids.len() > MAX_LISTED_CANDIDATES {
+            out.push(format!("and {} more", ids.len() - MAX_LISTED_CANDIDATES));
+        }
+        out.join(", ")
     }
 }
