@@ -222,12 +222,14 @@ enum Expected {
     Objects,
     /// `checkpoints/`: records `<64 hex>`.
     Records,
-    /// `refs/`: the directories `branches` and `labels`.
+    /// `refs/`: the directories `branches`, `labels` and `forgotten`.
     Refs,
     /// `refs/branches/`: `NAME.json`.
     Branches,
     /// `refs/labels/`: `NAME`.
     Labels,
+    /// `refs/forgotten/`: tombstones `<64 hex>.json` (see `ops::forget`).
+    Tombstones,
 }
 
 fn is_lower_hex(s: &str, len: usize) -> bool {
@@ -330,7 +332,7 @@ fn scan_dir(root: &Path, rel: &Path, expected: Expected, out: &mut Vec<Finding>)
         let temp = n.starts_with(".tmp-")
             && matches!(
                 expected,
-                Expected::Records | Expected::Branches | Expected::Labels
+                Expected::Records | Expected::Branches | Expected::Labels | Expected::Tombstones
             );
         let (name_ok, want_dir, sub) = match expected {
             Expected::FanOuts => (is_lower_hex(n, 2), true, Some(Expected::Objects)),
@@ -342,6 +344,7 @@ fn scan_dir(root: &Path, rel: &Path, expected: Expected, out: &mut Vec<Finding>)
             Expected::Refs => match n {
                 "branches" => (true, true, Some(Expected::Branches)),
                 "labels" => (true, true, Some(Expected::Labels)),
+                "forgotten" => (true, true, Some(Expected::Tombstones)),
                 _ => (false, true, None),
             },
             Expected::Branches => {
@@ -355,6 +358,10 @@ fn scan_dir(root: &Path, rel: &Path, expected: Expected, out: &mut Vec<Finding>)
                 false,
                 None,
             ),
+            Expected::Tombstones => {
+                let valid = n.strip_suffix(".json").is_some_and(|h| is_lower_hex(h, 64));
+                (valid || temp, false, None)
+            }
         };
         let kind = kind_of(ft);
         if ft.is_symlink() {

@@ -658,7 +658,7 @@ impl Store {
             .filter(|(_, k)| *k == TopKind::Dir)
             .map(|(n, _)| self.root.join(n))
             .collect();
-        dirs.extend([self.branches_dir(), self.labels_dir()]);
+        dirs.extend([self.branches_dir(), self.labels_dir(), self.forgotten_dir()]);
         dirs.extend((0..=255u8).map(|b| self.objects_dir().join(format!("{b:02x}"))));
         for d in dirs {
             match fs::symlink_metadata(&d) {
