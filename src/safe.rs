@@ -291,6 +291,20 @@ pub fn is_swapped(e: &Error) -> bool {
         if matches!(source.raw_os_error(), Some(libc::ELOOP) | Some(libc::EXDEV) | Some(libc::ENOTDIR)))
 }
 
+/// The error to report for `path` when `e` says a component of it was swapped meanwhile: one
+/// line saying so (what was found is never followed), instead of the raw ELOOP or EXDEV.
+pub fn swapped_error(path: &Path, e: Error) -> Error {
+    if is_swapped(&e) {
+        Error::Invalid(format!(
+            "{} was replaced while being read (a directory on its path became a symlink or \
+             another file; nothing there was followed); retry",
+            path.display()
+        ))
+    } else {
+        e
+    }
+}
+
 /// A held directory of a tree. Everything below it is reached through its fd.
 #[derive(Debug)]
 pub struct Dir {

@@ -170,3 +170,54 @@ fn zero_length_chunk_refs_are_refused() {
     fx.all_refuse(&cp, &[&tree.to_hex(), "length 0"]);
     assert_eq!(fx.content.len(), 124);
 }
+
+#[test]
+fn refs_and_the_config_that_are_fifos_or_symlinks_are_refused_without_blocking() {
+    let fx = Fixture::new("none");
+    let branch = fx.env.store.join("refs/branches/main.json");
+    let saved = fs::read(&branch).unwrap();
+    fs::remove_file(&branch).unwrap();
+    mkfifo(&branch);
+    refused(1, ["show", &fx.s(), "main"], &["branch main", "fifo"]);
+    fs::remove_file(&branch).unwrap();
+    let outside = fx.path("outside.json");
+    fs::write(&outside, &saved).unwrap();
+    std::os::unix::fs::symlink(&outside, &branch).unwrap();
+    refused(1, ["show", &fx.s(), "main"], &["branch main", "symlink"]);
+    fs::remove_file(&branch).unwrap();
+    fs::write(&branch, &saved).unwrap();
+    // STORE.json as a FIFO: every command refuses at once.
+    let config = fx.env.store.join("STORE.json");
+    let cfg = fs::read(&config).unwrap();
+    fs::remove_file(&config).unwrap();
+    mkfifo(&config);
+    refused(1, ["log", &fx.s()], &["STORE.json", "fifo"]);
+    fs::remove_file(&config).unwrap();
+    fs::write(&config, &cfg).unwrap();
+    ok(["verify", &fx.s()]);
+}
+
+#[test]
+fn writers_refuse_a_store_whose_object_directories_are_symlinks() {
+    let fx = Fixture::new("none");
+    // Every fan-out directory replaced by a symlink to one directory outside the store.
+    let elsewhere = fx.path("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
+    for b in 0..=255u8 {
+        let fan = fx.env.store.join("objects").join(format!("{b:02x}"));
+        fs::rename(&fan, elsewhere.join(format!("{b:02x}"))).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join(format!("{b:02x}")), &fan).unwrap();
+    }
+    write(&fx.env.ws().join("new"), b"a new file");
+    let before = fs::read_dir(&elsewhere).unwrap().count();
+    for cmd in ["capture", "gc", "recover"] {
+        refused(1, [cmd, &fx.s()], &["objects/", "symlink"]);
+    }
+    // Nothing was written through them.
+    let after: usize = fs::read_dir(&elsewhere)
+        .unwrap()
+        .map(|d| fs::read_dir(d.unwrap().path()).unwrap().count())
+        .sum();
+    assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), before);
+    assert_eq!(after, 2, "objects written outside the store");
+}

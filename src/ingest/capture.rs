@@ -356,7 +356,9 @@ fn walk_dir(
         };
         let node = match m.kind() {
             Kind::Dir => {
-                let sub = dir.open_dir(&name)?;
+                let sub = dir
+                    .open_dir(&name)
+                    .map_err(|e| crate::safe::swapped_error(&child_abs, e))?;
                 if !sub.stat_self()?.same_object(&m) {
                     return Err(Error::Invalid(format!(
                         "{} was replaced while being captured; retry",

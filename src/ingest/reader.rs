@@ -419,7 +419,11 @@ fn open_regular(job: &FileJob) -> Result<(File, Metadata)> {
     let rel = Path::new(OsStr::from_bytes(&job.rel));
     let mut walked = job.walked;
     for _ in 0..CHANGE_RETRIES {
-        if let Some((f, _)) = job.top.open_walked(rel, &walked)? {
+        let opened = job
+            .top
+            .open_walked(rel, &walked)
+            .map_err(|e| crate::safe::swapped_error(&job.abs, e))?;
+        if let Some((f, _)) = opened {
             let m = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
             return Ok((f, m));
         }
@@ -427,7 +431,11 @@ fn open_regular(job: &FileJob) -> Result<(File, Metadata)> {
             "{} was replaced since the walk; looking again",
             job.abs.display()
         );
-        match job.top.stat(rel)? {
+        match job
+            .top
+            .stat(rel)
+            .map_err(|e| crate::safe::swapped_error(&job.abs, e))?
+        {
             Some(st) if st.is_file() => walked = st,
             Some(st) => return Err(special_file_error(&job.abs, &st)),
             None => {

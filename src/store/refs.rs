@@ -10,8 +10,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::store::object::read_regular_file;
 use crate::store::{fsio, Store};
 use crate::util::check_name;
+
+/// The largest branch or label file read (a few hundred bytes in practice).
+const MAX_REF_BYTES: u64 = 64 << 10;
 
 /// The branch a fresh store captures to.
 pub const DEFAULT_BRANCH: &str = "main";
@@ -32,12 +36,13 @@ impl Store {
     pub fn read_branch(&self, name: &str) -> Result<Option<Branch>> {
         check_name("branch", name)?;
         let p = self.branch_path(name);
-        match fs::read(&p) {
-            Ok(data) => serde_json::from_slice(&data)
+        // Bounded, not followed, never blocking: a store from elsewhere is untrusted input.
+        let what = format!("branch {name}");
+        match read_regular_file(&p, MAX_REF_BYTES, false, &what)? {
+            Some(data) => serde_json::from_slice(&data)
                 .map(Some)
                 .map_err(|e| Error::Corrupt(format!("{}: {e}", p.display()))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(&p, e)),
+            None => Ok(None),
         }
     }
 
@@ -108,12 +113,14 @@ impl Store {
     pub fn read_label(&self, name: &str) -> Result<Option<ObjectId>> {
         check_name("label", name)?;
         let p = self.label_path(name);
-        match fs::read_to_string(&p) {
-            Ok(s) => ObjectId::parse(s.trim())
+        let what = format!("label {name}");
+        match read_regular_file(&p, MAX_REF_BYTES, false, &what)? {
+            Some(data) => std::str::from_utf8(&data)
+                .ok()
+                .and_then(|s| ObjectId::parse(s.trim()).ok())
                 .map(Some)
-                .map_err(|_| Error::Corrupt(format!("label file {} is not an id", p.display()))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(&p, e)),
+                .ok_or_else(|| Error::Corrupt(format!("label file {} is not an id", p.display()))),
+            None => Ok(None),
         }
     }
 
