@@ -1,29 +1,13 @@
 //! Default credential excludes for every root (not only `home`), keep rules (`!GLOB`) and
-//! `--no-default-excludes`, checked on what a capture records. Helpers are local.
+//! `--no-default-excludes`, checked on what a capture records.
+
+mod support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
-
-fn ok(args: &[&str]) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_ckptfs"))
-        .args(args)
-        .env_remove("CKPTFS_FAULT")
-        .output()
-        .expect("run ckptfs");
-    assert!(
-        o.status.success(),
-        "ckptfs {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
+use support::*;
 
 /// Credentials real tools write, at the depth they would have in a root that is a home
 /// directory or a project.
@@ -65,9 +49,7 @@ const ORDINARY: &[&str] = &[
 fn room_store(tmp: &Path, init_extra: &[&str]) -> PathBuf {
     let room = tmp.join("room");
     for rel in SECRETS.iter().chain(ORDINARY) {
-        let p = room.join(rel);
-        fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        fs::write(&p, format!("content of {rel}\n")).expect("write");
+        write(&room.join(rel), format!("content of {rel}\n").as_bytes());
     }
     let store = tmp.join("store");
     let root = format!("ws={}", s(&room));
@@ -79,11 +61,8 @@ fn room_store(tmp: &Path, init_extra: &[&str]) -> PathBuf {
 
 /// Files (not directories) a new capture of `store` records.
 fn captured_files(store: &Path) -> Vec<String> {
-    let v: Value = serde_json::from_str(&ok(&["capture", s(store), "--json"])).expect("json");
-    let id = v["id"].as_str().expect("id").to_string();
-    let ls: Value =
-        serde_json::from_str(&ok(&["ls", s(store), &format!("{id}:ws"), "-r", "--json"]))
-            .expect("json");
+    let id = capture(store, &[]);
+    let ls = ok_json(["ls", s(store), &format!("{id}:ws"), "-r"]);
     ls.as_array()
         .expect("array")
         .iter()
@@ -131,7 +110,7 @@ fn no_default_excludes_captures_everything_and_doctor_notes_it() {
     for rel in SECRETS.iter().chain(ORDINARY) {
         assert!(files.iter().any(|f| f == rel), "{rel} left out: {files:?}");
     }
-    let d: Value = serde_json::from_str(&ok(&["doctor", s(&store), "--json"])).expect("json");
+    let d = ok_json(["doctor", s(&store)]);
     let notes: Vec<&Value> = d["findings"]
         .as_array()
         .expect("findings")

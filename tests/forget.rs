@@ -1,102 +1,16 @@
 //! `forget` and `label delete`: refusals that change nothing, a secret's object really gone
 //! after forget + gc (also from a workspace), dry run == the real plan, the gap in `log`,
 //! idempotence, the audit line of a label deletion, and `log` going on past a corrupt record.
-//! Helpers are local (copied from tests/common and tests/wscommon) so this file stands alone.
+
+mod support;
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_ckptfs")
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .env_remove("CKPTFS_FAULT")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("run ckptfs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = run(args);
-    assert!(
-        o.status.success(),
-        "ckptfs {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&o.stderr),
-        String::from_utf8_lossy(&o.stdout)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn ok_json(args: &[&str]) -> Value {
-    let mut a = args.to_vec();
-    a.push("--json");
-    let out = ok(&a);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("bad JSON from {a:?}: {e}\n{out}"))
-}
-
-/// Asserts exit 1 with exactly one line on stderr; returns it.
-fn fails(args: &[&str]) -> String {
-    let o = run(args);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(1), "ckptfs {args:?}: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one error line: {err}");
-    err.trim_end().to_string()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-struct Env {
-    tmp: tempfile::TempDir,
-    store: PathBuf,
-    room: PathBuf,
-}
-
-impl Env {
-    fn new() -> Env {
-        let tmp = tempfile::Builder::new()
-            .prefix("ckptfs-forget-")
-            .tempdir()
-            .expect("tempdir");
-        let store = tmp.path().join("store");
-        let room = tmp.path().join("room");
-        fs::create_dir_all(&room).expect("mkdir room");
-        ok(&["init", s(&store), "--root", &format!("ws={}", s(&room))]);
-        Env { tmp, store, room }
-    }
-    fn st(&self) -> &str {
-        s(&self.store)
-    }
-    fn capture(&self, msg: &str) -> String {
-        let v = ok_json(&["capture", self.st(), "-m", msg]);
-        v["id"].as_str().expect("id").to_string()
-    }
-    fn write(&self, rel: &str, data: &[u8]) {
-        let p = self.room.join(rel);
-        fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        fs::write(p, data).expect("write");
-    }
-    fn log_ids(&self, extra: &[&str]) -> Vec<String> {
-        let mut a = vec!["log", self.st()];
-        a.extend_from_slice(extra);
-        ok_json(&a)
-            .as_array()
-            .expect("array")
-            .iter()
-            .map(|r| r["id"].as_str().expect("id").to_string())
-            .collect()
-    }
-}
+use support::*;
 
 /// Every file of the store (not crossing into mounts) with its bytes; directories as empty.
 fn store_state(store: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -143,42 +57,46 @@ const SECRET: &[u8] = b"aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEX
 
 /// main: C1 (no secret), C2 (captures `leak.txt` with the secret), C3 (secret removed).
 fn leaky_history(env: &Env) -> [String; 3] {
-    env.write("a.txt", b"alpha\n");
-    let c1 = env.capture("one");
-    env.write("leak.txt", SECRET);
-    let c2 = env.capture("two: oops");
-    fs::remove_file(env.room.join("leak.txt")).expect("rm");
-    env.write("b.txt", b"beta\n");
-    let c3 = env.capture("three");
+    write(&env.ws().join("a.txt"), b"alpha\n");
+    let c1 = env.capture_id(&["-m", "one"]);
+    write(&env.ws().join("leak.txt"), SECRET);
+    let c2 = env.capture_id(&["-m", "two: oops"]);
+    fs::remove_file(env.ws().join("leak.txt")).expect("rm");
+    write(&env.ws().join("b.txt"), b"beta\n");
+    let c3 = env.capture_id(&["-m", "three"]);
     [c1, c2, c3]
 }
 
 #[test]
 fn forget_then_gc_removes_the_secret_and_history_keeps_working() {
     let env = Env::new();
+    let st = env.s();
     let [c1, c2, c3] = leaky_history(&env);
     let obj = object_of(&env.store, SECRET);
     assert!(obj.exists(), "fixture: the secret is an object");
 
-    let r = ok_json(&["forget", env.st(), &c2[..12]]);
+    let r = ok_json(["forget", &st, &c2[..12]]);
     assert_eq!(r["checkpoints"][0]["id"], c2.as_str());
     assert_eq!(r["objects_only_theirs"], 2, "{r}"); // its root tree and the secret's chunk
     assert!(!env.store.join("checkpoints").join(&c2).exists());
     assert!(obj.exists(), "without --prune the object waits for gc");
 
     // log -b main steps over the gap to C1; the JSON array stays rows of checkpoints.
-    assert_eq!(env.log_ids(&["-b", "main"]), vec![c3.clone(), c1.clone()]);
-    let text = ok(&["log", env.st(), "-b", "main"]);
+    assert_eq!(
+        log_ids(&env.store, &["-b", "main"]),
+        vec![c3.clone(), c1.clone()]
+    );
+    let text = ok(["log", &st, "-b", "main"]);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3, "{text}");
     assert!(
         lines[1].contains(&c2[..12]) && lines[1].contains("forgotten"),
         "{text}"
     );
-    assert_eq!(env.log_ids(&[]), vec![c3.clone(), c1.clone()]);
-    ok(&["diff", env.st(), &c1, &c3]);
-    ok(&["verify", env.st(), "--all"]);
-    let doctor = ok_json(&["doctor", env.st()]);
+    assert_eq!(log_ids(&env.store, &[]), vec![c3.clone(), c1.clone()]);
+    ok(["diff", &st, &c1, &c3]);
+    ok(["verify", &st, "--all"]);
+    let doctor = ok_json(["doctor", &st]);
     let errors: Vec<&Value> = doctor["findings"]
         .as_array()
         .expect("findings")
@@ -187,7 +105,7 @@ fn forget_then_gc_removes_the_secret_and_history_keeps_working() {
         .collect();
     assert!(errors.is_empty(), "doctor after forget: {errors:?}");
 
-    let gc = ok_json(&["gc", env.st()]);
+    let gc = ok_json(["gc", &st]);
     assert!(gc["objects_removed"].as_u64() >= Some(2), "{gc}");
     assert!(!obj.exists(), "gc removed the secret's object");
     assert_eq!(files_holding(&env.store, SECRET), Vec::<String>::new());
@@ -196,22 +114,23 @@ fn forget_then_gc_removes_the_secret_and_history_keeps_working() {
         Vec::<String>::new(),
         "not even its name (stat caches, trees) is left"
     );
-    ok(&["verify", env.st(), "--all"]);
-    assert_eq!(env.log_ids(&["-b", "main"]), vec![c3, c1]);
+    ok(["verify", &st, "--all"]);
+    assert_eq!(log_ids(&env.store, &["-b", "main"]), vec![c3, c1]);
 }
 
 #[test]
 fn forget_refuses_heads_and_labels_and_changes_nothing() {
     let env = Env::new();
+    let st = env.s();
     let [c1, c2, c3] = leaky_history(&env);
-    ok(&["label", env.st(), &c1, "before"]);
+    ok(["label", &st, &c1, "before"]);
     let before = store_state(&env.store);
 
-    let e = fails(&["forget", env.st(), &c3]);
+    let e = fails(1, ["forget", &st, &c3]);
     assert!(e.contains("head of branch main"), "{e}");
-    let e = fails(&["forget", env.st(), "main"]);
+    let e = fails(1, ["forget", &st, "main"]);
     assert!(e.contains("head of branch main"), "{e}");
-    let e = fails(&["forget", env.st(), &c2, &c1]);
+    let e = fails(1, ["forget", &st, &c2, &c1]);
     assert!(
         e.contains("has label before") && e.contains("label delete"),
         "{e}"
@@ -232,82 +151,75 @@ fn forget_refuses_heads_and_labels_and_changes_nothing() {
         pin.to_string(),
     )
     .expect("pin");
-    let e = fails(&["forget", env.st(), &c2]);
+    let e = fails(1, ["forget", &st, &c2]);
     assert!(e.contains("pinned by a live test"), "{e}");
     fs::remove_file(pins.join(format!("test-{}.json", std::process::id()))).expect("unpin");
-    ok(&["forget", env.st(), &c2]);
+    ok(["forget", &st, &c2]);
 }
 
 #[test]
 fn forget_refuses_what_a_mounted_view_or_workspace_stands_on() {
     let env = Env::new();
+    let st = env.s();
     let [c1, _c2, _c3] = leaky_history(&env);
     // A read-only view pins its checkpoint.
-    let mnt = env.tmp.path().join("view");
+    let mnt = env.path("view");
     fs::create_dir_all(&mnt).expect("mkdir");
-    ok(&["mount", env.st(), &format!("{c1}:ws"), "--at", s(&mnt)]);
-    let e = fails(&["forget", env.st(), &c1]);
-    ok(&["umount", s(&mnt)]);
+    let _view = MountGuard::new(&mnt);
+    ok(["mount", &st, &format!("{c1}:ws"), "--at", s(&mnt)]);
+    let e = fails(1, ["forget", &st, &c1]);
+    ok(["umount", s(&mnt)]);
     assert!(e.contains("pinned by a live"), "{e}");
 
     // A workspace stands on its base; move the branch head away under it.
-    ok(&["mount", env.st(), "--branch", "main"]);
-    let base = env.log_ids(&[])[0].clone();
-    let other = env.tmp.path().join("other");
+    let _ws = MountGuard::new(env.ws());
+    ok(["mount", &st, "--branch", "main"]);
+    let base = log_ids(&env.store, &[])[0].clone();
+    let other = env.path("other");
     fs::create_dir_all(&other).expect("mkdir");
-    let moved = run(&[
+    let moved = run([
         "capture",
-        env.st(),
+        &st,
         "--from",
         &format!("ws={}", s(&other)),
         "-m",
         "moved",
     ]);
-    let e = run(&["forget", env.st(), &base]);
-    ok(&["umount", s(&env.room)]);
+    let e = run(["forget", &st, &base]);
+    ok(["umount", s(env.ws())]);
     assert!(moved.status.success(), "{moved:?}");
-    let e = String::from_utf8_lossy(&e.stderr).into_owned();
+    let e = stderr(&e);
     assert!(e.contains("base of branch main's workspace"), "{e}");
 }
 
 #[test]
 fn forget_in_a_workspace_and_prune_leaves_no_trace_of_the_secret() {
-    let env = Env::new();
-    env.write("a.txt", b"alpha\n");
-    env.capture("one");
-    ok(&["mount", env.st(), "--branch", "main"]);
-    let result = std::panic::catch_unwind(|| {
-        env.write("leak.txt", SECRET);
-        let c2 = ok_json(&["checkpoint", s(&env.room), "-m", "oops"])["id"]
-            .as_str()
-            .expect("id")
-            .to_string();
-        fs::remove_file(env.room.join("leak.txt")).expect("rm");
-        ok_json(&["checkpoint", s(&env.room), "-m", "fixed"]);
-        let r = ok_json(&["forget", env.st(), &c2, "--prune"]);
-        assert!(r["gc"]["objects_removed"].as_u64() >= Some(2), "{r}");
-        assert!(!object_of(&env.store, SECRET).exists());
-        assert_eq!(files_holding(&env.store, SECRET), Vec::<String>::new());
-        assert_eq!(files_holding(&env.store, b"leak.txt"), Vec::<String>::new());
-    });
-    ok(&["umount", s(&env.room)]);
-    if let Err(e) = result {
-        std::panic::resume_unwind(e);
-    }
+    let w = Workspace::new(|room| write(&room.join("a.txt"), b"alpha\n"));
+    write(&w.path("leak.txt"), SECRET);
+    let c2 = w.checkpoint("oops");
+    fs::remove_file(w.path("leak.txt")).expect("rm");
+    w.checkpoint("fixed");
+    let r = ok_json(["forget", w.store(), &c2, "--prune"]);
+    assert!(r["gc"]["objects_removed"].as_u64() >= Some(2), "{r}");
+    assert!(!object_of(&w.store, SECRET).exists());
+    assert_eq!(files_holding(&w.store, SECRET), Vec::<String>::new());
+    assert_eq!(files_holding(&w.store, b"leak.txt"), Vec::<String>::new());
+    ok(["umount", w.room()]);
 }
 
 #[test]
 fn dry_run_prints_the_plan_that_is_then_applied_and_changes_nothing() {
     let env = Env::new();
+    let st = env.s();
     let [_c1, c2, _c3] = leaky_history(&env);
     let before = store_state(&env.store);
-    let plan = ok_json(&["forget", env.st(), &c2, "--prune", "--dry-run"]);
+    let plan = ok_json(["forget", &st, &c2, "--prune", "--dry-run"]);
     assert_eq!(
         store_state(&env.store),
         before,
         "the dry run changed the store"
     );
-    let done = ok_json(&["forget", env.st(), &c2, "--prune"]);
+    let done = ok_json(["forget", &st, &c2, "--prune"]);
     assert_eq!(plan, done);
     assert_eq!(done["gc"]["pruned"][0]["id"], c2.as_str(), "{done}");
     assert!(!object_of(&env.store, SECRET).exists());
@@ -317,7 +229,7 @@ fn dry_run_prints_the_plan_that_is_then_applied_and_changes_nothing() {
     assert_eq!(last["op"], "forget");
     assert_eq!(last["args"]["checkpoints"][0], c2.as_str());
     let after = store_state(&env.store);
-    let again = ok_json(&["forget", env.st(), &c2]);
+    let again = ok_json(["forget", &st, &c2]);
     assert_eq!(again["already_forgotten"][0], c2.as_str());
     assert_eq!(store_state(&env.store), after);
 }
@@ -325,11 +237,12 @@ fn dry_run_prints_the_plan_that_is_then_applied_and_changes_nothing() {
 #[test]
 fn label_delete_is_audited_and_only_then_the_name_is_free() {
     let env = Env::new();
+    let st = env.s();
     let [c1, c2, _c3] = leaky_history(&env);
-    ok(&["label", env.st(), &c1, "rel"]);
-    let e = fails(&["label", env.st(), &c2, "rel"]);
+    ok(["label", &st, &c1, "rel"]);
+    let e = fails(1, ["label", &st, &c2, "rel"]);
     assert!(e.contains("immutable"), "{e}");
-    let out = ok(&["label", "delete", env.st(), "rel"]);
+    let out = ok(["label", "delete", &st, "rel"]);
     assert!(out.contains(&c1[..12]), "{out}");
     assert!(!env.store.join("refs/labels/rel").exists());
     let audit = fs::read_to_string(env.store.join("audit.jsonl")).expect("audit");
@@ -341,25 +254,26 @@ fn label_delete_is_audited_and_only_then_the_name_is_free() {
     assert!(last["args"]["by"]["uid"].is_u64(), "{last}");
     assert!(last["time"].is_string(), "{last}");
     // Deleted, the name can be created again, at another checkpoint.
-    ok(&["label", env.st(), &c2, "rel"]);
+    ok(["label", &st, &c2, "rel"]);
     assert_eq!(
         fs::read_to_string(env.store.join("refs/labels/rel"))
             .expect("label")
             .trim(),
         c2
     );
-    let e = fails(&["label", "delete", env.st(), "nosuch"]);
+    let e = fails(1, ["label", "delete", &st, "nosuch"]);
     assert!(e.contains("label nosuch"), "{e}");
     // And an unlabelled checkpoint can then be forgotten.
-    ok(&["label", "delete", env.st(), "rel"]);
-    ok(&["forget", env.st(), &c2]);
+    ok(["label", "delete", &st, "rel"]);
+    ok(["forget", &st, &c2]);
 }
 
 #[test]
 fn log_lists_the_rest_when_a_record_or_label_is_corrupt() {
     let env = Env::new();
+    let st = env.s();
     let [c1, c2, c3] = leaky_history(&env);
-    ok(&["label", env.st(), &c1, "first"]);
+    ok(["label", &st, &c1, "first"]);
     let rec = env.store.join("checkpoints").join(&c2);
     let mut perm = fs::metadata(&rec).expect("stat").permissions();
     #[allow(clippy::permissions_set_readonly_false)]
@@ -368,7 +282,7 @@ fn log_lists_the_rest_when_a_record_or_label_is_corrupt() {
     fs::write(&rec, b"{ not a record").expect("corrupt");
     fs::write(env.store.join("refs/labels/broken"), b"not an id\n").expect("bad label");
 
-    let o = run(&["log", env.st(), "--json"]);
+    let o = run(["log", &st, "--json"]);
     assert!(o.status.success(), "{o:?}");
     let rows: Value = serde_json::from_slice(&o.stdout).expect("json array");
     let ids: Vec<&str> = rows
@@ -379,16 +293,16 @@ fn log_lists_the_rest_when_a_record_or_label_is_corrupt() {
         .collect();
     assert_eq!(ids, vec![c3.as_str(), c1.as_str()]);
     assert_eq!(rows[1]["labels"][0], "first", "good labels still shown");
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     let warnings: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
     assert_eq!(warnings.len(), 2, "{err}");
     assert!(warnings.iter().any(|w| w.contains(&c2)), "{err}");
     assert!(warnings.iter().any(|w| w.contains("broken")), "{err}");
 
     // Along the branch the line stops at the bad record, after listing what came before it.
-    let o = run(&["log", env.st(), "-b", "main"]);
+    let o = run(["log", &st, "-b", "main"]);
     assert!(o.status.success(), "{o:?}");
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = stdout(&o);
     assert!(out.starts_with(&c3[..12]), "{out}");
-    assert!(String::from_utf8_lossy(&o.stderr).contains(&c2), "{o:?}");
+    assert!(stderr(&o).contains(&c2), "{o:?}");
 }

@@ -10,14 +10,15 @@
 //!   (`assert_trees_equal` over every byte and attribute, `snapshot`, `contents` for bytes
 //!   alone, `inodes`).
 //! - `store`: temp stores (`Env`, `tempdir` on tmpfs), queries by store path (`init`,
-//!   `capture`, `head`, `show`, `tree_of`, `checkpoints`, `record`), `recover_and_verify`,
-//!   and raw writes into a store for corruption tests.
+//!   `capture`, `head`, `log_ids`, `show`, `tree_of`, `checkpoints`, `record`),
+//!   `recover_and_verify`, and raw writes into a store for corruption tests.
 //! - `mount`: mountinfo (`mounts`, `mount_source`, `mount_options`, `mounted`, `mounts_under`),
 //!   `MountGuard`, `unmount_all_under`, `mount_image` (loop devices), `wait_for` and
 //!   `eventually`.
 //! - `fault`: `CKPTFS_FAULT` injection (`io_steps`, `run_fault`, `spread`, `par_for`).
 //! - `workspace`: `Workspace` (a mounted branch, unmounted on drop, optionally on its own
-//!   filesystem image), `KillOnDrop`, `holder`, `REWRITER` and its checks.
+//!   filesystem image, or with the room `nobody`'s: `for_nobody`), `KillOnDrop`, `holder`,
+//!   `REWRITER` and its checks.
 //! - `view`: `ViewFixture`, the read-only view tests' captured sample tree.
 //! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
 //!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).

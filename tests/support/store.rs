@@ -1,6 +1,6 @@
 //! Temp stores and what the tests ask of them: `Env` (a store with empty roots in a temp dir),
-//! queries by store path (heads, records, trees, checkpoint ids), `recover` + `verify`, and
-//! raw manipulation of the store's files for corruption and traversal tests.
+//! queries by store path (heads, records, trees, checkpoint ids, what `log` lists), `recover` +
+//! `verify`, and raw manipulation of the store's files for corruption and traversal tests.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -193,6 +193,18 @@ pub fn head(store: impl AsRef<Path>, branch: &str) -> Option<String> {
         .iter()
         .find(|b| b["name"] == branch)
         .and_then(|b| b["head"].as_str().map(str::to_string))
+}
+
+/// The ids `log STORE EXTRA... --json` lists, in its order.
+pub fn log_ids(store: impl AsRef<Path>, extra: &[&str]) -> Vec<String> {
+    let mut args = vec!["log", s(store.as_ref())];
+    args.extend_from_slice(extra);
+    ok_json(&args)
+        .as_array()
+        .expect("log: an array")
+        .iter()
+        .map(|r| r["id"].as_str().expect("id").to_string())
+        .collect()
 }
 
 /// The checkpoint record of a spec.

@@ -1,5 +1,6 @@
 //! Live workspaces: `Workspace` (a store with one root `ws`, captured once and mounted as
-//! branch `main`, unmounted on drop), on a temp dir or on a filesystem image of its own; and
+//! branch `main`, unmounted on drop), on a temp dir or on a filesystem image of its own, or
+//! with the room `nobody`'s (for an unprivileged agent); and
 //! the processes the workspace tests run in them (a holder that says `ready`, `REWRITER`).
 
 use std::fs;
@@ -10,7 +11,9 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 
 use super::cli::{bin, cat, ok, ok_json, s};
+use super::hostile::{open_tmp, NOBODY};
 use super::mount::{mount_image, unmount_all_under};
+use super::tree::chown_tree;
 
 /// A store with one root `ws` at `<tmp>/room`, captured once on `main`, mounted writable.
 /// Drop unmounts the workspace and everything else mounted below the temp dir.
@@ -32,6 +35,19 @@ impl Workspace {
         let store = tmp.path().join("store");
         let room = tmp.path().join("room");
         Workspace { tmp, store, room }.start(extra, &[], populate)
+    }
+
+    /// As `with_init_args`, for an agent that is not root: the temp dir is open to everyone
+    /// (0755, so `nobody` reaches the room) and the room, once populated, is `nobody`'s (as an
+    /// agent's room is), all of it, before the store is made and the room captured.
+    pub fn for_nobody(extra: &[&str], populate: impl FnOnce(&Path)) -> Workspace {
+        let tmp = open_tmp();
+        let store = tmp.path().join("store");
+        let room = tmp.path().join("room");
+        Workspace { tmp, store, room }.start(extra, &[], |room| {
+            populate(room);
+            chown_tree(room, NOBODY);
+        })
     }
 
     /// As `new`, with the store on a 512 MiB image made by `mkfs` (program and arguments) on
