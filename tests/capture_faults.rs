@@ -69,3 +69,34 @@ fn a_capture_failing_at_any_step_leaves_no_temp_files_and_no_stray_record() {
         }
     }
 }
+
+#[test]
+fn a_workspace_checkpoint_failing_at_any_step_leaves_no_stray_record() {
+    let populate = |room: &Path| {
+        fs::create_dir_all(room.join("sub")).expect("mkdir");
+        write(&room.join("a.txt"), b"alpha\n");
+    };
+    let edit = |w: &Workspace| {
+        write(&w.path("sub/b.txt"), &[7u8; 300_000]);
+        write(&w.path("c.txt"), b"gamma\n");
+    };
+    let probe = Workspace::new(populate);
+    edit(&probe);
+    let steps = io_steps(["checkpoint", probe.room(), "-m", "second"]);
+    assert!(steps > 4, "{steps} steps");
+    drop(probe);
+    for n in spread(steps, 12) {
+        let w = Workspace::new(populate);
+        edit(&w);
+        let before = sorted_log_ids(&w.store, &[]);
+        let o = run_fault(["checkpoint", w.room(), "-m", "second"], "fail", n);
+        let what = describe_output(&format!("checkpoint with fail:{n}"), &o);
+        let all = sorted_log_ids(&w.store, &[]);
+        let on_main = sorted_log_ids(&w.store, &["-b", "main"]);
+        assert_eq!(all, on_main, "step {n}: a record off the branch: {what}");
+        if !o.status.success() {
+            assert!(stderr(&o).contains("injected fault"), "step {n}: {what}");
+            assert!(all.len() == before.len() || all.len() == before.len() + 1);
+        }
+    }
+}

@@ -28,7 +28,7 @@ use crate::store::exclude::Excluder;
 use crate::store::object::ObjectBatch;
 use crate::store::statcache::{Cached, StatCache, RACY_WINDOW_NS};
 use crate::store::tree::{Entry, EntryKind, Tree};
-use crate::store::{fsio, ChunkerConfig, Store};
+use crate::store::{ChunkerConfig, Store};
 
 /// What to capture.
 #[derive(Clone, Debug, Default)]
@@ -173,17 +173,7 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
         time_ns: crate::util::now_ns(),
         stats,
     };
-    let id = ObjectId::of(&checkpoint.encode());
-    let published = store
-        .write_checkpoint(&checkpoint)
-        .and_then(|written| store.advance_branch(&opts.branch, parent, written));
-    if let Err(e) = published {
-        // The record may be in place (a failed directory sync, a full disk writing the ref)
-        // with no ref naming it, where gc without a policy would keep it and `log` list it as
-        // if it were on the branch: take it back, under the same lock.
-        forsake_record(store, &id);
-        return Err(e);
-    }
+    let id = store.publish_checkpoint(&checkpoint, parent)?;
     if let Some(l) = &opts.label {
         store.create_label(l, &id)?;
     }
@@ -201,26 +191,6 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
 
 /// Removes the record of a checkpoint whose branch could not move to it (best effort: a record
 /// that stays is harmless garbage, logged).
-fn forsake_record(store: &Store, id: &ObjectId) {
-    // Records are content-addressed: make sure no ref names this one (it cannot, unless an
-    // identical record existed before, which its time makes all but impossible).
-    let named = store
-        .list_branches()
-        .map(|bs| bs.iter().any(|(_, b)| b.head == Some(*id)))
-        .unwrap_or(true);
-    if named {
-        return;
-    }
-    let p = store.checkpoint_path(id);
-    let removed = fsio::remove_file(&p).and_then(|()| fsio::sync_path(&store.checkpoints_dir()));
-    if let Err(e) = removed {
-        log::warn!(
-            "checkpoint {} is recorded but on no branch (removing it failed: {e})",
-            id.short()
-        );
-    }
-}
-
 fn show_progress(p: &Progress) {
     let mut err = io::stderr();
     while !p.done.load(Ordering::Relaxed) {

@@ -189,6 +189,48 @@ impl Checkpoint {
 
 impl Store {
     /// Writes a checkpoint record durably (never overwriting) and returns its id.
+    /// Writes the record of `c`, then moves its branch from `parent` to it; the record is
+    /// taken back when either step fails (a failed directory sync, a full disk writing the
+    /// ref), so no record stays that no ref names while `log` would list it on the branch.
+    /// Callers hold the store lock.
+    ///
+    /// # Errors
+    /// Those of [`Store::write_checkpoint`] and [`Store::advance_branch`].
+    pub fn publish_checkpoint(&self, c: &Checkpoint, parent: Option<ObjectId>) -> Result<ObjectId> {
+        let id = ObjectId::of(&c.encode());
+        let published = self
+            .write_checkpoint(c)
+            .and_then(|written| self.advance_branch(&c.branch, parent, written));
+        match published {
+            Ok(()) => Ok(id),
+            Err(e) => {
+                self.forsake_record(&id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes back the record `id` that no branch names (see [`Store::publish_checkpoint`]).
+    fn forsake_record(&self, id: &ObjectId) {
+        // Records are content-addressed: make sure no ref names this one (it cannot, unless an
+        // identical record existed before, which its time makes all but impossible).
+        let named = self
+            .list_branches()
+            .map(|bs| bs.iter().any(|(_, b)| b.head == Some(*id)))
+            .unwrap_or(true);
+        if named {
+            return;
+        }
+        let p = self.checkpoint_path(id);
+        let removed = fsio::remove_file(&p).and_then(|()| fsio::sync_path(&self.checkpoints_dir()));
+        if let Err(e) = removed {
+            log::warn!(
+                "checkpoint {} is recorded but on no branch (removing it failed: {e})",
+                id.short()
+            );
+        }
+    }
+
     pub fn write_checkpoint(&self, c: &Checkpoint) -> Result<ObjectId> {
         let data = c.encode();
         if data.len() as u64 > MAX_CHECKPOINT_BYTES {

@@ -401,8 +401,7 @@ pub(super) fn checkpoint_locked(
         time_ns: now_ns(),
         stats,
     };
-    let id = store.write_checkpoint(&c)?;
-    store.advance_branch(branch, Some(head), id)?;
+    let id = store.publish_checkpoint(&c, Some(head))?;
     if let Some(l) = label {
         store.create_label(l, &id)?;
     }
