@@ -13,50 +13,6 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-/// What a file outside every root holds; no checkpoint may ever contain it.
-const SECRET: &str = "ROOT-ONLY-SECRET-0123456789";
-/// How long a command on a store or room the attacker touched may take.
-const SLOW: Duration = Duration::from_secs(120);
-
-/// A root-only directory outside every root, holding `names` with the secret in each.
-fn secret_dir(t: &Path, names: &[String]) -> PathBuf {
-    let dir = t.join("secret");
-    fs::create_dir(&dir).unwrap();
-    for n in names {
-        write(&dir.join(n), SECRET.as_bytes());
-        chmod(&dir.join(n), 0o600);
-    }
-    chmod(&dir, 0o711);
-    dir
-}
-
-/// Every checkpoint of the store, restored as root into a fresh directory and searched for the
-/// secret: returns the checkpoints that hold it.
-fn checkpoints_with_secret(store: &str, t: &Path) -> Vec<String> {
-    let log: serde_json::Value =
-        serde_json::from_str(&ok_bounded(["log", store, "--json"], SLOW)).unwrap();
-    let mut bad = Vec::new();
-    for (i, c) in log.as_array().unwrap().iter().enumerate() {
-        let id = c["id"].as_str().unwrap();
-        let to = t.join(format!("check-{i}"));
-        ok_bounded(["restore", store, id, "--root", "ws", "--to", s(&to)], SLOW);
-        let out = Command::new("grep")
-            .args(["-rl", SECRET])
-            .arg(&to)
-            .output()
-            .unwrap();
-        if !out.stdout.is_empty() {
-            bad.push(format!("{id}: {}", String::from_utf8_lossy(&out.stdout)));
-        }
-        fs::remove_dir_all(&to).unwrap();
-    }
-    bad
-}
-
-fn names(n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("f{i:03}")).collect()
-}
-
 /// A store with root `ws` at `t/room`, the room owned by `nobody`, holding `d/f000..`.
 fn room_with_dir(t: &Path, files: &[String]) -> (String, PathBuf) {
     let room = t.join("room");
@@ -79,7 +35,7 @@ fn room_with_dir(t: &Path, files: &[String]) -> (String, PathBuf) {
 fn capture_never_follows_a_directory_swapped_for_a_symlink() {
     let t = open_tmp();
     let files = names(200);
-    let secret = secret_dir(t.path(), &files);
+    let secret = secret_dir(t.path(), "secret", &files);
     let (store, room) = room_with_dir(t.path(), &files);
     let _a = Attacker::start(
         &room,

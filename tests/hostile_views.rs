@@ -1,4 +1,4 @@
-//! Views against other local users (DESIGN §8a, "views are private unless --allow-other"):
+//! Views against other local users ("views are private unless --allow-other"):
 //! real mounts read as root and as `nobody` (uid/gid 65534, through `setpriv`).
 //!
 //! - a checkpoint view and the browse view refuse every other user, even for what root has

@@ -9,69 +9,11 @@ mod support;
 
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::*;
-
-/// What a file outside the workspace holds; no checkpoint may ever contain it.
-const SECRET: &str = "ROOT-ONLY-SECRET-0123456789";
-/// How long a command on a workspace or store the agent touched may take.
-const SLOW: Duration = Duration::from_secs(120);
-
-fn names(n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("f{i:03}")).collect()
-}
-
-/// A root-only directory `t/NAME` outside the workspace holding `names` with the secret in
-/// each, and the secret in a directory's name and in a symlink's target too (what a walk
-/// that follows a swapped component records without reading any file).
-fn secret_dir(t: &Path, name: &str, names: &[String]) -> PathBuf {
-    let d = t.join(name);
-    fs::create_dir(&d).unwrap();
-    for n in names {
-        write(&d.join(n), SECRET.as_bytes());
-        chmod(&d.join(n), 0o600);
-    }
-    fs::create_dir(d.join(format!("dir-{SECRET}"))).unwrap();
-    std::os::unix::fs::symlink(format!("/{SECRET}"), d.join("link")).unwrap();
-    chmod(&d, 0o711);
-    d
-}
-
-/// Every checkpoint of the store, restored as root into a fresh directory and searched for
-/// the secret (in contents, names and symlink targets): the checkpoints that hold it.
-fn checkpoints_with_secret(store: &str, t: &Path) -> Vec<String> {
-    let log: serde_json::Value =
-        serde_json::from_str(&ok_bounded(["log", store, "--json"], SLOW)).unwrap();
-    let mut bad = Vec::new();
-    for (i, c) in log.as_array().unwrap().iter().enumerate() {
-        let id = c["id"].as_str().unwrap();
-        let to = t.join(format!("check-{i}"));
-        ok_bounded(["restore", store, id, "--root", "ws", "--to", s(&to)], SLOW);
-        let contents = Command::new("grep")
-            .args(["-rl", SECRET])
-            .arg(&to)
-            .output()
-            .unwrap();
-        let listing = Command::new("find")
-            .arg(&to)
-            .args(["-printf", "%P -> %l\\n"])
-            .output()
-            .unwrap();
-        let listing = String::from_utf8_lossy(&listing.stdout);
-        let named: Vec<&str> = listing.lines().filter(|l| l.contains(SECRET)).collect();
-        if !contents.stdout.is_empty() || !named.is_empty() {
-            bad.push(format!(
-                "{id}: {}{named:?}",
-                String::from_utf8_lossy(&contents.stdout)
-            ));
-        }
-        fs::remove_dir_all(&to).unwrap();
-    }
-    bad
-}
 
 #[test]
 fn checkpoint_never_follows_a_directory_swapped_for_a_symlink() {

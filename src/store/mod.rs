@@ -174,7 +174,7 @@ pub struct RootConfig {
     pub exclude: Vec<String>,
 }
 
-/// Exclude rules `init` gives every root, so credentials stay out of history (DESIGN §8a),
+/// Exclude rules `init` gives every root, so credentials stay out of history (README, Security),
 /// unless `InitOptions::no_default_excludes`. They are written into STORE.json, where they can
 /// be read and edited like any other rule; a `!GLOB` rule (`init --exclude NAME='!GLOB'`)
 /// keeps one of them from applying. Stores made before keep their own rules.

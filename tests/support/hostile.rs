@@ -2,14 +2,15 @@
 //! without supplementary groups), an `Attacker` loop as `nobody`, temp dirs `nobody` may
 //! traverse, and hand-built trees and archive streams that say what the test wants.
 
-use std::path::Path;
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use ckptfs::store::tree::{Chunk, Entry, EntryKind, Tree};
 
-use super::cli::describe_output;
-use super::tree::chmod;
+use super::cli::{describe_output, ok_bounded, s};
+use super::tree::{chmod, write};
 
 /// nobody's uid and gid (Debian's `nobody:nogroup`).
 pub const NOBODY: u32 = 65534;
@@ -134,4 +135,65 @@ pub fn archive_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
         tb.append_data(&mut h, name, *data).expect("tar entry");
     }
     zstd::encode_all(&tb.into_inner().expect("tar")[..], 3).expect("zstd")
+}
+
+/// What a file outside every root holds in the attack tests; no checkpoint may ever hold it.
+pub const SECRET: &str = "ROOT-ONLY-SECRET-0123456789";
+
+/// How long a command on a tree or store an attacker touched may take.
+pub const SLOW: Duration = Duration::from_secs(120);
+
+/// `f000`, `f001`...: `n` file names.
+pub fn names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("f{i:03}")).collect()
+}
+
+/// A root-only directory `t/NAME` outside every root holding `names` with the secret in
+/// each, and the secret in a directory's name and in a symlink's target too (what a walk
+/// that follows a swapped component records without reading any file).
+pub fn secret_dir(t: &Path, name: &str, names: &[String]) -> PathBuf {
+    let d = t.join(name);
+    fs::create_dir(&d).unwrap();
+    for n in names {
+        write(&d.join(n), SECRET.as_bytes());
+        chmod(&d.join(n), 0o600);
+    }
+    fs::create_dir(d.join(format!("dir-{SECRET}"))).unwrap();
+    std::os::unix::fs::symlink(format!("/{SECRET}"), d.join("link")).unwrap();
+    chmod(&d, 0o711);
+    d
+}
+
+/// Every checkpoint of the store, restored as root into a fresh directory under `t` and
+/// searched for the secret (in contents, names and symlink targets): the checkpoints that
+/// hold it.
+pub fn checkpoints_with_secret(store: &str, t: &Path) -> Vec<String> {
+    let log: serde_json::Value =
+        serde_json::from_str(&ok_bounded(["log", store, "--json"], SLOW)).unwrap();
+    let mut bad = Vec::new();
+    for (i, c) in log.as_array().unwrap().iter().enumerate() {
+        let id = c["id"].as_str().unwrap();
+        let to = t.join(format!("check-{i}"));
+        ok_bounded(["restore", store, id, "--root", "ws", "--to", s(&to)], SLOW);
+        let contents = Command::new("grep")
+            .args(["-rl", SECRET])
+            .arg(&to)
+            .output()
+            .unwrap();
+        let listing = Command::new("find")
+            .arg(&to)
+            .args(["-printf", "%P -> %l\\n"])
+            .output()
+            .unwrap();
+        let listing = String::from_utf8_lossy(&listing.stdout);
+        let named: Vec<&str> = listing.lines().filter(|l| l.contains(SECRET)).collect();
+        if !contents.stdout.is_empty() || !named.is_empty() {
+            bad.push(format!(
+                "{id}: {}{named:?}",
+                String::from_utf8_lossy(&contents.stdout)
+            ));
+        }
+        fs::remove_dir_all(&to).unwrap();
+    }
+    bad
 }
