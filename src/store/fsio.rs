@@ -93,13 +93,21 @@ pub fn remove_file(path: &Path) -> Result<()> {
     }
 }
 
-/// Removes a directory tree through the fault hook (one step); missing is success.
+/// Removes a directory tree through the fault hook (one step); missing is success. The tree
+/// may be one an agent wrote (the upper layer of a deleted branch, a displaced one): it is
+/// removed through held directory fds, never following a symlink in it (see `safe`).
 pub fn remove_dir_all(path: &Path) -> Result<()> {
     fault_point("rmtree").map_err(|e| Error::io(path, e))?;
-    match fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io(path, e)),
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(Error::Invalid(format!(
+            "{}: not a directory to remove",
+            path.display()
+        )));
+    };
+    match crate::safe::Dir::open(parent) {
+        Ok(dir) => dir.remove_all(name),
+        Err(Error::NotFound(_)) => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
