@@ -114,11 +114,12 @@ pub struct CatArgs {
 /// `diff` arguments.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
-    ckptfs diff STORE main~1 main              added/removed/modified, one line per path\n  \
-    ckptfs diff STORE before after -p -- ws/src   a unified diff of what changed under ws/src\n  \
-    ckptfs diff STORE main --workspace /room   the last checkpoint against the room now\n  \
-    ckptfs diff STORE main --dir /tmp/copy     a checkpoint against a plain directory")]
+    ckptfs diff STORE start main                added/removed/modified, one line per path\n  \
+    ckptfs diff STORE start main -p -- ws/src   a unified diff of what changed under ws/src\n  \
+    ckptfs diff STORE main --workspace /room    the last checkpoint against the room now\n  \
+    ckptfs diff STORE start --dir /tmp/copy     a checkpoint against a plain directory")]
 pub struct DiffArgs {
+    /// The store directory.
     pub store: PathBuf,
     /// The old side: a checkpoint id (or unique prefix), label or branch.
     pub a: String,
@@ -155,7 +156,7 @@ pub struct DiffArgs {
     #[arg(long)]
     pub no_renames: bool,
     /// In the plain listing too, report a file or directory moved with its content unchanged
-    /// as one line `renamed  OLD -> NEW` (a renamed directory is one line, not its children).
+    /// as one line `renamed   OLD -> NEW` (a renamed directory is one line, not its children).
     #[arg(long, short = 'M', conflicts_with = "no_renames")]
     pub find_renames: bool,
     /// Only these ROOT/PATHs and what is below them: `diff STORE A B -- ws/src ws/README.md`.
