@@ -113,10 +113,55 @@ pub struct CatArgs {
 
 /// `diff` arguments.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    ckptfs diff STORE start main                added/removed/modified, one line per path\n  \
+    ckptfs diff STORE start main -p -- ws/src   a unified diff of what changed under ws/src\n  \
+    ckptfs diff STORE main --workspace /room    the last checkpoint against the room now\n  \
+    ckptfs diff STORE start --dir /tmp/copy     a checkpoint against a plain directory")]
 pub struct DiffArgs {
+    /// The store directory.
     pub store: PathBuf,
+    /// The old side: a checkpoint id (or unique prefix), label or branch.
     pub a: String,
-    pub b: String,
+    /// The new side: a checkpoint, label or branch, or the mountpoint of a workspace (then as
+    /// --workspace). Leave it out with --workspace or --dir.
+    pub b: Option<String>,
+    /// Compare with a mounted workspace as it is now (PLACE: its mountpoint or a path inside):
+    /// its upper layer merged over its base in a dry run, nothing written to the store.
+    #[arg(long, value_name = "PLACE", conflicts_with = "dir")]
+    pub workspace: Option<PathBuf>,
+    /// Compare one root with a plain directory as it is now ([ROOT=]DIR; ROOT may be left out
+    /// when A has one root): DIR is read and hashed as a capture would read it (the root's
+    /// exclude rules), in a dry run: nothing is written to the store.
+    #[arg(long, value_name = "[ROOT=]DIR")]
+    pub dir: Option<String>,
+    /// Per path, its size before -> after, then a total line (as `git diff --stat`, in bytes).
+    #[arg(long, conflicts_with_all = ["name_status", "patch"])]
+    pub stat: bool,
+    /// One line per path: a letter (A added, D removed, M modified or mode/owner/mtime/xattr,
+    /// T type, R renamed), a tab, the path (for R: old path, tab, new path).
+    #[arg(long, conflicts_with = "patch")]
+    pub name_status: bool,
+    /// A unified diff of each changed text file (3 lines of context); a binary file (a NUL
+    /// byte in its first 8 KiB, or not UTF-8) is one line `Binary files a/PATH and b/PATH
+    /// differ`.
+    #[arg(short = 'p', long)]
+    pub patch: bool,
+    /// Only this ROOT/PATH and what is below it (repeatable; the same as PATHs after `--`).
+    #[arg(long = "path", value_name = "ROOT/PATH")]
+    pub path: Vec<String>,
+    /// Report a removed and an added path holding the same content (a directory of the same
+    /// tree, a file of the same chunks) as two, not as one rename. Renames are detected by
+    /// default, except in the plain listing, which keeps its removed/added lines.
+    #[arg(long)]
+    pub no_renames: bool,
+    /// In the plain listing too, report a file or directory moved with its content unchanged
+    /// as one line `renamed   OLD -> NEW` (a renamed directory is one line, not its children).
+    #[arg(long, short = 'M', conflicts_with = "no_renames")]
+    pub find_renames: bool,
+    /// Only these ROOT/PATHs and what is below them: `diff STORE A B -- ws/src ws/README.md`.
+    #[arg(last = true, value_name = "PATH")]
+    pub paths: Vec<String>,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -311,19 +356,202 @@ pub fn run_cat(a: CatArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// The two sides of `diff`: checkpoint A, and B, a workspace now or a directory now.
+fn sides_of(s: &Store, a: &DiffArgs) -> Result<(diff::Side, diff::Side)> {
+    let ca = s.read_checkpoint(&s.resolve(&a.a)?)?;
+    let side_a = diff::Side::checkpoint(&ca);
+    if let Some(spec) = &a.dir {
+        let (root, dir) = match spec.split_once('=') {
+            Some((r, d)) if s.config().roots.contains_key(r) => (r.to_string(), PathBuf::from(d)),
+            _ if ca.roots.len() == 1 => {
+                let only = ca.roots.keys().next().cloned().unwrap_or_default();
+                (only, PathBuf::from(spec))
+            }
+            _ => {
+                let names: Vec<&str> = ca.roots.keys().map(String::as_str).collect();
+                return Err(Error::Usage(format!(
+                    "--dir {spec}: name the root it stands for (--dir ROOT=DIR); roots are {}",
+                    names.join(", ")
+                )));
+            }
+        };
+        let (rec, trees) = ckptfs::ingest::capture::capture_dry_run(s, &root, &dir)?;
+        let side_b = diff::Side {
+            roots: [(root.clone(), rec.tree)].into(),
+            trees,
+            live: [(root.clone(), dir)].into(),
+        };
+        return Ok((side_a.only_root(&root), side_b));
+    }
+    let b = match (&a.workspace, &a.b) {
+        (Some(_), Some(_)) => {
+            return Err(Error::Usage("give B or --workspace, not both".to_string()))
+        }
+        (None, None) => {
+            return Err(Error::Usage(
+                "diff needs B: a checkpoint, --workspace PLACE or --dir DIR".to_string(),
+            ))
+        }
+        (Some(w), None) => return Ok((side_a, workspace_side(s, w)?)),
+        (None, Some(b)) => b,
+    };
+    // B names a checkpoint, or else a workspace by its mountpoint.
+    match s.resolve(b) {
+        Err(e) if std::path::Path::new(b).is_dir() => {
+            log::debug!("B {b}: not a checkpoint ({e}); a workspace?");
+            Ok((side_a, workspace_side(s, std::path::Path::new(b))?))
+        }
+        resolved => Ok((
+            side_a,
+            diff::Side::checkpoint(&s.read_checkpoint(&resolved?)?),
+        )),
+    }
+}
+
+/// The mounted workspace at `place` (a mountpoint, or a path inside one), as it is now.
+fn workspace_side(s: &Store, place: &std::path::Path) -> Result<diff::Side> {
+    let st = ckptfs::workspace::find_by_path(s, place)?.ok_or_else(|| {
+        Error::NotFound(format!(
+            "a mounted workspace of this store at {}",
+            place.display()
+        ))
+    })?;
+    Ok(ckptfs::workspace::live_tree(s, &st.branch)?.side)
+}
+
 /// `ckptfs diff`.
 pub fn run_diff(a: DiffArgs) -> Result<i32> {
     let s = Store::open(&a.store)?;
-    let ia = s.resolve(&a.a)?;
-    let ib = s.resolve(&a.b)?;
-    let changes = diff::diff(&s, &s.read_checkpoint(&ia)?, &s.read_checkpoint(&ib)?)?;
+    let (side_a, side_b) = sides_of(&s, &a)?;
+    let plain = !(a.stat || a.name_status || a.patch);
+    let opts = diff::DiffOptions {
+        paths: a.path.iter().chain(&a.paths).cloned().collect(),
+        renames: if plain { a.find_renames } else { !a.no_renames },
+    };
+    let changes = diff::diff_sides(&s, &side_a, &side_b, &opts)?;
     if a.json.json {
-        print_json(&changes)?;
-    } else {
-        let mut out = io::stdout().lock();
+        // Sizes are --stat's: the plain listing's objects stay {change, path} (and `from`).
+        let mut v = serde_json::to_value(&changes)
+            .map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
+        if !a.stat {
+            for c in v.as_array_mut().into_iter().flatten() {
+                if let Some(o) = c.as_object_mut() {
+                    o.remove("size");
+                    o.remove("size_before");
+                }
+            }
+        }
+        print_json(&v)?;
+        return Ok(0);
+    }
+    // A reader that stops early (`| head`) is not an error.
+    let mut out = io::stdout().lock();
+    if a.stat {
+        print_stat(&mut out, &changes);
+    } else if a.name_status {
+        for c in changes.iter().filter(|c| !metadata_twin(&changes, c)) {
+            let _ignored = match &c.from {
+                Some(f) => writeln!(out, "{}\t{f}\t{}", c.letter(), c.path),
+                None => writeln!(out, "{}\t{}", c.letter(), c.path),
+            };
+        }
+    } else if a.patch {
         for c in &changes {
-            let _ignored = writeln!(out, "{:<9} {}", c.change, c.path);
+            let text = patch_of(&s, &side_a, &side_b, c)?;
+            let _ignored = out.write_all(text.as_bytes());
+        }
+    } else {
+        for c in &changes {
+            let _ignored = match &c.from {
+                Some(f) => writeln!(out, "{:<9} {f} -> {}", c.change, c.path),
+                None => writeln!(out, "{:<9} {}", c.change, c.path),
+            };
         }
     }
     Ok(0)
+}
+
+/// Whether `c` is a second line for a path already listed before it (a file both modified and
+/// chmod-ed): `--name-status` and `--stat` show a path once.
+fn metadata_twin(all: &[diff::Change], c: &diff::Change) -> bool {
+    all.iter()
+        .take_while(|o| !std::ptr::eq(*o, c))
+        .any(|o| o.path == c.path)
+}
+
+/// `diff --stat`: per path (files and symlinks; a directory added or removed is its
+/// children's lines), its size before -> after in bytes, then the total.
+fn print_stat(out: &mut impl Write, changes: &[diff::Change]) {
+    let rows: Vec<&diff::Change> = changes
+        .iter()
+        .filter(|c| !metadata_twin(changes, c))
+        .filter(|c| !c.is_dir() || c.change == "renamed")
+        .collect();
+    let name = |c: &diff::Change| match &c.from {
+        Some(f) => format!("{f} => {}", c.path),
+        None => c.path.clone(),
+    };
+    let width = rows.iter().map(|c| name(c).len()).max().unwrap_or(0);
+    let size = |e: &Option<ckptfs::store::tree::Entry>| match e {
+        Some(e) if !e.is_dir() => e.size.to_string(),
+        _ => "-".to_string(),
+    };
+    let (mut before, mut after) = (0u64, 0u64);
+    for c in &rows {
+        if c.is_dir() {
+            let _ignored = writeln!(out, " {:<width$} | renamed directory", name(c));
+            continue;
+        }
+        before += c.before.as_ref().map_or(0, |e| e.size);
+        after += c.after.as_ref().map_or(0, |e| e.size);
+        let _ignored = writeln!(
+            out,
+            " {:<width$} | {} -> {} bytes",
+            name(c),
+            size(&c.before),
+            size(&c.after)
+        );
+    }
+    let count = |what: &str| rows.iter().filter(|c| c.change == what).count();
+    let _ignored = writeln!(
+        out,
+        " {} paths changed ({} added, {} removed, {} renamed), {} -> {} bytes ({}), {} -> {}",
+        rows.len(),
+        count("added"),
+        count("removed"),
+        count("renamed"),
+        before,
+        after,
+        signed(after as i128 - before as i128),
+        human_bytes(before),
+        human_bytes(after)
+    );
+}
+
+fn signed(n: i128) -> String {
+    if n >= 0 {
+        format!("+{n}")
+    } else {
+        n.to_string()
+    }
+}
+
+/// `diff -p` for one change: the unified diff of its contents (none for a directory or a
+/// change of metadata alone; a rename's content is the same on both sides).
+fn patch_of(s: &Store, a: &diff::Side, b: &diff::Side, c: &diff::Change) -> Result<String> {
+    if let Some(f) = &c.from {
+        return Ok(format!("rename from {f}\nrename to {}\n", c.path));
+    }
+    if !matches!(c.change.as_str(), "added" | "removed" | "modified" | "type") {
+        return Ok(String::new());
+    }
+    let old = match &c.before {
+        Some(e) => a.content(s, &c.path, e)?,
+        None => None,
+    };
+    let new = match &c.after {
+        Some(e) => b.content(s, &c.path, e)?,
+        None => None,
+    };
+    Ok(diff::patch(&c.path, old.as_deref(), new.as_deref()))
 }

@@ -126,7 +126,10 @@ pub enum Command {
     Ls(history::LsArgs),
     /// Print a file of a checkpoint to stdout: CHECKPOINT:ROOT/PATH.
     Cat(history::CatArgs),
-    /// Show what changed between two checkpoints (added, removed, modified, type, mode...).
+    /// Show what changed between two checkpoints, or from a checkpoint to a live workspace
+    /// (--workspace) or a plain directory (--dir): a line per path (added, removed, modified,
+    /// type, mode...), or --stat, --name-status, a unified diff (-p), for some paths only
+    /// (-- PATH...), with renames found by content (-M).
     Diff(history::DiffArgs),
     /// Give a checkpoint an immutable label: `label STORE CHECKPOINT NAME` (an existing label
     /// is never moved or overwritten), or delete one: `label delete STORE NAME` (audited).
@@ -220,9 +223,10 @@ pub enum Command {
     Browse(view::BrowseArgs),
     /// Unmount a `mount` or `browse` view: stops its daemon and waits until the mount is gone.
     Umount(view::UmountArgs),
-    /// List live mounts of a store: workspaces (branch, base checkpoint, changes since the last
-    /// checkpoint, processes writing into them that checkpoints do not hold) and read-only
-    /// views (mountpoint, what they show, daemon pid).
+    /// List live mounts of a store: workspaces (branch, base checkpoint, the paths changed
+    /// since the last checkpoint as `git status --short` lists them, processes writing into
+    /// them that checkpoints do not hold) and read-only views (mountpoint, what they show,
+    /// daemon pid). `--short` prints only the changed paths.
     ///
     /// Example: ckptfs status /var/lib/ckpt --json
     Status(view::StatusArgs),
@@ -291,7 +295,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Mount(a) => run_mount(a),
         Command::Browse(a) => view::browse(a),
         Command::Umount(a) => run_umount(a),
-        Command::Status(a) => workspace::status(&a.store, a.json),
+        Command::Status(a) => workspace::status(&a.store, a.json, a.short),
         Command::Completions(a) => shell::run_completions(a),
         Command::Man(a) => shell::run_man(a),
         Command::InternalDetach { target } => run_internal_detach(&target),

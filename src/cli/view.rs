@@ -125,9 +125,17 @@ pub struct UmountArgs {
 pub struct StatusArgs {
     /// The store directory, or a workspace mountpoint.
     pub store: PathBuf,
-    /// Print machine-readable JSON instead of text.
+    /// Print machine-readable JSON instead of text. Each workspace row has a `changes` array:
+    /// `{"path", "change" (added|modified|removed|renamed|type|mode|mtime|xattr), "size",
+    /// "size_before", "from" (renames)}`.
     #[arg(long)]
     pub json: bool,
+    /// Print only the changed paths of each workspace, as `git status --short` does: `M
+    /// ROOT/PATH` modified (or its mode, owner, mtime or xattrs), `A` added, `D` removed, `T`
+    /// type changed, `R OLD -> NEW` renamed; a `## BRANCH` line before each workspace's list
+    /// when there are several.
+    #[arg(long, short, conflicts_with = "json")]
+    pub short: bool,
 }
 
 fn print_ready(s: &MountState) {

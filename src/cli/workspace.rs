@@ -477,6 +477,8 @@ struct WorkspaceStatus {
     bytes_changed: u64,
     /// FIFOs, sockets and devices no exclude rule skips: its checkpoints fail on them.
     special_files: Vec<workspace::SpecialFile>,
+    /// What changed since the last checkpoint, path by path (see `ops::diff::Change`).
+    changes: Vec<ckptfs::ops::diff::Change>,
     /// Why its changes could not be told (it is then not reported clean).
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
@@ -535,6 +537,7 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
             files_changed: d.files_changed,
             bytes_changed: d.bytes_changed,
             special_files: d.special_files,
+            changes: d.changes,
             error,
             freeze_cgroups: st.freeze_cgroups.clone(),
             freeze_fs: st.freeze_fs,
@@ -569,6 +572,9 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
                 "clean".to_string()
             }
         );
+        for line in short_status(w) {
+            println!("  {line}");
+        }
         for f in w["special_files"].as_array().into_iter().flatten() {
             println!(
                 "  not checkpointable: {} is a {} (exclude it)",
@@ -596,6 +602,31 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
             );
         }
     }
+}
+
+/// A workspace row's changes as `git status --short` lines: `M ws/notes.md`, `R ws/a -> ws/b`.
+fn short_status(w: &serde_json::Value) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for c in w["changes"].as_array().into_iter().flatten() {
+        let path = c["path"].as_str().unwrap_or("");
+        // A path modified and chmod-ed is one line.
+        if !seen.insert(path.to_string()) {
+            continue;
+        }
+        let letter = match c["change"].as_str() {
+            Some("added") => 'A',
+            Some("removed") => 'D',
+            Some("renamed") => 'R',
+            Some("type") => 'T',
+            _ => 'M',
+        };
+        lines.push(match c["from"].as_str() {
+            Some(f) => format!("{letter} {f} -> {path}"),
+            None => format!("{letter} {path}"),
+        });
+    }
+    lines
 }
 
 pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
@@ -688,10 +719,28 @@ pub fn branch_delete(store: &Path, name: &str, force: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// `ckptfs status STORE|MOUNTPOINT [--json]`: workspaces, then read-only views. The JSON is one
-/// array of mounts; workspace rows have `"kind": "workspace"`.
-pub fn status(place: &Path, json: bool) -> Result<i32> {
+/// `ckptfs status STORE|MOUNTPOINT [--json | --short]`: workspaces with their changed paths,
+/// then read-only views. The JSON is one array of mounts; workspace rows have `"kind":
+/// "workspace"`. `--short` prints only the changed paths.
+pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
     let (s, mut rows) = workspace_status(place)?;
+    if short {
+        for w in &rows {
+            if rows.len() > 1 {
+                println!("## {}", w["branch"].as_str().unwrap_or(""));
+            }
+            if let Some(e) = w["error"].as_str() {
+                eprintln!(
+                    "ckptfs: {}: changes unknown ({e})",
+                    w["branch"].as_str().unwrap_or("")
+                );
+            }
+            for line in short_status(w) {
+                println!("{line}");
+            }
+        }
+        return Ok(0);
+    }
     for r in &mut rows {
         r["kind"] = "workspace".into();
         let first = r["mountpoints"]

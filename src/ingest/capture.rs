@@ -189,6 +189,34 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
     Ok(CaptureReport { id, checkpoint })
 }
 
+/// What is in `dir` now, as root `root` would be captured from it (its exclude rules), in a
+/// dry run: every file is read and hashed, nothing is written to the store. For `diff --dir`.
+///
+/// # Errors
+/// As `capture`: special files, files that kept changing, I/O errors with their path.
+pub fn capture_dry_run(
+    store: &Store,
+    root: &str,
+    dir: &Path,
+) -> Result<(RootRecord, std::collections::HashMap<ObjectId, Tree>)> {
+    let rc = store.root_config(root)?;
+    let excl = Excluder::compile(root, &rc.exclude)?;
+    let batch = ObjectBatch::dry_run(store);
+    let mut stats = Stats::default();
+    let (rec, _cache) = capture_root(
+        store,
+        &batch,
+        &store.config().chunker,
+        dir,
+        &excl,
+        StatCache::new(),
+        crate::util::now_ns(),
+        &mut stats,
+        &Progress::new(),
+    )?;
+    Ok((rec, batch.take_dry_trees()))
+}
+
 /// Removes the record of a checkpoint whose branch could not move to it (best effort: a record
 /// that stays is harmless garbage, logged).
 fn show_progress(p: &Progress) {

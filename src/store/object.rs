@@ -449,6 +449,9 @@ pub struct ObjectBatch<'a> {
     compared_bytes: AtomicU64,
     /// New objects kept in memory instead of written (see `defer_writes`).
     deferred: Mutex<Option<Vec<Deferred>>>,
+    /// In a dry run, the trees it built, so a diff can read a tree the store does not hold
+    /// (see [`ObjectBatch::take_dry_trees`]). Only re-encoded directories land here.
+    dry_trees: Mutex<HashMap<ObjectId, Tree>>,
 }
 
 impl<'a> ObjectBatch<'a> {
@@ -464,6 +467,7 @@ impl<'a> ObjectBatch<'a> {
             new_bytes: AtomicU64::new(0),
             compared_bytes: AtomicU64::new(0),
             deferred: Mutex::new(None),
+            dry_trees: Mutex::new(HashMap::new()),
         }
     }
 
@@ -531,14 +535,27 @@ impl<'a> ObjectBatch<'a> {
     /// version-1 store, entries are stored without ctimes and inode numbers (`CKT1`), which
     /// the builds that made it can read.
     pub fn ensure_tree(&self, tree: &Tree) -> Result<ObjectId> {
-        if self.store.records_stat() {
-            return self.ensure(&tree.encode());
+        let (id, stored) = if self.store.records_stat() {
+            (self.ensure(&tree.encode())?, None)
+        } else {
+            let mut plain = tree.clone();
+            for e in &mut plain.entries {
+                (e.ctime_ns, e.ino) = (0, 0);
+            }
+            (self.ensure(&plain.encode())?, Some(plain))
+        };
+        if self.dry {
+            // What the store would read back: the encoded form (without stat fields in v1).
+            let t = stored.unwrap_or_else(|| tree.clone());
+            lock(&self.dry_trees).entry(id).or_insert(t);
         }
-        let mut plain = tree.clone();
-        for e in &mut plain.entries {
-            (e.ctime_ns, e.ino) = (0, 0);
-        }
-        self.ensure(&plain.encode())
+        Ok(id)
+    }
+
+    /// The trees a dry run built (empty for a batch that writes): with the store's, every tree
+    /// of what the dry run merged or captured.
+    pub fn take_dry_trees(&self) -> HashMap<ObjectId, Tree> {
+        std::mem::take(&mut *lock(&self.dry_trees))
     }
 
     /// Whether `data` is the content of object `id`: compared with the stored object when

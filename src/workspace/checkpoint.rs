@@ -91,6 +91,9 @@ pub struct DirtyReport {
     /// FIFOs, sockets and devices in the workspace that no exclude rule skips: a checkpoint
     /// fails on them, so the workspace is not clean while they are there.
     pub special_files: Vec<SpecialFile>,
+    /// What changed since the branch head, path by path (a renamed file or directory is one
+    /// change), from the same dry-run merge.
+    pub changes: Vec<crate::ops::diff::Change>,
 }
 
 /// A file a checkpoint cannot record.
@@ -290,36 +293,79 @@ pub(crate) fn unused_snapshots(store: &Store, branch: &str) -> Result<Vec<PathBu
     Ok(unused)
 }
 
-/// Un-checkpointed changes of `branch`'s workspace (reads only files whose stat changed).
-pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
+/// A workspace as it is now: every root's base merged with its upper layer in a dry run.
+pub struct LiveTree {
+    /// The branch head the workspace's changes are counted from.
+    pub head: ObjectId,
+    /// The merged tree, as a diff side: the trees the dry run built, and the upper layers
+    /// where the files it hashed without storing are.
+    pub side: crate::ops::diff::Side,
+    /// The merged roots.
+    pub roots: BTreeMap<String, RootRecord>,
+    merged: MergedAll,
+}
+
+/// Merges `branch`'s workspace in a dry run (reads only files whose stat changed), writing
+/// nothing to the store.
+///
+/// # Errors
+/// The branch has no checkpoint; an upper layer that does not read.
+pub fn live_tree(store: &Store, branch: &str) -> Result<LiveTree> {
     let (_, head) = require_branch(store, branch)?;
     let base_id = upper_base(store, branch, head)?;
     let base = store.read_checkpoint(&base_id)?;
-    let head_c = store.read_checkpoint(&head)?;
     let batch = ObjectBatch::dry_run(store);
     let previous = saved_caches(store, head, base_id);
     let pass = pass_now(OnChange::AcceptPrefix, true, &[], true);
     let m = merge_all(store, &batch, branch, &base, previous, pass)?;
-    let roots = m.roots;
+    let side = crate::ops::diff::Side {
+        roots: m.roots.iter().map(|(n, r)| (n.clone(), r.tree)).collect(),
+        trees: batch.take_dry_trees(),
+        live: m
+            .caches
+            .iter()
+            .map(|(n, _, _)| (n.clone(), store.upper_dir(branch, n)))
+            .collect(),
+    };
+    Ok(LiveTree {
+        head,
+        side,
+        roots: m.roots.clone(),
+        merged: m,
+    })
+}
+
+/// Un-checkpointed changes of `branch`'s workspace (reads only files whose stat changed): the
+/// dry-run merge of [`live_tree`], compared with the branch head.
+pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
+    let live = live_tree(store, branch)?;
+    let head_c = store.read_checkpoint(&live.head)?;
     let mounted = state(store, branch)?;
     let mut special_files = Vec::new();
-    for (root, rel, kind) in m.special {
-        let at = match mounted.as_ref().and_then(|st| st.roots.get(&root)) {
+    for (root, rel, kind) in &live.merged.special {
+        let at = match mounted.as_ref().and_then(|st| st.roots.get(root)) {
             Some(r) => r.mountpoint.clone(),
-            None => store.root_config(&root)?.path.clone(),
+            None => store.root_config(root)?.path.clone(),
         };
         special_files.push(SpecialFile {
             path: at.join(rel),
-            kind: kind_name(kind),
+            kind: kind_name(*kind),
         });
     }
+    let opts = crate::ops::diff::DiffOptions {
+        renames: true,
+        ..Default::default()
+    };
+    let head_side = crate::ops::diff::Side::checkpoint(&head_c);
+    let changes = crate::ops::diff::diff_sides(store, &head_side, &live.side, &opts)?;
     let mut report = DirtyReport {
-        files_changed: m.files_read,
-        bytes_changed: m.bytes_read,
+        files_changed: live.merged.files_read,
+        bytes_changed: live.merged.bytes_read,
         special_files,
+        changes,
         ..DirtyReport::default()
     };
-    for (name, r) in &roots {
+    for (name, r) in &live.roots {
         let same = head_c
             .roots
             .get(name)
