@@ -329,6 +329,10 @@ pub struct GcPlan {
     paths: Vec<(PathBuf, bool)>,
 }
 
+/// The period (hour, day, ISO week, month, year) a Unix time in nanoseconds falls in, as a
+/// number that differs between periods.
+type PeriodOf = fn(i64) -> i64;
+
 /// The rules of `policy` that keep each checkpoint of one branch's `(id, time_ns)` list, with
 /// restic's semantics: checkpoints are taken newest first (ties by id); `keep_last` keeps
 /// the first N; `keep_within` those less than the duration older than the newest (not
@@ -363,7 +367,7 @@ pub fn select_by_policy(
             add(*id, KeepReason::Within);
         }
     }
-    let buckets: [(Option<u32>, KeepReason, fn(i64) -> i64); 5] = [
+    let buckets: [(Option<u32>, KeepReason, PeriodOf); 5] = [
         (policy.keep_hourly, KeepReason::Hourly, |t| {
             t.div_euclid(NS_PER_HOUR)
         }),
