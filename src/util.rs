@@ -32,6 +32,12 @@ pub fn format_rfc3339(ns: i64) -> String {
     format!("{}Z", format_utc(ns))
 }
 
+/// The UTC calendar year and month (1-12) of a Unix time in nanoseconds.
+pub fn utc_year_month(ns: i64) -> (i64, u32) {
+    let (y, m, _) = civil_from_days(ns.div_euclid(1_000_000_000).div_euclid(86_400));
+    (y, m)
+}
+
 /// Howard Hinnant's days-to-civil algorithm.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
@@ -68,46 +74,61 @@ pub fn check_name(kind: &str, name: &str) -> Result<()> {
     }
 }
 
-/// Parses a duration such as `90s`, `30m`, `36h`, `7d`, `2w` or `1d12h` into nanoseconds.
+/// How a retention duration is written, for errors and `gc --help`.
+pub const DURATION_HELP: &str = "a number and a unit: s, min, h, d, w, mo (month = 30.44 days), \
+     y (year = 365.25 days), combined as 1y6mo or 1h30min; a bare m is refused as ambiguous";
+
+/// Parses a retention duration such as `90min`, `36h`, `7d`, `7days`, `1week`, `2mo`,
+/// `2months`, `1y`, `1y6mo`, `1h30min` or `1.5h` into nanoseconds.
+///
+/// The arithmetic is `humantime`'s: a month is 30.44 days and a year 365.25 days (fixed
+/// lengths, not calendar months). Units are the ones humantime takes (`min`/`minutes`,
+/// `h`/`hours`, `d`/`days`, `w`/`weeks`, `M`/`months`, `y`/`years`, ...) plus `mo`/`mos` for
+/// months. A bare `m` is refused: restic reads `2m` as two months, humantime and most other
+/// tools as two minutes, and guessing wrong prunes months of history.
 ///
 /// # Errors
-/// `Usage` describing the accepted forms.
+/// `Usage` for an empty, zero, unitless, ambiguous (`m`), unknown-unit or overflowing value,
+/// naming the value and the accepted forms.
 pub fn parse_duration(s: &str) -> Result<i64> {
-    let bad = || {
-        Error::Usage(format!(
-            "bad duration {s:?}: use a number with a unit s, m, h, d or w (e.g. 36h, 7d, 1d12h)"
-        ))
-    };
-    if s.is_empty() {
-        return Err(bad());
+    let bad = |why: &str| Error::Usage(format!("bad duration {s:?}: {why}; use {DURATION_HELP}"));
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(bad("empty"));
     }
-    let mut total: i64 = 0;
-    let mut num = String::new();
-    for c in s.chars() {
-        if c.is_ascii_digit() {
-            num.push(c);
+    // Rewrite units humantime lacks (`mo`) and refuse the ambiguous one (`m`); humantime
+    // checks the rest.
+    let mut canonical = String::with_capacity(t.len() + 8);
+    let mut chars = t.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if !c.is_alphabetic() {
+            canonical.push(c);
             continue;
         }
-        let unit: i64 = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            'w' => 7 * 86_400,
-            _ => return Err(bad()),
-        };
-        let n: i64 = num.parse().map_err(|_| bad())?;
-        num.clear();
-        total = n
-            .checked_mul(unit)
-            .and_then(|v| v.checked_mul(1_000_000_000))
-            .and_then(|v| total.checked_add(v))
-            .ok_or_else(bad)?;
+        let mut end = i + c.len_utf8();
+        while let Some(&(j, d)) = chars.peek() {
+            if !d.is_alphabetic() {
+                break;
+            }
+            end = j + d.len_utf8();
+            chars.next();
+        }
+        match &t[i..end] {
+            "m" => {
+                return Err(Error::Usage(format!(
+                    "ambiguous duration {s:?}: `m` is minutes to some tools and months to restic; \
+                     write `min` for minutes or `mo` for months"
+                )))
+            }
+            "mo" | "mos" => canonical.push_str("months"),
+            unit => canonical.push_str(unit),
+        }
     }
-    if !num.is_empty() {
-        return Err(bad());
+    let d = humantime::parse_duration(&canonical).map_err(|e| bad(&e.to_string()))?;
+    if d.is_zero() {
+        return Err(bad("zero keeps nothing (leave the rule out instead)"));
     }
-    Ok(total)
+    i64::try_from(d.as_nanos()).map_err(|_| bad("too long"))
 }
 
 /// Parses a size: a whole number of bytes with an optional unit, `B`, `K`, `M`, `G` or `T`,
@@ -169,12 +190,76 @@ mod tests {
     }
 
     #[test]
-    fn durations_and_sizes() {
-        assert_eq!(parse_duration("90s").unwrap(), 90_000_000_000);
-        assert_eq!(parse_duration("1d12h").unwrap(), 36 * 3600 * 1_000_000_000);
-        assert!(parse_duration("7").is_err());
-        assert!(parse_duration("x").is_err());
-        assert!(parse_duration("").is_err());
+    fn durations_table() {
+        const S: i64 = 1_000_000_000;
+        const MIN: i64 = 60 * S;
+        const H: i64 = 60 * MIN;
+        const D: i64 = 24 * H;
+        const MO: i64 = 2_630_016 * S; // 30.44 days
+        const Y: i64 = 31_557_600 * S; // 365.25 days
+        let ok: &[(&str, i64)] = &[
+            ("90s", 90 * S),
+            ("90min", 90 * MIN),
+            ("90 minutes", 90 * MIN),
+            ("1h30min", 90 * MIN),
+            ("2h 30min", 150 * MIN),
+            ("1.5h", 90 * MIN),
+            ("36h", 36 * H),
+            ("1d12h", 36 * H),
+            ("7d", 7 * D),
+            ("7days", 7 * D),
+            ("1w", 7 * D),
+            ("1week", 7 * D),
+            ("2w", 14 * D),
+            ("2mo", 2 * MO),
+            ("2months", 2 * MO),
+            ("1month", MO),
+            ("2M", 2 * MO),
+            ("1y", Y),
+            ("1year", Y),
+            ("2years", 2 * Y),
+            ("1y6mo", Y + 6 * MO),
+            (" 7d ", 7 * D),
+        ];
+        for (s, want) in ok {
+            assert_eq!(parse_duration(s).ok(), Some(*want), "{s:?}");
+        }
+        let bad: &[(&str, &str)] = &[
+            ("2m", "ambiguous"),
+            ("1h30m", "ambiguous"),
+            ("2 m", "ambiguous"),
+            ("", "empty"),
+            ("   ", "empty"),
+            ("0d", "zero"),
+            ("0min", "zero"),
+            ("7", "unit"),
+            ("x", "bad duration"),
+            ("7q", "unknown"),
+            ("7 fortnights", "unknown"),
+            ("-1d", "bad duration"),
+            ("d", "bad duration"),
+            ("1e3d", "bad duration"),
+            ("999999999999y", "bad duration"),
+            ("300y", "too long"),
+        ];
+        for (s, word) in bad {
+            match parse_duration(s) {
+                Err(Error::Usage(m)) => {
+                    assert!(m.contains(word), "{s:?}: {m:?} should say {word:?}");
+                    assert!(
+                        m.contains(&format!("{s:?}")),
+                        "{s:?}: {m:?} names the value"
+                    );
+                    assert!(!m.contains('\n'), "{s:?}: one line: {m:?}");
+                }
+                other => panic!("{s:?} should be refused, got {other:?}"),
+            }
+        }
+        // The ambiguity error tells the user what to write instead.
+        let Err(Error::Usage(m)) = parse_duration("2m") else {
+            panic!()
+        };
+        assert!(m.contains("min") && m.contains("mo"), "{m}");
     }
 
     #[test]

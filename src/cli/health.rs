@@ -7,7 +7,7 @@ use clap::Args;
 
 use ckptfs::ops::archive::{self, ArchiveOptions, UnarchiveOptions};
 use ckptfs::ops::doctor::{self, Repair};
-use ckptfs::ops::gc::{self, GcOptions, GcReport};
+use ckptfs::ops::gc::{self, GcOptions, GcReport, PolicySource};
 use ckptfs::ops::{recover, verify};
 use ckptfs::store::RetentionPolicy;
 use ckptfs::util::human_bytes;
@@ -36,27 +36,76 @@ pub struct RecoverArgs {
     pub json: JsonFlag,
 }
 
+/// What `gc --help` says after the flags: the policy in a restic user's words.
+const GC_POLICY_HELP: &str = "\
+Retention policy (restic's `forget` rules, per branch):
+  A checkpoint is kept when ANY rule keeps it; the others are pruned. Branch heads, labelled
+  checkpoints, pinned checkpoints (live mounts and views) and workspace bases are always kept
+  and count towards --keep-last. With no --keep-* flag gc uses STORE.json's \"retention\"
+  (same names with _: {\"keep_daily\": 7, \"keep_within\": \"2w\"}); with neither it keeps
+  every checkpoint and only sweeps unreachable objects and ephemeral files.
+
+  --keep-hourly/daily/weekly/monthly/yearly N: take the branch's checkpoints newest first and
+  keep the newest of each of the last N hours/days/weeks/months/years that have one (periods
+  without a checkpoint do not count). Periods are UTC (restic uses local time), weeks are ISO
+  weeks (Monday to Sunday), months and years are calendar ones.
+
+  --keep-within DURATION keeps checkpoints less than DURATION older than the branch's newest
+  checkpoint (as restic: not relative to now, so an idle branch keeps its last stretch).
+  DURATION is a number and a unit, combinable: s, min, h, d, w, mo (or month, months, M),
+  y (or year, years), e.g. 90min, 36h, 7d, 2w, 6mo, 1y, 1y6mo, 1h30min, 1.5h. A month is
+  30.44 days and a year 365.25 days (fixed lengths, not calendar arithmetic).
+  A bare `m` is REFUSED: restic reads 2m as two months, most other tools as two minutes;
+  write 2mo or 2min.
+
+  restic's --keep-tag: labels are ckptfs's tags, and labelled checkpoints are always kept, so
+  there is no --keep-tag (or --keep-label); `ckptfs label STORE ID NAME` protects one.
+
+  --dry-run prints every checkpoint with every reason that keeps it (or `pruned`); --json
+  gives the same as `decisions`.
+
+Examples:
+  ckptfs gc STORE --dry-run --keep-last 10 --keep-daily 7 --keep-weekly 5 --keep-monthly 12
+  ckptfs gc STORE --keep-within 2w --keep-branch main";
+
 /// `gc` arguments.
 #[derive(Args, Debug)]
+#[command(after_help = GC_POLICY_HELP)]
 pub struct GcArgs {
     /// The store directory.
     pub store: PathBuf,
-    /// Print the plan (what would go, how many bytes) without deleting anything. The report is
-    /// the one gc prints when it applies the same plan.
+    /// Print the plan without deleting anything: every checkpoint, kept (and why) or pruned,
+    /// and what would be freed. The report is the one gc prints when it applies the plan.
     #[arg(long)]
     pub dry_run: bool,
     /// Keep the N newest checkpoints of each branch.
     #[arg(long, value_name = "N")]
     pub keep_last: Option<u32>,
-    /// Keep checkpoints younger than DURATION (e.g. 36h, 7d, 2w, 1d12h).
+    /// Keep checkpoints less than DURATION older than the newest of their branch (e.g. 36h,
+    /// 7d, 2w, 6mo, 1y, 1h30min; `m` is refused: write min or mo).
     #[arg(long, value_name = "DURATION")]
     pub keep_within: Option<String>,
+    /// Keep the newest checkpoint of each of the last N hours (UTC) that have one, per branch.
+    #[arg(long, value_name = "N")]
+    pub keep_hourly: Option<u32>,
     /// Keep the newest checkpoint of each of the last N days (UTC) that have one, per branch.
     #[arg(long, value_name = "N")]
     pub keep_daily: Option<u32>,
-    /// Keep the newest checkpoint of each of the last N weeks (ISO, UTC), per branch.
+    /// Keep the newest checkpoint of each of the last N weeks (ISO, UTC) that have one, per branch.
     #[arg(long, value_name = "N")]
     pub keep_weekly: Option<u32>,
+    /// Keep the newest checkpoint of each of the last N months (UTC) that have one, per branch.
+    #[arg(long, value_name = "N")]
+    pub keep_monthly: Option<u32>,
+    /// Keep the newest checkpoint of each of the last N years (UTC) that have one, per branch.
+    #[arg(long, value_name = "N")]
+    pub keep_yearly: Option<u32>,
+    /// Keep every checkpoint recorded on branch NAME (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub keep_branch: Vec<String>,
+    /// restic's --keep-tag: refused with an explanation (labelled checkpoints are always kept).
+    #[arg(long, value_name = "TAG", hide = true, alias = "keep-label")]
+    pub keep_tag: Vec<String>,
     /// Also delete displaced/ (trees set aside by restore/switch); otherwise they are listed.
     #[arg(long)]
     pub prune_displaced: bool,
@@ -191,8 +240,14 @@ pub(crate) fn print_gc(r: &GcReport, dry_run: bool) {
         kept.join(", "),
         r.pruned.len()
     );
-    for c in &r.pruned {
-        println!("  {go} {} {} {}", c.id.short(), c.time, c.branch);
+    // The table of reasons when a policy chose; without one (no rule, or `forget --prune`)
+    // every row would say `no policy`, so only what goes is listed.
+    if dry_run && r.policy_source != PolicySource::None {
+        print_decisions(r);
+    } else {
+        for c in &r.pruned {
+            println!("  {go} {} {} {}", c.id.short(), c.time, c.branch);
+        }
     }
     println!(
         "objects: {} total, {go} {} unreachable ({})",
@@ -209,18 +264,64 @@ pub(crate) fn print_gc(r: &GcReport, dry_run: bool) {
     println!("{went} {}", human_bytes(r.bytes_freed));
 }
 
+/// Most characters of a message the dry-run table shows.
+const MAX_TABLE_MESSAGE: usize = 40;
+
+/// The dry run's table: one line per checkpoint, `ID  TIME  BRANCH  "MESSAGE"  kept: WHY, ...`
+/// or `pruned`, by branch, newest first.
+fn print_decisions(r: &GcReport) {
+    let width = r
+        .decisions
+        .iter()
+        .map(|d| d.branch.len())
+        .max()
+        .unwrap_or(0);
+    for d in &r.decisions {
+        let mut msg: String = d.message.chars().take(MAX_TABLE_MESSAGE).collect();
+        if msg.len() < d.message.len() {
+            msg.push_str("...");
+        }
+        let verdict = if d.pruned {
+            "pruned".to_string()
+        } else {
+            let why: Vec<&str> = d.kept.iter().map(|k| k.as_str()).collect();
+            format!("kept: {}", why.join(", "))
+        };
+        let label = d
+            .label
+            .as_deref()
+            .map(|l| format!(" [{l}]"))
+            .unwrap_or_default();
+        println!(
+            "  {}  {}  {:<width$}  {:?}{label}  {verdict}",
+            d.id.short(),
+            d.time,
+            d.branch,
+            msg
+        );
+    }
+}
+
 /// `ckptfs gc`.
 pub fn run_gc(a: GcArgs) -> Result<i32> {
     let s = Store::open(&a.store)?;
+    if let Some(t) = a.keep_tag.first() {
+        return Err(Error::Usage(format!(
+            "--keep-tag {t:?}: labels are ckptfs's tags and labelled checkpoints are always kept \
+             by gc; drop the flag (see `ckptfs gc --help`)"
+        )));
+    }
     let policy = RetentionPolicy {
         keep_last: a.keep_last,
         keep_within: a.keep_within,
+        keep_hourly: a.keep_hourly,
         keep_daily: a.keep_daily,
         keep_weekly: a.keep_weekly,
+        keep_monthly: a.keep_monthly,
+        keep_yearly: a.keep_yearly,
+        keep_branch: a.keep_branch,
     };
-    if let Some(d) = &policy.keep_within {
-        ckptfs::util::parse_duration(d)?;
-    }
+    policy.check()?;
     let opts = GcOptions {
         policy: (!policy.is_empty()).then_some(policy),
         prune_displaced: a.prune_displaced,

@@ -13,11 +13,14 @@
 //!
 //! Objects (`objects/`) are swept when no kept checkpoint reaches them.
 //!
-//! **Policy** (`--keep-last`, `--keep-within`, `--keep-daily`, `--keep-weekly`, or the
-//! `retention` field of STORE.json when no flag is given) applies to each branch separately: the
-//! checkpoints recorded on branch B (their `branch` field) are ranked newest first and a
-//! checkpoint is kept when any rule keeps it. With no policy at all, every checkpoint is kept
-//! and gc only sweeps unreachable objects and ephemeral files.
+//! **Policy** (restic's `forget` rules: `--keep-last`, `--keep-within`, `--keep-hourly`,
+//! `--keep-daily`, `--keep-weekly`, `--keep-monthly`, `--keep-yearly`, plus `--keep-branch`; or
+//! the `retention` field of STORE.json when no flag is given) applies to each branch
+//! separately: the checkpoints recorded on branch B (their `branch` field) are ranked newest
+//! first and a checkpoint is kept when any rule keeps it (see [`select_by_policy`]: UTC
+//! periods, ISO weeks, `keep_within` relative to B's newest). Every reason that keeps each
+//! checkpoint is reported ([`GcReport::decisions`]). With no policy at all, every checkpoint is
+//! kept and gc only sweeps unreachable objects and ephemeral files.
 //!
 //! **Live workspaces**: the base checkpoint of every workspace (`upper/B/base.json`,
 //! `run/mounts/B.json`) is kept like a pinned one, and nothing a mount uses is deleted.
@@ -56,7 +59,8 @@ use crate::store::checkpoint::Checkpoint;
 use crate::store::tree::{EntryKind, Tree};
 use crate::store::{fsio, RetentionPolicy, Store};
 
-const NS_PER_DAY: i64 = 86_400 * 1_000_000_000;
+const NS_PER_HOUR: i64 = 3_600 * 1_000_000_000;
+const NS_PER_DAY: i64 = 24 * NS_PER_HOUR;
 
 /// What gc should do beyond the policy.
 #[derive(Clone, Debug, Default)]
@@ -103,8 +107,10 @@ impl fmt::Display for PolicySource {
     }
 }
 
-/// Why gc keeps a checkpoint. A checkpoint kept for several reasons is counted under the
-/// first one found, in the order of [`plan_gc`]'s steps: refs, pins, workspaces, policy.
+/// Why gc keeps a checkpoint. [`GcReport::decisions`] lists every reason that keeps each
+/// checkpoint, in the order of [`plan_gc`]'s steps (refs, pins, workspaces, then the policy's
+/// rules in the order of the variants); [`GcReport::kept`] counts each kept checkpoint under
+/// its first reason, with every policy rule counted as [`KeepReason::Policy`].
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash)]
 pub enum KeepReason {
     #[serde(rename = "branch head")]
@@ -116,8 +122,28 @@ pub enum KeepReason {
     Pinned,
     #[serde(rename = "workspace base")]
     WorkspaceBase,
+    /// A policy rule (the `kept` count's name for the rules below).
     #[serde(rename = "policy")]
     Policy,
+    /// `--keep-last`.
+    #[serde(rename = "last")]
+    Last,
+    /// `--keep-within`.
+    #[serde(rename = "within")]
+    Within,
+    #[serde(rename = "hourly")]
+    Hourly,
+    #[serde(rename = "daily")]
+    Daily,
+    #[serde(rename = "weekly")]
+    Weekly,
+    #[serde(rename = "monthly")]
+    Monthly,
+    #[serde(rename = "yearly")]
+    Yearly,
+    /// `--keep-branch`.
+    #[serde(rename = "branch")]
+    Branch,
     #[serde(rename = "no policy")]
     NoPolicy,
     #[serde(rename = "pin keeps all")]
@@ -132,8 +158,42 @@ impl KeepReason {
             KeepReason::Pinned => "pinned",
             KeepReason::WorkspaceBase => "workspace base",
             KeepReason::Policy => "policy",
+            KeepReason::Last => "last",
+            KeepReason::Within => "within",
+            KeepReason::Hourly => "hourly",
+            KeepReason::Daily => "daily",
+            KeepReason::Weekly => "weekly",
+            KeepReason::Monthly => "monthly",
+            KeepReason::Yearly => "yearly",
+            KeepReason::Branch => "branch",
             KeepReason::NoPolicy => "no policy",
             KeepReason::PinKeepsAll => "pin keeps all",
+        }
+    }
+}
+
+impl KeepReason {
+    /// True for the policy's rules.
+    pub fn is_rule(self) -> bool {
+        matches!(
+            self,
+            KeepReason::Last
+                | KeepReason::Within
+                | KeepReason::Hourly
+                | KeepReason::Daily
+                | KeepReason::Weekly
+                | KeepReason::Monthly
+                | KeepReason::Yearly
+                | KeepReason::Branch
+        )
+    }
+
+    /// The name `kept` counts it under: a rule counts as [`KeepReason::Policy`].
+    fn counted_as(self) -> KeepReason {
+        if self.is_rule() {
+            KeepReason::Policy
+        } else {
+            self
         }
     }
 }
@@ -211,6 +271,21 @@ pub struct PrunedCheckpoint {
     pub time: String,
 }
 
+/// One checkpoint and what gc decides for it: every reason that keeps it, or none (pruned).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct CheckpointDecision {
+    pub id: ObjectId,
+    pub branch: String,
+    /// RFC 3339, UTC (`2026-12-01T08:00:00Z`).
+    pub time: String,
+    pub label: Option<String>,
+    /// The message's first line.
+    pub message: String,
+    /// Every reason that keeps it, in [`plan_gc`]'s order; empty when pruned.
+    pub kept: Vec<KeepReason>,
+    pub pruned: bool,
+}
+
 /// One ephemeral or cache path that goes.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct PrunedPath {
@@ -227,9 +302,11 @@ pub struct GcReport {
     pub policy: RetentionPolicy,
     pub policy_source: PolicySource,
     pub checkpoints: usize,
-    /// Kept checkpoints by their first reason.
+    /// Kept checkpoints by their first reason (every policy rule counts as `policy`).
     pub kept: BTreeMap<KeepReason, usize>,
     pub pruned: Vec<PrunedCheckpoint>,
+    /// Every checkpoint with every reason that keeps it (or `pruned`), by branch, newest first.
+    pub decisions: Vec<CheckpointDecision>,
     pub objects: u64,
     pub objects_removed: u64,
     pub object_bytes_freed: u64,
@@ -252,47 +329,79 @@ pub struct GcPlan {
     paths: Vec<(PathBuf, bool)>,
 }
 
-/// Checkpoints to keep out of one branch's `(id, time_ns)` list under `policy` at `now_ns`.
+/// The period (hour, day, ISO week, month, year) a Unix time in nanoseconds falls in, as a
+/// number that differs between periods.
+type PeriodOf = fn(i64) -> i64;
+
+/// The rules of `policy` that keep each checkpoint of one branch's `(id, time_ns)` list, with
+/// restic's semantics: checkpoints are taken newest first (ties by id); `keep_last` keeps
+/// the first N; `keep_within` those less than the duration older than the newest (not
+/// than now, so a branch nobody touched for a year keeps its last weeks); each bucket rule
+/// keeps the newest checkpoint of each of the last N periods that have one. Periods are UTC:
+/// hours, days, ISO weeks (Monday to Sunday), calendar months and years. Checkpoints no rule
+/// keeps are absent. (`keep_branch` is applied by the caller, which knows the branch.)
 ///
 /// # Errors
 /// `Usage` for a bad `keep_within` duration.
 pub fn select_by_policy(
     items: &[(ObjectId, i64)],
     policy: &RetentionPolicy,
-    now_ns: i64,
-) -> Result<BTreeSet<ObjectId>> {
+) -> Result<BTreeMap<ObjectId, Vec<KeepReason>>> {
     let mut sorted = items.to_vec();
     sorted.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
-    let mut keep = BTreeSet::new();
-    if let Some(n) = policy.keep_last {
-        keep.extend(sorted.iter().take(n as usize).map(|(id, _)| *id));
-    }
-    if let Some(d) = &policy.keep_within {
-        let cutoff = now_ns.saturating_sub(crate::util::parse_duration(d)?);
-        keep.extend(
-            sorted
-                .iter()
-                .filter(|(_, t)| *t >= cutoff)
-                .map(|(id, _)| *id),
-        );
-    }
-    let mut per_bucket = |n: Option<u32>, bucket: &dyn Fn(i64) -> i64| {
-        let Some(n) = n else { return };
-        let mut seen = BTreeSet::new();
-        for (id, t) in &sorted {
-            if seen.len() >= n as usize {
-                break;
-            }
-            if seen.insert(bucket(*t)) {
-                keep.insert(*id);
-            }
+    let mut keep: BTreeMap<ObjectId, Vec<KeepReason>> = BTreeMap::new();
+    let mut add = |id: ObjectId, why: KeepReason| {
+        let reasons = keep.entry(id).or_default();
+        if !reasons.contains(&why) {
+            reasons.push(why);
         }
     };
-    per_bucket(policy.keep_daily, &|t| t.div_euclid(NS_PER_DAY));
-    // 1970-01-01 was a Thursday: +3 days makes weeks start on Monday (ISO).
-    per_bucket(policy.keep_weekly, &|t| {
-        (t.div_euclid(NS_PER_DAY) + 3).div_euclid(7)
-    });
+    if let Some(n) = policy.keep_last {
+        for (id, _) in sorted.iter().take(n as usize) {
+            add(*id, KeepReason::Last);
+        }
+    }
+    if let (Some(d), Some((_, newest))) = (policy.within_ns()?, sorted.first()) {
+        let cutoff = newest.saturating_sub(d);
+        for (id, _) in sorted.iter().filter(|(_, t)| *t > cutoff) {
+            add(*id, KeepReason::Within);
+        }
+    }
+    let buckets: [(Option<u32>, KeepReason, PeriodOf); 5] = [
+        (policy.keep_hourly, KeepReason::Hourly, |t| {
+            t.div_euclid(NS_PER_HOUR)
+        }),
+        (policy.keep_daily, KeepReason::Daily, |t| {
+            t.div_euclid(NS_PER_DAY)
+        }),
+        // 1970-01-01 was a Thursday: +3 days makes weeks start on Monday (ISO).
+        (policy.keep_weekly, KeepReason::Weekly, |t| {
+            (t.div_euclid(NS_PER_DAY) + 3).div_euclid(7)
+        }),
+        (policy.keep_monthly, KeepReason::Monthly, |t| {
+            let (y, m) = crate::util::utc_year_month(t);
+            y * 12 + i64::from(m)
+        }),
+        (policy.keep_yearly, KeepReason::Yearly, |t| {
+            crate::util::utc_year_month(t).0
+        }),
+    ];
+    for (n, why, bucket) in buckets {
+        let Some(n) = n else { continue };
+        let mut last = None;
+        let mut left = n;
+        for (id, t) in &sorted {
+            if left == 0 {
+                break;
+            }
+            let b = bucket(*t);
+            if last != Some(b) {
+                last = Some(b);
+                left -= 1;
+                add(*id, why);
+            }
+        }
+    }
     Ok(keep)
 }
 
@@ -300,7 +409,8 @@ pub fn select_by_policy(
 /// branches whose workspace layers stay.
 #[derive(Default)]
 struct Retention {
-    reasons: BTreeMap<ObjectId, KeepReason>,
+    /// Every reason to keep each kept checkpoint, first found first.
+    reasons: BTreeMap<ObjectId, Vec<KeepReason>>,
     /// Branches that exist.
     live_branches: BTreeSet<String>,
     /// Branches a live pin names (kept even once deleted, while the pin lives).
@@ -311,7 +421,14 @@ struct Retention {
 
 impl Retention {
     fn keep(&mut self, id: ObjectId, why: KeepReason) {
-        self.reasons.entry(id).or_insert(why);
+        let reasons = self.reasons.entry(id).or_default();
+        if !reasons.contains(&why) {
+            reasons.push(why);
+        }
+    }
+
+    fn first_reason(&self, id: &ObjectId) -> Option<KeepReason> {
+        self.reasons.get(id).and_then(|r| r.first().copied())
     }
 }
 
@@ -327,6 +444,12 @@ impl Retention {
 /// refuses to sweep what it cannot see (run `ckptfs verify` / `doctor`).
 pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
     let (policy, source) = choose_policy(store, opts);
+    policy.check().map_err(|e| match (source, e) {
+        (PolicySource::StoreConfig, Error::Usage(m)) => Error::Usage(format!(
+            "STORE.json retention (keep_within or keep_branch): {m}"
+        )),
+        (_, e) => e,
+    })?;
     let mut report = GcReport {
         policy: policy.clone(),
         policy_source: source,
@@ -340,15 +463,18 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
     report.pins = keep_pinned(store, &mut retention)?;
     keep_workspace_bases(store, &mut retention);
     refuse_forgetting_roots(&opts.forget, &retention)?;
-    keep_by_policy(&records, &policy, crate::util::now_ns(), &mut retention)?;
+    keep_by_policy(&records, &policy, &mut retention)?;
     let kept: BTreeSet<ObjectId> = records
         .keys()
         .filter(|id| retention.reasons.contains_key(id) && !opts.forget.contains(id))
         .copied()
         .collect();
     for id in &kept {
-        *report.kept.entry(retention.reasons[id]).or_default() += 1;
+        if let Some(why) = retention.first_reason(id) {
+            *report.kept.entry(why.counted_as()).or_default() += 1;
+        }
     }
+    report.decisions = decide(&records, &kept, &retention);
     let plan_records = prune_records(store, &records, &kept, &mut report);
 
     let reachable = mark_reachable(store, &records, &kept)?;
@@ -383,10 +509,18 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
 /// pin or a workspace needs stops the plan (its objects would be swept from under them).
 fn refuse_forgetting_roots(forget: &BTreeSet<ObjectId>, retention: &Retention) -> Result<()> {
     for id in forget {
-        match retention.reasons.get(id) {
-            Some(
-                why @ (KeepReason::BranchHead | KeepReason::Pinned | KeepReason::WorkspaceBase),
-            ) => {
+        let root = retention.reasons.get(id).and_then(|r| {
+            r.iter()
+                .find(|w| {
+                    matches!(
+                        w,
+                        KeepReason::BranchHead | KeepReason::Pinned | KeepReason::WorkspaceBase
+                    )
+                })
+                .copied()
+        });
+        match root {
+            Some(why) => {
                 return Err(Error::Conflict(format!(
                     "gc: checkpoint {} cannot be forgotten: it is a {why}",
                     id.short()
@@ -490,7 +624,6 @@ fn keep_workspace_bases(store: &Store, retention: &mut Retention) {
 fn keep_by_policy(
     records: &BTreeMap<ObjectId, Checkpoint>,
     policy: &RetentionPolicy,
-    now_ns: i64,
     retention: &mut Retention,
 ) -> Result<()> {
     if retention.pinned_all || policy.is_empty() {
@@ -513,12 +646,55 @@ fn keep_by_policy(
             .or_default()
             .push((*id, c.time_ns));
     }
-    for items in by_branch.values() {
-        for id in select_by_policy(items, policy, now_ns)? {
-            retention.keep(id, KeepReason::Policy);
+    for (branch, items) in &by_branch {
+        for (id, reasons) in select_by_policy(items, policy)? {
+            for why in reasons {
+                retention.keep(id, why);
+            }
+        }
+        if policy.keep_branch.iter().any(|b| b == branch) {
+            for (id, _) in items {
+                retention.keep(*id, KeepReason::Branch);
+            }
         }
     }
     Ok(())
+}
+
+/// Every checkpoint with its reasons, by branch, newest first.
+fn decide(
+    records: &BTreeMap<ObjectId, Checkpoint>,
+    kept: &BTreeSet<ObjectId>,
+    retention: &Retention,
+) -> Vec<CheckpointDecision> {
+    let mut out: Vec<(i64, CheckpointDecision)> = records
+        .iter()
+        .map(|(id, c)| {
+            let pruned = !kept.contains(id);
+            let reasons = if pruned {
+                Vec::new()
+            } else {
+                retention.reasons.get(id).cloned().unwrap_or_default()
+            };
+            let d = CheckpointDecision {
+                id: *id,
+                branch: c.branch.clone(),
+                time: crate::util::format_rfc3339(c.time_ns),
+                label: c.label.clone(),
+                message: c.message.lines().next().unwrap_or("").to_string(),
+                kept: reasons,
+                pruned,
+            };
+            (c.time_ns, d)
+        })
+        .collect();
+    out.sort_by(|(ta, a), (tb, b)| {
+        a.branch
+            .cmp(&b.branch)
+            .then(tb.cmp(ta))
+            .then(b.id.cmp(&a.id))
+    });
+    out.into_iter().map(|(_, d)| d).collect()
 }
 
 /// Records the checkpoints that go in the report; returns their record paths.
@@ -770,6 +946,14 @@ mod tests {
             KeepReason::Pinned,
             KeepReason::WorkspaceBase,
             KeepReason::Policy,
+            KeepReason::Last,
+            KeepReason::Within,
+            KeepReason::Hourly,
+            KeepReason::Daily,
+            KeepReason::Weekly,
+            KeepReason::Monthly,
+            KeepReason::Yearly,
+            KeepReason::Branch,
             KeepReason::NoPolicy,
             KeepReason::PinKeepsAll,
         ];
@@ -806,6 +990,19 @@ mod tests {
         }
     }
 
+    /// Nanoseconds of a UTC time, `YYYY-MM-DDTHH:MM:SS`.
+    fn at(s: &str) -> i64 {
+        let t = humantime::parse_rfc3339(&format!("{s}Z")).unwrap();
+        let d = t.duration_since(std::time::UNIX_EPOCH).unwrap();
+        i64::try_from(d.as_nanos()).unwrap()
+    }
+
+    fn policy(f: impl FnOnce(&mut RetentionPolicy)) -> RetentionPolicy {
+        let mut p = RetentionPolicy::default();
+        f(&mut p);
+        p
+    }
+
     #[test]
     fn policies_table() {
         // Checkpoints every 6 hours over 4 weeks, newest = id 111.
@@ -813,37 +1010,93 @@ mod tests {
         let items: Vec<(ObjectId, i64)> = (0u8..112)
             .map(|i| (id(i), now - (111 - i64::from(i)) * 6 * H))
             .collect();
-        let p = |last, within: Option<&str>, daily, weekly| RetentionPolicy {
-            keep_last: last,
-            keep_within: within.map(str::to_string),
-            keep_daily: daily,
-            keep_weekly: weekly,
-        };
         let cases: Vec<(RetentionPolicy, usize)> = vec![
-            (p(Some(3), None, None, None), 3),
-            (p(Some(0), None, None, None), 0),
-            (p(Some(500), None, None, None), 112),
-            (p(None, Some("1d"), None, None), 5),
-            (p(None, None, Some(7), None), 7),
-            (p(None, None, None, Some(2)), 2),
-            (p(Some(4), None, Some(2), None), 4),
-            (p(Some(1), None, Some(3), None), 3),
-            (p(None, None, None, Some(10)), 5),
+            (policy(|p| p.keep_last = Some(3)), 3),
+            (policy(|p| p.keep_last = Some(0)), 0),
+            (policy(|p| p.keep_last = Some(500)), 112),
+            // Strictly less than a day older than the newest: 4 (restic's `After`).
+            (policy(|p| p.keep_within = Some("1d".into())), 4),
+            (policy(|p| p.keep_within = Some("25h".into())), 5),
+            (policy(|p| p.keep_hourly = Some(3)), 3),
+            (policy(|p| p.keep_daily = Some(7)), 7),
+            (policy(|p| p.keep_weekly = Some(2)), 2),
+            (policy(|p| p.keep_monthly = Some(5)), 1), // all in November 2026
+            (policy(|p| p.keep_yearly = Some(5)), 1),
+            (
+                policy(|p| {
+                    p.keep_last = Some(4);
+                    p.keep_daily = Some(2);
+                }),
+                4,
+            ),
+            (
+                policy(|p| {
+                    p.keep_last = Some(1);
+                    p.keep_daily = Some(3);
+                }),
+                3,
+            ),
+            (policy(|p| p.keep_weekly = Some(10)), 5),
         ];
         for (pol, want) in cases {
-            let kept = select_by_policy(&items, &pol, now).unwrap();
+            let kept = select_by_policy(&items, &pol).unwrap();
             assert_eq!(kept.len(), want, "{pol:?}");
             if want > 0 {
-                assert!(kept.contains(&id(111)), "newest kept by {pol:?}");
+                assert!(kept.contains_key(&id(111)), "newest kept by {pol:?}");
             }
         }
         // keep-daily keeps the newest of each day.
-        let kept = select_by_policy(&items, &p(None, None, Some(2), None), now).unwrap();
+        let kept = select_by_policy(&items, &policy(|p| p.keep_daily = Some(2))).unwrap();
         let days: BTreeSet<i64> = items
             .iter()
-            .filter(|(i, _)| kept.contains(i))
+            .filter(|(i, _)| kept.contains_key(i))
             .map(|(_, t)| t.div_euclid(NS_PER_DAY))
             .collect();
         assert_eq!(days.len(), 2);
+        // Every rule that keeps a checkpoint is named, in rule order.
+        let both = policy(|p| {
+            p.keep_last = Some(1);
+            p.keep_daily = Some(1);
+            p.keep_yearly = Some(1);
+        });
+        let kept = select_by_policy(&items, &both).unwrap();
+        assert_eq!(
+            kept[&id(111)],
+            vec![KeepReason::Last, KeepReason::Daily, KeepReason::Yearly]
+        );
+    }
+
+    #[test]
+    fn bucket_boundaries_are_utc_iso_weeks_and_calendar_months() {
+        // (times, policy, indices kept): each pair straddles one boundary.
+        let t = [
+            at("2025-12-28T23:59:59"), // 0: Sunday, ISO week 52 of 2025
+            at("2025-12-29T00:00:00"), // 1: Monday, ISO week 1 of 2026, still year 2025
+            at("2025-12-31T23:59:59"), // 2: last second of 2025, same ISO week as 1
+            at("2026-01-01T00:00:00"), // 3: 2026, same ISO week
+            at("2026-01-31T23:00:00"), // 4: January
+            at("2026-02-01T00:30:00"), // 5: February, hour 00
+            at("2026-02-01T00:59:59"), // 6: February, hour 00
+            at("2026-02-01T01:00:00"), // 7: hour 01
+        ];
+        let items: Vec<(ObjectId, i64)> = t
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (id(i as u8), *t))
+            .collect();
+        let cases: Vec<(RetentionPolicy, Vec<u8>)> = vec![
+            (policy(|p| p.keep_hourly = Some(3)), vec![4, 6, 7]),
+            (policy(|p| p.keep_daily = Some(4)), vec![2, 3, 4, 7]),
+            (policy(|p| p.keep_weekly = Some(5)), vec![0, 3, 7]),
+            (policy(|p| p.keep_monthly = Some(3)), vec![2, 4, 7]),
+            (policy(|p| p.keep_yearly = Some(3)), vec![2, 7]),
+            (policy(|p| p.keep_yearly = Some(1)), vec![7]),
+        ];
+        for (pol, want) in cases {
+            let kept = select_by_policy(&items, &pol).unwrap();
+            let want: BTreeSet<ObjectId> = want.into_iter().map(id).collect();
+            let got: BTreeSet<ObjectId> = kept.keys().copied().collect();
+            assert_eq!(got, want, "{pol:?}");
+        }
     }
 }
