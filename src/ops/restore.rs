@@ -658,6 +658,10 @@ fn run(
                 break;
             }
         }
+        // Until the marker says done, the restore is not: a failure to say so rolls back too.
+        if swapped.is_ok() {
+            swapped = record(&jobs, true);
+        }
         if let Err(e) = swapped {
             for j in jobs.iter().rev() {
                 match roll_back(&j.phase, true) {
@@ -670,7 +674,6 @@ fn run(
             }
             return Err(e);
         }
-        record(&jobs, true)?;
         for j in &jobs {
             if let Some((name, dir)) = &j.staging {
                 remove_staging(&j.target, name, dir);
