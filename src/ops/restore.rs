@@ -450,7 +450,13 @@ pub fn restore_to(
             if places.contains(&abs) {
                 (Target::in_root(store, &loc.root, &loc.path)?, true)
             } else {
-                let mut t = Target::resolve(&abs)?;
+                // On the path as given first: a target below a missing directory inside a
+                // root gets the usage error, not "not found".
+                let given = check_overlap(store, &abs);
+                let mut t = match (Target::resolve(&abs), given) {
+                    (Ok(t), _) => t,
+                    (Err(_), Err(e)) | (Err(e), Ok(())) => return Err(e),
+                };
                 if matches!(source, Source::Entry(_)) {
                     t = into_existing_dir(t, loc)?;
                 }
