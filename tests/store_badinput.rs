@@ -126,9 +126,18 @@ fn bad_checkpoints_and_paths() {
             vec!["overlaps the store"],
         ),
         (
-            vec!["restore", &s, "main:ws/a.txt", "--to", &dest],
+            // A file restores now (tests/restore_grain.rs); filters are for directories.
+            vec![
+                "restore",
+                &s,
+                "main:ws/a.txt",
+                "--to",
+                &dest,
+                "--include",
+                "*",
+            ],
             2,
-            vec!["directory"],
+            vec!["--include", "directory"],
         ),
         (
             vec![

@@ -102,11 +102,22 @@ pub enum Command {
     /// again; the rest are chunked and hashed on all cores. Sockets, fifos and devices make the
     /// capture fail unless excluded; symlinks are stored, never followed.
     Capture(store::CaptureArgs),
-    /// Copy a checkpoint's root into a directory (no FUSE needed).
+    /// Copy a root, a directory, a file or a symlink of a checkpoint back out (no FUSE needed).
     ///
-    /// Every needed object is checked before DIR is touched; the tree is staged beside DIR and
-    /// swapped in. An existing non-empty DIR is moved aside to DIR.ckptfs-aside-TIME, never
-    /// deleted. An interrupted restore is rolled back by `ckptfs recover`.
+    /// Forms:
+    ///   restore STORE C --to DIR              root (the only one, or --root R) as DIR
+    ///   restore STORE C:R/SUB --to DIR        directory SUB as DIR
+    ///   restore STORE C:R/F --to DEST         file F as DEST, or into DEST if a directory
+    ///   restore STORE C:R/SUB --in-place      SUB (or a file) back at its place in root R
+    ///   restore STORE C --in-place            every root of C back at its recorded path
+    ///   ... --include GLOB / --exclude GLOB   only part of a directory
+    ///
+    /// Every needed object is checked before anything is written; each target is staged
+    /// beside it and swapped in. What was there is moved aside, never deleted: to
+    /// NAME.ckptfs-aside-TIME-PID beside it, or, in place, to STORE/displaced/ (an empty
+    /// directory is simply replaced). An interrupted restore is rolled back, all roots
+    /// together, by `ckptfs recover`.
+    #[command(verbatim_doc_comment)]
     Restore(store::RestoreArgs),
     /// Repair after a crash: roll back an interrupted operation, clear its RUNNING marker and
     /// remove half-written temp files; thaw a cgroup that a killed `checkpoint

@@ -77,17 +77,39 @@ pub struct CaptureArgs {
 
 /// `restore` arguments.
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("dest").required(true).args(["to", "in_place"])))]
 pub struct RestoreArgs {
     /// The store directory.
     pub store: PathBuf,
-    /// Checkpoint id (or unique prefix), label or branch; optionally :ROOT/PATH.
+    /// What to restore: CHECKPOINT (an id or unique prefix, a label or a branch) for a whole
+    /// root, or CHECKPOINT:ROOT/PATH for a directory, a file or a symlink in it.
     pub checkpoint: String,
-    /// Which root to restore (needed when the store has several).
+    /// Which root to restore (needed when the store has several; or CHECKPOINT:ROOT).
     #[arg(long)]
     pub root: Option<String>,
-    /// Destination directory.
+    /// Where to write. A directory (or a root) is restored AS DEST, like `cp -rT`: DEST
+    /// becomes that directory. A file or symlink is restored INTO DEST when DEST is an
+    /// existing directory (under its own name), else AS DEST, like `cp`. DEST must be
+    /// outside the roots, unless it is the place the entry was captured from (then this is
+    /// --in-place).
+    #[arg(long, value_name = "DEST")]
+    pub to: Option<PathBuf>,
+    /// Put it back where it was captured from: ROOT/PATH at its place in the root (what is
+    /// there now is moved to STORE/displaced/); without a root or path, every root of the
+    /// checkpoint at its recorded path, all or none. Refused under a mounted workspace
+    /// (use `switch` there).
     #[arg(long)]
-    pub to: PathBuf,
+    pub in_place: bool,
+    /// Restore only what matches GLOB (repeatable), with the directories that hold it; a
+    /// directory that matches comes whole. Paths are relative to the restored directory; a
+    /// glob without '/' matches a name at any depth ("*.py"), one with '/' the path
+    /// ("src/**"). For directories only.
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Do not restore what matches GLOB (repeatable; a directory with all it holds). Same
+    /// globs as --include; an exclude wins over an include.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -182,30 +204,70 @@ pub fn run_capture(a: CaptureArgs) -> Result<i32> {
 /// `ckptfs restore`.
 pub fn run_restore(a: RestoreArgs) -> Result<i32> {
     let s = Store::open(&a.store)?;
-    let spec = match (&a.root, a.checkpoint.contains(':')) {
+    let has_root = a.checkpoint.contains(':');
+    let spec = match (&a.root, has_root) {
         (Some(r), false) => format!("{}:{r}", a.checkpoint),
         (Some(_), true) => {
             return Err(Error::Usage(
                 "give the root either as --root or as CHECKPOINT:ROOT, not both".into(),
             ))
         }
-        (None, _) => a.checkpoint,
+        (None, _) => a.checkpoint.clone(),
     };
-    let loc = locate(&s, &spec)?;
-    let r = restore::restore(&s, &loc, &a.to)?;
+    let opts = restore::RestoreOptions {
+        include: a.include,
+        exclude: a.exclude,
+    };
+    let reports = match &a.to {
+        None if a.root.is_none() && !has_root => {
+            let id = s.resolve(&spec)?;
+            let rec = s.read_checkpoint(&id)?;
+            let first = rec.roots.keys().next().cloned().unwrap_or_default();
+            let loc = locate(&s, &format!("{spec}:{first}"))?;
+            restore::restore_all_in_place(&s, &loc, &opts)?
+        }
+        None => {
+            let loc = locate(&s, &spec)?;
+            vec![restore::restore_to(
+                &s,
+                &loc,
+                restore::Destination::InPlace,
+                &opts,
+            )?]
+        }
+        Some(to) => {
+            let loc = locate(&s, &spec)?;
+            vec![restore::restore_to(
+                &s,
+                &loc,
+                restore::Destination::To(to),
+                &opts,
+            )?]
+        }
+    };
     if a.json.json {
-        print_json(&r)?;
+        match reports.as_slice() {
+            [one] if a.to.is_some() || a.root.is_some() || has_root => print_json(one)?,
+            all => print_json(&serde_json::json!({ "restored": all }))?,
+        }
     } else {
-        println!(
-            "restored {}:{} to {} ({} files, {})",
-            r.checkpoint.short(),
-            r.root,
-            r.dir.display(),
-            r.files,
-            human_bytes(r.bytes)
-        );
-        if let Some(aside) = &r.moved_aside {
-            println!("the previous contents were moved to {}", aside.display());
+        for r in &reports {
+            let what = if r.path.is_empty() {
+                r.root.clone()
+            } else {
+                format!("{}/{}", r.root, r.path)
+            };
+            println!(
+                "restored {}:{what} ({}) to {} ({} files, {})",
+                r.checkpoint.short(),
+                r.kind,
+                r.dir.display(),
+                r.files,
+                human_bytes(r.bytes)
+            );
+            if let Some(aside) = &r.moved_aside {
+                println!("  what was there was moved to {}", aside.display());
+            }
         }
     }
     Ok(0)

@@ -10,7 +10,6 @@
 //! that died holding writers has its cgroups thawed, and its store's filesystem
 //! (`--freeze-fs`) before anything else, since every write there would wait.
 
-use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -19,8 +18,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::ops::inventory;
-use crate::ops::restore::{EntryId, RestorePhase};
-use crate::safe::{Dir, Stat};
+use crate::safe::Dir;
 use crate::store::lock::pid_alive;
 use crate::store::Store;
 
@@ -60,9 +58,9 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
                 )));
         }
         if m.op == "restore" {
-            if let Ok(phase) = serde_json::from_value::<RestorePhase>(m.phase.clone()) {
-                roll_back_restore(&phase, &mut report)?;
-            }
+            report
+                .actions
+                .extend(crate::ops::restore::roll_back_marker(&m.phase)?);
         }
         if m.op == "switch" {
             if let Ok(phase) =
@@ -194,96 +192,6 @@ fn make_read_only(store: &Store, p: &Path) -> Result<()> {
     match fan.stat(name)? {
         Some(st) if st.is_file() => fan.set_mode(name, 0o444),
         _ => Ok(()),
-    }
-}
-
-/// Rolls an interrupted restore back through DIR's parent, held: removes the staging
-/// directory and moves the original DIR back from aside when DIR is missing. The parent may be
-/// an agent's, so nothing is followed, and only what the restore made or moved is touched:
-/// the staging directory must be a real directory with the recorded identity (or, recorded
-/// before it was created, empty), and the aside entry must be the one moved there.
-fn roll_back_restore(p: &RestorePhase, report: &mut RecoverReport) -> Result<()> {
-    let Some(parent) = p.dir.parent() else {
-        return Ok(());
-    };
-    let parent = match Dir::open(parent) {
-        Ok(d) => d,
-        Err(Error::NotFound(_)) => {
-            report.actions.push(format!(
-                "the parent of the restore target {} is gone; nothing to roll back",
-                p.dir.display()
-            ));
-            return Ok(());
-        }
-        Err(e) => return Err(e),
-    };
-    let before = report.actions.len();
-    if let Some(staging) = p.staging.file_name() {
-        if let Some(st) = parent.stat(staging)? {
-            if is_staging(&parent, staging, &st, p.staging_id.as_ref())? {
-                parent.remove_all(staging)?;
-                report.actions.push(format!(
-                    "removed the restore staging directory {}",
-                    p.staging.display()
-                ));
-            } else {
-                report.actions.push(format!(
-                    "left {} alone: it is {}, not the staging directory the restore made",
-                    p.staging.display(),
-                    if st.is_dir() {
-                        "another directory"
-                    } else {
-                        st.kind().describe()
-                    }
-                ));
-            }
-        }
-    }
-    let (aside, dir) = (
-        p.aside.as_deref().and_then(Path::file_name),
-        p.dir.file_name(),
-    );
-    if let (Some(aside), Some(dir)) = (aside, dir) {
-        if let (Some(st), None) = (parent.stat(aside)?, parent.stat(dir)?) {
-            if p.aside_id.as_ref().map_or(true, |id| id.matches(&st)) {
-                parent.rename(aside, &parent, dir, false)?;
-                parent.sync()?;
-                report.actions.push(format!(
-                    "put the original {} back (it had been moved to {})",
-                    p.dir.display(),
-                    p.aside.as_deref().unwrap_or(Path::new("")).display()
-                ));
-            } else {
-                report.actions.push(format!(
-                    "left {} alone: it is not what the restore moved aside from {}",
-                    p.aside.as_deref().unwrap_or(Path::new("")).display(),
-                    p.dir.display()
-                ));
-            }
-        }
-    }
-    if report.actions.len() == before {
-        report.actions.push(format!(
-            "restore to {} had completed or not started; nothing to roll back",
-            p.dir.display()
-        ));
-    }
-    Ok(())
-}
-
-/// Whether `name` (lstat `st`) in `parent` is the staging directory a restore made: a real
-/// directory (never a symlink), owned by us, with the recorded identity; recorded before it
-/// existed, it can only be empty.
-fn is_staging(parent: &Dir, name: &OsStr, st: &Stat, id: Option<&EntryId>) -> Result<bool> {
-    if !st.is_dir() || st.uid != nix::unistd::geteuid().as_raw() {
-        return Ok(false);
-    }
-    match id {
-        Some(id) => Ok(id.matches(st)),
-        None => {
-            let d = parent.open_dir(name)?;
-            Ok(d.stat_self()?.same_object(st) && d.entries()?.is_empty())
-        }
     }
 }
 

@@ -1,30 +1,40 @@
-//! `restore --to DIR`: a copy restore for when FUSE is not wanted.
+//! `restore`: a copy restore for when FUSE is not wanted, at any grain: a whole root, a
+//! directory, one file or symlink; to a path outside the roots (`--to`), or back into its
+//! own place in its root (`--in-place`, or `--to` that place), or every root of a
+//! checkpoint at once (`--in-place` without a root).
 //!
-//! DIR's parent may be writable by an agent, who can rename or replace any entry in it at any
-//! moment. So DIR is resolved once: its parent is canonicalized, opened as a [`safe::Dir`], and
-//! every check (not inside a root, not overlapping the store) is made on the real path of the
-//! directory held; everything after that goes through held fds, never a path.
+//! A target's parent may be writable by an agent, who can rename or replace any entry in it
+//! at any moment. So each target is resolved once and held: outside the roots, its parent
+//! is canonicalized (a symlink on the way owned by someone else is refused) and opened as a
+//! [`safe::Dir`], and the held directory's real path is the one checked (not inside a root,
+//! not overlapping the store); inside a root, the root is opened at its configured path and
+//! the parent reached beneath it with no symlink followed. Everything after that goes
+//! through held fds, never a path. A target under a mounted workspace is refused.
 //!
-//! 1. Check: every tree and chunk the root needs is read and hashed before DIR is touched.
-//! 2. Stage: a fresh `.ckptfs-restore-<pid>-<8 hex>` directory beside DIR (0700, ours, checked
-//!    to be the one created), and in it the tree, `tree/`, materialized through held directory
-//!    fds: each entry created exclusively (`O_CREAT|O_EXCL`, `mkdirat`, `symlinkat`) in the
-//!    directory this restore created, from names that tree decoding validated, its metadata
-//!    given to its fd (or, for a symlink, to its name in the held directory, not followed).
-//!    Nobody else can enter the staging directory, so renaming it away or replacing its name
-//!    with a symlink changes nothing that is written. Holes (all-zero 4 KiB blocks) stay holes.
-//! 3. Swap: an existing non-empty DIR is renamed aside to `DIR.ckptfs-aside-<time>-<pid>`
-//!    (never deleted; a symlink is moved, not followed), then `tree/` is renamed from the held
-//!    staging directory to DIR (`RENAME_NOREPLACE`) and the empty staging directory removed.
-//!    Each phase is recorded in the RUNNING marker, with the device and inode of the staging
-//!    and aside directories, so `recover` rolls an interrupted restore back touching only
-//!    what this restore made or moved.
+//! 1. Check: every tree and chunk needed is read and hashed before any target is touched.
+//! 2. Stage: for each target, a fresh `.ckptfs-restore-<pid>-<8 hex>` directory beside it
+//!    (0700, ours, checked to be the one created), and in it the tree (or the one entry),
+//!    `tree`, materialized through held directory fds: each entry created exclusively
+//!    (`O_CREAT|O_EXCL`, `mkdirat`, `symlinkat`) in a directory this restore created, from
+//!    names that tree decoding validated, its metadata given to its fd (or, for a symlink,
+//!    to its name in the held directory, not followed). Nobody else can enter the staging
+//!    directory. Holes (all-zero 4 KiB blocks) stay holes. `--include`/`--exclude` filter
+//!    what is materialized (paths relative to the restored directory, exclude-rule globs).
+//! 3. Swap: what is at the target is moved aside, never deleted (an empty directory, for a
+//!    directory restore, is removed): to `NAME.ckptfs-aside-<time>-<pid>` beside it, or, in
+//!    place, to the store's `displaced/<time>-<pid>-restore-ROOT[-PATH]` (beside it when
+//!    that is another filesystem); then `tree` is renamed to the target
+//!    (`RENAME_NOREPLACE`) and the staging directories removed once every target is in.
+//!    Each step is recorded in the RUNNING marker ([`RestoreMarker`]) with the identities
+//!    of what was made and moved, so `recover` (and a failure here) rolls every target
+//!    back until all are swapped in, touching only what this restore made or moved.
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -36,6 +46,7 @@ use crate::id::ObjectId;
 use crate::meta::{apply_meta_at, apply_meta_fd, Meta};
 use crate::ops::walk::Located;
 use crate::safe::{Dir, Stat};
+use crate::store::exclude::Excluder;
 use crate::store::fsio;
 use crate::store::tree::{Chunk, Entry, EntryKind};
 use crate::store::Store;
@@ -51,18 +62,6 @@ const STAGED_TREE: &str = "tree";
 
 /// The longest file name (`NAME_MAX`): an aside name keeps to it whatever DIR's length.
 const NAME_MAX: usize = 255;
-
-/// What a restore did.
-#[derive(Clone, Debug, Serialize)]
-pub struct RestoreReport {
-    pub checkpoint: ObjectId,
-    pub root: String,
-    pub dir: PathBuf,
-    pub files: u64,
-    pub bytes: u64,
-    /// Where the previous non-empty DIR was moved.
-    pub moved_aside: Option<PathBuf>,
-}
 
 /// A directory entry's identity (device, inode): what `recover` checks before it removes or
 /// moves back anything, so that a name an agent swapped meanwhile is left alone.
@@ -85,8 +84,9 @@ impl EntryId {
     }
 }
 
-/// Restore progress kept in the RUNNING marker (for `recover`). Paths are real paths (DIR's
-/// parent canonicalized); the staging and aside directories are in DIR's parent.
+/// The progress of one target in the RUNNING marker (for `recover`). Paths are real paths.
+/// The staging directory is in DIR's parent; the aside entry too, unless `aside_in_store`
+/// (then it is in the store's `displaced/`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RestorePhase {
     pub dir: PathBuf,
@@ -98,37 +98,187 @@ pub struct RestorePhase {
     /// What was at DIR when it was moved aside.
     #[serde(default)]
     pub aside_id: Option<EntryId>,
+    /// DIR's parent is inside a root (an agent's tree): `recover` opens the root's real path
+    /// here and reaches the parent beneath it by `parent_rel`, never following a symlink.
+    #[serde(default)]
+    pub within: Option<PathBuf>,
+    #[serde(default)]
+    pub parent_rel: Option<PathBuf>,
+    /// The aside entry is in the store's `displaced/`, not in DIR's parent.
+    #[serde(default)]
+    pub aside_in_store: bool,
+    /// The staged tree (what is renamed to DIR).
+    #[serde(default)]
+    pub staged_id: Option<EntryId>,
+    /// The rename of the staged tree to DIR was started (written before it is made).
+    #[serde(default)]
+    pub swapped: bool,
+    /// An empty directory at DIR was removed to make room.
+    #[serde(default)]
+    pub removed_empty: bool,
 }
 
-/// DIR, resolved once: its parent held, and DIR's real path, on which the checks are made.
+/// The marker phase of a restore: every target, and whether all of them were swapped in.
+/// Until `done`, `recover` undoes the swaps made, so that a restore of several roots leaves
+/// all of them old or all of them new.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RestoreMarker {
+    pub targets: Vec<RestorePhase>,
+    #[serde(default)]
+    pub done: bool,
+}
+
+/// Where a restore writes.
+#[derive(Clone, Copy, Debug)]
+pub enum Destination<'a> {
+    /// A path: a directory is restored as it (like `cp -rT`); a file into it when it is an
+    /// existing directory, else as it (like `cp`). Refused inside a root, unless it is the
+    /// entry's own place there.
+    To(&'a Path),
+    /// The entry's own place: its root's recorded path, and its path in the root.
+    InPlace,
+}
+
+/// Filters of a directory restore.
+#[derive(Clone, Debug, Default)]
+pub struct RestoreOptions {
+    /// Globs: only what matches (and the directories holding it) is restored; a directory
+    /// that matches is restored whole. Empty: everything.
+    pub include: Vec<String>,
+    /// Globs: what matches is not restored (a directory with all it holds).
+    pub exclude: Vec<String>,
+}
+
+/// `--include`/`--exclude`, compiled. Paths are relative to the restored directory, with
+/// the semantics of exclude rules (`store::exclude`): a glob without `/` matches a name at
+/// any depth.
+struct Filter {
+    include: Option<Excluder>,
+    exclude: Option<Excluder>,
+}
+
+impl Filter {
+    fn compile(opts: &RestoreOptions) -> Result<Option<Filter>> {
+        let one = |flag: &str, globs: &[String]| -> Result<Option<Excluder>> {
+            if globs.is_empty() {
+                return Ok(None);
+            }
+            Excluder::compile(flag, globs)
+                .map(Some)
+                .map_err(|e| Error::Usage(format!("{flag}: {e}")))
+        };
+        let f = Filter {
+            include: one("--include", &opts.include)?,
+            exclude: one("--exclude", &opts.exclude)?,
+        };
+        Ok((f.include.is_some() || f.exclude.is_some()).then_some(f))
+    }
+
+    fn excluded(&self, rel: &Path, name: &OsStr) -> bool {
+        self.exclude.as_ref().is_some_and(|x| x.excluded(rel, name))
+    }
+
+    fn included(&self, rel: &Path, name: &OsStr) -> bool {
+        self.include
+            .as_ref()
+            .map_or(true, |x| x.excluded(rel, name))
+    }
+}
+
+/// What a restore did, for one target.
+#[derive(Clone, Debug, Serialize)]
+pub struct RestoreReport {
+    pub checkpoint: ObjectId,
+    pub root: String,
+    /// The path restored, relative to the root (empty: the root itself).
+    pub path: String,
+    /// `directory`, `file` or `symlink`.
+    pub kind: &'static str,
+    pub dir: PathBuf,
+    pub files: u64,
+    pub bytes: u64,
+    /// Where what was at DIR was moved (beside it, or under the store's `displaced/`).
+    pub moved_aside: Option<PathBuf>,
+}
+
+/// The target of a restore, resolved once: its parent held, and its real path, on which
+/// the checks are made.
 struct Target {
     parent: Dir,
     name: OsString,
     /// The real path of the parent held (for the marker and messages).
     parent_real: PathBuf,
+    /// Inside a root: the root's real path and the parent's path below it.
+    within: Option<(PathBuf, PathBuf)>,
 }
 
 impl Target {
+    /// A path the operator named, outside the roots. Its parent is canonicalized and held; a
+    /// symlink on the way that someone else owns (an agent could have planted it) is refused,
+    /// and the held directory must be the one checked.
     fn resolve(dir: &Path) -> Result<Target> {
         let dir = crate::store::absolute(dir)?;
         let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
             return Err(Error::Usage(format!(
-                "--to {}: not a usable directory",
+                "--to {}: not a usable path",
                 dir.display()
             )));
         };
-        // The parent's path is the operator's; canonicalizing it means the checks below are
-        // on real paths, and opening the result refuses a symlink swapped in since.
+        refuse_foreign_symlinks(parent)?;
         let canon = std::fs::canonicalize(parent).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => Error::NotFound(format!("directory {}", parent.display())),
             _ => Error::io(parent, e),
         })?;
         let parent = Dir::open(&canon)?;
         let parent_real = parent.real_path()?;
+        if parent_real != canon {
+            return Err(Error::Invalid(format!(
+                "{} changed while being resolved (a component was swapped); nothing was written",
+                canon.display()
+            )));
+        }
         Ok(Target {
             parent,
             name: name.to_os_string(),
             parent_real,
+            within: None,
+        })
+    }
+
+    /// `comps` in root `root` (its recorded path): the root itself (whose parent is the
+    /// operator's), or an entry below it, whose parent is reached from the held root
+    /// beneath it, never through a symlink.
+    fn in_root(store: &Store, root: &str, comps: &[Vec<u8>]) -> Result<Target> {
+        let rc = store
+            .config()
+            .roots
+            .get(root)
+            .ok_or_else(|| Error::NotFound(format!("root {root} in this store's config")))?;
+        let Some((last, dirs)) = comps.split_last() else {
+            return Target::resolve(&rc.path);
+        };
+        let canon = std::fs::canonicalize(&rc.path).map_err(|e| Error::io(&rc.path, e))?;
+        let top = Dir::open(&canon)?;
+        let top_real = top.real_path()?;
+        let rel: PathBuf = dirs.iter().map(|c| OsStr::from_bytes(c)).collect();
+        let parent = if rel.as_os_str().is_empty() {
+            top
+        } else {
+            top.open_dir(&rel).map_err(|e| match e {
+                Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => {
+                    Error::NotFound(format!(
+                        "{}: the directory holding it is gone (restore that directory, or use --to)",
+                        top_real.join(&rel).display()
+                    ))
+                }
+                e => e,
+            })?
+        };
+        Ok(Target {
+            parent_real: top_real.join(&rel),
+            parent,
+            name: OsStr::from_bytes(last).to_os_string(),
+            within: Some((top_real, rel)),
         })
     }
 
@@ -141,20 +291,40 @@ impl Target {
     }
 }
 
-/// Refuses a DIR inside a root (other than the root itself), or overlapping the store. Made
-/// on the path as given (so a target below a missing directory gets the usage error) and
-/// again on DIR's real path once its parent is held; each root and the store are compared
-/// by the path configured and by their real path.
+/// Refuses a path whose components include a symlink owned by someone other than us (root,
+/// running as root): one an agent planted could send the restore anywhere.
+fn refuse_foreign_symlinks(path: &Path) -> Result<()> {
+    let me = nix::unistd::geteuid().as_raw();
+    let mut p = PathBuf::new();
+    for c in path.components() {
+        p.push(c);
+        match std::fs::symlink_metadata(&p) {
+            Ok(md) if md.file_type().is_symlink() && md.uid() != me => {
+                return Err(Error::Usage(format!(
+                    "{} is a symlink owned by uid {}: not followed (give the real path)",
+                    p.display(),
+                    md.uid()
+                )));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(&p, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a target inside a root (other than `place`, the entry's own place), or
+/// overlapping the store. Made on the path as given (so a target below a missing directory
+/// gets the usage error) and again on the real path once its parent is held; each root and
+/// the store are compared by the path configured and by their real path.
 fn check_overlap(store: &Store, dir: &Path) -> Result<()> {
-    let both = |p: &Path| {
-        let real = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-        [p.to_path_buf(), real]
-    };
     for (name, rc) in &store.config().roots {
         for root in both(&rc.path) {
-            if dir.starts_with(&root) && dir != root {
+            if dir.starts_with(&root) {
                 return Err(Error::Usage(format!(
-                    "--to {} is inside root {name} ({}); restore to the root path itself or outside it",
+                    "--to {} is inside root {name} ({}); restore to the path of what is \
+                     restored there (or --in-place), or outside the root",
                     dir.display(),
                     rc.path.display()
                 )));
@@ -173,126 +343,388 @@ fn check_overlap(store: &Store, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `p` as configured and as its real path.
+fn both(p: &Path) -> [PathBuf; 2] {
+    let real = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    [p.to_path_buf(), real]
+}
+
+/// The entry's own place: its root's path (as configured and real) joined with its path.
+fn places(store: &Store, loc: &Located) -> Vec<PathBuf> {
+    let Some(rc) = store.config().roots.get(&loc.root) else {
+        return Vec::new();
+    };
+    let rel: PathBuf = loc.path.iter().map(|c| OsStr::from_bytes(c)).collect();
+    both(&rc.path).iter().map(|r| r.join(&rel)).collect()
+}
+
+/// Refuses a target under a mounted workspace: the overlay would show (or hide) what the
+/// restore writes under it.
+fn refuse_live_workspace(store: &Store, real: &Path) -> Result<()> {
+    for st in crate::workspace::states(store)? {
+        let hit = st
+            .roots
+            .values()
+            .find(|r| both(&r.mountpoint).iter().any(|m| real.starts_with(m)));
+        if let Some(r) = hit {
+            if crate::workspace::is_live(store, &st)? {
+                return Err(Error::Conflict(format!(
+                    "{} is under the mounted workspace {} ({}): a restore there would write \
+                     under a live overlay; use `ckptfs switch` to put the workspace on the \
+                     checkpoint, or restore inside the workspace after `ckptfs checkpoint`",
+                    real.display(),
+                    st.branch,
+                    r.mountpoint.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What is staged: a directory tree (with the metadata of its top), or one entry.
+enum Source<'a> {
+    Tree { tree: ObjectId, meta: Meta<'a> },
+    Entry(&'a Entry),
+}
+
+/// One target of a restore and its progress.
+struct Job<'a> {
+    root: String,
+    path: String,
+    source: Source<'a>,
+    target: Target,
+    /// In place: the store's `displaced/`, where what is there now goes.
+    displaced: Option<Dir>,
+    phase: RestorePhase,
+    staging: Option<(OsString, Dir)>,
+    counts: (u64, u64),
+}
+
+impl Job<'_> {
+    fn kind(&self) -> &'static str {
+        match &self.source {
+            Source::Tree { .. } => "directory",
+            Source::Entry(e) => match e.kind {
+                EntryKind::Dir { .. } => "directory",
+                EntryKind::File { .. } => "file",
+                EntryKind::Symlink { .. } => "symlink",
+            },
+        }
+    }
+}
+
 /// Restores the root at `loc` (the root itself or a directory in it) to `dir`.
 ///
 /// # Errors
-/// `Usage` when DIR is inside a root or overlaps the store (by real paths); `Corrupt`/
-/// `NotFound` for a bad object (before anything at DIR changes); `Invalid` when a directory
-/// this restore created was replaced under it.
+/// As [`restore_to`].
 pub fn restore(store: &Store, loc: &Located, dir: &Path) -> Result<RestoreReport> {
-    check_overlap(store, &crate::store::absolute(dir)?)?;
-    let target = Target::resolve(dir)?;
-    let real = target.real();
-    check_overlap(store, &real)?;
-    let tree_id = loc
-        .dir_tree()
-        .ok_or_else(|| Error::Usage(format!("{}: restore needs a directory", loc.root)))?;
-    // 1. Check every needed object first.
-    check_objects(store, &tree_id)?;
-    let args = serde_json::json!({"checkpoint": loc.checkpoint, "root": loc.root, "to": real});
-    store.mutate("restore", args, |m| {
-        let root_meta = match &loc.entry {
-            None => {
-                let r = &loc.record.roots[&loc.root];
-                Meta {
+    restore_to(store, loc, Destination::To(dir), &RestoreOptions::default())
+}
+
+/// Restores what is at `loc` (a root, a directory, a file or a symlink) to `dest`.
+///
+/// # Errors
+/// `Usage` when the target is inside a root (other than the entry's own place) or overlaps
+/// the store (by real paths), or for filters on a single entry; `Conflict` when a mounted
+/// workspace covers the target; `Corrupt`/`NotFound` for a bad object (before anything at
+/// the target changes); `Invalid` when a directory this restore created was replaced under it.
+pub fn restore_to(
+    store: &Store,
+    loc: &Located,
+    dest: Destination<'_>,
+    opts: &RestoreOptions,
+) -> Result<RestoreReport> {
+    let source = source_of(loc)?;
+    let filter = Filter::compile(opts)?;
+    if filter.is_some() && !matches!(source, Source::Tree { .. }) {
+        return Err(Error::Usage(
+            "--include/--exclude filter the restore of a directory; this is a single entry".into(),
+        ));
+    }
+    let places = places(store, loc);
+    let (target, in_place) = match dest {
+        Destination::InPlace => (Target::in_root(store, &loc.root, &loc.path)?, true),
+        Destination::To(dir) => {
+            let abs = crate::store::absolute(dir)?;
+            if places.contains(&abs) {
+                (Target::in_root(store, &loc.root, &loc.path)?, true)
+            } else {
+                // On the path as given first: a target below a missing directory inside a
+                // root gets the usage error, not "not found".
+                let given = check_overlap(store, &abs);
+                let mut t = match (Target::resolve(&abs), given) {
+                    (Ok(t), _) => t,
+                    (Err(_), Err(e)) | (Err(e), Ok(())) => return Err(e),
+                };
+                if matches!(source, Source::Entry(_)) {
+                    t = into_existing_dir(t, loc)?;
+                }
+                if places.contains(&t.real()) {
+                    (Target::in_root(store, &loc.root, &loc.path)?, true)
+                } else {
+                    check_overlap(store, &abs)?;
+                    check_overlap(store, &t.real())?;
+                    (t, false)
+                }
+            }
+        }
+    };
+    let job = new_job(store, loc, source, target, in_place)?;
+    let mut reports = run(store, loc, vec![job], filter.as_ref())?;
+    Ok(reports.remove(0))
+}
+
+/// Restores every root of checkpoint `loc.checkpoint` at its recorded path, each root's
+/// current content moved to the store's `displaced/`: all of them, or (rolled back) none.
+///
+/// # Errors
+/// As [`restore_to`].
+pub fn restore_all_in_place(
+    store: &Store,
+    loc: &Located,
+    opts: &RestoreOptions,
+) -> Result<Vec<RestoreReport>> {
+    let filter = Filter::compile(opts)?;
+    let mut jobs = Vec::new();
+    for (root, r) in &loc.record.roots {
+        let meta = Meta {
+            mode: r.mode,
+            uid: r.uid,
+            gid: r.gid,
+            mtime_ns: r.mtime_ns,
+            xattrs: &r.xattrs,
+        };
+        let source = Source::Tree { tree: r.tree, meta };
+        let target = Target::in_root(store, root, &[])?;
+        let mut job = new_job(store, loc, source, target, true)?;
+        job.root = root.clone();
+        jobs.push(job);
+    }
+    run(store, loc, jobs, filter.as_ref())
+}
+
+/// What `loc` stages.
+fn source_of(loc: &Located) -> Result<Source<'_>> {
+    Ok(match &loc.entry {
+        None => {
+            let r = loc.record.roots.get(&loc.root).ok_or_else(|| {
+                Error::NotFound(format!("root {} in {}", loc.root, loc.checkpoint.short()))
+            })?;
+            Source::Tree {
+                tree: r.tree,
+                meta: Meta {
                     mode: r.mode,
                     uid: r.uid,
                     gid: r.gid,
                     mtime_ns: r.mtime_ns,
                     xattrs: &r.xattrs,
-                }
+                },
             }
-            Some(e) => Meta::of_entry(e),
-        };
-        let mut phase = RestorePhase {
-            dir: real.clone(),
-            staging: PathBuf::new(),
-            staging_id: None,
-            aside: None,
-            aside_id: None,
-        };
-        // 2. Stage.
-        let (staging_name, staging) = create_staging(&target, &mut phase, |p| {
-            m.set_phase(serde_json::to_value(p).unwrap_or_default())
-        })?;
-        let mut counts = (0u64, 0u64);
-        let staged = (|| {
-            let tree = staging.create_private_dir(OsStr::new(STAGED_TREE))?;
-            materialize_dir(store, &tree_id, &tree, &mut counts)?;
-            apply_meta_fd(&tree, tree.path(), &root_meta)?;
-            fsio::fault_point("syncfs").map_err(|e| Error::io(tree.path(), e))?;
-            tree.sync_filesystem()
-        })();
-        if let Err(e) = staged {
-            discard_staging(&target, &staging_name, &staging);
-            return Err(e);
         }
-        // 3. Swap. If it fails, put the original DIR back and drop the staging directory.
-        let mut removed_empty = false;
-        let swapped = (|| -> Result<()> {
-            if let Some(st) = target.parent.stat(&target.name)? {
-                if st.is_dir() && is_empty_dir(&target.parent, &target.name, &st)? {
-                    target.parent.remove_dir(&target.name)?;
-                    removed_empty = true;
-                } else {
-                    let aside = aside_name(&target.name);
-                    phase.aside = Some(target.in_parent(&aside));
-                    phase.aside_id = Some(EntryId::of(&st));
-                    m.set_phase(serde_json::to_value(&phase).unwrap_or_default())?;
-                    fsio::fault_point("rename").map_err(|e| Error::io(&real, e))?;
-                    target
-                        .parent
-                        .rename(&target.name, &target.parent, &aside, false)?;
-                }
-            }
-            fsio::fault_point("rename").map_err(|e| Error::io(&real, e))?;
-            staging.rename(OsStr::new(STAGED_TREE), &target.parent, &target.name, false)
-        })();
-        if let Err(e) = swapped {
-            discard_staging(&target, &staging_name, &staging);
-            put_back(&target, &phase, removed_empty);
-            return Err(e);
-        }
-        remove_staging(&target, &staging_name, &staging);
-        fsio::fault_point("fsync").map_err(|e| Error::io(&target.parent_real, e))?;
-        target.parent.sync()?;
-        let report = RestoreReport {
-            checkpoint: loc.checkpoint,
-            root: loc.root.clone(),
-            dir: real.clone(),
-            files: counts.0,
-            bytes: counts.1,
-            moved_aside: phase.aside.clone(),
-        };
-        let summary =
-            serde_json::json!({"files": counts.0, "bytes": counts.1, "moved_aside": phase.aside});
-        Ok((report, summary))
+        Some(
+            e @ Entry {
+                kind: EntryKind::Dir { tree, .. },
+                ..
+            },
+        ) => Source::Tree {
+            tree: *tree,
+            meta: Meta::of_entry(e),
+        },
+        Some(e) => Source::Entry(e),
     })
 }
 
-/// Creates the staging directory beside DIR under a fresh fixed-length name, recording it
-/// in the marker (through `record`) before it exists and again, with its identity, once
-/// it does. Returns its name and the held directory.
-fn create_staging(
-    target: &Target,
-    phase: &mut RestorePhase,
-    mut record: impl FnMut(&RestorePhase) -> Result<()>,
-) -> Result<(OsString, Dir)> {
-    let mut attempt = 0u32;
-    loop {
-        let name = OsString::from(staging_name(attempt));
-        phase.staging = target.in_parent(&name);
-        phase.staging_id = None;
-        record(phase)?;
-        match target.parent.create_private_dir(&name) {
-            Ok(dir) => {
-                phase.staging_id = Some(EntryId::of(&dir.stat_self()?));
-                if let Err(e) = record(phase) {
-                    discard_staging(target, &name, &dir);
-                    return Err(e);
-                }
-                return Ok((name, dir));
+/// A single entry restored to an existing directory goes into it, under its own name (as
+/// `cp` does). The directory is opened beneath its held parent: a symlink there is not
+/// followed (it is moved aside and replaced, like a file).
+fn into_existing_dir(t: Target, loc: &Located) -> Result<Target> {
+    match t.parent.stat(&t.name)? {
+        Some(st) if st.is_dir() => {
+            let Some(name) = loc.path.last() else {
+                return Ok(t);
+            };
+            let dir = t.parent.open_dir(&t.name)?;
+            if !dir.stat_self()?.same_object(&st) {
+                return Err(Error::Invalid(format!(
+                    "{} changed while being resolved; nothing was written",
+                    t.real().display()
+                )));
             }
+            let parent_real = dir.real_path()?;
+            Ok(Target {
+                parent: dir,
+                name: OsStr::from_bytes(name).to_os_string(),
+                parent_real,
+                within: None,
+            })
+        }
+        _ => Ok(t),
+    }
+}
+
+fn new_job<'a>(
+    store: &Store,
+    loc: &Located,
+    source: Source<'a>,
+    target: Target,
+    in_place: bool,
+) -> Result<Job<'a>> {
+    let real = target.real();
+    refuse_live_workspace(store, &real)?;
+    let displaced = if in_place {
+        let d = store.displaced_dir();
+        std::fs::create_dir_all(&d).map_err(|e| Error::io(&d, e))?;
+        Some(Dir::open(&d)?)
+    } else {
+        None
+    };
+    let phase = RestorePhase {
+        dir: real,
+        staging: PathBuf::new(),
+        staging_id: None,
+        aside: None,
+        aside_id: None,
+        within: target.within.as_ref().map(|w| w.0.clone()),
+        parent_rel: target.within.as_ref().map(|w| w.1.clone()),
+        aside_in_store: false,
+        staged_id: None,
+        swapped: false,
+        removed_empty: false,
+    };
+    let path = loc
+        .path
+        .iter()
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect::<Vec<_>>()
+        .join("/");
+    Ok(Job {
+        root: loc.root.clone(),
+        path,
+        source,
+        target,
+        displaced,
+        phase,
+        staging: None,
+        counts: (0, 0),
+    })
+}
+
+/// Checks every object, then stages every job, then swaps them all in; a failure before
+/// the last swap rolls every job back (as `recover` would).
+fn run(
+    store: &Store,
+    loc: &Located,
+    mut jobs: Vec<Job<'_>>,
+    filter: Option<&Filter>,
+) -> Result<Vec<RestoreReport>> {
+    // 1. Check every needed object first.
+    for j in &jobs {
+        match &j.source {
+            Source::Tree { tree, .. } => check_objects(store, tree)?,
+            Source::Entry(e) => {
+                if let EntryKind::File { chunks } = &e.kind {
+                    for c in chunks {
+                        store.read_chunk(c)?;
+                    }
+                }
+            }
+        }
+    }
+    let targets: Vec<&Path> = jobs.iter().map(|j| j.phase.dir.as_path()).collect();
+    let args = serde_json::json!({"checkpoint": loc.checkpoint, "root": loc.root, "to": targets});
+    store.mutate("restore", args, |m| {
+        let mut marker = RestoreMarker::default();
+        let mut record = |jobs: &[Job<'_>], done: bool| {
+            marker.targets = jobs.iter().map(|j| j.phase.clone()).collect();
+            marker.done = done;
+            m.set_phase(serde_json::to_value(&marker).unwrap_or_default())
+        };
+        // 2. Stage.
+        let mut staged = Ok(());
+        for i in 0..jobs.len() {
+            staged = stage(store, &mut jobs, i, filter, &mut record);
+            if staged.is_err() {
+                break;
+            }
+        }
+        if let Err(e) = staged {
+            for j in &jobs {
+                if let Some((name, dir)) = &j.staging {
+                    discard_staging(&j.target, name, dir);
+                }
+            }
+            return Err(e);
+        }
+        // 3. Swap.
+        let mut swapped = Ok(());
+        for i in 0..jobs.len() {
+            swapped = swap(store, &mut jobs, i, &mut record);
+            if swapped.is_err() {
+                break;
+            }
+        }
+        // Until the marker says done, the restore is not: a failure to say so rolls back too.
+        if swapped.is_ok() {
+            swapped = record(&jobs, true);
+        }
+        if let Err(e) = swapped {
+            for j in jobs.iter().rev() {
+                match roll_back(&j.phase, true) {
+                    Ok(actions) => actions.iter().for_each(|a| log::warn!("{a}")),
+                    Err(r) => log::warn!(
+                        "could not roll back the restore of {}: {r}; `ckptfs recover` retries",
+                        j.phase.dir.display()
+                    ),
+                }
+            }
+            return Err(e);
+        }
+        for j in &jobs {
+            if let Some((name, dir)) = &j.staging {
+                remove_staging(&j.target, name, dir);
+            }
+            fsio::fault_point("fsync").map_err(|e| Error::io(&j.target.parent_real, e))?;
+            j.target.parent.sync()?;
+            if let Some(d) = &j.displaced {
+                d.sync()?;
+            }
+        }
+        let reports: Vec<RestoreReport> = jobs
+            .iter()
+            .map(|j| RestoreReport {
+                checkpoint: loc.checkpoint,
+                root: j.root.clone(),
+                path: j.path.clone(),
+                kind: j.kind(),
+                dir: j.phase.dir.clone(),
+                files: j.counts.0,
+                bytes: j.counts.1,
+                moved_aside: j.phase.aside.clone(),
+            })
+            .collect();
+        let summary = serde_json::to_value(&reports).unwrap_or_default();
+        Ok((reports, summary))
+    })
+}
+
+/// Stages job `i`: a private staging directory beside its target, and in it the tree or
+/// entry as `tree`.
+fn stage(
+    store: &Store,
+    jobs: &mut [Job<'_>],
+    i: usize,
+    filter: Option<&Filter>,
+    record: &mut impl FnMut(&[Job<'_>], bool) -> Result<()>,
+) -> Result<()> {
+    let mut attempt = 0u32;
+    let (name, staging) = loop {
+        let name = OsString::from(staging_name(attempt));
+        jobs[i].phase.staging = jobs[i].target.in_parent(&name);
+        jobs[i].phase.staging_id = None;
+        record(jobs, false)?;
+        match jobs[i].target.parent.create_private_dir(&name) {
+            Ok(dir) => break (name, dir),
             // Taken (by a leftover, or by someone guessing): another name.
             Err(Error::Io { source, .. })
                 if source.raw_os_error() == Some(libc::EEXIST) && attempt < 8 =>
@@ -301,7 +733,122 @@ fn create_staging(
             }
             Err(e) => return Err(e),
         }
+    };
+    let id = staging.stat_self().map(|st| EntryId::of(&st));
+    jobs[i].staging = Some((name, staging));
+    jobs[i].phase.staging_id = Some(id?);
+    record(jobs, false)?;
+    let job = &mut jobs[i];
+    let Some((_, staging)) = &job.staging else {
+        return Ok(());
+    };
+    let tree_name = OsStr::new(STAGED_TREE);
+    match &job.source {
+        Source::Tree { tree, meta } => {
+            let top = staging.create_private_dir(tree_name)?;
+            materialize(
+                store,
+                tree,
+                &top,
+                &mut job.counts,
+                filter,
+                Path::new(""),
+                false,
+            )?;
+            apply_meta_fd(&top, top.path(), meta)?;
+        }
+        Source::Entry(e) => {
+            materialize_entry(store, e, staging, tree_name, &mut job.counts)?;
+        }
     }
+    job.phase.staged_id = staging.stat(tree_name)?.map(|st| EntryId::of(&st));
+    fsio::fault_point("syncfs").map_err(|e| Error::io(staging.path(), e))?;
+    staging.sync_filesystem()?;
+    record(jobs, false)
+}
+
+/// Swaps job `i` in: what is at its target moved aside (an empty directory, for a directory
+/// restore, removed), then the staged tree renamed to the target.
+fn swap(
+    store: &Store,
+    jobs: &mut [Job<'_>],
+    i: usize,
+    record: &mut impl FnMut(&[Job<'_>], bool) -> Result<()>,
+) -> Result<()> {
+    let real = jobs[i].phase.dir.clone();
+    let is_dir = matches!(jobs[i].kind(), "directory");
+    let t = &jobs[i].target;
+    if let Some(st) = t.parent.stat(&t.name)? {
+        if is_dir && st.is_dir() && is_empty_dir(&t.parent, &t.name, &st)? {
+            jobs[i].phase.removed_empty = true;
+            record(jobs, false)?;
+            let t = &jobs[i].target;
+            t.parent.remove_dir(&t.name)?;
+        } else {
+            move_aside(store, jobs, i, &st, record)?;
+        }
+    }
+    jobs[i].phase.swapped = true;
+    record(jobs, false)?;
+    fsio::fault_point("rename").map_err(|e| Error::io(&real, e))?;
+    let job = &jobs[i];
+    let Some((_, staging)) = &job.staging else {
+        return Err(Error::Invalid(format!(
+            "{}: nothing staged",
+            real.display()
+        )));
+    };
+    staging.rename(
+        OsStr::new(STAGED_TREE),
+        &job.target.parent,
+        &job.target.name,
+        false,
+    )
+}
+
+/// Moves what is at job `i`'s target (stat `st`) aside: into the store's `displaced/` for an
+/// in-place restore (beside the target when that is another filesystem), else beside it.
+fn move_aside(
+    store: &Store,
+    jobs: &mut [Job<'_>],
+    i: usize,
+    st: &Stat,
+    record: &mut impl FnMut(&[Job<'_>], bool) -> Result<()>,
+) -> Result<()> {
+    let real = jobs[i].phase.dir.clone();
+    jobs[i].phase.aside_id = Some(EntryId::of(st));
+    if jobs[i].displaced.is_some() {
+        let p = store.displaced_restore_path(&jobs[i].root, &jobs[i].path, crate::util::now_ns());
+        let name = p.file_name().unwrap_or_default().to_os_string();
+        jobs[i].phase.aside = Some(p);
+        jobs[i].phase.aside_in_store = true;
+        record(jobs, false)?;
+        fsio::fault_point("rename").map_err(|e| Error::io(&real, e))?;
+        let job = &jobs[i];
+        let Some(dir) = &job.displaced else {
+            return Ok(());
+        };
+        match job
+            .target
+            .parent
+            .rename(&job.target.name, dir, &name, false)
+        {
+            Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::EXDEV) => {
+                log::warn!(
+                    "{} is on another filesystem than the store: moved aside beside it",
+                    real.display()
+                );
+            }
+            other => return other,
+        }
+    }
+    let aside = aside_name(&jobs[i].target.name);
+    jobs[i].phase.aside = Some(jobs[i].target.in_parent(&aside));
+    jobs[i].phase.aside_in_store = false;
+    record(jobs, false)?;
+    fsio::fault_point("rename").map_err(|e| Error::io(&real, e))?;
+    let t = &jobs[i].target;
+    t.parent.rename(&t.name, &t.parent, &aside, false)
 }
 
 /// `.ckptfs-restore-<pid>-<8 hex>`: fixed length, whatever DIR's name.
@@ -361,24 +908,168 @@ fn remove_staging(target: &Target, name: &OsStr, staging: &Dir) {
     }
 }
 
-/// After a failed swap: the original DIR back in place, when nothing is there now.
-fn put_back(target: &Target, phase: &RestorePhase, removed_empty: bool) {
-    if !matches!(target.parent.stat(&target.name), Ok(None)) {
-        return;
-    }
-    let back = match &phase.aside {
-        Some(aside) => match aside.file_name() {
-            Some(a) => target.parent.rename(a, &target.parent, &target.name, false),
-            None => Ok(()),
+/// The actions of rolling back the restore recorded in a RUNNING marker's phase (either
+/// form: a [`RestoreMarker`], or one [`RestorePhase`] of an older ckptfs).
+///
+/// # Errors
+/// I/O on the directories involved.
+pub fn roll_back_marker(phase: &serde_json::Value) -> Result<Vec<String>> {
+    let (targets, done) = match serde_json::from_value::<RestoreMarker>(phase.clone()) {
+        Ok(m) => (m.targets, m.done),
+        Err(_) => match serde_json::from_value::<RestorePhase>(phase.clone()) {
+            Ok(p) => (vec![p], false),
+            Err(_) => return Ok(Vec::new()),
         },
-        None if removed_empty => target.parent.create_dir(&target.name, 0o777),
-        None => Ok(()),
     };
-    if let Err(e) = back {
-        log::warn!(
-            "could not put the original {} back: {e}; `ckptfs recover` retries",
-            target.real().display()
-        );
+    let mut actions = Vec::new();
+    for p in targets.iter().rev() {
+        actions.extend(roll_back(p, !done)?);
+    }
+    Ok(actions)
+}
+
+/// The parent of the target of `p`, held: beneath its root when it is in one.
+fn open_parent(p: &RestorePhase) -> Result<Dir> {
+    match (&p.within, &p.parent_rel) {
+        (Some(top), Some(rel)) => {
+            let top = Dir::open(top)?;
+            if rel.as_os_str().is_empty() {
+                Ok(top)
+            } else {
+                top.open_dir(rel)
+            }
+        }
+        _ => {
+            let parent = p
+                .dir
+                .parent()
+                .ok_or_else(|| Error::Invalid(format!("{} has no parent", p.dir.display())))?;
+            Dir::open(parent)
+        }
+    }
+}
+
+/// Rolls one target back through its parent, held: with `undo_swap`, a staged tree already
+/// renamed to DIR (by its recorded identity) goes back into the staging directory; the
+/// staging directory is removed; the original goes back to DIR from aside when DIR is
+/// missing. The parent may be an agent's, so nothing is followed, and only what the restore
+/// made or moved is touched: the staging directory must be a real directory with the
+/// recorded identity (or, recorded before it was created, empty), and the aside entry must
+/// be the one moved there.
+///
+/// # Errors
+/// I/O on the directories involved.
+pub fn roll_back(p: &RestorePhase, undo_swap: bool) -> Result<Vec<String>> {
+    let mut actions = Vec::new();
+    let parent = match open_parent(p) {
+        Ok(d) => d,
+        Err(Error::NotFound(_)) => {
+            actions.push(format!(
+                "the parent of the restore target {} is gone; nothing to roll back",
+                p.dir.display()
+            ));
+            return Ok(actions);
+        }
+        Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            actions.push(format!(
+                "the parent of the restore target {} is gone; nothing to roll back",
+                p.dir.display()
+            ));
+            return Ok(actions);
+        }
+        Err(e) => return Err(e),
+    };
+    let dir = p.dir.file_name();
+    if let Some(staging) = p.staging.file_name() {
+        if let Some(st) = parent.stat(staging)? {
+            if is_staging(&parent, staging, &st, p.staging_id.as_ref())? {
+                if let (true, true, Some(dir), Some(id)) =
+                    (undo_swap, p.swapped, dir, p.staged_id.as_ref())
+                {
+                    if parent.stat(dir)?.is_some_and(|d| id.matches(&d)) {
+                        let sd = parent.open_dir(staging)?;
+                        if sd.stat_self()?.same_object(&st) {
+                            parent.rename(dir, &sd, OsStr::new(STAGED_TREE), false)?;
+                            actions.push(format!(
+                                "took the restored {} back out (the restore did not finish)",
+                                p.dir.display()
+                            ));
+                        }
+                    }
+                }
+                parent.remove_all(staging)?;
+                actions.push(format!(
+                    "removed the restore staging directory {}",
+                    p.staging.display()
+                ));
+            } else {
+                actions.push(format!(
+                    "left {} alone: it is {}, not the staging directory the restore made",
+                    p.staging.display(),
+                    if st.is_dir() {
+                        "another directory"
+                    } else {
+                        st.kind().describe()
+                    }
+                ));
+            }
+        }
+    }
+    let aside = p.aside.as_deref();
+    if let (Some(aside), Some(dir)) = (aside, dir) {
+        let aside_parent = if p.aside_in_store {
+            aside.parent().map(Dir::open).transpose()?
+        } else {
+            None
+        };
+        let from = aside_parent.as_ref().unwrap_or(&parent);
+        if let (Some(name), None) = (aside.file_name(), parent.stat(dir)?) {
+            if let Some(st) = from.stat(name)? {
+                if p.aside_id.as_ref().map_or(true, |id| id.matches(&st)) {
+                    from.rename(name, &parent, dir, false)?;
+                    parent.sync()?;
+                    actions.push(format!(
+                        "put the original {} back (it had been moved to {})",
+                        p.dir.display(),
+                        aside.display()
+                    ));
+                } else {
+                    actions.push(format!(
+                        "left {} alone: it is not what the restore moved aside from {}",
+                        aside.display(),
+                        p.dir.display()
+                    ));
+                }
+            }
+        }
+    } else if let (true, None, Some(dir)) = (p.removed_empty, aside, dir) {
+        if parent.stat(dir)?.is_none() {
+            parent.create_dir(dir, 0o755)?;
+            actions.push(format!("recreated the empty {}", p.dir.display()));
+        }
+    }
+    if actions.is_empty() {
+        actions.push(format!(
+            "restore to {} had completed or not started; nothing to roll back",
+            p.dir.display()
+        ));
+    }
+    Ok(actions)
+}
+
+/// Whether `name` (lstat `st`) in `parent` is the staging directory a restore made: a real
+/// directory (never a symlink), owned by us, with the recorded identity; recorded before it
+/// existed, it can only be empty.
+fn is_staging(parent: &Dir, name: &OsStr, st: &Stat, id: Option<&EntryId>) -> Result<bool> {
+    if !st.is_dir() || st.uid != nix::unistd::geteuid().as_raw() {
+        return Ok(false);
+    }
+    match id {
+        Some(id) => Ok(id.matches(st)),
+        None => {
+            let d = parent.open_dir(name)?;
+            Ok(d.stat_self()?.same_object(st) && d.entries()?.is_empty())
+        }
     }
 }
 
@@ -438,27 +1129,80 @@ pub fn materialize_dir(
     at: &Dir,
     counts: &mut (u64, u64),
 ) -> Result<()> {
+    materialize(store, tree, at, counts, None, Path::new(""), false).map(|_| ())
+}
+
+/// As [`materialize_dir`], through `filter`: `rel` is `at`'s path from the restored
+/// directory, `whole` that an include rule matched a directory above (everything in it is
+/// restored). A directory none of whose entries is restored, and which no include rule
+/// matched, is removed again. Returns whether anything was restored in `at`.
+fn materialize(
+    store: &Store,
+    tree: &ObjectId,
+    at: &Dir,
+    counts: &mut (u64, u64),
+    filter: Option<&Filter>,
+    rel: &Path,
+    whole: bool,
+) -> Result<bool> {
     let tree = store.read_tree(tree)?;
+    let mut any = false;
     for e in &tree.entries {
         let name = OsStr::from_bytes(&e.name);
+        let path = rel.join(name);
+        let included = match filter {
+            Some(f) if f.excluded(&path, name) => continue,
+            Some(f) => whole || f.included(&path, name),
+            None => true,
+        };
         match &e.kind {
             EntryKind::Dir { tree, .. } => {
                 let sub = at.create_private_dir(name)?;
-                materialize_dir(store, tree, &sub, counts)?;
-                apply_meta_fd(&sub, sub.path(), &Meta::of_entry(e))?;
+                let kept = materialize(store, tree, &sub, counts, filter, &path, included)?;
+                if included || kept {
+                    apply_meta_fd(&sub, sub.path(), &Meta::of_entry(e))?;
+                    any = true;
+                } else {
+                    drop(sub);
+                    at.remove_dir(name)?;
+                }
             }
-            EntryKind::File { .. } => {
-                write_file(store, e, at, name)?;
-                counts.0 += 1;
-                counts.1 += e.size;
-            }
-            EntryKind::Symlink { target } => {
-                at.create_symlink(target, name)?;
-                apply_meta_at(at, name, true, &Meta::of_entry(e))?;
+            _ if !included => {}
+            _ => {
+                materialize_entry(store, e, at, name, counts)?;
+                any = true;
             }
         }
     }
-    Ok(())
+    Ok(any)
+}
+
+/// Creates the file or symlink `e` as `name` in the held directory `at` (which this restore
+/// created), with its metadata.
+fn materialize_entry(
+    store: &Store,
+    e: &Entry,
+    at: &Dir,
+    name: &OsStr,
+    counts: &mut (u64, u64),
+) -> Result<()> {
+    match &e.kind {
+        EntryKind::Dir { tree, .. } => {
+            let sub = at.create_private_dir(name)?;
+            materialize_dir(store, tree, &sub, counts)?;
+            apply_meta_fd(&sub, sub.path(), &Meta::of_entry(e))
+        }
+        EntryKind::File { .. } => {
+            write_file(store, e, at, name)?;
+            counts.0 += 1;
+            counts.1 += e.size;
+            Ok(())
+        }
+        EntryKind::Symlink { target } => {
+            at.create_symlink(target, name)?;
+            apply_meta_at(at, name, true, &Meta::of_entry(e))
+        }
+    }
 }
 
 fn write_file(store: &Store, e: &Entry, at: &Dir, name: &OsStr) -> Result<()> {

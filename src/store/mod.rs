@@ -871,6 +871,22 @@ impl Store {
         let stamp = crate::util::format_utc(time_ns).replace(':', "");
         self.displaced_dir().join(format!("{stamp}-{branch}"))
     }
+    /// `displaced/<UTC time>-<pid>-restore-ROOT[-PATH]` (`/` in PATH as `%`, the name cut to
+    /// 255 bytes): where an in-place restore sets aside what was at the place of PATH in ROOT.
+    pub fn displaced_restore_path(&self, root: &str, path: &str, time_ns: i64) -> PathBuf {
+        let stamp = crate::util::format_utc(time_ns).replace(':', "");
+        let mut name = format!("{stamp}-{}-restore-{root}", std::process::id());
+        if !path.is_empty() {
+            name.push('-');
+            name.push_str(&path.replace('/', "%"));
+        }
+        let mut end = name.len().min(255);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+        self.displaced_dir().join(name)
+    }
     pub fn displaced_dir(&self) -> PathBuf {
         self.root.join("displaced")
     }
