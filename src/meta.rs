@@ -58,6 +58,30 @@ pub(crate) fn special_file_error(path: &Path, m: &impl MetadataExt) -> Error {
     ))
 }
 
+/// The tree entry of a directory whose tree is `tree` (`subdirs` of them directories, `size`
+/// entries in all), with the metadata `m` of the directory itself.
+pub(crate) fn dir_entry(
+    name: &[u8],
+    tree: crate::id::ObjectId,
+    subdirs: u32,
+    size: u64,
+    m: &impl MetadataExt,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+) -> Entry {
+    Entry {
+        name: name.to_vec(),
+        kind: EntryKind::Dir { tree, subdirs },
+        mode: m.mode() & 0o7777,
+        uid: m.uid(),
+        gid: m.gid(),
+        mtime_ns: mtime_ns(m),
+        size,
+        xattrs,
+        ctime_ns: ctime_ns(m),
+        ino: m.ino(),
+    }
+}
+
 /// The tree entry of a symlink with `target` (stored, never followed).
 pub(crate) fn symlink_entry(
     name: &[u8],

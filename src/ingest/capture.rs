@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 use super::reader::{read_files, split_cached, FileData, FileJob, OnChange, Progress};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::meta::{ctime_ns, mtime_ns, special_file_error, symlink_entry};
+use crate::meta::{dir_entry, mtime_ns, special_file_error, symlink_entry};
 use crate::safe::{Dir, Kind, Stat};
 use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
 use crate::store::exclude::Excluder;
 use crate::store::object::ObjectBatch;
 use crate::store::statcache::{Cached, StatCache, RACY_WINDOW_NS};
-use crate::store::tree::{Entry, EntryKind, Tree};
+use crate::store::tree::{Entry, Tree};
 use crate::store::{ChunkerConfig, Store};
 
 /// What to capture.
@@ -425,18 +425,14 @@ fn build_tree(
                 subdirs += 1;
                 files += f;
                 bytes += b;
-                entries.push(Entry {
-                    name: name.clone(),
-                    kind: EntryKind::Dir { tree, subdirs: sd },
-                    mode: sub.meta.mode() & 0o7777,
-                    uid: sub.meta.uid(),
-                    gid: sub.meta.gid(),
-                    mtime_ns: mtime_ns(&sub.meta),
-                    size: sub.children.len() as u64,
-                    xattrs: sub.xattrs.clone(),
-                    ctime_ns: ctime_ns(&sub.meta),
-                    ino: sub.meta.ino(),
-                });
+                entries.push(dir_entry(
+                    name,
+                    tree,
+                    sd,
+                    sub.children.len() as u64,
+                    &sub.meta,
+                    sub.xattrs.clone(),
+                ));
             }
             Node::Symlink(e) => entries.push(e.clone()),
         }

@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::ingest::reader::{read_files, split_cached, FileData, FileJob, OnChange, Progress};
 use crate::ingest::snapshot::Snapshots;
-use crate::meta::{ctime_ns, mtime_ns, special_file_error, stat_key, symlink_entry};
+use crate::meta::{ctime_ns, dir_entry, mtime_ns, special_file_error, stat_key, symlink_entry};
 use crate::safe::{is_swapped, Dir, Kind, Stat};
 use crate::store::checkpoint::RootRecord;
 use crate::store::exclude::Excluder;
@@ -1168,18 +1168,14 @@ fn build(
                     };
                     ctx.new_upper.dirs.insert(sub.rel.clone(), cached);
                 }
-                entries.push(Entry {
-                    name: name.clone(),
-                    kind: EntryKind::Dir { tree, subdirs: sd },
-                    mode: sub.meta.mode() & 0o7777,
-                    uid: sub.meta.uid(),
-                    gid: sub.meta.gid(),
-                    mtime_ns: mtime_ns(&sub.meta),
-                    size: sub.children.len() as u64,
-                    xattrs: sub.xattrs.clone(),
-                    ctime_ns: ctime_ns(&sub.meta),
-                    ino: sub.meta.ino(),
-                });
+                entries.push(dir_entry(
+                    name,
+                    tree,
+                    sd,
+                    sub.children.len() as u64,
+                    &sub.meta,
+                    sub.xattrs.clone(),
+                ));
             }
         }
     }
