@@ -188,3 +188,23 @@ fn help_texts_describe_every_command() {
         assert!(ok(&args).contains("--json"), "{c:?} has no --json");
     }
 }
+
+#[test]
+fn show_lists_the_labels_that_name_a_checkpoint_now() {
+    let env = Env::new();
+    small_tree(env.ws());
+    let a = env.capture_id(&["--label", "first"]);
+    ok(["label", &env.s(), &a, "later"]);
+    let v = ok_json(["show", &env.s(), &a]);
+    assert_eq!(v["labels"], json!(["first", "later"]), "{v}");
+    let text = ok(["show", &env.s(), &a]);
+    assert!(
+        text.contains("label      first") && text.contains("label      later"),
+        "{text}"
+    );
+    // A deleted label is no longer listed (the record keeps the name it was made with).
+    ok(["label", "delete", &env.s(), "first"]);
+    let v = ok_json(["show", &env.s(), &a]);
+    assert_eq!(v["labels"], json!(["later"]), "{v}");
+    assert_eq!(v["checkpoint"]["label"], "first", "{v}");
+}

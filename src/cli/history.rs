@@ -234,8 +234,16 @@ pub fn run_show(a: ShowArgs) -> Result<i32> {
     let s = Store::open(&a.store)?;
     let id = s.resolve(&a.checkpoint)?;
     let c = s.read_checkpoint(&id)?;
+    // Every label naming it now (`ckptfs label` adds them after the record is written, and
+    // `label delete` removes them), not only the one its record was made with.
+    let labels: Vec<String> = s
+        .list_labels()?
+        .into_iter()
+        .filter(|(_, l)| *l == id)
+        .map(|(n, _)| n)
+        .collect();
     if a.json.json {
-        print_json(&serde_json::json!({"id": id, "checkpoint": c}))?;
+        print_json(&serde_json::json!({"id": id, "checkpoint": c, "labels": labels}))?;
         return Ok(0);
     }
     println!("checkpoint {id}");
@@ -244,7 +252,7 @@ pub fn run_show(a: ShowArgs) -> Result<i32> {
     for p in &c.parents {
         println!("parent     {p}");
     }
-    if let Some(l) = &c.label {
+    for l in &labels {
         println!("label      {l}");
     }
     println!("message    {}", c.message);
