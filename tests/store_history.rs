@@ -208,3 +208,25 @@ fn show_lists_the_labels_that_name_a_checkpoint_now() {
     assert_eq!(v["labels"], json!(["later"]), "{v}");
     assert_eq!(v["checkpoint"]["label"], "first", "{v}");
 }
+
+#[test]
+fn log_graph_draws_a_fork_joining_above_the_checkpoint_it_forked_from() {
+    let env = Env::new();
+    small_tree(env.ws());
+    let c1 = env.capture_id(&["-m", "c1"]);
+    write(&env.ws().join("a.txt"), b"2");
+    env.capture_id(&["-m", "c2"]);
+    ok(["fork", &env.s(), &c1, "--name", "side"]);
+    write(&env.ws().join("a.txt"), b"3");
+    env.capture_id(&["-b", "side", "-m", "c3"]);
+    let graph = ok(["log", &env.s(), "--graph"]);
+    let lines: Vec<&str> = graph.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(&c1[..12]))
+        .unwrap_or_else(|| panic!("{graph}"));
+    // The other lane joins on the line just above c1, and nothing is drawn below it.
+    assert!(at > 0 && lines[at - 1].contains('/'), "{graph}");
+    assert!(lines[at].starts_with("* "), "{graph}");
+    assert_eq!(at, lines.len() - 1, "{graph}");
+}

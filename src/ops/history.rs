@@ -215,6 +215,33 @@ pub fn graph_lines(items: &[(ObjectId, Checkpoint)], names: &[(String, ObjectId)
                 }
             },
         };
+        // Other lanes waiting for this checkpoint are forks of it: they join it just above
+        // its line (as `git log --graph` draws `|/` above the fork point).
+        let joined: Vec<usize> = lanes
+            .iter()
+            .enumerate()
+            .filter(|(i, l)| *i != col && **l == Some(*id))
+            .map(|(i, _)| i)
+            .collect();
+        if !joined.is_empty() {
+            let mut j = String::new();
+            for (i, l) in lanes.iter().enumerate() {
+                j.push_str(if joined.contains(&i) {
+                    "/ "
+                } else if l.is_some() {
+                    "| "
+                } else {
+                    "  "
+                });
+            }
+            out.push(j.trim_end().to_string());
+            for &i in &joined {
+                lanes[i] = None;
+            }
+            while lanes.last().is_some_and(Option::is_none) {
+                lanes.pop();
+            }
+        }
         let mut line = String::new();
         for (i, l) in lanes.iter().enumerate() {
             line.push_str(if i == col {
@@ -237,31 +264,7 @@ pub fn graph_lines(items: &[(ObjectId, Checkpoint)], names: &[(String, ObjectId)
             ls,
             c.message
         ));
-        // Other lanes waiting for this checkpoint are forks of it: join them here.
-        let joined: Vec<usize> = lanes
-            .iter()
-            .enumerate()
-            .filter(|(i, l)| *i != col && **l == Some(*id))
-            .map(|(i, _)| i)
-            .collect();
-        let parent = c.parents.first().copied();
-        lanes[col] = parent;
-        if !joined.is_empty() {
-            let mut j = String::new();
-            for (i, l) in lanes.iter().enumerate() {
-                j.push_str(if joined.contains(&i) {
-                    "/ "
-                } else if l.is_some() || i == col {
-                    "| "
-                } else {
-                    "  "
-                });
-            }
-            out.push(j.trim_end().to_string());
-            for i in joined {
-                lanes[i] = None;
-            }
-        }
+        lanes[col] = c.parents.first().copied();
         while lanes.last().is_some_and(Option::is_none) {
             lanes.pop();
         }
