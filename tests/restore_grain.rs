@@ -84,6 +84,21 @@ fn one_file_restores_byte_and_attribute_exact_as_dest_and_into_a_directory() {
         named(&out, ".ckptfs-").is_empty(),
         "staging left in {out:?}"
     );
+
+    // Into the directory that holds the store itself (as /tmp often does): the file lands
+    // beside the store, which it does not overlap; into the store it is refused.
+    let beside = env.store.parent().unwrap().to_path_buf();
+    ok_json(restore_args(
+        &env,
+        &format!("{id}:ws/sub/f.bin"),
+        &["--to", s(&beside)],
+    ));
+    assert_eq!(snapshot(&beside)[b"f.bin".as_slice()], model);
+    let err = fails(
+        2,
+        restore_args(&env, &format!("{id}:ws/sub/f.bin"), &["--to", &env.s()]),
+    );
+    assert!(err.contains("overlaps the store"), "{err}");
 }
 
 #[test]

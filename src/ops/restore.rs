@@ -457,13 +457,19 @@ pub fn restore_to(
                     (Ok(t), _) => t,
                     (Err(_), Err(e)) | (Err(e), Ok(())) => return Err(e),
                 };
-                if matches!(source, Source::Entry(_)) {
+                let entry = matches!(source, Source::Entry(_));
+                if entry {
                     t = into_existing_dir(t, loc)?;
                 }
                 if places.contains(&t.real()) {
                     (Target::in_root(store, &loc.root, &loc.path)?, true)
                 } else {
-                    check_overlap(store, &abs)?;
+                    // A single entry restored into an existing directory lands at DIR/NAME:
+                    // that is the path to check (DIR itself may well hold the store, as
+                    // /tmp does).
+                    if !entry {
+                        check_overlap(store, &abs)?;
+                    }
                     check_overlap(store, &t.real())?;
                     (t, false)
                 }
