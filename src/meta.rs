@@ -58,19 +58,18 @@ pub(crate) fn special_file_error(path: &Path, m: &impl MetadataExt) -> Error {
     ))
 }
 
-/// The tree entry of a directory whose tree is `tree` (`subdirs` of them directories, `size`
-/// entries in all), with the metadata `m` of the directory itself.
-pub(crate) fn dir_entry(
+/// The tree entry named `name` of `kind` (`size` bytes, or entries for a directory), with the
+/// metadata `m` of what the walk found. Every entry a walk records is made here.
+pub(crate) fn entry_of(
     name: &[u8],
-    tree: crate::id::ObjectId,
-    subdirs: u32,
+    kind: EntryKind,
     size: u64,
     m: &impl MetadataExt,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 ) -> Entry {
     Entry {
         name: name.to_vec(),
-        kind: EntryKind::Dir { tree, subdirs },
+        kind,
         mode: m.mode() & 0o7777,
         uid: m.uid(),
         gid: m.gid(),
@@ -82,6 +81,19 @@ pub(crate) fn dir_entry(
     }
 }
 
+/// The tree entry of a directory whose tree is `tree` (`subdirs` of them directories, `size`
+/// entries in all), with the metadata `m` of the directory itself.
+pub(crate) fn dir_entry(
+    name: &[u8],
+    tree: crate::id::ObjectId,
+    subdirs: u32,
+    size: u64,
+    m: &impl MetadataExt,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+) -> Entry {
+    entry_of(name, EntryKind::Dir { tree, subdirs }, size, m, xattrs)
+}
+
 /// The tree entry of a symlink with `target` (stored, never followed).
 pub(crate) fn symlink_entry(
     name: &[u8],
@@ -89,18 +101,8 @@ pub(crate) fn symlink_entry(
     m: &impl MetadataExt,
     xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 ) -> Entry {
-    Entry {
-        name: name.to_vec(),
-        size: target.len() as u64,
-        kind: EntryKind::Symlink { target },
-        mode: m.mode() & 0o7777,
-        uid: m.uid(),
-        gid: m.gid(),
-        mtime_ns: mtime_ns(m),
-        xattrs,
-        ctime_ns: ctime_ns(m),
-        ino: m.ino(),
-    }
+    let size = target.len() as u64;
+    entry_of(name, EntryKind::Symlink { target }, size, m, xattrs)
 }
 
 /// Reads the xattrs of the open file `f` (`path` names it in errors). Unsupported = none.

@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::ingest::reader::{read_files, split_cached, FileData, FileJob, OnChange, Progress};
 use crate::ingest::snapshot::Snapshots;
-use crate::meta::{ctime_ns, dir_entry, mtime_ns, special_file_error, stat_key, symlink_entry};
+use crate::meta::{dir_entry, entry_of, mtime_ns, special_file_error, stat_key, symlink_entry};
 use crate::safe::{is_swapped, Dir, Kind, Stat};
 use crate::store::checkpoint::RootRecord;
 use crate::store::exclude::Excluder;
@@ -789,22 +789,14 @@ fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_, '_>) -> Result<MNode> {
         ));
     };
     ctx.delta.add(Totals::from_array(d.delta), 1);
-    let m = &c.meta;
-    let entry = Entry {
-        name: c.name,
-        kind: EntryKind::Dir {
-            tree: d.tree,
-            subdirs: d.subdirs,
-        },
-        mode: m.mode() & 0o7777,
-        uid: m.uid(),
-        gid: m.gid(),
-        mtime_ns: mtime_ns(m),
-        size: d.entries,
-        xattrs: d.xattrs.clone(),
-        ctime_ns: ctime_ns(m),
-        ino: m.ino(),
-    };
+    let entry = dir_entry(
+        &c.name,
+        d.tree,
+        d.subdirs,
+        d.entries,
+        &c.meta,
+        d.xattrs.clone(),
+    );
     ctx.new_upper.dirs.insert(c.rel_bytes.clone(), d);
     ctx.reused.insert(c.rel_bytes);
     Ok(MNode::Ready(entry))
@@ -967,20 +959,15 @@ fn metacopy_file(
     ctx.delta.files += 1;
     ctx.delta.bytes += size as i64;
     let m = &c.meta;
-    let mut entry = Entry {
-        name: c.name,
-        kind: EntryKind::File {
+    let mut entry = entry_of(
+        &c.name,
+        EntryKind::File {
             chunks: chunks.clone(),
         },
-        mode: m.mode() & 0o7777,
-        uid: m.uid(),
-        gid: m.gid(),
-        mtime_ns: mtime_ns(m),
         size,
+        m,
         xattrs,
-        ctime_ns: ctime_ns(m),
-        ino: m.ino(),
-    };
+    );
     if let Some(from) = &source {
         (entry.ino, entry.ctime_ns) = shown_stat(&entry, from, origin);
     }
