@@ -117,15 +117,7 @@ fn checkpoint_never_hangs_on_a_file_swapped_for_a_fifo() {
         if !o.status.success() {
             assert_clean_failure(&args, &o);
         }
-        let err = stderr(&o);
-        let kind = if o.status.success() {
-            "recorded"
-        } else if err.contains("fifo") {
-            "refused: a fifo"
-        } else {
-            "refused: other"
-        };
-        *outcomes.entry(kind).or_insert(0) += 1;
+        *outcomes.entry(fifo_race_outcome(&o)).or_insert(0) += 1;
         runs += 1;
     }
     eprintln!("checkpoint outcomes under the FIFO race: {outcomes:?}");

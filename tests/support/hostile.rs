@@ -197,3 +197,15 @@ pub fn checkpoints_with_secret(store: &str, t: &Path) -> Vec<String> {
     }
     bad
 }
+
+/// What one operation under a FIFO race came to: `recorded`, `refused: a fifo` or
+/// `refused: other` (the race tests tally these; a failure must already be a clean one).
+pub fn fifo_race_outcome(o: &Output) -> &'static str {
+    if o.status.success() {
+        "recorded"
+    } else if String::from_utf8_lossy(&o.stderr).contains("fifo") {
+        "refused: a fifo"
+    } else {
+        "refused: other"
+    }
+}
