@@ -20,6 +20,9 @@
 //!   filesystem image, or with the room `nobody`'s: `for_nobody`), `KillOnDrop`, `holder`,
 //!   `REWRITER` and its checks.
 //! - `view`: `ViewFixture`, the read-only view tests' captured sample tree.
+//! - `garage`: real Garage S3 nodes on loopback (`Garage::start`, `Garage::cluster(3)`, `kill`,
+//!   `restart`, the AWS environment for a client: `env`, `apply_env`), and raw S3 requests
+//!   behind ckptfs's back (`s3_put`, `s3_get`, `s3_list`, `s3_delete`).
 //! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
 //!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).
 //!
@@ -29,6 +32,7 @@
 
 pub mod cli;
 pub mod fault;
+pub mod garage;
 pub mod hostile;
 pub mod mount;
 pub mod store;
@@ -38,4 +42,6 @@ pub mod workspace;
 
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
-pub use {cli::*, fault::*, hostile::*, mount::*, store::*, tree::*, view::*, workspace::*};
+pub use {
+    cli::*, fault::*, garage::*, hostile::*, mount::*, store::*, tree::*, view::*, workspace::*,
+};
