@@ -1,7 +1,7 @@
 //! CLI of the health commands: verify, recover, gc, archive, unarchive, doctor.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
@@ -140,10 +140,15 @@ pub struct ArchiveArgs {
 /// `unarchive` arguments.
 #[derive(Args, Debug)]
 pub struct UnarchiveArgs {
-    /// The archive: FILE, FILE.part000 (all parts are read) or FILE.sha256.
-    pub file: PathBuf,
     /// Target store: created when missing or empty, otherwise imported into (objects dedup).
-    pub store: PathBuf,
+    /// Left out, it is --store, $CKPTFS_STORE or the mounted workspace around the current
+    /// directory. The older order FILE STORE still works: the archive is the argument that is
+    /// a file.
+    #[arg(value_name = "STORE")]
+    pub first: PathBuf,
+    /// The archive: FILE, FILE.part000 (all parts are read) or FILE.sha256.
+    #[arg(value_name = "FILE")]
+    pub second: Option<PathBuf>,
     /// Record root NAME at a new absolute path in the target's STORE.json (repeatable). File
     /// contents are never rewritten.
     #[arg(long, value_name = "NAME=/NEW/PATH")]
@@ -387,15 +392,16 @@ pub fn run_archive(a: ArchiveArgs) -> Result<i32> {
 }
 
 /// `ckptfs unarchive`.
-pub fn run_unarchive(a: UnarchiveArgs) -> Result<i32> {
+pub fn run_unarchive(a: UnarchiveArgs, store_flag: Option<&Path>) -> Result<i32> {
+    let (file, store) = super::store_arg::unarchive_order(a.first, a.second, store_flag)?;
     let mut relocate = BTreeMap::new();
     for r in &a.relocate {
         let (name, path) = split_kv("--relocate", r)?;
         relocate.insert(name.to_string(), PathBuf::from(path));
     }
     let r = archive::unarchive(&UnarchiveOptions {
-        file: a.file,
-        store: a.store,
+        file,
+        store,
         relocate,
         sha256: a.sha256,
     })?;

@@ -96,9 +96,12 @@ pub struct ForkArgs {
     pub store: PathBuf,
     /// Checkpoint id (or unique prefix), label or branch.
     pub checkpoint: String,
-    /// Name of the new branch.
-    #[arg(long)]
-    pub name: String,
+    /// Name of the new branch (`fork STORE C NAME`, like `label STORE C NAME`).
+    #[arg(value_name = "NAME", required_unless_present = "name")]
+    pub new_branch: Option<String>,
+    /// The older spelling of NAME, still accepted: `fork STORE C --name NAME`.
+    #[arg(long, value_name = "NAME", conflicts_with = "new_branch")]
+    pub name: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -173,7 +176,10 @@ pub fn run_switch(a: SwitchArgs) -> Result<i32> {
 
 /// `ckptfs fork`.
 pub fn run_fork(a: ForkArgs) -> Result<i32> {
-    fork(&a.store, &a.checkpoint, &a.name)
+    let name = a.new_branch.or(a.name).ok_or_else(|| {
+        Error::Usage("fork needs the new branch's NAME: fork STORE CHECKPOINT NAME".into())
+    })?;
+    fork(&a.store, &a.checkpoint, &name)
 }
 
 /// `mount STORE --branch B [--root NAME]... [--at DIR --relocate]`.
