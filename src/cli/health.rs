@@ -10,9 +10,10 @@ use ckptfs::ops::doctor::{self, Repair};
 use ckptfs::ops::gc::{self, GcOptions, GcReport, PolicySource};
 use ckptfs::ops::{recover, verify};
 use ckptfs::store::RetentionPolicy;
-use ckptfs::util::human_bytes;
+use ckptfs::util::{human_bytes, local_of_utc};
 use ckptfs::{Error, Result, Store};
 
+use super::table::Table;
 use super::{print_json, split_kv, JsonFlag};
 
 /// `verify` arguments.
@@ -250,9 +251,16 @@ pub(crate) fn print_gc(r: &GcReport, dry_run: bool) {
     if dry_run && r.policy_source != PolicySource::None {
         print_decisions(r);
     } else {
+        let mut t = Table::new().indent("  ");
         for c in &r.pruned {
-            println!("  {go} {} {} {}", c.id.short(), c.time, c.branch);
+            t.row(vec![
+                go.to_string(),
+                c.id.short(),
+                local_of_utc(&c.time),
+                c.branch.clone(),
+            ]);
         }
+        t.print();
     }
     println!(
         "objects: {} total, {go} {} unreachable ({})",
@@ -275,12 +283,7 @@ const MAX_TABLE_MESSAGE: usize = 40;
 /// The dry run's table: one line per checkpoint, `ID  TIME  BRANCH  "MESSAGE"  kept: WHY, ...`
 /// or `pruned`, by branch, newest first.
 fn print_decisions(r: &GcReport) {
-    let width = r
-        .decisions
-        .iter()
-        .map(|d| d.branch.len())
-        .max()
-        .unwrap_or(0);
+    let mut t = Table::new().indent("  ");
     for d in &r.decisions {
         let mut msg: String = d.message.chars().take(MAX_TABLE_MESSAGE).collect();
         if msg.len() < d.message.len() {
@@ -295,16 +298,18 @@ fn print_decisions(r: &GcReport) {
         let label = d
             .label
             .as_deref()
-            .map(|l| format!(" [{l}]"))
+            .map(|l| format!("[{l}]"))
             .unwrap_or_default();
-        println!(
-            "  {}  {}  {:<width$}  {:?}{label}  {verdict}",
+        t.row(vec![
             d.id.short(),
-            d.time,
-            d.branch,
-            msg
-        );
+            local_of_utc(&d.time),
+            d.branch.clone(),
+            format!("{msg:?}"),
+            label,
+            verdict,
+        ]);
     }
+    t.print();
 }
 
 /// `ckptfs gc`.

@@ -15,6 +15,7 @@ mod label;
 mod shell;
 mod store;
 mod store_arg;
+mod table;
 mod view;
 mod workspace;
 
@@ -345,7 +346,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Mount(a) => run_mount(a),
         Command::Browse(a) => view::browse(a),
         Command::Umount(a) => run_umount(a),
-        Command::Status(a) => workspace::status(&a.store, a.json, a.short),
+        Command::Status(a) => workspace::status(&a.place, a.json, a.short),
         Command::Completions(a) => shell::run_completions(a),
         Command::Man(a) => shell::run_man(a),
         Command::InternalDetach { target } => run_internal_detach(&target),

@@ -12,8 +12,9 @@
 //! `STORE.json`); anything else (a checkpoint, a label, a mountpoint) is the command's next
 //! argument and the store comes from 1-3. When 1-3 find nothing, the line is left as it is, so
 //! a mistyped store path still gets the error it always got (`store /x not found`), and a line
-//! with no argument at all gets [`no_store`]. `checkpoint` and `exec` (MOUNTPOINT|STORE) work
-//! the same way, except that discovery gives the workspace's mountpoint. `init` always needs
+//! with no argument at all gets [`no_store`]. `checkpoint`, `exec` and `status` (MOUNTPOINT|STORE)
+//! work the same way, except that a first argument is always theirs (it may be a mountpoint)
+//! and discovery in a workspace gives its mountpoint. `init` always needs
 //! its STORE (it creates one), and `unarchive` decides between its two arguments itself
 //! ([`unarchive_order`]).
 //!
@@ -33,16 +34,23 @@ pub const STORE_HELP: &str = "STORE may be left out: it is then --store PATH, el
 else the store of the mounted ckptfs workspace or view the current directory is in. The first \
 argument is taken as STORE only if it is a store directory (holds STORE.json). See docs/cli.md.";
 
-/// Appended to the help of `checkpoint` and `exec`.
+/// Appended to the help of `checkpoint`, `exec` and `status`.
 pub const PLACE_HELP: &str = "MOUNTPOINT|STORE may be left out: it is then --store PATH, else \
-$CKPTFS_STORE, else the mounted workspace the current directory is in. See docs/cli.md.";
+$CKPTFS_STORE, else the mounted workspace (or the store of the view) the current directory is \
+in. See docs/cli.md.";
+
+/// Appended to the help of `import`.
+pub const IMPORT_HELP: &str = "STORE may be left out (import FILE): it is then --store PATH, \
+else $CKPTFS_STORE, else the store of the mounted workspace or view the current directory is \
+in. The older order `unarchive FILE STORE` still works: the archive is the argument that is a \
+file. See docs/cli.md.";
 
 /// How a command names its store, by the id of its first positional argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     /// `STORE ...`
     Store,
-    /// `MOUNTPOINT|STORE ...` (`checkpoint`, `exec`).
+    /// `MOUNTPOINT|STORE ...` (`checkpoint`, `exec`, `status`).
     Place,
 }
 
@@ -63,10 +71,16 @@ pub fn annotate(cmd: clap::Command) -> clap::Command {
         .get_subcommands()
         .map(|c| c.get_name().to_string())
         .collect();
-    let mut cmd = match kind_of(&cmd) {
-        Some(Kind::Store) => cmd.after_help(STORE_HELP),
-        Some(Kind::Place) => cmd.after_help(PLACE_HELP),
-        None => cmd,
+    let note = match kind_of(&cmd) {
+        Some(Kind::Store) => Some(STORE_HELP),
+        Some(Kind::Place) => Some(PLACE_HELP),
+        None if cmd.get_name() == "import" => Some(IMPORT_HELP),
+        None => None,
+    };
+    let mut cmd = match (note, cmd.get_after_help().map(ToString::to_string)) {
+        (Some(n), Some(before)) => cmd.after_help(format!("{before}\n\n{n}")),
+        (Some(n), None) => cmd.after_help(n),
+        (None, _) => cmd,
     };
     for n in names {
         cmd = cmd.mut_subcommand(n, annotate);
@@ -92,10 +106,12 @@ pub fn no_store() -> Error {
 pub enum Implicit {
     Flag(PathBuf),
     Env(PathBuf),
-    /// Found from the current directory: the store and the mountpoint it is under.
+    /// Found from the current directory: the store and the mountpoint it is under, a
+    /// workspace's or a read-only view's.
     Mount {
         store: PathBuf,
         mountpoint: PathBuf,
+        workspace: bool,
     },
 }
 
@@ -109,14 +125,19 @@ pub fn implicit(flag: Option<&OsStr>) -> Option<Implicit> {
         return Some(Implicit::Env(PathBuf::from(e)));
     }
     let cwd = std::env::current_dir().ok()?;
-    discover(&cwd).map(|(store, mountpoint)| Implicit::Mount { store, mountpoint })
+    discover(&cwd).map(|(store, mountpoint, workspace)| Implicit::Mount {
+        store,
+        mountpoint,
+        workspace,
+    })
 }
 
 /// The store of the ckptfs mount `dir` is in: the nearest mount above `dir` whose source names
 /// a store (`ckptfs:<store>:...`, or fstab's `<store>#...`), confirmed by the store's own
 /// records of that mount (its workspace state, or a view daemon's state file), so a FUSE
 /// mount that merely calls itself ckptfs is not believed.
-pub fn discover(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+/// Returns the store, the mountpoint and whether it is a workspace.
+pub fn discover(dir: &Path) -> Option<(PathBuf, PathBuf, bool)> {
     let mut candidates: Vec<_> = ckptfs::mountinfo::mounts()
         .ok()?
         .into_iter()
@@ -148,7 +169,7 @@ pub fn discover(dir: &Path) -> Option<(PathBuf, PathBuf)> {
             })
         };
         if recorded {
-            return Some((store.root().to_path_buf(), m.mountpoint));
+            return Some((store.root().to_path_buf(), m.mountpoint, workspace));
         }
     }
     None
@@ -279,9 +300,13 @@ pub fn complete(root: &clap::Command, args: Vec<OsString>) -> Result<Vec<OsStrin
     }
     let fill = match implicit(s.flag.as_deref()) {
         Some(Implicit::Flag(p) | Implicit::Env(p)) => p,
-        Some(Implicit::Mount { store, mountpoint }) => match kind {
-            Kind::Store => store,
-            Kind::Place => mountpoint,
+        Some(Implicit::Mount {
+            store,
+            mountpoint,
+            workspace,
+        }) => match kind {
+            Kind::Place if workspace => mountpoint,
+            _ => store,
         },
         None if given.is_some() => return Ok(args),
         None => return Err(no_store()),
@@ -328,7 +353,7 @@ pub fn unarchive_order(
             (false, false) => Ok((first, second)),
         },
         None => match implicit(flag.map(Path::as_os_str)) {
-            Some(Implicit::Flag(p) | Implicit::Env(p)) | Some(Implicit::Mount { store: p, .. }) => {
+            Some(Implicit::Flag(p) | Implicit::Env(p) | Implicit::Mount { store: p, .. }) => {
                 Ok((first, p))
             }
             None => Err(no_store()),
