@@ -20,6 +20,8 @@
 //!   filesystem image, or with the room `nobody`'s: `for_nobody`), `KillOnDrop`, `holder`,
 //!   `REWRITER` and its checks.
 //! - `view`: `ViewFixture`, the read-only view tests' captured sample tree.
+//! - `conv`: the binary run in a given directory with given environment (`run_in`, `ok_in`)
+//!   and column checks for tables (`column_starts`), for the CLI convention tests.
 //! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
 //!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).
 //!
@@ -28,6 +30,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod conv;
 pub mod fault;
 pub mod hostile;
 pub mod mount;
@@ -38,4 +41,6 @@ pub mod workspace;
 
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
-pub use {cli::*, fault::*, hostile::*, mount::*, store::*, tree::*, view::*, workspace::*};
+pub use {
+    cli::*, conv::*, fault::*, hostile::*, mount::*, store::*, tree::*, view::*, workspace::*,
+};
