@@ -245,6 +245,9 @@ fn inside_a_mounted_workspace_the_store_is_found() {
     assert_eq!(log_messages(w.room.as_path(), &[], &[])[0], "from inside");
     let show = ok_in(&deep, &[], &["show", "main"]);
     assert!(show.contains(&id), "{show}");
+    // `exec` joins the workspace it runs in.
+    let out = ok_in(&deep, &[], &["exec", "--", "cat", "../f.txt"]);
+    assert_eq!(out, "two");
 
     // CKPTFS_STORE and --store still come first.
     let (other, _) = store_named("other");
