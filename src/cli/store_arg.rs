@@ -136,7 +136,8 @@ pub fn implicit(flag: Option<&OsStr>) -> Option<Implicit> {
 /// a store (`ckptfs:<store>:...`, or fstab's `<store>#...`), confirmed by the store's own
 /// records of that mount (its workspace state, or a view daemon's state file), so a FUSE
 /// mount that merely calls itself ckptfs is not believed.
-/// Returns the store, the mountpoint and whether it is a workspace.
+///
+/// Returns the store, the mountpoint and whether it is a workspace (else a view).
 pub fn discover(dir: &Path) -> Option<(PathBuf, PathBuf, bool)> {
     let mut candidates: Vec<_> = ckptfs::mountinfo::mounts()
         .ok()?
