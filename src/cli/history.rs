@@ -680,3 +680,40 @@ fn patch_of(s: &Store, a: &diff::Side, b: &diff::Side, c: &diff::Change) -> Resu
     };
     Ok(diff::patch(&c.path, old.as_deref(), new.as_deref()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_read_as_ls_writes_them() {
+        let file = EntryKind::File { chunks: Vec::new() };
+        let link = EntryKind::Symlink {
+            target: b"t".to_vec(),
+        };
+        assert_eq!(mode_string(&file, 0o644), "-rw-r--r--");
+        assert_eq!(mode_string(&file, 0o4755), "-rwsr-xr-x");
+        assert_eq!(mode_string(&file, 0o4644), "-rwSr--r--");
+        assert_eq!(mode_string(&file, 0o2750), "-rwxr-s---");
+        assert_eq!(mode_string(&link, 0o777), "lrwxrwxrwx");
+        assert_eq!(mode_string(&file, 0o1777), "-rwxrwxrwt");
+        assert_eq!(mode_string(&file, 0o1776), "-rwxrwxrwT");
+        assert_eq!(mode_string(&file, 0), "----------");
+    }
+
+    #[test]
+    fn sizes_read_as_ls_lh_writes_them() {
+        for (n, want) in [
+            (0, "0"),
+            (1023, "1023"),
+            (1024, "1.0K"),
+            (1536, "1.5K"),
+            (12 * 1024, "12K"),
+            (5 << 20, "5.0M"),
+            (300 << 30, "300G"),
+            (u64::MAX, "16E"),
+        ] {
+            assert_eq!(human_size(n), want, "{n}");
+        }
+    }
+}

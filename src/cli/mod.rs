@@ -3,10 +3,11 @@
 //!
 //! One module per group of commands, each holding its clap arguments and one `run_*`
 //! function per command: `store` (init, capture, restore, label), `history` (log, show, ls,
-//! cat, diff), `health` (verify, recover, gc, archive, unarchive, doctor), `workspace`
+//! cat, diff), `health` (verify, recover, gc, export, import, doctor), `workspace`
 //! (branches, checkpoint, exec, switch, fork, status, mount --branch), `view` (mount,
 //! browse, umount), `label` (label, label delete), `forget` and `shell` (completions, man).
-//! [`run`] only dispatches.
+//! [`run`] only dispatches. `store_arg` fills in a left-out STORE before clap parses (the
+//! one rule, docs/cli.md); `table` lays out text tables.
 
 mod forget;
 mod health;
@@ -47,7 +48,7 @@ pub struct Cli {
     pub verbose: u8,
     /// The store, for a command whose STORE argument is left out (before $CKPTFS_STORE and
     /// the mounted workspace around the current directory; a STORE argument wins).
-    #[arg(long = "store", global = true, value_name = "PATH")]
+    #[arg(long = "store", global = true, value_name = "PATH", value_hint = clap::ValueHint::DirPath)]
     pub store_flag: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
