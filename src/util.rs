@@ -38,7 +38,8 @@ const LOCAL_FORMAT: &str = "%Y-%m-%d %H:%M:%S %:z";
 /// A Unix time in nanoseconds as local time for people, `2026-12-01 12:03:04 +01:00`: in the
 /// zone `TZ` names (an IANA name such as `Europe/Paris`, or a POSIX rule such as
 /// `EST5EDT`), else the system's (`/etc/localtime`), else UTC. 26 characters wide (years
-/// 0-9999, offsets in whole minutes), so it lines up in tables. Machine output uses [`format_rfc3339`].
+/// 0-9999, offsets in whole minutes), so it lines up in tables. Machine output uses
+/// [`format_rfc3339`].
 pub fn format_local(ns: i64) -> String {
     let tz = jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC);
     match jiff::Timestamp::from_nanosecond(i128::from(ns)) {
