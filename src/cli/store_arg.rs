@@ -180,7 +180,8 @@ pub fn discover(dir: &Path) -> Option<(PathBuf, PathBuf, bool)> {
 struct Scan {
     /// The `--store` value, if any.
     flag: Option<OsString>,
-    /// -h/--help/-V/--version or the `help` subcommand: left to clap.
+    /// -h/--help/-V/--version, the `help` subcommand or an option missing its value: left
+    /// to clap.
     help: bool,
     /// The deepest subcommand named, and where its arguments start.
     leaf: Option<(clap::Command, usize)>,
@@ -231,6 +232,10 @@ fn scan(root: &clap::Command, args: &[OsString]) -> Scan {
                 out.help = true;
             }
             if takes_value(&levels, Some(name), None) && inline.is_none() {
+                if i + 1 == args.len() {
+                    // A missing value: clap says so better than "no store".
+                    out.help = true;
+                }
                 if name == "store" {
                     out.flag = args.get(i + 1).cloned();
                 }
@@ -395,6 +400,7 @@ mod tests {
         assert_eq!(s.first_positional, None);
         assert!(scan(&root, &line(&["ckptfs", "log", "--help"])).help);
         assert!(scan(&root, &line(&["ckptfs", "help", "log"])).help);
+        assert!(scan(&root, &line(&["ckptfs", "log", "--store"])).help);
         assert!(super::super::Cli::command().get_subcommands().count() > 10);
     }
 
