@@ -58,7 +58,7 @@ run "$B" mount "$STORE" --branch main
 echo "# edited in the workspace" >>"$ROOM/README.md"
 run "$B" status "$STORE"
 run "$B" checkpoint "$ROOM" -m "turn 3" --label turn-3
-run "$B" fork "$STORE" turn-1 --name retry
+run "$B" fork "$STORE" turn-1 retry
 run "$B" switch "$ROOM" --to retry
 run cat "$ROOM/README.md"
 run "$B" switch "$ROOM" --to main

@@ -1,6 +1,6 @@
 //! `log -n N` and `log --since WHEN` (a duration back from now or an RFC 3339 time), and the
-//! times `log` prints: UTC marked `Z` in text, `time_rfc3339` beside the zoneless `time` in
-//! JSON.
+//! times `log` prints: local time with its offset in text, `time_rfc3339` beside the
+//! zoneless `time` in JSON.
 
 mod support;
 
@@ -129,12 +129,16 @@ fn since_an_rfc3339_time_is_inclusive() {
 }
 
 #[test]
-fn log_times_say_they_are_utc() {
+fn log_times_say_their_zone() {
     let (env, ids) = store_at_times(&[DEC_1_8AM + 12 * 60 * SEC + 3 * SEC]);
-    let text = ok(["log", &env.s()]);
-    assert!(text.contains("2026-12-01T08:12:03Z"), "{text}");
-    assert!(ok(["log", &env.s(), "--graph"]).contains("2026-12-01T08:12:03Z"));
-    assert!(ok(["show", &env.s(), &ids[0]]).contains("2026-12-01T08:12:03Z"));
+    // Text is local time with its offset (tests/cli_conventions.rs tries other zones).
+    let utc = [("TZ", "UTC")];
+    let text = stdout(&run_env(["log", &env.s()], &utc));
+    assert!(text.contains("2026-12-01 08:12:03 +00:00"), "{text}");
+    let graph = stdout(&run_env(["log", &env.s(), "--graph"], &utc));
+    assert!(graph.contains("2026-12-01 08:12:03 +00:00"), "{graph}");
+    let show = stdout(&run_env(["show", &env.s(), &ids[0]], &utc));
+    assert!(show.contains("2026-12-01 08:12:03 +00:00"), "{show}");
     // JSON keeps `time` as scripts parse it and adds the zoned form.
     let row = &ok_json(["log", &env.s()])[0];
     assert_eq!(row["time"], "2026-12-01T08:12:03");

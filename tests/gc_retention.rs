@@ -279,7 +279,8 @@ fn dry_run_table_lists_every_reason_and_is_the_real_plan() {
     // The human table: one line per checkpoint with its reasons or `pruned`.
     let mut args = vec!["gc", s(&store), "--dry-run"];
     args.extend(flags);
-    let text = ok(&args);
+    // Local time with its offset: UTC here, so the line can be checked.
+    let text = stdout(&run_env(&args, &[("TZ", "UTC")]));
     let line = |i: usize| -> String {
         let short = &f.agent[i][..8];
         let found: Vec<&str> = text.lines().filter(|l| l.contains(short)).collect();
@@ -287,7 +288,7 @@ fn dry_run_table_lists_every_reason_and_is_the_real_plan() {
         found[0].to_string()
     };
     let l9 = line(9);
-    assert!(l9.contains("2026-01-01T11:00:00Z"), "{l9}");
+    assert!(l9.contains("2026-01-01 11:00:00 +00:00"), "{l9}");
     assert!(l9.contains("agent") && l9.contains("\"turn 9\""), "{l9}");
     assert!(l9.ends_with("kept: last, daily, monthly"), "{l9}");
     assert!(line(5).ends_with("kept: daily, monthly"), "{text}");

@@ -7,6 +7,9 @@ use clap::Args;
 use ckptfs::ops::forget::{self, ForgetOptions, ForgetReport};
 use ckptfs::{Result, Store};
 
+use ckptfs::util::local_of_utc;
+
+use super::table::Table;
 use super::{print_json, JsonFlag};
 
 /// `forget` arguments.
@@ -53,14 +56,19 @@ fn print_forget(r: &ForgetReport, dry_run: bool, s: &Store) {
         println!("forget dry run: nothing was changed");
     }
     let verb = if dry_run { "would forget" } else { "forgot" };
+    let mut t = Table::new();
     for c in &r.checkpoints {
-        println!(
-            "{verb} {} {} {} {}",
+        t.row(vec![
+            verb.to_string(),
             c.id.short(),
-            c.time,
-            c.branch,
-            c.message
-        );
+            local_of_utc(&c.time),
+            c.branch.clone(),
+            c.message.lines().next().unwrap_or("").to_string(),
+        ]);
+    }
+    let lines = t.lines();
+    for (c, line) in r.checkpoints.iter().zip(&lines) {
+        println!("{line}");
         if let Some(l) = &c.recorded_label {
             println!("  (its record names label {l}, which no longer exists)");
         }

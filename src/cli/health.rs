@@ -1,7 +1,7 @@
 //! CLI of the health commands: verify, recover, gc, archive, unarchive, doctor.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
@@ -10,9 +10,10 @@ use ckptfs::ops::doctor::{self, Repair};
 use ckptfs::ops::gc::{self, GcOptions, GcReport, PolicySource};
 use ckptfs::ops::{recover, verify};
 use ckptfs::store::RetentionPolicy;
-use ckptfs::util::human_bytes;
+use ckptfs::util::{human_bytes, local_of_utc};
 use ckptfs::{Error, Result, Store};
 
+use super::table::Table;
 use super::{print_json, split_kv, JsonFlag};
 
 /// `verify` arguments.
@@ -140,10 +141,15 @@ pub struct ArchiveArgs {
 /// `unarchive` arguments.
 #[derive(Args, Debug)]
 pub struct UnarchiveArgs {
-    /// The archive: FILE, FILE.part000 (all parts are read) or FILE.sha256.
-    pub file: PathBuf,
     /// Target store: created when missing or empty, otherwise imported into (objects dedup).
-    pub store: PathBuf,
+    /// Left out, it is --store, $CKPTFS_STORE or the mounted workspace around the current
+    /// directory. The older order FILE STORE still works: the archive is the argument that is
+    /// a file.
+    #[arg(value_name = "STORE")]
+    pub first: PathBuf,
+    /// The archive: FILE, FILE.part000 (all parts are read) or FILE.sha256.
+    #[arg(value_name = "FILE")]
+    pub second: Option<PathBuf>,
     /// Record root NAME at a new absolute path in the target's STORE.json (repeatable). File
     /// contents are never rewritten.
     #[arg(long, value_name = "NAME=/NEW/PATH")]
@@ -245,9 +251,16 @@ pub(crate) fn print_gc(r: &GcReport, dry_run: bool) {
     if dry_run && r.policy_source != PolicySource::None {
         print_decisions(r);
     } else {
+        let mut t = Table::new().indent("  ");
         for c in &r.pruned {
-            println!("  {go} {} {} {}", c.id.short(), c.time, c.branch);
+            t.row(vec![
+                go.to_string(),
+                c.id.short(),
+                local_of_utc(&c.time),
+                c.branch.clone(),
+            ]);
         }
+        t.print();
     }
     println!(
         "objects: {} total, {go} {} unreachable ({})",
@@ -270,12 +283,7 @@ const MAX_TABLE_MESSAGE: usize = 40;
 /// The dry run's table: one line per checkpoint, `ID  TIME  BRANCH  "MESSAGE"  kept: WHY, ...`
 /// or `pruned`, by branch, newest first.
 fn print_decisions(r: &GcReport) {
-    let width = r
-        .decisions
-        .iter()
-        .map(|d| d.branch.len())
-        .max()
-        .unwrap_or(0);
+    let mut t = Table::new().indent("  ");
     for d in &r.decisions {
         let mut msg: String = d.message.chars().take(MAX_TABLE_MESSAGE).collect();
         if msg.len() < d.message.len() {
@@ -290,16 +298,18 @@ fn print_decisions(r: &GcReport) {
         let label = d
             .label
             .as_deref()
-            .map(|l| format!(" [{l}]"))
+            .map(|l| format!("[{l}]"))
             .unwrap_or_default();
-        println!(
-            "  {}  {}  {:<width$}  {:?}{label}  {verdict}",
+        t.row(vec![
             d.id.short(),
-            d.time,
-            d.branch,
-            msg
-        );
+            local_of_utc(&d.time),
+            d.branch.clone(),
+            format!("{msg:?}"),
+            label,
+            verdict,
+        ]);
     }
+    t.print();
 }
 
 /// `ckptfs gc`.
@@ -387,15 +397,16 @@ pub fn run_archive(a: ArchiveArgs) -> Result<i32> {
 }
 
 /// `ckptfs unarchive`.
-pub fn run_unarchive(a: UnarchiveArgs) -> Result<i32> {
+pub fn run_unarchive(a: UnarchiveArgs, store_flag: Option<&Path>) -> Result<i32> {
+    let (file, store) = super::store_arg::unarchive_order(a.first, a.second, store_flag)?;
     let mut relocate = BTreeMap::new();
     for r in &a.relocate {
         let (name, path) = split_kv("--relocate", r)?;
         relocate.insert(name.to_string(), PathBuf::from(path));
     }
     let r = archive::unarchive(&UnarchiveOptions {
-        file: a.file,
-        store: a.store,
+        file,
+        store,
         relocate,
         sha256: a.sha256,
     })?;

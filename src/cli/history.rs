@@ -9,9 +9,10 @@ use clap::Args;
 use ckptfs::ops::walk::{locate, walk_tree};
 use ckptfs::ops::{diff, history};
 use ckptfs::store::tree::EntryKind;
-use ckptfs::util::{format_rfc3339, format_utc, human_bytes};
+use ckptfs::util::{format_local, human_bytes};
 use ckptfs::{Error, Result, Store};
 
+use super::table::Table;
 use super::{print_json, JsonFlag};
 
 /// `log` arguments.
@@ -99,6 +100,9 @@ pub struct LsArgs {
     /// List recursively.
     #[arg(short, long)]
     pub recursive: bool,
+    /// Sizes in bytes instead of `ls -lh`'s 1.5K, 12M.
+    #[arg(long)]
+    pub bytes: bool,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -216,17 +220,49 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
     } else {
         // A reader that stops early (`| head`) is not an error.
         let mut out = io::stdout().lock();
-        for (i, (id, c)) in h.items.iter().enumerate() {
+        let lines = log_table(&h.items, &labels);
+        for (i, line) in lines.iter().enumerate() {
             for g in h.gaps.iter().filter(|g| g.before_item == i) {
                 let _ignored = writeln!(out, "  ... {}", g.line());
             }
-            let _ignored = writeln!(out, "{}", history::log_line(id, c, &labels));
+            let _ignored = writeln!(out, "{line}");
         }
         for g in h.gaps.iter().filter(|g| g.before_item == h.items.len()) {
             let _ignored = writeln!(out, "  ... {}", g.line());
         }
     }
     Ok(0)
+}
+
+/// `log`'s lines, one per checkpoint, in columns as wide as their content: short id, local
+/// time with its offset, branch, labels (`[a, b]`; the column is left out when no checkpoint
+/// has one), file count and size (right-aligned) and message.
+fn log_table(
+    items: &[(ckptfs::ObjectId, ckptfs::store::checkpoint::Checkpoint)],
+    labels: &[(String, ckptfs::ObjectId)],
+) -> Vec<String> {
+    let mut t = Table::new().right(&[4, 5]);
+    for (id, c) in items {
+        let ls: Vec<&str> = labels
+            .iter()
+            .filter(|(_, l)| l == id)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        t.row(vec![
+            id.short(),
+            format_local(c.time_ns),
+            c.branch.clone(),
+            if ls.is_empty() {
+                String::new()
+            } else {
+                format!("[{}]", ls.join(", "))
+            },
+            format!("{} files", c.stats.files),
+            human_bytes(c.stats.bytes),
+            c.message.lines().next().unwrap_or("").to_string(),
+        ]);
+    }
+    t.lines()
 }
 
 /// `ckptfs show`.
@@ -248,7 +284,7 @@ pub fn run_show(a: ShowArgs) -> Result<i32> {
     }
     println!("checkpoint {id}");
     println!("branch     {}", c.branch);
-    println!("time       {}", format_rfc3339(c.time_ns));
+    println!("time       {}", format_local(c.time_ns));
     for p in &c.parents {
         println!("parent     {p}");
     }
@@ -319,29 +355,110 @@ pub fn run_ls(a: LsArgs) -> Result<i32> {
         print_json(&v)?;
         return Ok(0);
     }
-    let mut out = io::stdout().lock();
+    let mut names = Owners::default();
+    let mut t = Table::new().right(&[3]);
     for (p, e) in &rows {
-        let t = match e.kind {
-            EntryKind::File { .. } => '-',
-            EntryKind::Dir { .. } => 'd',
-            EntryKind::Symlink { .. } => 'l',
-        };
         let tail = match &e.kind {
             EntryKind::Symlink { target } => format!(" -> {}", String::from_utf8_lossy(target)),
             _ => String::new(),
         };
-        let _ignored = writeln!(
-            out,
-            "{t}{:04o} {:>5} {:>5} {:>12} {} {}{tail}",
-            e.mode,
-            e.uid,
-            e.gid,
-            e.size,
-            format_utc(e.mtime_ns),
-            String::from_utf8_lossy(p)
-        );
+        let size = match e.kind {
+            // A tree records its entry count as its size: not a size to show.
+            EntryKind::Dir { .. } => "-".to_string(),
+            _ if a.bytes => e.size.to_string(),
+            _ => human_size(e.size),
+        };
+        t.row(vec![
+            mode_string(&e.kind, e.mode),
+            names.user(e.uid),
+            names.group(e.gid),
+            size,
+            format_local(e.mtime_ns),
+            format!("{}{tail}", String::from_utf8_lossy(p)),
+        ]);
     }
+    t.print();
     Ok(0)
+}
+
+/// `ls -l`'s size: bytes below 1024, else one decimal and a unit (`1.5K`, `12M`), as
+/// `ls -lh` writes them.
+fn human_size(n: u64) -> String {
+    const UNITS: [&str; 6] = ["K", "M", "G", "T", "P", "E"];
+    if n < 1024 {
+        return n.to_string();
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v < 10.0 {
+        format!("{v:.1}{}", UNITS[u])
+    } else {
+        format!("{v:.0}{}", UNITS[u])
+    }
+}
+
+/// `drwxr-xr-x` for an entry: its type and permission bits, with setuid, setgid and sticky
+/// as `ls -l` shows them (`s`/`S`, `t`/`T`).
+fn mode_string(kind: &EntryKind, mode: u32) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(match kind {
+        EntryKind::File { .. } => '-',
+        EntryKind::Dir { .. } => 'd',
+        EntryKind::Symlink { .. } => 'l',
+    });
+    let special = [(0o4000, 's'), (0o2000, 's'), (0o1000, 't')];
+    for (who, (bit, mark)) in special.iter().enumerate() {
+        let shift = 6 - 3 * who;
+        let p = (mode >> shift) & 7;
+        s.push(if p & 4 != 0 { 'r' } else { '-' });
+        s.push(if p & 2 != 0 { 'w' } else { '-' });
+        let x = p & 1 != 0;
+        s.push(match (mode & bit != 0, x) {
+            (true, true) => *mark,
+            (true, false) => mark.to_ascii_uppercase(),
+            (false, true) => 'x',
+            (false, false) => '-',
+        });
+    }
+    s
+}
+
+/// User and group names by id, looked up once each (`ls -l` shows names; an id without one
+/// shows as the number).
+#[derive(Default)]
+struct Owners {
+    users: std::collections::HashMap<u32, String>,
+    groups: std::collections::HashMap<u32, String>,
+}
+
+impl Owners {
+    fn user(&mut self, uid: u32) -> String {
+        self.users
+            .entry(uid)
+            .or_insert_with(|| {
+                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| uid.to_string(), |u| u.name)
+            })
+            .clone()
+    }
+
+    fn group(&mut self, gid: u32) -> String {
+        self.groups
+            .entry(gid)
+            .or_insert_with(|| {
+                nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| gid.to_string(), |g| g.name)
+            })
+            .clone()
+    }
 }
 
 /// `ckptfs cat`.
@@ -562,4 +679,41 @@ fn patch_of(s: &Store, a: &diff::Side, b: &diff::Side, c: &diff::Change) -> Resu
         None => None,
     };
     Ok(diff::patch(&c.path, old.as_deref(), new.as_deref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_read_as_ls_writes_them() {
+        let file = EntryKind::File { chunks: Vec::new() };
+        let link = EntryKind::Symlink {
+            target: b"t".to_vec(),
+        };
+        assert_eq!(mode_string(&file, 0o644), "-rw-r--r--");
+        assert_eq!(mode_string(&file, 0o4755), "-rwsr-xr-x");
+        assert_eq!(mode_string(&file, 0o4644), "-rwSr--r--");
+        assert_eq!(mode_string(&file, 0o2750), "-rwxr-s---");
+        assert_eq!(mode_string(&link, 0o777), "lrwxrwxrwx");
+        assert_eq!(mode_string(&file, 0o1777), "-rwxrwxrwt");
+        assert_eq!(mode_string(&file, 0o1776), "-rwxrwxrwT");
+        assert_eq!(mode_string(&file, 0), "----------");
+    }
+
+    #[test]
+    fn sizes_read_as_ls_lh_writes_them() {
+        for (n, want) in [
+            (0, "0"),
+            (1023, "1023"),
+            (1024, "1.0K"),
+            (1536, "1.5K"),
+            (12 * 1024, "12K"),
+            (5 << 20, "5.0M"),
+            (300 << 30, "300G"),
+            (u64::MAX, "16E"),
+        ] {
+            assert_eq!(human_size(n), want, "{n}");
+        }
+    }
 }

@@ -3,10 +3,11 @@
 //!
 //! One module per group of commands, each holding its clap arguments and one `run_*`
 //! function per command: `store` (init, capture, restore, label), `history` (log, show, ls,
-//! cat, diff), `health` (verify, recover, gc, archive, unarchive, doctor), `workspace`
+//! cat, diff), `health` (verify, recover, gc, export, import, doctor), `workspace`
 //! (branches, checkpoint, exec, switch, fork, status, mount --branch), `view` (mount,
 //! browse, umount), `label` (label, label delete), `forget` and `shell` (completions, man).
-//! [`run`] only dispatches.
+//! [`run`] only dispatches. `store_arg` fills in a left-out STORE before clap parses (the
+//! one rule, docs/cli.md); `table` lays out text tables.
 
 mod forget;
 mod health;
@@ -14,12 +15,14 @@ mod history;
 mod label;
 mod shell;
 mod store;
+mod store_arg;
+mod table;
 mod view;
 mod workspace;
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use ckptfs::{Error, Result};
 
@@ -32,6 +35,10 @@ use ckptfs::{Error, Result};
 /// checkpoint; `restore` puts a checkpoint back; `log`, `show`, `ls`, `cat` and `diff` look at
 /// history; `verify` re-hashes everything.
 ///
+/// The store is the first argument of the commands that use one, or, left out, --store PATH,
+/// else $CKPTFS_STORE, else the store of the mounted workspace or view the current directory
+/// is in (docs/cli.md).
+///
 /// Exit codes: 0 ok, 1 failure, 2 usage error.
 #[derive(Parser, Debug)]
 #[command(name = "ckptfs", version, propagate_version = true)]
@@ -39,6 +46,10 @@ pub struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace; RUST_LOG also works).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// The store, for a command whose STORE argument is left out (before $CKPTFS_STORE and
+    /// the mounted workspace around the current directory; a STORE argument wins).
+    #[arg(long = "store", global = true, value_name = "PATH", value_hint = clap::ValueHint::DirPath)]
+    pub store_flag: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -57,8 +68,22 @@ impl Cli {
 
 /// Parses the command line. Help and version print as usual; a usage error becomes one line
 /// on stderr (clap's message without its multi-line usage block) and exit code 2.
+///
+/// A left-out STORE is filled in first ([`store_arg::complete`]); finding none is a usage
+/// error too.
 pub fn parse() -> Cli {
-    match Cli::try_parse() {
+    let cmd = command();
+    let args = match store_arg::complete(&cmd, std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("ckptfs: {e}");
+            std::process::exit(2);
+        }
+    };
+    match cmd
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
@@ -69,6 +94,12 @@ pub fn parse() -> Cli {
             std::process::exit(2);
         }
     }
+}
+
+/// The command line as clap sees it: [`Cli`] with the store rule in every STORE command's
+/// help. Completions and man pages are made from it too.
+pub(crate) fn command() -> clap::Command {
+    store_arg::annotate(Cli::command())
 }
 
 /// Joins clap's message lines before its "Usage:" block into one line.
@@ -195,10 +226,19 @@ pub enum Command {
     Gc(health::GcArgs),
     /// Export checkpoints or branches (or --all) to one portable file: zstd-compressed tar with
     /// a manifest, records and objects; prints its SHA-256 and writes FILE.sha256.
+    ///
+    /// Formerly `archive`, still accepted (not to be confused with `branch archive`, which
+    /// hides a branch).
+    #[command(name = "export", visible_alias = "archive")]
     Archive(health::ArchiveArgs),
     /// Import an archive into a new or existing store after checking its SHA-256 and every
     /// object; --relocate NAME=/PATH records a root at a new path. Nothing is imported from a
     /// truncated, corrupted or foreign file.
+    ///
+    /// `import STORE FILE`, STORE first like every command. Formerly `unarchive FILE STORE`:
+    /// that name and that order are still accepted (the archive is the argument that is a
+    /// file).
+    #[command(name = "import", visible_alias = "unarchive")]
     Unarchive(health::UnarchiveArgs),
     /// Check the store's invariants (refs, objects and sizes, markers, pins, sockets, temp
     /// files, stale mounts, permissions, format) and say how to fix each finding. Exit 1 on an
@@ -281,6 +321,7 @@ pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<()> {
 
 /// Runs a parsed command; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
+    let store_flag = cli.store_flag;
     match cli.command {
         Command::Init(a) => store::run_init(a),
         Command::Capture(a) => store::run_capture(a),
@@ -301,12 +342,12 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Verify(a) => health::run_verify(a),
         Command::Gc(a) => health::run_gc(a),
         Command::Archive(a) => health::run_archive(a),
-        Command::Unarchive(a) => health::run_unarchive(a),
+        Command::Unarchive(a) => health::run_unarchive(a, store_flag.as_deref()),
         Command::Doctor(a) => health::run_doctor(a),
         Command::Mount(a) => run_mount(a),
         Command::Browse(a) => view::browse(a),
         Command::Umount(a) => run_umount(a),
-        Command::Status(a) => workspace::status(&a.store, a.json, a.short),
+        Command::Status(a) => workspace::status(&a.place, a.json, a.short),
         Command::Completions(a) => shell::run_completions(a),
         Command::Man(a) => shell::run_man(a),
         Command::InternalDetach { target } => run_internal_detach(&target),

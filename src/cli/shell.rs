@@ -4,12 +4,10 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 use clap_complete::Shell;
 
 use ckptfs::{Error, Result};
-
-use super::Cli;
 
 /// `completions` arguments.
 #[derive(Args, Debug)]
@@ -40,7 +38,7 @@ pub fn run_completions(a: CompletionsArgs) -> Result<i32> {
 /// subcommands too (clap-rs/clap#1335) and `Command` cannot remove one, so the root is put
 /// together again from its own arguments and visible subcommands.
 fn visible_command() -> clap::Command {
-    let root = Cli::command();
+    let root = super::command();
     clap::Command::new("ckptfs")
         .version(env!("CARGO_PKG_VERSION"))
         .propagate_version(true)
@@ -50,7 +48,7 @@ fn visible_command() -> clap::Command {
 
 /// `ckptfs man [DIR]`.
 pub fn run_man(a: ManArgs) -> Result<i32> {
-    let cmd = Cli::command();
+    let cmd = super::command();
     match a.dir {
         Some(dir) => {
             if !dir.is_dir() {

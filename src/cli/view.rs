@@ -10,7 +10,10 @@ use ckptfs::view::materialize::DEFAULT_FILE_CACHE_BYTES;
 use ckptfs::view::{Namespace, ViewOptions, DEFAULT_CACHE_BYTES};
 use ckptfs::{Error, Result, Store};
 
+use ckptfs::util::local_of_utc;
+
 use super::size_arg;
+use super::table::Table;
 
 /// Arguments of `ckptfs mount`.
 #[derive(Args, Debug)]
@@ -124,7 +127,8 @@ pub struct UmountArgs {
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     /// The store directory, or a workspace mountpoint.
-    pub store: PathBuf,
+    #[arg(value_name = "STORE|MOUNTPOINT")]
+    pub place: PathBuf,
     /// Print machine-readable JSON instead of text. Each workspace row has a `changes` array:
     /// `{"path", "change" (added|modified|removed|renamed|type|mode|mtime|xattr), "size",
     /// "size_before", "from" (renames)}`.
@@ -268,25 +272,26 @@ pub fn umount(a: UmountArgs) -> Result<i32> {
 pub fn status_views(store: &Store, json: bool) -> Result<Vec<serde_json::Value>> {
     let mounts = daemon::list(store)?;
     if !json {
+        let mut t = Table::new();
         for m in &mounts {
-            match &m.state {
+            t.row(match &m.state {
                 Some(s) => {
                     let what = match (&s.checkpoint, &s.root) {
                         (Some(id), Some(root)) => format!("{}:{root}", id.short()),
                         _ => s.kind.clone(),
                     };
-                    println!(
-                        "{}  {:<10} {:<24} pid {} since {}",
-                        m.mountpoint.display(),
-                        s.kind,
+                    vec![
+                        m.mountpoint.display().to_string(),
+                        s.kind.clone(),
                         what,
-                        s.pid,
-                        s.started
-                    );
+                        format!("pid {}", s.pid),
+                        format!("since {}", local_of_utc(&s.started)),
+                    ]
                 }
-                None => println!("{}  {}", m.mountpoint.display(), m.source),
-            }
+                None => vec![m.mountpoint.display().to_string(), m.source.clone()],
+            });
         }
+        t.print();
     }
     Ok(mounts
         .iter()

@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 
 use ckptfs::id::ObjectId;
-use ckptfs::util::{format_utc, human_bytes};
+use ckptfs::util::{format_utc, human_bytes, local_of_utc};
 use ckptfs::workspace::{self, DirtyPolicy, Hold, MountOptions};
 use ckptfs::{Error, Result, Store};
 
+use super::table::Table;
 use super::{print_json, JsonFlag};
 
 /// `checkpoint` arguments.
@@ -96,9 +97,12 @@ pub struct ForkArgs {
     pub store: PathBuf,
     /// Checkpoint id (or unique prefix), label or branch.
     pub checkpoint: String,
-    /// Name of the new branch.
-    #[arg(long)]
-    pub name: String,
+    /// Name of the new branch (`fork STORE C NAME`, like `label STORE C NAME`).
+    #[arg(value_name = "NAME", required_unless_present = "name")]
+    pub new_branch: Option<String>,
+    /// The older spelling of NAME, still accepted: `fork STORE C --name NAME`.
+    #[arg(long, value_name = "NAME", conflicts_with = "new_branch")]
+    pub name: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -173,7 +177,10 @@ pub fn run_switch(a: SwitchArgs) -> Result<i32> {
 
 /// `ckptfs fork`.
 pub fn run_fork(a: ForkArgs) -> Result<i32> {
-    fork(&a.store, &a.checkpoint, &a.name)
+    let name = a.new_branch.or(a.name).ok_or_else(|| {
+        Error::Usage("fork needs the new branch's NAME: fork STORE CHECKPOINT NAME".into())
+    })?;
+    fork(&a.store, &a.checkpoint, &name)
 }
 
 /// `mount STORE --branch B [--root NAME]... [--at DIR --relocate]`.
@@ -659,25 +666,30 @@ pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
     if json {
         print_json(&rows)?;
     } else {
-        println!(
-            "{:<20} {:<12} {:<12} {:<9} {:<19} {:<8} dirty",
-            "BRANCH", "HEAD", "FORKED-FROM", "STATE", "LAST-ACTIVITY", "MOUNTED"
-        );
+        let mut t = Table::with_header(&[
+            "BRANCH",
+            "HEAD",
+            "FORKED-FROM",
+            "STATE",
+            "LAST-ACTIVITY",
+            "MOUNTED",
+            "DIRTY",
+        ]);
+        let short =
+            |v: &serde_json::Value| v.as_str().map_or("-".to_string(), |h| h[..12].to_string());
         for r in &rows {
-            let short =
-                |v: &serde_json::Value| v.as_str().map_or("-".to_string(), |h| h[..12].to_string());
-            println!(
-                "{:<20} {:<12} {:<12} {:<9} {:<19} {:<8} {}",
-                r["name"].as_str().unwrap_or(""),
+            t.row(vec![
+                r["name"].as_str().unwrap_or("").to_string(),
                 short(&r["head"]),
                 short(&r["forked_from"]),
-                r["state"].as_str().unwrap_or(""),
-                r["last_activity"].as_str().unwrap_or(""),
+                r["state"].as_str().unwrap_or("").to_string(),
+                local_of_utc(r["last_activity"].as_str().unwrap_or("")),
                 if r["mounted"].as_bool() == Some(true) {
                     "yes"
                 } else {
                     "no"
-                },
+                }
+                .to_string(),
                 if r["dirty"].as_bool() == Some(true) {
                     format!(
                         "{} files, {}",
@@ -686,9 +698,10 @@ pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
                     )
                 } else {
                     "-".into()
-                }
-            );
+                },
+            ]);
         }
+        t.print();
     }
     Ok(0)
 }

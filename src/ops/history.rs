@@ -9,7 +9,7 @@ use crate::id::ObjectId;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::refs::{NamedId, Tombstone};
 use crate::store::Store;
-use crate::util::{format_rfc3339, format_utc, human_bytes};
+use crate::util::{format_local, format_rfc3339, format_utc, human_bytes};
 
 /// The checkpoints `log` lists, in order.
 #[derive(Clone, Debug, Default)]
@@ -39,8 +39,8 @@ impl Gap {
         format!(
             "{} (forgotten {}; recorded {} on {})",
             self.tombstone.id.short(),
-            format_utc(self.tombstone.forgotten_ns),
-            format_utc(self.tombstone.time_ns),
+            format_local(self.tombstone.forgotten_ns),
+            format_local(self.tombstone.time_ns),
             self.tombstone.branch
         )
     }
@@ -162,7 +162,8 @@ fn labels_of<'a>(labels: &'a [(String, ObjectId)], id: &ObjectId) -> Vec<&'a str
         .collect()
 }
 
-/// One `log` line: short id, time (UTC, RFC 3339 with `Z`), branch, labels, size and message.
+/// One `log` line: short id, local time with its offset, branch, labels, size and message
+/// (`ckptfs log` lines these up in columns).
 pub fn log_line(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> String {
     let ls = labels_of(labels, id);
     let ls = if ls.is_empty() {
@@ -173,7 +174,7 @@ pub fn log_line(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) ->
     format!(
         "{} {} {:<12}{} {} files {}  {}",
         id.short(),
-        format_rfc3339(c.time_ns),
+        format_local(c.time_ns),
         c.branch,
         ls,
         c.stats.files,
@@ -259,7 +260,7 @@ pub fn graph_lines(items: &[(ObjectId, Checkpoint)], names: &[(String, ObjectId)
             "{}{} {} ({}){} {}",
             line,
             id.short(),
-            format_rfc3339(c.time_ns),
+            format_local(c.time_ns),
             c.branch,
             ls,
             c.message

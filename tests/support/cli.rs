@@ -18,7 +18,8 @@ pub fn bin() -> &'static str {
 }
 
 /// A command for the binary with a clean environment for what the tests control: no fault
-/// injection, no logging, no backtraces, and a working directory outside the source tree (a
+/// injection, no logging, no backtraces, no `CKPTFS_STORE` from the caller's shell, and a
+/// working directory outside the source tree (a
 /// relative path never lands in the repository).
 pub fn cmd<I, S>(args: I) -> Command
 where
@@ -29,6 +30,7 @@ where
     c.args(args)
         .env_remove(FAULT_ENV)
         .env_remove("RUST_LOG")
+        .env_remove("CKPTFS_STORE")
         .env("RUST_BACKTRACE", "0")
         .current_dir(std::env::temp_dir());
     c

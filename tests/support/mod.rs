@@ -23,6 +23,8 @@
 //! - `garage`: real Garage S3 nodes on loopback (`Garage::start`, `Garage::cluster(3)`, `kill`,
 //!   `restart`, the AWS environment for a client: `env`, `apply_env`), and raw S3 requests
 //!   behind ckptfs's back (`s3_put`, `s3_get`, `s3_list`, `s3_delete`).
+//! - `conv`: the binary run in a given directory with given environment (`run_in`, `ok_in`)
+//!   and column checks for tables (`column_starts`), for the CLI convention tests.
 //! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
 //!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).
 //!
@@ -31,6 +33,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod conv;
 pub mod fault;
 pub mod garage;
 pub mod hostile;
@@ -43,5 +46,6 @@ pub mod workspace;
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
 pub use {
-    cli::*, fault::*, garage::*, hostile::*, mount::*, store::*, tree::*, view::*, workspace::*,
+    cli::*, conv::*, fault::*, garage::*, hostile::*, mount::*, store::*, tree::*, view::*,
+    workspace::*,
 };
