@@ -170,8 +170,25 @@ pub fn log_line(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) ->
     } else {
         format!(" [{}]", ls.join(", "))
     };
+    let meta: Vec<String> = c
+        .annotations
+        .meta
+        .iter()
+        .map(|(k, v)| {
+            let v = crate::store::checkpoint::meta_text(v);
+            match v.char_indices().nth(MAX_META_SHOWN) {
+                Some((i, _)) => format!("{k}={}...", &v[..i]),
+                None => format!("{k}={v}"),
+            }
+        })
+        .collect();
+    let meta = if meta.is_empty() {
+        String::new()
+    } else {
+        format!("  {{{}}}", meta.join(" ").replace('\n', " "))
+    };
     format!(
-        "{} {} {:<12}{} {} files {}  {}",
+        "{} {} {:<12}{} {} files {}  {}{meta}",
         id.short(),
         format_rfc3339(c.time_ns),
         c.branch,
@@ -182,12 +199,26 @@ pub fn log_line(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) ->
     )
 }
 
+/// Characters of a meta value a `log` line shows (`show` prints it whole).
+const MAX_META_SHOWN: usize = 40;
+
 /// One `log --json` row.
 pub fn log_row(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> serde_json::Value {
     // `time` has no zone (it is UTC) and scripts parse it as it is: `time_rfc3339` says so.
-    serde_json::json!({"id": id, "branch": c.branch, "time": format_utc(c.time_ns),
+    let mut row = serde_json::json!({"id": id, "branch": c.branch, "time": format_utc(c.time_ns),
         "time_rfc3339": format_rfc3339(c.time_ns), "time_ns": c.time_ns, "parents": c.parents, "labels": labels_of(labels, id),
-        "message": c.message, "stats": c.stats})
+        "message": c.message, "stats": c.stats});
+    // Present only when recorded, as in the record.
+    if !c.annotations.meta.is_empty() {
+        row["meta"] = serde_json::json!(c.annotations.meta);
+    }
+    if let Some(t) = &c.annotations.turn {
+        row["turn"] = serde_json::json!(t);
+    }
+    if let Some(r) = &c.annotations.runtime {
+        row["runtime"] = serde_json::json!(r);
+    }
+    row
 }
 
 /// `log --graph`: checkpoints in the order given (newest first) with one lane per line of

@@ -384,6 +384,10 @@ pub struct Config {
     /// Default gc policy; absent in stores written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionPolicy>,
+    /// What makes up the runtime of the agents run in this store (`ckptfs fingerprint`);
+    /// absent in stores that declared none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<checkpoint::RuntimeDecl>,
 }
 
 /// Options for [`Store::init`].
@@ -613,6 +617,7 @@ impl Store {
             roots: with_default_excludes(&opts.roots, opts.no_default_excludes),
             created_ns: crate::util::now_ns(),
             retention: None,
+            runtime: None,
         };
         let store = Store {
             root,
