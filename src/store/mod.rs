@@ -871,10 +871,14 @@ impl Store {
         self.detached_dir()
             .join(format!("{branch}-{root}-{time_ns}"))
     }
-    /// `displaced/<UTC time>-B`: where the upper layers of `branch` are set aside.
+    /// `displaced/<UTC time>.<ns>-B`: where the upper layers of `branch` are set aside. The
+    /// nanoseconds keep two set-asides within one second apart (the second rename failed
+    /// on the first's directory).
     pub fn displaced_upper_path(&self, branch: &str, time_ns: i64) -> PathBuf {
         let stamp = crate::util::format_utc(time_ns).replace(':', "");
-        self.displaced_dir().join(format!("{stamp}-{branch}"))
+        let ns = time_ns.rem_euclid(1_000_000_000);
+        self.displaced_dir()
+            .join(format!("{stamp}.{ns:09}-{branch}"))
     }
     /// `displaced/<UTC time>-<pid>-restore-ROOT[-PATH]` (`/` in PATH as `%`, the name cut to
     /// 255 bytes): where an in-place restore sets aside what was at the place of PATH in ROOT.
