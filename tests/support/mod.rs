@@ -31,6 +31,7 @@ pub mod cli;
 pub mod fault;
 pub mod hostile;
 pub mod mount;
+pub mod runner;
 pub mod store;
 pub mod tree;
 pub mod view;
@@ -38,4 +39,6 @@ pub mod workspace;
 
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
-pub use {cli::*, fault::*, hostile::*, mount::*, store::*, tree::*, view::*, workspace::*};
+pub use {
+    cli::*, fault::*, hostile::*, mount::*, runner::*, store::*, tree::*, view::*, workspace::*,
+};
