@@ -99,3 +99,15 @@ pub fn run_fingerprint(a: FingerprintArgs) -> Result<i32> {
     }
     Ok(if differences.is_empty() { 0 } else { 1 })
 }
+
+/// The check `mount --branch` and `exec` make before resuming `branch`: refuses a changed
+/// runtime unless `accept`; says on stderr what was accepted.
+pub fn check_resume(s: &Store, branch: &str, what: &str, accept: bool) -> Result<()> {
+    let c = fingerprint::check_branch(s, branch, what, accept)?;
+    if c.accepted {
+        for d in &c.differences {
+            eprintln!("ckptfs: runtime change accepted: {}", d.describe());
+        }
+    }
+    Ok(())
+}

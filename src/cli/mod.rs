@@ -350,7 +350,7 @@ fn run_mount(a: view::MountArgs) -> Result<i32> {
     }
     // A resume on a changed runtime is refused (see `ckptfs fingerprint`).
     let s = ckptfs::Store::open(&a.store)?;
-    ckptfs::ops::fingerprint::check_branch(&s, &branch, "mount", a.accept_runtime_change)?;
+    fingerprint::check_resume(&s, &branch, "mount", a.accept_runtime_change)?;
     drop(s);
     workspace::mount_branch(
         &a.store,

@@ -3,13 +3,12 @@
 //! The contract is docs/runner.md; the composition is `ckptfs::ops::turn`.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 
 use ckptfs::ops::turn::{self, TurnOptions};
-use ckptfs::store::checkpoint::{check_meta, check_meta_key, MAX_META_BYTES};
+use ckptfs::store::checkpoint::{check_meta, check_meta_key};
 use ckptfs::{Error, Result, Store};
 
 use super::print_json;
@@ -23,7 +22,9 @@ pub struct MetaArgs {
     #[arg(long = "meta", value_name = "KEY=VALUE")]
     pub meta: Vec<String>,
     /// Record every key of the JSON object in FILE ('-': stdin); values are strings,
-    /// numbers, booleans or null. `--meta` wins over a key given in both.
+    /// numbers, booleans or null. `--meta` wins over a key given in both. `turn` reads it
+    /// once COMMAND has exited 0 (a missing file is no metadata), so the agent can write
+    /// its final reply there.
     #[arg(long, value_name = "FILE.json")]
     pub meta_file: Option<PathBuf>,
 }
@@ -36,7 +37,7 @@ impl MetaArgs {
     pub fn to_map(&self) -> Result<BTreeMap<String, serde_json::Value>> {
         let mut out = BTreeMap::new();
         if let Some(f) = &self.meta_file {
-            out = read_meta_file(f)?;
+            out = turn::read_meta_file(f)?;
         }
         for kv in &self.meta {
             let (k, v) = kv
@@ -48,35 +49,6 @@ impl MetaArgs {
         check_meta(&out)?;
         Ok(out)
     }
-}
-
-/// A `--meta-file`: a JSON object, read up to a bound (never more than meta may hold).
-fn read_meta_file(f: &Path) -> Result<BTreeMap<String, serde_json::Value>> {
-    let limit = (MAX_META_BYTES * 4) as u64;
-    let mut data = Vec::new();
-    let read = if f == Path::new("-") {
-        std::io::stdin().take(limit + 1).read_to_end(&mut data)
-    } else {
-        std::fs::File::open(f).and_then(|h| h.take(limit + 1).read_to_end(&mut data))
-    };
-    read.map_err(|e| Error::io(f, e))?;
-    if data.len() as u64 > limit {
-        return Err(Error::Usage(format!(
-            "--meta-file {}: more than {limit} bytes",
-            f.display()
-        )));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&data)
-        .map_err(|e| Error::Usage(format!("--meta-file {}: not JSON ({e})", f.display())))?;
-    let serde_json::Value::Object(map) = v else {
-        return Err(Error::Usage(format!(
-            "--meta-file {}: expected a JSON object of KEY: VALUE",
-            f.display()
-        )));
-    };
-    let out: BTreeMap<String, serde_json::Value> = map.into_iter().collect();
-    check_meta(&out).map_err(|e| Error::Usage(format!("--meta-file {}: {e}", f.display())))?;
-    Ok(out)
 }
 
 /// `turn` arguments.
@@ -157,7 +129,17 @@ fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
 
 /// `ckptfs turn`.
 pub fn run_turn(a: TurnArgs) -> Result<i32> {
-    let meta = a.meta.to_map()?;
+    // The file is read after COMMAND: only the flags now.
+    let flags = MetaArgs {
+        meta: a.meta.meta.clone(),
+        meta_file: None,
+    };
+    let meta = flags.to_map()?;
+    if a.meta.meta_file.as_deref() == Some(Path::new("-")) {
+        return Err(Error::Usage(
+            "turn reads --meta-file after COMMAND, whose stdin is its own: give a file".into(),
+        ));
+    }
     let (s, branch) = target(&a.place, a.branch.as_deref())?;
     let r = turn::run(
         &s,
@@ -166,6 +148,7 @@ pub fn run_turn(a: TurnArgs) -> Result<i32> {
             label: a.label,
             message: a.message,
             meta,
+            meta_file: a.meta.meta_file,
             command: a.command,
             retry: a.retry,
             accept_runtime_change: a.accept_runtime_change,

@@ -334,7 +334,7 @@ pub fn exec(
         return Err(Error::Usage("exec needs a command after --".into()));
     };
     let (s, b) = target(place, branch)?;
-    ckptfs::ops::fingerprint::check_branch(&s, &b, "exec in", accept_runtime_change)?;
+    super::fingerprint::check_resume(&s, &b, "exec in", accept_runtime_change)?;
     let cgroup = workspace::agent_cgroup(&s, &b)?;
     drop(s);
     workspace::freeze::join(&cgroup)?;

@@ -322,7 +322,7 @@ pub fn check_branch(store: &Store, branch: &str, what: &str, accept: bool) -> Re
         "args": {"branch": branch, "for": what, "recorded_in": id},
         "ok": true, "result": {"differences": differences},
     }))?;
-    log::warn!(
+    log::info!(
         "runtime change accepted for branch {branch}: {}",
         listed.join("; ")
     );

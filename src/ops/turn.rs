@@ -31,7 +31,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::ops::fingerprint::{self, RuntimeCheck};
-use crate::store::checkpoint::{check_meta, Annotations, TurnRecord};
+use crate::store::checkpoint::{check_meta, Annotations, TurnRecord, MAX_META_BYTES};
 use crate::store::lock::{pid_alive, RunningMarker};
 use crate::store::Store;
 use crate::util::{check_name, format_utc, now_ns};
@@ -49,6 +49,8 @@ pub struct TurnOptions {
     pub label: Option<String>,
     pub message: String,
     pub meta: BTreeMap<String, serde_json::Value>,
+    /// `--meta-file`: read once COMMAND has exited 0 (missing: no keys); `meta` wins.
+    pub meta_file: Option<PathBuf>,
     /// COMMAND and its arguments.
     pub command: Vec<OsString>,
     /// Set the writes of a failed turn aside (displaced/) and run again.
@@ -350,9 +352,28 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
             }
         }
     }
+    let meta = match (&opts.meta_file, report.outcome == "ok") {
+        (Some(f), true) => match read_meta_file_if_there(f) {
+            Ok(mut m) => {
+                m.extend(opts.meta.clone());
+                check_meta(&m).map(|()| m)
+            }
+            Err(e) => Err(e),
+        },
+        _ => Ok(opts.meta.clone()),
+    };
+    let meta = match meta {
+        Ok(m) => m,
+        Err(e) => {
+            report.outcome = "checkpoint-failed".into();
+            report.exit_status = 1;
+            report.error = Some(e.to_string());
+            BTreeMap::new()
+        }
+    };
     if report.outcome == "ok" {
         let ann = Annotations {
-            meta: opts.meta.clone(),
+            meta,
             runtime: Some(report.runtime.now.clone()),
             turn: Some(TurnRecord {
                 id: turn.clone(),
@@ -393,6 +414,64 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
         "ended": report.ended, "error": report.error});
     store.release_claim(&claim, &outcome_line(&args_json, ok, result))?;
     Ok(report)
+}
+
+/// A `--meta-file`: a regular file (its last component not a symlink; opened non-blocking)
+/// holding a JSON object of at most 4x [`MAX_META_BYTES`] ('-': stdin), checked as meta.
+///
+/// # Errors
+/// `Usage` naming the file and what is wrong with it; I/O reading it.
+pub fn read_meta_file(f: &Path) -> Result<BTreeMap<String, serde_json::Value>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let limit = (MAX_META_BYTES * 4) as u64;
+    let mut data = Vec::new();
+    if f == Path::new("-") {
+        std::io::stdin()
+            .take(limit + 1)
+            .read_to_end(&mut data)
+            .map_err(|e| Error::io(f, e))?;
+    } else {
+        let h = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(f)
+            .map_err(|e| Error::io(f, e))?;
+        if !h.metadata().map_err(|e| Error::io(f, e))?.is_file() {
+            return Err(Error::Usage(format!(
+                "--meta-file {}: not a regular file",
+                f.display()
+            )));
+        }
+        h.take(limit + 1)
+            .read_to_end(&mut data)
+            .map_err(|e| Error::io(f, e))?;
+    }
+    if data.len() as u64 > limit {
+        return Err(Error::Usage(format!(
+            "--meta-file {}: more than {limit} bytes",
+            f.display()
+        )));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&data)
+        .map_err(|e| Error::Usage(format!("--meta-file {}: not JSON ({e})", f.display())))?;
+    let serde_json::Value::Object(map) = v else {
+        return Err(Error::Usage(format!(
+            "--meta-file {}: expected a JSON object of KEY: VALUE",
+            f.display()
+        )));
+    };
+    let out: BTreeMap<String, serde_json::Value> = map.into_iter().collect();
+    check_meta(&out).map_err(|e| Error::Usage(format!("--meta-file {}: {e}", f.display())))?;
+    Ok(out)
+}
+
+/// As [`read_meta_file`]; a file that is not there gives no keys.
+fn read_meta_file_if_there(f: &Path) -> Result<BTreeMap<String, serde_json::Value>> {
+    match std::fs::symlink_metadata(f) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        _ => read_meta_file(f),
+    }
 }
 
 /// `recover` of a turn whose runner died (marker `m`, its pid gone): refuses while processes
