@@ -219,7 +219,7 @@ pub fn turn_status(s: &Store, branch: &str, dirty: bool) -> Option<serde_json::V
     }
     let f = turn::pending_failure(s, branch).ok()??;
     let describe = format!(
-        "the changes below are the writes of failed {}, not recorded: `ckptfs turn --retry` \
+        "the changes below are the writes of {}, not recorded: `ckptfs turn --retry` \
          sets them aside and runs again, `ckptfs switch --discard --to {branch}` sets them \
          aside, `ckptfs checkpoint` keeps them",
         f.describe()

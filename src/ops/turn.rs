@@ -99,12 +99,12 @@ pub struct FailedTurn {
 }
 
 impl FailedTurn {
-    /// `turn ID failed (exit 1, TIME)`.
+    /// `turn ID (failed, exit 1, TIME)`.
     pub fn describe(&self) -> String {
         let exit = self
             .exit_status
             .map_or(String::new(), |e| format!("exit {e}, "));
-        format!("turn {} {} ({exit}{})", self.turn, self.outcome, self.time)
+        format!("turn {} ({}, {exit}{})", self.turn, self.outcome, self.time)
     }
 }
 
@@ -170,11 +170,20 @@ fn spawn_failure_code(program: &Path, err: &std::io::Error) -> i32 {
 /// Reading the audit log or the branch.
 pub fn pending_failure(store: &Store, branch: &str) -> Result<Option<FailedTurn>> {
     let head = store.read_branch(branch)?.and_then(|b| b.head);
-    let last = store
-        .read_audit()?
-        .into_iter()
-        .rev()
-        .find(|l| l["op"] == "turn" && l["args"]["branch"].as_str() == Some(branch));
+    let mut last = None;
+    for l in store.read_audit()?.into_iter().rev() {
+        // A `switch --discard` since set the upper layer aside: what it holds now is newer.
+        let set_aside = l["op"] == "switch"
+            && l["result"]["from_branch"].as_str() == Some(branch)
+            && !l["result"]["displaced"].is_null();
+        if set_aside {
+            return Ok(None);
+        }
+        if l["op"] == "turn" && l["args"]["branch"].as_str() == Some(branch) {
+            last = Some(l);
+            break;
+        }
+    }
     let Some(l) = last else { return Ok(None) };
     let outcome = l["result"]["outcome"].as_str().unwrap_or("failed");
     let from = l["args"]["parent"].as_str();
@@ -493,11 +502,35 @@ pub fn recover_turn(store: &Store, m: &RunningMarker) -> Result<Vec<String>> {
             )));
         }
     }
+    // Died after writing its outcome line, before removing the marker: nothing to add.
+    let recorded = store
+        .read_audit()?
+        .iter()
+        .any(|l| l["op"] == "turn" && l["args"]["turn"].as_str() == Some(turn));
+    if recorded {
+        return Ok(vec![format!(
+            "turn {turn} on branch {branch} had recorded its outcome when its runner died"
+        )]);
+    }
+    let mut args = m.args.clone();
+    args["recovered_by"] = serde_json::json!(std::process::id());
+    // Died after its checkpoint was published (before the outcome line): the turn completed,
+    // and its checkpoint, which names it, is the branch head.
+    if let Some(id) = published_by(store, branch, turn)? {
+        let result = serde_json::json!({"outcome": "ok", "exit_status": 0, "signal": null,
+            "checkpoint": id, "started": format_utc(m.started_ns), "ended": null,
+            "error": null});
+        store.append_audit(&outcome_line(&args, true, result))?;
+        return Ok(vec![format!(
+            "turn {turn} on branch {branch} had recorded its checkpoint {} when its runner \
+             (pid {}) died: recorded as ok",
+            id.short(),
+            m.pid
+        )]);
+    }
     let result = serde_json::json!({"outcome": "crashed", "exit_status": null,
         "signal": null, "checkpoint": null, "started": format_utc(m.started_ns),
         "ended": null, "error": format!("the runner (pid {}) died", m.pid)});
-    let mut args = m.args.clone();
-    args["recovered_by"] = serde_json::json!(std::process::id());
     store.append_audit(&outcome_line(&args, false, result))?;
     Ok(vec![format!(
         "turn {turn} on branch {branch} did not finish (its runner, pid {}, died): recorded \
@@ -505,6 +538,19 @@ pub fn recover_turn(store: &Store, m: &RunningMarker) -> Result<Vec<String>> {
          (`turn --retry`, `switch --discard` or `checkpoint` decide)",
         m.pid
     )])
+}
+
+/// The head of `branch` when its record names turn `turn` (published by it).
+fn published_by(store: &Store, branch: &str, turn: &str) -> Result<Option<ObjectId>> {
+    let Some(head) = store.read_branch(branch)?.and_then(|b| b.head) else {
+        return Ok(None);
+    };
+    let c = store.read_checkpoint(&head)?;
+    Ok(c.annotations
+        .turn
+        .as_ref()
+        .is_some_and(|t| t.id == turn)
+        .then_some(head))
 }
 
 /// Every turn in the audit log, newest first (of `branch` only, when given).

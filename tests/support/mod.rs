@@ -20,6 +20,8 @@
 //!   filesystem image, or with the room `nobody`'s: `for_nobody`), `KillOnDrop`, `holder`,
 //!   `REWRITER` and its checks.
 //! - `view`: `ViewFixture`, the read-only view tests' captured sample tree.
+//! - `runner`: `ckptfs turn` in a `Workspace` (`turn`, `turn_json`, `turns_can_run`), the
+//!   audit log, `log --turns`, `record_of`, and `CgroupKiller` for what a killed runner left.
 //! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
 //!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).
 //!
