@@ -3,7 +3,8 @@
 //! ```text
 //! STORE/
 //!   STORE.json            format, version, hash, chunker, compression, roots {name: path, exclude},
-//!                         optional retention (gc policy defaults; absent in older stores)
+//!                         optional retention (gc policy defaults; absent in older stores),
+//!                         optional runtime (what a runtime fingerprint hashes and runs)
 //!   objects/ab/<62 hex>   immutable blobs and trees, mode 0444, raw bytes (".zst": zstd frame);
 //!                         the id is the SHA-256 of the uncompressed bytes
 //!   checkpoints/<64 hex>  immutable checkpoint records (JSON); the id is the SHA-256 of the file
