@@ -170,21 +170,20 @@ fn spawn_failure_code(program: &Path, err: &std::io::Error) -> i32 {
 /// Reading the audit log or the branch.
 pub fn pending_failure(store: &Store, branch: &str) -> Result<Option<FailedTurn>> {
     let head = store.read_branch(branch)?.and_then(|b| b.head);
-    let mut last = None;
-    for l in store.read_audit()?.into_iter().rev() {
-        // A `switch --discard` since set the upper layer aside: what it holds now is newer.
+    // The newest turn outcome of the branch, unless a `switch --discard` came after it (it
+    // set the upper layer aside: what the workspace holds now is newer).
+    let last = store.find_audit_back(|l| {
         let set_aside = l["op"] == "switch"
             && l["result"]["from_branch"].as_str() == Some(branch)
             && !l["result"]["displaced"].is_null();
         if set_aside {
-            return Ok(None);
+            return Some(None);
         }
-        if l["op"] == "turn" && l["args"]["branch"].as_str() == Some(branch) {
-            last = Some(l);
-            break;
-        }
-    }
-    let Some(l) = last else { return Ok(None) };
+        (l["op"] == "turn" && l["args"]["branch"].as_str() == Some(branch)).then(|| Some(l.clone()))
+    })?;
+    let Some(l) = last.flatten() else {
+        return Ok(None);
+    };
     let outcome = l["result"]["outcome"].as_str().unwrap_or("failed");
     let from = l["args"]["parent"].as_str();
     if outcome == "ok" || from != head.map(|h| h.to_hex()).as_deref() {
