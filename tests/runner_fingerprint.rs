@@ -155,6 +155,39 @@ fn a_real_interpreter_has_the_same_fingerprint_on_two_runs() {
     assert_eq!(cfg["runtime"]["files"][0], "python3");
     ok(["fingerprint", &e.s(), "--clear"]);
     assert!(ok_json(["fingerprint", &e.s()])["fingerprint"]["files"].is_null());
+    // A branch's own declaration is used instead of the store's; --clear with --branch
+    // takes it back.
+    ok(["fingerprint", &e.s(), "--command", "python3 --version"]);
+    ok([
+        "fingerprint",
+        &e.s(),
+        "--branch",
+        "alt",
+        "--command",
+        "echo alt-runtime",
+    ]);
+    let alt = ok_json(["fingerprint", &e.s(), "--branch", "alt"]);
+    assert_eq!(alt["declared"]["commands"][0], "echo alt-runtime", "{alt}");
+    assert_eq!(
+        alt["fingerprint"]["commands"]["echo alt-runtime"],
+        "alt-runtime"
+    );
+    assert!(alt["fingerprint"]["commands"]
+        .get("python3 --version")
+        .is_none());
+    let store_fp = ok_json(["fingerprint", &e.s()]);
+    assert!(store_fp["fingerprint"]["commands"]["python3 --version"].is_string());
+    assert!(store_fp["fingerprint"]["commands"]
+        .get("echo alt-runtime")
+        .is_none());
+    ok(["fingerprint", &e.s(), "--branch", "alt", "--clear"]);
+    let alt = ok_json(["fingerprint", &e.s(), "--branch", "alt"]);
+    assert_eq!(alt["declared"]["commands"][0], "python3 --version", "{alt}");
+    refused(
+        2,
+        ["fingerprint", &e.s(), "--branch", "a/b", "--command", "x"],
+        &["branch"],
+    );
     // Bad declarations: one line, exit 2.
     refused(
         2,

@@ -27,7 +27,8 @@ pub struct FingerprintArgs {
     pub branch: Option<String>,
     /// Declare a file whose SHA-256 is part of the runtime: an absolute path, or a command
     /// name looked up in PATH (`python3`). Repeatable. With --file or --command the
-    /// declaration in STORE.json becomes exactly what is given (audited).
+    /// declaration in STORE.json becomes exactly what is given (audited): the store's, or
+    /// with --branch that branch's own, which it then uses instead of the store's.
     #[arg(long = "file", value_name = "PATH|NAME")]
     pub files: Vec<String>,
     /// Declare a command line (run by `sh -c`, stdin empty, 10 s at most) whose output is
@@ -35,7 +36,7 @@ pub struct FingerprintArgs {
     #[arg(long = "command", value_name = "CMDLINE")]
     pub commands: Vec<String>,
     /// Remove the declaration: the fingerprint is the platform alone (OS, kernel release,
-    /// architecture, C library).
+    /// architecture, C library). With --branch: the branch's own, so it uses the store's.
     #[arg(long, conflicts_with_all = ["files", "commands"])]
     pub clear: bool,
     #[command(flatten)]
@@ -49,14 +50,15 @@ pub fn run_fingerprint(a: FingerprintArgs) -> Result<i32> {
         let decl = RuntimeDecl {
             files: a.files.clone(),
             commands: a.commands.clone(),
+            branches: Default::default(),
         };
-        fingerprint::declare(&s, &decl)?;
+        fingerprint::declare(&s, a.branch.as_deref(), &decl)?;
         s = Store::open(&a.store)?;
         if !a.json.json {
             println!("runtime declaration of {} set", s.root().display());
         }
     }
-    let now = fingerprint::current(&s);
+    let now = fingerprint::current(&s, a.branch.as_deref());
     let recorded = match &a.branch {
         Some(b) => fingerprint::recorded(&s, b)?,
         None => None,
@@ -67,7 +69,7 @@ pub fn run_fingerprint(a: FingerprintArgs) -> Result<i32> {
         .unwrap_or_default();
     if a.json.json {
         print_json(&serde_json::json!({
-            "declared": s.config().runtime.clone().unwrap_or_default(),
+            "declared": fingerprint::declaration(&s, a.branch.as_deref()),
             "fingerprint": now,
             "branch": a.branch,
             "recorded_in": recorded.as_ref().map(|(id, _)| *id),

@@ -85,6 +85,15 @@ pub fn platform() -> BTreeMap<String, String> {
 /// # Errors
 /// `Usage` naming the entry at fault.
 pub fn check_decl(d: &RuntimeDecl) -> Result<()> {
+    for (b, own) in &d.branches {
+        crate::util::check_name("branch", b)?;
+        if !own.branches.is_empty() {
+            return Err(Error::Usage(format!(
+                "the runtime declaration of branch {b} declares branches of its own"
+            )));
+        }
+        check_decl(own)?;
+    }
     if d.files.len() + d.commands.len() > MAX_DECLARED {
         return Err(Error::Usage(format!(
             "a runtime declares at most {MAX_DECLARED} files and commands"
@@ -112,10 +121,19 @@ pub fn check_decl(d: &RuntimeDecl) -> Result<()> {
     Ok(())
 }
 
-/// The current fingerprint under `store`'s declaration.
-pub fn current(store: &Store) -> Runtime {
-    let decl = store.config().runtime.clone().unwrap_or_default();
-    compute(&decl)
+/// The declaration `branch` uses (its own, else the store's; `None`: the store's).
+pub fn declaration(store: &Store, branch: Option<&str>) -> RuntimeDecl {
+    store
+        .config()
+        .runtime
+        .as_ref()
+        .map(|d| d.for_branch(branch))
+        .unwrap_or_default()
+}
+
+/// The current fingerprint under the declaration `branch` uses (see [`declaration`]).
+pub fn current(store: &Store, branch: Option<&str>) -> Runtime {
+    compute(&declaration(store, branch))
 }
 
 /// The fingerprint of this machine under `decl`.
@@ -288,7 +306,7 @@ pub struct RuntimeCheck {
 /// # Errors
 /// `Conflict` naming every field that differs; reading the branch; writing the audit line.
 pub fn check_branch(store: &Store, branch: &str, what: &str, accept: bool) -> Result<RuntimeCheck> {
-    let now = current(store);
+    let now = current(store, Some(branch));
     let Some((id, rec)) = recorded(store, branch)? else {
         return Ok(RuntimeCheck {
             now,
@@ -334,22 +352,43 @@ pub fn check_branch(store: &Store, branch: &str, what: &str, accept: bool) -> Re
     })
 }
 
-/// Replaces the store's declaration (STORE.json `runtime`; an empty one removes it), audited.
+/// Replaces the store's declaration, or with `branch` that branch's own (STORE.json
+/// `runtime`; an empty one removes it: a branch then uses the store's again), audited.
 ///
 /// # Errors
 /// `Usage` for a bad declaration; writing STORE.json.
-pub fn declare(store: &Store, decl: &RuntimeDecl) -> Result<()> {
-    check_decl(decl)?;
-    let args = serde_json::json!({"files": decl.files, "commands": decl.commands});
+pub fn declare(store: &Store, branch: Option<&str>, decl: &RuntimeDecl) -> Result<()> {
+    let files_and_commands = RuntimeDecl {
+        files: decl.files.clone(),
+        commands: decl.commands.clone(),
+        branches: Default::default(),
+    };
+    check_decl(&files_and_commands)?;
+    if let Some(b) = branch {
+        crate::util::check_name("branch", b)?;
+    }
+    let args =
+        serde_json::json!({"branch": branch, "files": decl.files, "commands": decl.commands});
     store.mutate("fingerprint-declare", args, |_| {
         // Re-read under the lock: the Store was opened before it.
         let fresh = Store::open(store.root())?;
         let mut config = fresh.config().clone();
-        config.runtime = if decl.files.is_empty() && decl.commands.is_empty() {
-            None
-        } else {
-            Some(decl.clone())
-        };
+        let mut all = config.runtime.take().unwrap_or_default();
+        match branch {
+            Some(b) if files_and_commands.is_empty() => {
+                all.branches.remove(b);
+            }
+            Some(b) => {
+                all.branches
+                    .insert(b.to_string(), files_and_commands.clone());
+            }
+            None => {
+                all.files = files_and_commands.files.clone();
+                all.commands = files_and_commands.commands.clone();
+            }
+        }
+        check_decl(&all)?;
+        config.runtime = (!all.is_empty() || !all.branches.is_empty()).then_some(all);
         store.write_config_file(&config)?;
         Ok(((), serde_json::Value::Null))
     })

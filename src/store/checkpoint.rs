@@ -256,7 +256,7 @@ impl Runtime {
 }
 
 /// What a store declares makes up its runtime (STORE.json `runtime`; `ckptfs fingerprint
-/// --file/--command` sets it).
+/// --file/--command` sets it), and what a branch declares instead of it (`--branch B`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct RuntimeDecl {
     /// Files to hash: absolute paths, or command names looked up in PATH (`python3`).
@@ -265,6 +265,28 @@ pub struct RuntimeDecl {
     /// Command lines (run by `sh -c`) whose output counts, e.g. `python3 --version`.
     #[serde(default)]
     pub commands: Vec<String>,
+    /// Branches with a declaration of their own, used instead of this one (theirs have no
+    /// `branches`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub branches: BTreeMap<String, RuntimeDecl>,
+}
+
+impl RuntimeDecl {
+    /// What `branch` uses: its own declaration, else the store's (without `branches`).
+    pub fn for_branch(&self, branch: Option<&str>) -> RuntimeDecl {
+        let own = branch.and_then(|b| self.branches.get(b));
+        let d = own.unwrap_or(self);
+        RuntimeDecl {
+            files: d.files.clone(),
+            commands: d.commands.clone(),
+            branches: BTreeMap::new(),
+        }
+    }
+
+    /// No file and no command.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.commands.is_empty()
+    }
 }
 
 /// The turn that made a checkpoint.
