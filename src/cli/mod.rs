@@ -5,7 +5,8 @@
 //! function per command: `store` (init, capture, restore, label), `history` (log, show, ls,
 //! cat, diff), `health` (verify, recover, gc, archive, unarchive, doctor), `workspace`
 //! (branches, checkpoint, exec, switch, fork, status, mount --branch), `view` (mount,
-//! browse, umount), `label` (label, label delete), `forget` and `shell` (completions, man).
+//! browse, umount), `label` (label, label delete), `forget` and `shell` (completions, man),
+//! `turn` (turn, the shared `--meta` arguments, `log --turns`) and `fingerprint`.
 //! [`run`] only dispatches.
 
 mod fingerprint;
