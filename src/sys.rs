@@ -149,3 +149,95 @@ fn set_lease(f: &std::fs::File, kind: libc::c_int) -> std::io::Result<()> {
         Err(std::io::Error::last_os_error())
     }
 }
+
+/// The C library this process runs on: `glibc X.Y` (from `gnu_get_libc_version`), or the
+/// build's C library name elsewhere (`musl`: it has no version call).
+pub fn libc_version() -> String {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: gnu_get_libc_version takes no argument and returns a pointer to a static,
+        // NUL-terminated string that lives as long as the process; it is only read here.
+        let v = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+        format!("glibc {}", v.to_string_lossy())
+    }
+    #[cfg(target_env = "musl")]
+    {
+        "musl".to_string()
+    }
+    #[cfg(not(any(target_env = "gnu", target_env = "musl")))]
+    {
+        "unknown".to_string()
+    }
+}
+
+/// Starts `cmd` in the cgroup whose `cgroup.procs` is open as `procs`: the child writes `0`
+/// (itself) there before it executes, so the command and all it starts are born in the
+/// cgroup while this process stays out of it (a held checkpoint then freezes the cgroup
+/// without freezing itself). SIGINT and SIGQUIT get their default action back in the child
+/// (see [`IgnoreInterrupts`]).
+///
+/// # Errors
+/// Spawning fails (not found, not executable), or the child cannot join the cgroup.
+pub fn spawn_in_cgroup(
+    cmd: &mut std::process::Command,
+    procs: std::fs::File,
+) -> std::io::Result<std::process::Child> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fd = procs.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // async-signal-safe functions (signal, write) on memory and a descriptor it owns; `procs`
+    // stays open in the parent until spawn returns, so the descriptor is valid in the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            let r = libc::write(fd, b"0".as_ptr().cast(), 1);
+            if r == 1 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let child = cmd.spawn();
+    drop(procs);
+    child
+}
+
+/// While alive, this process ignores SIGINT and SIGQUIT, as a shell running a foreground
+/// command does: a Ctrl-C at the terminal reaches the command (same process group), which
+/// decides, and the runner lives to record the outcome. Dropping it restores what was there.
+pub struct IgnoreInterrupts {
+    old: [libc::sighandler_t; 2],
+}
+
+impl IgnoreInterrupts {
+    pub fn new() -> IgnoreInterrupts {
+        // SAFETY: installs SIG_IGN (no handler code runs) and keeps the previous dispositions
+        // to put back; no memory is shared.
+        let old = unsafe {
+            [
+                libc::signal(libc::SIGINT, libc::SIG_IGN),
+                libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+            ]
+        };
+        IgnoreInterrupts { old }
+    }
+}
+
+impl Default for IgnoreInterrupts {
+    fn default() -> Self {
+        IgnoreInterrupts::new()
+    }
+}
+
+impl Drop for IgnoreInterrupts {
+    fn drop(&mut self) {
+        // SAFETY: puts back the dispositions `new` replaced.
+        unsafe {
+            libc::signal(libc::SIGINT, self.old[0]);
+            libc::signal(libc::SIGQUIT, self.old[1]);
+        }
+    }
+}

@@ -87,6 +87,7 @@ fn valid_checkpoint() -> Vec<u8> {
         message: "m".into(),
         time_ns: 5,
         stats: Stats::default(),
+        annotations: Default::default(),
     }
     .encode()
 }

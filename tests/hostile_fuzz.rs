@@ -326,6 +326,7 @@ fn valid_record() -> Checkpoint {
         message: "turn 3".into(),
         time_ns: 5,
         stats: Stats::default(),
+        annotations: Default::default(),
     }
 }
 

@@ -33,6 +33,15 @@ pub struct LogArgs {
     /// RFC 3339 (2026-12-01T08:00:00Z, with an offset +01:00, or a date 2026-12-01).
     #[arg(long, value_name = "WHEN", value_parser = since_arg)]
     pub since: Option<i64>,
+    /// Show only checkpoints whose metadata has KEY equal to VALUE (a string as given, other
+    /// values as JSON text: turn=3, ok=true). Repeatable: all must match.
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    pub meta: Vec<String>,
+    /// List turns (`ckptfs turn`) from the audit log instead, newest first: id, start,
+    /// branch, outcome (ok, failed, killed, cannot-run, checkpoint-failed, crashed,
+    /// interrupted, running) and exit status, checkpoint, command. With --branch and -n.
+    #[arg(long, conflicts_with_all = ["graph", "since", "meta"])]
+    pub turns: bool,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -175,7 +184,25 @@ pub struct DiffArgs {
 /// stays 0 (a listing, as restic's: `doctor` and `verify` are the checks that fail).
 pub fn run_log(a: LogArgs) -> Result<i32> {
     let s = Store::open(&a.store)?;
+    if a.turns {
+        return super::turn::print_turns(&s, a.branch.as_deref(), a.max_count, a.json.json);
+    }
+    let mut wanted = Vec::new();
+    for kv in &a.meta {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| Error::Usage(format!("--meta {kv:?}: expected KEY=VALUE")))?;
+        wanted.push((k.to_string(), v.to_string()));
+    }
     let mut h = history::history(&s, a.branch.as_deref())?;
+    h.items.retain(|(_, c)| {
+        wanted.iter().all(|(k, v)| {
+            c.annotations
+                .meta
+                .get(k)
+                .is_some_and(|x| ckptfs::store::checkpoint::meta_text(x) == *v)
+        })
+    });
     let (names, ref_problems) = history::names_lenient(&s, a.graph && !a.json.json)?;
     for p in h.problems.iter().chain(&ref_problems) {
         eprintln!("ckptfs: warning: {p}; left out (run `ckptfs doctor`)");
@@ -236,7 +263,7 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
 
 /// `log`'s lines, one per checkpoint, in columns as wide as their content: short id, local
 /// time with its offset, branch, labels (`[a, b]`; the column is left out when no checkpoint
-/// has one), file count and size (right-aligned) and message.
+/// has one), file count and size (right-aligned), message and metadata (`{k=v}`).
 fn log_table(
     items: &[(ckptfs::ObjectId, ckptfs::store::checkpoint::Checkpoint)],
     labels: &[(String, ckptfs::ObjectId)],
@@ -259,7 +286,13 @@ fn log_table(
             },
             format!("{} files", c.stats.files),
             human_bytes(c.stats.bytes),
-            c.message.lines().next().unwrap_or("").to_string(),
+            {
+                let first = c.message.lines().next().unwrap_or("");
+                match history::meta_summary(c) {
+                    m if m.is_empty() => first.to_string(),
+                    m => format!("{first}  {m}"),
+                }
+            },
         ]);
     }
     t.lines()
@@ -292,6 +325,29 @@ pub fn run_show(a: ShowArgs) -> Result<i32> {
         println!("label      {l}");
     }
     println!("message    {}", c.message);
+    for (k, v) in &c.annotations.meta {
+        println!("meta       {k}={}", ckptfs::store::checkpoint::meta_text(v));
+    }
+    if let Some(t) = &c.annotations.turn {
+        println!(
+            "turn       {} exit {} ({} -> {}){}: {}",
+            t.id,
+            t.exit_status,
+            format_local(t.started_ns),
+            format_local(t.ended_ns),
+            if t.accepted_runtime_change {
+                ", runtime change accepted"
+            } else {
+                ""
+            },
+            t.command.join(" ")
+        );
+    }
+    if let Some(rt) = &c.annotations.runtime {
+        for (k, v) in rt.fields() {
+            println!("runtime    {k} = {v}");
+        }
+    }
     for (n, r) in &c.roots {
         println!(
             "root       {n}: tree {} ({} files, {})",

@@ -5,10 +5,12 @@
 //! function per command: `store` (init, capture, restore, label), `history` (log, show, ls,
 //! cat, diff), `health` (verify, recover, gc, export, import, doctor), `workspace`
 //! (branches, checkpoint, exec, switch, fork, status, mount --branch), `view` (mount,
-//! browse, umount), `label` (label, label delete), `forget` and `shell` (completions, man).
+//! browse, umount), `label` (label, label delete), `forget` and `shell` (completions, man),
+//! `turn` (turn, the shared `--meta` arguments, `log --turns`) and `fingerprint`.
 //! [`run`] only dispatches. `store_arg` fills in a left-out STORE before clap parses (the
 //! one rule, docs/cli.md); `table` lays out text tables.
 
+mod fingerprint;
 mod forget;
 mod health;
 mod history;
@@ -17,6 +19,7 @@ mod shell;
 mod store;
 mod store_arg;
 mod table;
+mod turn;
 mod view;
 mod workspace;
 
@@ -206,6 +209,26 @@ pub enum Command {
     /// of their files at one instant. `umount` removes the cgroup once it is empty.
     /// Example: `ckptfs exec /workspace/room -- python3 agent.py`.
     Exec(workspace::ExecArgs),
+    /// Run one agent turn as one checkpoint: COMMAND in the workspace's cgroup, then, on exit
+    /// status 0 only, one held checkpoint recording --meta, the runtime fingerprint, the
+    /// command, its exit status and times. See docs/runner.md.
+    ///
+    /// Mounts the branch if needed. While the turn runs, every other mutating command on the
+    /// store refuses, naming it. A non-zero exit, a signal, or a crash of this process
+    /// records nothing on the branch: the writes stay in the workspace's upper layer
+    /// (`status` says so) until `turn --retry` (sets them aside and runs again), `switch
+    /// --discard` or `checkpoint` decides; after a crash, `recover` records the failure.
+    /// Start and outcome are appended to the audit log (`log --turns` lists them). Exit
+    /// status: COMMAND's (128+N for signal N), 127/126 when it cannot run, 1/2 when ckptfs
+    /// fails.
+    ///
+    /// Example: ckptfs turn /var/lib/ckpt --branch main --meta thread=t1 --meta turn=3 -- python3 agent.py
+    Turn(turn::TurnArgs),
+    /// Print this machine's runtime fingerprint (platform, and the files and commands the
+    /// store declares), compare it with a branch's, or set the declaration.
+    ///
+    /// Example: ckptfs fingerprint /var/lib/ckpt --file /usr/local/bin/agent --command 'python3 --version'
+    Fingerprint(fingerprint::FingerprintArgs),
     /// Show another branch or checkpoint at the same paths (restore), without copying files.
     ///
     /// A checkpoint that is not a branch head starts a new branch (named by --name, or
@@ -338,6 +361,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Checkpoint(a) => workspace::run_checkpoint(a),
         Command::Exec(a) => workspace::run_exec(a),
         Command::Switch(a) => workspace::run_switch(a),
+        Command::Turn(a) => turn::run_turn(a),
+        Command::Fingerprint(a) => fingerprint::run_fingerprint(a),
         Command::Fork(a) => workspace::run_fork(a),
         Command::Verify(a) => health::run_verify(a),
         Command::Gc(a) => health::run_gc(a),
@@ -365,6 +390,10 @@ fn run_mount(a: view::MountArgs) -> Result<i32> {
                 .into(),
         ));
     }
+    // A resume on a changed runtime is refused (see `ckptfs fingerprint`).
+    let s = ckptfs::Store::open(&a.store)?;
+    fingerprint::check_resume(&s, &branch, "mount", a.accept_runtime_change)?;
+    drop(s);
     workspace::mount_branch(
         &a.store,
         &branch,

@@ -72,6 +72,8 @@ pub struct CaptureArgs {
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
     #[command(flatten)]
+    pub meta: super::turn::MetaArgs,
+    #[command(flatten)]
     pub json: JsonFlag,
 }
 
@@ -181,6 +183,10 @@ pub fn run_capture(a: CaptureArgs) -> Result<i32> {
         from,
         exclude: a.exclude,
         progress: !a.json.json,
+        annotations: ckptfs::store::checkpoint::Annotations {
+            meta: a.meta.to_map()?,
+            ..Default::default()
+        },
     };
     let r = capture(&s, &opts)?;
     if a.json.json {

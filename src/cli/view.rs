@@ -79,6 +79,10 @@ pub struct MountArgs {
     /// With --branch: print the mounted workspace as JSON.
     #[arg(long, requires = "branch")]
     pub json: bool,
+    /// With --branch: mount even when the runtime fingerprint recorded by the branch's turns
+    /// differs from this machine's (see `ckptfs fingerprint`); the change is audited.
+    #[arg(long, requires = "branch")]
+    pub accept_runtime_change: bool,
 }
 
 /// Arguments of `ckptfs browse`.

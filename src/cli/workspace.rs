@@ -51,6 +51,8 @@ pub struct CheckpointArgs {
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
     #[command(flatten)]
+    pub meta: super::turn::MetaArgs,
+    #[command(flatten)]
     pub json: JsonFlag,
 }
 
@@ -68,6 +70,10 @@ pub struct ExecArgs {
     /// ckptfs fails before running it.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
+    /// Run even when the runtime fingerprint recorded by the branch's turns differs from
+    /// this machine's (see `ckptfs fingerprint`); the change is audited.
+    #[arg(long)]
+    pub accept_runtime_change: bool,
 }
 
 /// `switch` arguments.
@@ -147,6 +153,10 @@ pub fn run_checkpoint(a: CheckpointArgs) -> Result<i32> {
         cgroups: a.freeze_cgroup,
         filesystem: a.freeze_fs,
     };
+    let ann = ckptfs::store::checkpoint::Annotations {
+        meta: a.meta.to_map()?,
+        ..Default::default()
+    };
     checkpoint(
         &a.place,
         a.branch.as_deref(),
@@ -154,13 +164,19 @@ pub fn run_checkpoint(a: CheckpointArgs) -> Result<i32> {
         &a.message,
         &hold,
         &a.exclude,
+        &ann,
         a.json.json,
     )
 }
 
 /// `ckptfs exec`.
 pub fn run_exec(a: ExecArgs) -> Result<i32> {
-    exec(&a.place, a.branch.as_deref(), &a.command)
+    exec(
+        &a.place,
+        a.branch.as_deref(),
+        &a.command,
+        a.accept_runtime_change,
+    )
 }
 
 /// `ckptfs switch`.
@@ -314,12 +330,18 @@ fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
 /// (and a death by signal, which a shell shows as 128+N) is the command's own. Only returns
 /// when COMMAND cannot be run: as shells do, 127 when it is not found and 126 when it is
 /// found but cannot be executed (not executable, a directory, a bad interpreter...).
-pub fn exec(place: &Path, branch: Option<&str>, command: &[std::ffi::OsString]) -> Result<i32> {
+pub fn exec(
+    place: &Path,
+    branch: Option<&str>,
+    command: &[std::ffi::OsString],
+    accept_runtime_change: bool,
+) -> Result<i32> {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = command.split_first() else {
         return Err(Error::Usage("exec needs a command after --".into()));
     };
     let (s, b) = target(place, branch)?;
+    super::fingerprint::check_resume(&s, &b, "exec in", accept_runtime_change)?;
     let cgroup = workspace::agent_cgroup(&s, &b)?;
     drop(s);
     workspace::freeze::join(&cgroup)?;
@@ -350,6 +372,7 @@ fn exec_failure_code(program: &Path, err: &std::io::Error) -> i32 {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn checkpoint(
     place: &Path,
     branch: Option<&str>,
@@ -357,10 +380,11 @@ pub fn checkpoint(
     message: &str,
     hold: &Hold,
     exclude: &[String],
+    ann: &ckptfs::store::checkpoint::Annotations,
     json: bool,
 ) -> Result<i32> {
     let (s, b) = target(place, branch)?;
-    let r = workspace::checkpoint(&s, &b, label, message, hold, exclude)?;
+    let r = workspace::checkpoint_annotated(&s, &b, label, message, hold, exclude, ann, None)?;
     if json {
         print_json(&r)?;
     } else {
@@ -496,6 +520,9 @@ struct WorkspaceStatus {
     /// Processes writing into it that its checkpoints do not hold (outside `freeze_cgroups`,
     /// and no `freeze_fs`).
     unheld_writers: Vec<workspace::freeze::Writer>,
+    /// A turn running on it, or the failed turn whose writes it holds (`ckptfs turn`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    turn: Option<serde_json::Value>,
 }
 
 /// Status of the workspaces of a store (or of the one a path is in).
@@ -549,6 +576,7 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
             freeze_cgroups: st.freeze_cgroups.clone(),
             freeze_fs: st.freeze_fs,
             unheld_writers,
+            turn: super::turn::turn_status(&s, &st.branch, d.dirty),
         };
         out.push(serde_json::to_value(&ws).unwrap_or_default());
     }
@@ -579,6 +607,9 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
                 "clean".to_string()
             }
         );
+        if let Some(t) = w["turn"]["describe"].as_str() {
+            println!("  {t}");
+        }
         for line in short_status(w) {
             println!("  {line}");
         }

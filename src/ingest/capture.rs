@@ -42,6 +42,8 @@ pub struct CaptureOptions {
     pub exclude: Vec<String>,
     /// Show a progress line on stderr (only when it is a terminal).
     pub progress: bool,
+    /// `--meta`: recorded with the checkpoint.
+    pub annotations: crate::store::checkpoint::Annotations,
 }
 
 /// The result of a capture.
@@ -172,6 +174,7 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
         message: opts.message.clone(),
         time_ns: crate::util::now_ns(),
         stats,
+        annotations: Box::new(opts.annotations.clone()),
     };
     let id = store.publish_checkpoint(&checkpoint, parent)?;
     if let Some(l) = &opts.label {

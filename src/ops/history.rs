@@ -9,7 +9,7 @@ use crate::id::ObjectId;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::refs::{NamedId, Tombstone};
 use crate::store::Store;
-use crate::util::{format_local, format_rfc3339, format_utc, human_bytes};
+use crate::util::{format_local, format_rfc3339, format_utc};
 
 /// The checkpoints `log` lists, in order.
 #[derive(Clone, Debug, Default)]
@@ -162,33 +162,48 @@ fn labels_of<'a>(labels: &'a [(String, ObjectId)], id: &ObjectId) -> Vec<&'a str
         .collect()
 }
 
-/// One `log` line: short id, local time with its offset, branch, labels, size and message
-/// (`ckptfs log` lines these up in columns).
-pub fn log_line(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> String {
-    let ls = labels_of(labels, id);
-    let ls = if ls.is_empty() {
+/// A checkpoint's metadata as `log` shows it after the message: `{k=v k2=v2}`, each value cut
+/// at [`MAX_META_SHOWN`] characters, on one line; empty when it has none.
+pub fn meta_summary(c: &Checkpoint) -> String {
+    let meta: Vec<String> = c
+        .annotations
+        .meta
+        .iter()
+        .map(|(k, v)| {
+            let v = crate::store::checkpoint::meta_text(v);
+            match v.char_indices().nth(MAX_META_SHOWN) {
+                Some((i, _)) => format!("{k}={}...", &v[..i]),
+                None => format!("{k}={v}"),
+            }
+        })
+        .collect();
+    if meta.is_empty() {
         String::new()
     } else {
-        format!(" [{}]", ls.join(", "))
-    };
-    format!(
-        "{} {} {:<12}{} {} files {}  {}",
-        id.short(),
-        format_local(c.time_ns),
-        c.branch,
-        ls,
-        c.stats.files,
-        human_bytes(c.stats.bytes),
-        c.message
-    )
+        format!("{{{}}}", meta.join(" ").replace('\n', " "))
+    }
 }
+
+/// Characters of a meta value a `log` line shows (`show` prints it whole).
+const MAX_META_SHOWN: usize = 40;
 
 /// One `log --json` row.
 pub fn log_row(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> serde_json::Value {
     // `time` has no zone (it is UTC) and scripts parse it as it is: `time_rfc3339` says so.
-    serde_json::json!({"id": id, "branch": c.branch, "time": format_utc(c.time_ns),
+    let mut row = serde_json::json!({"id": id, "branch": c.branch, "time": format_utc(c.time_ns),
         "time_rfc3339": format_rfc3339(c.time_ns), "time_ns": c.time_ns, "parents": c.parents, "labels": labels_of(labels, id),
-        "message": c.message, "stats": c.stats})
+        "message": c.message, "stats": c.stats});
+    // Present only when recorded, as in the record.
+    if !c.annotations.meta.is_empty() {
+        row["meta"] = serde_json::json!(c.annotations.meta);
+    }
+    if let Some(t) = &c.annotations.turn {
+        row["turn"] = serde_json::json!(t);
+    }
+    if let Some(r) = &c.annotations.runtime {
+        row["runtime"] = serde_json::json!(r);
+    }
+    row
 }
 
 /// `log --graph`: checkpoints in the order given (newest first) with one lane per line of

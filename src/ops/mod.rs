@@ -8,15 +8,19 @@
 //!   artifacts are left by processes that are gone. None of the three imports another.
 //! - [`forget`] (plan, then apply): take checkpoints out of history, then sweep with gc's plan.
 //! - [`archive`]: portable tar+zstd exports and imports.
+//! - [`turn`] and [`fingerprint`]: the runner's contract (`ckptfs turn`: one agent turn as
+//!   one checkpoint or none; runtime fingerprints, refused when they change).
 
 pub mod archive;
 pub mod diff;
 pub mod doctor;
+pub mod fingerprint;
 pub mod forget;
 pub mod gc;
 pub mod history;
 pub mod inventory;
 pub mod recover;
 pub mod restore;
+pub mod turn;
 pub mod verify;
 pub mod walk;

@@ -8,7 +8,8 @@
 //! `archive` has its partial output files removed; an interrupted `gc` or `unarchive` needs no
 //! rollback (both keep the store consistent at every step: rerun them to finish). A checkpoint
 //! that died holding writers has its cgroups thawed, and its store's filesystem
-//! (`--freeze-fs`) before anything else, since every write there would wait.
+//! (`--freeze-fs`) before anything else, since every write there would wait. A turn whose
+//! runner died is recorded as `crashed` once no process of it is left (`ops::turn`).
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -71,7 +72,8 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
                     .extend(crate::workspace::roll_back_switch(store, &phase)?);
             }
         }
-        if m.op == "checkpoint" || m.op == "switch" {
+        // A turn's marker names what its held checkpoint froze too (`Store::run_claimed`).
+        if m.op == "checkpoint" || m.op == "switch" || m.op == "turn" {
             let cgroups: Vec<std::path::PathBuf> = m
                 .args
                 .get("freeze_cgroups")
@@ -80,6 +82,11 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
             report
                 .actions
                 .extend(crate::workspace::freeze::thaw_after_crash(&cgroups));
+        }
+        if m.op == "turn" {
+            report
+                .actions
+                .extend(crate::ops::turn::recover_turn(store, m)?);
         }
         if m.op == "archive" {
             let dir = m.phase.get("temp_dir").and_then(|d| d.as_str());

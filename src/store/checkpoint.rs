@@ -122,6 +122,186 @@ pub struct Checkpoint {
     pub message: String,
     pub time_ns: i64,
     pub stats: Stats,
+    /// Optional fields after `stats` (`meta`, `runtime`, `turn`), each absent when empty, so
+    /// a record without them encodes byte for byte as before and old records still read.
+    /// Boxed: most records have none, and the record stays small to move around.
+    #[serde(flatten)]
+    pub annotations: Box<Annotations>,
+}
+
+/// Most keys a checkpoint's `meta` may have.
+pub const MAX_META_KEYS: usize = 256;
+/// Longest `meta` key, in bytes.
+pub const MAX_META_KEY: usize = 128;
+/// Most bytes `meta` may take in a record (compact JSON): room for a session's ids and a
+/// final reply, not for a transcript (that belongs in a root).
+pub const MAX_META_BYTES: usize = 64 << 10;
+
+/// What a runner records with a checkpoint besides the trees (see docs/runner.md). Every
+/// field is optional in the record.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Annotations {
+    /// `--meta KEY=VALUE` / `--meta-file`: the session's ids, the final reply... Values are
+    /// JSON strings, numbers, booleans or null (see [`check_meta`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta: BTreeMap<String, serde_json::Value>,
+    /// The runtime fingerprint of the turn that made the checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
+    /// The turn that made the checkpoint (`ckptfs turn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<TurnRecord>,
+}
+
+impl Annotations {
+    /// True when the record carries none of them.
+    pub fn is_empty(&self) -> bool {
+        self.meta.is_empty() && self.runtime.is_none() && self.turn.is_none()
+    }
+}
+
+/// Checks a `meta` map: at most [`MAX_META_KEYS`] keys of 1 to [`MAX_META_KEY`] bytes of
+/// `[A-Za-z0-9_.-]` starting with a letter or digit; values that are strings, numbers,
+/// booleans or null (no nesting: `log --meta K=V` compares them as text); at most
+/// [`MAX_META_BYTES`] in all.
+///
+/// # Errors
+/// `Usage` naming the key or the size at fault.
+pub fn check_meta(meta: &BTreeMap<String, serde_json::Value>) -> Result<()> {
+    if meta.len() > MAX_META_KEYS {
+        return Err(Error::Usage(format!(
+            "meta has {} keys, more than {MAX_META_KEYS}",
+            meta.len()
+        )));
+    }
+    for (k, v) in meta {
+        check_meta_key(k)?;
+        if v.is_object() || v.is_array() {
+            return Err(Error::Usage(format!(
+                "meta {k}: value is a JSON {}; give a string, number, boolean or null",
+                if v.is_object() { "object" } else { "array" }
+            )));
+        }
+    }
+    let bytes = serde_json::to_vec(meta)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
+    if bytes > MAX_META_BYTES {
+        return Err(Error::Usage(format!(
+            "meta is {bytes} bytes, more than {MAX_META_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks one `meta` key (see [`check_meta`]).
+///
+/// # Errors
+/// `Usage` naming the key.
+pub fn check_meta_key(k: &str) -> Result<()> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    let ok = !k.is_empty()
+        && k.len() <= MAX_META_KEY
+        && k.chars().all(ok_char)
+        && k.starts_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "meta key {k:?}: use 1 to {MAX_META_KEY} letters, digits, '_', '.' or '-', \
+             starting with a letter or digit"
+        )))
+    }
+}
+
+/// The text `log --meta K=V` compares V with: a string as it is, anything else as JSON.
+pub fn meta_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A runtime fingerprint (`ckptfs fingerprint`): what the agent's resume depends on. The
+/// platform is always there; files and commands are those the store declares (STORE.json
+/// `runtime`, see [`RuntimeDecl`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Runtime {
+    /// `os`, `kernel` (release), `arch`, `libc`.
+    pub platform: BTreeMap<String, String>,
+    /// Declared file (as declared) -> `sha256:<hex> <resolved path>`, or `missing`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
+    /// Declared command line -> its output (stdout and stderr, trimmed; `sha256:<hex>` when
+    /// longer than a line or two), prefixed `exit N: ` when it did not exit 0.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub commands: BTreeMap<String, String>,
+}
+
+impl Runtime {
+    /// Every field as `(name, value)`: `platform.os`, `file:PATH`, `command:CMD`.
+    pub fn fields(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for (k, v) in &self.platform {
+            out.insert(format!("platform.{k}"), v.clone());
+        }
+        for (k, v) in &self.files {
+            out.insert(format!("file:{k}"), v.clone());
+        }
+        for (k, v) in &self.commands {
+            out.insert(format!("command:{k}"), v.clone());
+        }
+        out
+    }
+}
+
+/// What a store declares makes up its runtime (STORE.json `runtime`; `ckptfs fingerprint
+/// --file/--command` sets it), and what a branch declares instead of it (`--branch B`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RuntimeDecl {
+    /// Files to hash: absolute paths, or command names looked up in PATH (`python3`).
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// Command lines (run by `sh -c`) whose output counts, e.g. `python3 --version`.
+    #[serde(default)]
+    pub commands: Vec<String>,
+    /// Branches with a declaration of their own, used instead of this one (theirs have no
+    /// `branches`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub branches: BTreeMap<String, RuntimeDecl>,
+}
+
+impl RuntimeDecl {
+    /// What `branch` uses: its own declaration, else the store's (without `branches`).
+    pub fn for_branch(&self, branch: Option<&str>) -> RuntimeDecl {
+        let own = branch.and_then(|b| self.branches.get(b));
+        let d = own.unwrap_or(self);
+        RuntimeDecl {
+            files: d.files.clone(),
+            commands: d.commands.clone(),
+            branches: BTreeMap::new(),
+        }
+    }
+
+    /// No file and no command.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.commands.is_empty()
+    }
+}
+
+/// The turn that made a checkpoint.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TurnRecord {
+    /// The turn's id, as the audit log and `log --turns` name it.
+    pub id: String,
+    /// COMMAND and its arguments (lossy UTF-8).
+    pub command: Vec<String>,
+    pub exit_status: i32,
+    pub started_ns: i64,
+    pub ended_ns: i64,
+    /// Set when the turn ran with `--accept-runtime-change` over a differing fingerprint.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accepted_runtime_change: bool,
 }
 
 impl Checkpoint {
@@ -183,6 +363,7 @@ impl Checkpoint {
             crate::util::check_name("label", label)
                 .map_err(|_| bad(format!("bad label name {label:?}")))?;
         }
+        check_meta(&c.annotations.meta).map_err(|e| bad(e.to_string()))?;
         Ok(c)
     }
 }
@@ -356,5 +537,64 @@ impl Store {
             out.push(format!("and {} more", ids.len() - MAX_LISTED_CANDIDATES));
         }
         out.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record as builds before `meta`/`runtime`/`turn` wrote it, byte for byte.
+    const OLD_RECORD: &str = concat!(
+        r#"{"version":1,"roots":{"ws":{"tree":"#,
+        r#""aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","#,
+        r#""mode":493,"uid":0,"gid":0,"mtime_ns":1,"subdirs":0,"files":1,"bytes":3}},"#,
+        r#""parents":[],"branch":"main","label":null,"message":"old","time_ns":5,"#,
+        r#""stats":{"files":1,"dirs":1,"symlinks":0,"bytes":3,"new_objects":1,"#,
+        r#""new_bytes":3,"files_read":1}}"#
+    );
+
+    #[test]
+    fn an_old_record_reads_and_encodes_to_the_same_bytes() {
+        let id = ObjectId::of(OLD_RECORD.as_bytes());
+        let c = Checkpoint::decode(&id, OLD_RECORD.as_bytes()).expect("old record decodes");
+        assert!(c.annotations.is_empty());
+        assert_eq!(c.message, "old");
+        // Same bytes, so the same id: adding the optional fields changed no old record.
+        assert_eq!(c.encode(), OLD_RECORD.as_bytes());
+    }
+
+    #[test]
+    fn annotations_round_trip_and_bad_meta_is_refused() {
+        let id = ObjectId::of(OLD_RECORD.as_bytes());
+        let mut c = Checkpoint::decode(&id, OLD_RECORD.as_bytes()).expect("decodes");
+        c.annotations.meta.insert("thread".into(), "t-1".into());
+        c.annotations
+            .meta
+            .insert("turn".into(), serde_json::json!(3));
+        c.annotations.runtime = Some(Runtime {
+            platform: BTreeMap::from([("os".into(), "Linux".into())]),
+            ..Runtime::default()
+        });
+        c.annotations.turn = Some(TurnRecord {
+            id: "abc".into(),
+            command: vec!["true".into()],
+            ..TurnRecord::default()
+        });
+        let bytes = c.encode();
+        let back = Checkpoint::decode(&ObjectId::of(&bytes), &bytes).expect("decodes");
+        assert_eq!(back, c);
+        // A hostile record with a nested meta value or a bad key is refused.
+        for bad in [r#""meta":{"k":{"x":1}},"#, r#""meta":{"a b":1},"#] {
+            let text = OLD_RECORD.replacen(r#""stats""#, &format!("{bad}\"stats\""), 1);
+            let err = Checkpoint::decode(&ObjectId::of(text.as_bytes()), text.as_bytes());
+            assert!(matches!(err, Err(Error::Corrupt(_))), "{bad}: {err:?}");
+        }
+        let mut big = BTreeMap::new();
+        big.insert(
+            "reply".to_string(),
+            serde_json::json!("x".repeat(MAX_META_BYTES)),
+        );
+        assert!(check_meta(&big).is_err());
     }
 }

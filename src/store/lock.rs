@@ -4,6 +4,12 @@
 //! `STORE/lock` (so two captures serialize), refuses to start while `run/RUNNING.json` exists
 //! (a previous operation crashed: `ckptfs recover` must look first), writes the marker, runs,
 //! appends one audit line, and removes the marker. A crash leaves the marker behind.
+//!
+//! A long operation that must not hold the lock while it waits (`ckptfs turn`, which runs an
+//! agent for minutes) *claims* the store instead ([`Store::claim`]): its marker is written
+//! under the lock and stays while the lock is released, so every other mutating command
+//! refuses, naming it; its own steps run under the lock with [`Store::run_claimed`], and
+//! [`Store::release_claim`] writes its outcome line and removes the marker.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -168,15 +174,158 @@ impl Store {
     ) -> Result<T> {
         let _lock = self.lock_exclusive()?;
         if let Some(m) = self.read_marker()? {
-            return Err(Error::Conflict(format!(
-                "store {} has an unfinished {} (pid {}); run `ckptfs recover {}` first",
-                self.root().display(),
-                m.op,
-                m.pid,
-                self.root().display()
-            )));
+            return Err(self.refusal(&m));
         }
         self.run_locked_with(op, args, durable, f)
+    }
+
+    /// Why a mutating command cannot start while marker `m` is there.
+    fn refusal(&self, m: &RunningMarker) -> Error {
+        let store = self.root().display();
+        if m.op == "turn" {
+            let turn = m.args["turn"].as_str().unwrap_or("?");
+            let branch = m.args["branch"].as_str().unwrap_or("?");
+            let command = m.args["command"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            if pid_alive(m.pid) {
+                return Error::Conflict(format!(
+                    "turn {turn} is running on branch {branch} of store {store} (pid {}, since \
+                     {}: {command}); wait for it to end",
+                    m.pid,
+                    crate::util::format_utc(m.started_ns)
+                ));
+            }
+            return Error::Conflict(format!(
+                "turn {turn} on branch {branch} of store {store} did not finish (its runner, \
+                 pid {}, is gone); run `ckptfs recover {store}` to record it",
+                m.pid
+            ));
+        }
+        Error::Conflict(format!(
+            "store {store} has an unfinished {} (pid {}); run `ckptfs recover {store}` first",
+            m.op, m.pid
+        ))
+    }
+
+    /// Claims the store for a long operation `op` (see the module doc): under the lock,
+    /// refuses as `mutate` does when a marker is there, writes the marker durably and appends
+    /// `start_line` to the audit log (synced), then releases the lock, leaving the marker.
+    ///
+    /// # Errors
+    /// `Conflict` naming the operation whose marker is there; I/O writing marker or line.
+    pub fn claim(
+        &self,
+        op: &str,
+        args: serde_json::Value,
+        start_line: &serde_json::Value,
+    ) -> Result<RunningMarker> {
+        let _lock = self.lock_exclusive()?;
+        if let Some(m) = self.read_marker()? {
+            return Err(self.refusal(&m));
+        }
+        let marker = RunningMarker {
+            pid: std::process::id(),
+            op: op.into(),
+            started_ns: crate::util::now_ns(),
+            args,
+            phase: serde_json::Value::Null,
+        };
+        self.write_marker(&marker, true)?;
+        if let Err(e) = self.append_audit(start_line) {
+            let _ignored = self.clear_marker();
+            return Err(e);
+        }
+        Ok(marker)
+    }
+
+    /// Under the lock, checks that `claim` is still the store's marker (`recover` did not
+    /// take it over), records `phase` in it and runs `f`, appending the audit line of step
+    /// `op` (`args` plus `f`'s summary) as `mutate` does. The step's `args` are merged into
+    /// the marker's (for `recover`: what a held checkpoint froze); the marker stays.
+    ///
+    /// # Errors
+    /// `Conflict` when the marker is no longer this claim; otherwise `f`'s error.
+    pub fn run_claimed<T>(
+        &self,
+        claim: &mut RunningMarker,
+        op: &str,
+        args: serde_json::Value,
+        f: impl FnOnce() -> Result<(T, serde_json::Value)>,
+    ) -> Result<T> {
+        let _lock = self.lock_exclusive()?;
+        self.check_claim(claim)?;
+        if let (Some(m), Some(a)) = (claim.args.as_object_mut(), args.as_object()) {
+            for (k, v) in a {
+                m.insert(k.clone(), v.clone());
+            }
+        }
+        claim.phase = serde_json::json!({ "step": op });
+        self.write_marker(claim, true)?;
+        let line = |ok: bool, key: &str, v: serde_json::Value| {
+            serde_json::json!({"time": crate::util::format_utc(crate::util::now_ns()),
+                "op": op, "pid": std::process::id(), "args": args, "ok": ok, key: v})
+        };
+        let (ret, line) = match f() {
+            Ok((v, summary)) => (Ok(v), line(true, "result", summary)),
+            Err(e) => {
+                let l = line(false, "error", e.to_string().into());
+                (Err(e), l)
+            }
+        };
+        let audit = self.append_audit(&line);
+        let v = ret?;
+        audit?;
+        Ok(v)
+    }
+
+    /// Ends a claim: under the lock, appends `outcome_line` (synced), then removes the marker
+    /// when it is still this claim's.
+    ///
+    /// # Errors
+    /// I/O writing the line or removing the marker.
+    pub fn release_claim(
+        &self,
+        claim: &RunningMarker,
+        outcome_line: &serde_json::Value,
+    ) -> Result<()> {
+        let _lock = self.lock_exclusive()?;
+        self.append_audit(outcome_line)?;
+        if self.check_claim(claim).is_ok() {
+            self.clear_marker()?;
+        }
+        Ok(())
+    }
+
+    /// `Conflict` unless the marker is `claim`'s (same pid, operation and start).
+    fn check_claim(&self, claim: &RunningMarker) -> Result<()> {
+        match self.read_marker()? {
+            Some(m)
+                if m.pid == claim.pid && m.op == claim.op && m.started_ns == claim.started_ns =>
+            {
+                Ok(())
+            }
+            Some(m) => Err(Error::Conflict(format!(
+                "the {} of pid {} no longer holds store {}: {} (pid {}) does",
+                claim.op,
+                claim.pid,
+                self.root().display(),
+                m.op,
+                m.pid
+            ))),
+            None => Err(Error::Conflict(format!(
+                "the {} of pid {} no longer holds store {} (its marker is gone: `recover` ran?)",
+                claim.op,
+                claim.pid,
+                self.root().display()
+            ))),
+        }
     }
 
     /// As `mutate`, for callers that already hold the lock and handled the marker (`recover`).

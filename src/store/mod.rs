@@ -3,7 +3,8 @@
 //! ```text
 //! STORE/
 //!   STORE.json            format, version, hash, chunker, compression, roots {name: path, exclude},
-//!                         optional retention (gc policy defaults; absent in older stores)
+//!                         optional retention (gc policy defaults; absent in older stores),
+//!                         optional runtime (what a runtime fingerprint hashes and runs)
 //!   objects/ab/<62 hex>   immutable blobs and trees, mode 0444, raw bytes (".zst": zstd frame);
 //!                         the id is the SHA-256 of the uncompressed bytes
 //!   checkpoints/<64 hex>  immutable checkpoint records (JSON); the id is the SHA-256 of the file
@@ -384,6 +385,10 @@ pub struct Config {
     /// Default gc policy; absent in stores written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionPolicy>,
+    /// What makes up the runtime of the agents run in this store (`ckptfs fingerprint`);
+    /// absent in stores that declared none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<checkpoint::RuntimeDecl>,
 }
 
 /// Options for [`Store::init`].
@@ -613,6 +618,7 @@ impl Store {
             roots: with_default_excludes(&opts.roots, opts.no_default_excludes),
             created_ns: crate::util::now_ns(),
             retention: None,
+            runtime: None,
         };
         let store = Store {
             root,
@@ -866,10 +872,14 @@ impl Store {
         self.detached_dir()
             .join(format!("{branch}-{root}-{time_ns}"))
     }
-    /// `displaced/<UTC time>-B`: where the upper layers of `branch` are set aside.
+    /// `displaced/<UTC time>.<ns>-B`: where the upper layers of `branch` are set aside. The
+    /// nanoseconds keep two set-asides within one second apart (the second rename failed
+    /// on the first's directory).
     pub fn displaced_upper_path(&self, branch: &str, time_ns: i64) -> PathBuf {
         let stamp = crate::util::format_utc(time_ns).replace(':', "");
-        self.displaced_dir().join(format!("{stamp}-{branch}"))
+        let ns = time_ns.rem_euclid(1_000_000_000);
+        self.displaced_dir()
+            .join(format!("{stamp}.{ns:09}-{branch}"))
     }
     /// `displaced/<UTC time>-<pid>-restore-ROOT[-PATH]` (`/` in PATH as `%`, the name cut to
     /// 255 bytes): where an in-place restore sets aside what was at the place of PATH in ROOT.

@@ -44,6 +44,7 @@ fn make_store(dir: &Path) -> (Store, ObjectId) {
             from: BTreeMap::new(),
             exclude: Vec::new(),
             progress: false,
+            annotations: Default::default(),
         },
     )
     .unwrap();

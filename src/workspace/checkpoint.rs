@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::ingest::reader::OnChange;
 use crate::safe::Kind;
-use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
+use crate::store::checkpoint::{Annotations, Checkpoint, RootRecord, Stats};
 use crate::store::fsio;
 use crate::store::object::ObjectBatch;
 use crate::store::Store;
@@ -388,6 +388,20 @@ pub(super) fn checkpoint_locked(
     hold: &Hold,
     exclude: &[String],
 ) -> Result<CheckpointReport> {
+    let ann = Annotations::default();
+    checkpoint_locked_with(store, branch, label, message, hold, exclude, &ann)
+}
+
+/// As `checkpoint_locked`, recording `ann` (meta, runtime, turn) in the record.
+fn checkpoint_locked_with(
+    store: &Store,
+    branch: &str,
+    label: Option<&str>,
+    message: &str,
+    hold: &Hold,
+    exclude: &[String],
+    ann: &Annotations,
+) -> Result<CheckpointReport> {
     let t0 = std::time::Instant::now();
     if let Some(l) = label {
         check_name("label", l)?;
@@ -446,6 +460,7 @@ pub(super) fn checkpoint_locked(
         message: message.to_string(),
         time_ns: now_ns(),
         stats,
+        annotations: Box::new(ann.clone()),
     };
     let id = store.publish_checkpoint(&c, Some(head))?;
     if let Some(l) = label {
@@ -553,6 +568,29 @@ pub fn checkpoint(
     hold: &Hold,
     exclude: &[String],
 ) -> Result<CheckpointReport> {
+    let ann = Annotations::default();
+    checkpoint_annotated(store, branch, label, message, hold, exclude, &ann, None)
+}
+
+/// As [`checkpoint`], recording `ann` in the record (`--meta`; a turn's runtime and turn),
+/// and, with `claim`, as a step of the long operation that claimed the store (`ckptfs turn`,
+/// see `Store::claim`) instead of a mutation of its own.
+///
+/// # Errors
+/// Those of [`checkpoint`]; `Usage` for bad meta; `Conflict` when `claim` no longer holds
+/// the store.
+#[allow(clippy::too_many_arguments)]
+pub fn checkpoint_annotated(
+    store: &Store,
+    branch: &str,
+    label: Option<&str>,
+    message: &str,
+    hold: &Hold,
+    exclude: &[String],
+    ann: &Annotations,
+    claim: Option<&mut crate::store::lock::RunningMarker>,
+) -> Result<CheckpointReport> {
+    crate::store::checkpoint::check_meta(&ann.meta)?;
     // What the workspace's mount records (`mount --freeze-cgroup`, `--freeze-fs`) is held too.
     let mut hold = hold.clone();
     if let Some(st) = state(store, branch)? {
@@ -569,10 +607,14 @@ pub fn checkpoint(
         store,
         serde_json::json!({"branch": branch, "label": label, "exclude": exclude}),
     );
-    store.mutate("checkpoint", args, |_| {
-        let r = checkpoint_locked(store, branch, label, message, hold, exclude)?;
+    let run = || {
+        let r = checkpoint_locked_with(store, branch, label, message, hold, exclude, ann)?;
         let summary = serde_json::json!({"checkpoint": r.id, "files_read": r.files_read,
             "new_objects": r.checkpoint.stats.new_objects, "new_bytes": r.checkpoint.stats.new_bytes});
         Ok((r, summary))
-    })
+    };
+    match claim {
+        Some(c) => store.run_claimed(c, "checkpoint", args, run),
+        None => store.mutate("checkpoint", args, |_| run()),
+    }
 }

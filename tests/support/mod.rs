@@ -25,6 +25,8 @@
 //!   behind ckptfs's back (`s3_put`, `s3_get`, `s3_list`, `s3_delete`).
 //! - `conv`: the binary run in a given directory with given environment (`run_in`, `ok_in`)
 //!   and column checks for tables (`column_starts`), for the CLI convention tests.
+//! - `runner`: `ckptfs turn` in a `Workspace` (`turn`, `turn_json`, `turns_can_run`), the
+//!   audit log, `log --turns`, `record_of`, and `CgroupKiller` for what a killed runner left.
 //! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
 //!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).
 //!
@@ -38,6 +40,7 @@ pub mod fault;
 pub mod garage;
 pub mod hostile;
 pub mod mount;
+pub mod runner;
 pub mod store;
 pub mod tree;
 pub mod view;
@@ -46,6 +49,6 @@ pub mod workspace;
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
 pub use {
-    cli::*, conv::*, fault::*, garage::*, hostile::*, mount::*, store::*, tree::*, view::*,
-    workspace::*,
+    cli::*, conv::*, fault::*, garage::*, hostile::*, mount::*, runner::*, store::*, tree::*,
+    view::*, workspace::*,
 };

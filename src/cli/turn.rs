@@ -1,0 +1,266 @@
+//! CLI of the runner's contract: `turn`, the `--meta`/`--meta-file` arguments that
+//! `checkpoint`, `capture` and `turn` share, `log --turns`, and the turn line of `status`.
+//! The contract is docs/runner.md; the composition is `ckptfs::ops::turn`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use ckptfs::ops::turn::{self, TurnOptions};
+use ckptfs::store::checkpoint::{check_meta, check_meta_key};
+use ckptfs::{Error, Result, Store};
+
+use super::print_json;
+
+/// `--meta` and `--meta-file`.
+#[derive(Args, Debug, Default)]
+pub struct MetaArgs {
+    /// Record KEY=VALUE in the checkpoint (repeatable; VALUE is a string, may be empty).
+    /// Keys: letters, digits, '_', '.', '-' (at most 128 bytes); at most 256 keys and
+    /// 64 KiB in all. Shown by `show` and `log` (and their --json), selected by `log --meta`.
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    pub meta: Vec<String>,
+    /// Record every key of the JSON object in FILE ('-': stdin); values are strings,
+    /// numbers, booleans or null. `--meta` wins over a key given in both. `turn` reads it
+    /// once COMMAND has exited 0 (a missing file is no metadata), so the agent can write
+    /// its final reply there.
+    #[arg(long, value_name = "FILE.json")]
+    pub meta_file: Option<PathBuf>,
+}
+
+impl MetaArgs {
+    /// The metadata the arguments give, checked.
+    ///
+    /// # Errors
+    /// `Usage` naming the argument, key or file at fault.
+    pub fn to_map(&self) -> Result<BTreeMap<String, serde_json::Value>> {
+        let mut out = BTreeMap::new();
+        if let Some(f) = &self.meta_file {
+            out = turn::read_meta_file(f)?;
+        }
+        for kv in &self.meta {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| Error::Usage(format!("--meta {kv:?}: expected KEY=VALUE")))?;
+            check_meta_key(k)?;
+            out.insert(k.to_string(), serde_json::Value::String(v.to_string()));
+        }
+        check_meta(&out)?;
+        Ok(out)
+    }
+}
+
+/// `turn` arguments.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+    ckptfs turn /var/lib/ckpt --branch main --meta thread=t1 -- python3 agent.py\n  \
+    ckptfs turn /workspace/room --retry -- python3 agent.py     after a failed turn\n  \
+    ckptfs log /var/lib/ckpt --turns                            every turn and its outcome")]
+pub struct TurnArgs {
+    /// A workspace mountpoint (or a path inside it), or the store directory.
+    pub place: PathBuf,
+    /// The branch: with a store, the one mounted workspace when not given (a branch that is
+    /// not mounted is mounted first).
+    #[arg(long, short)]
+    pub branch: Option<String>,
+    /// Immutable label for the turn's checkpoint.
+    #[arg(long, short)]
+    pub label: Option<String>,
+    /// Message of the turn's checkpoint (default: "turn ID").
+    #[arg(short, long, default_value = "")]
+    pub message: String,
+    #[command(flatten)]
+    pub meta: MetaArgs,
+    /// The workspace holds the writes of a failed turn: set them aside under
+    /// STORE/displaced/ (as `switch --discard` does) and run COMMAND again.
+    #[arg(long)]
+    pub retry: bool,
+    /// Run even when the branch's recorded runtime fingerprint differs from this
+    /// machine's; the change is audited and the new fingerprint recorded with the turn.
+    #[arg(long)]
+    pub accept_runtime_change: bool,
+    /// Print the turn's report as JSON on stdout once COMMAND has exited (after COMMAND's
+    /// own output).
+    #[arg(long)]
+    pub json: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// Resolves `MOUNTPOINT|STORE [--branch B]`; a branch given with a store need not be mounted.
+fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
+    if place.join(ckptfs::store::CONFIG_FILE).is_file() {
+        let s = Store::open(place)?;
+        if let Some(b) = branch {
+            return Ok((s, b.to_string()));
+        }
+        let live: Vec<String> = ckptfs::workspace::states(&s)?
+            .into_iter()
+            .map(|st| st.branch)
+            .collect();
+        return match live.as_slice() {
+            [one] => {
+                let b = one.clone();
+                Ok((s, b))
+            }
+            _ => Err(Error::Usage(format!(
+                "{}: name the branch with --branch (mounted: {})",
+                place.display(),
+                if live.is_empty() {
+                    "none".into()
+                } else {
+                    live.join(", ")
+                }
+            ))),
+        };
+    }
+    let (s, st) = super::workspace::find_workspace(place)?;
+    if let Some(b) = branch.filter(|b| *b != st.branch) {
+        return Err(Error::Usage(format!(
+            "{} shows branch {}, not {b}",
+            place.display(),
+            st.branch
+        )));
+    }
+    Ok((s, st.branch))
+}
+
+/// `ckptfs turn`.
+pub fn run_turn(a: TurnArgs) -> Result<i32> {
+    // The file is read after COMMAND: only the flags now.
+    let flags = MetaArgs {
+        meta: a.meta.meta.clone(),
+        meta_file: None,
+    };
+    let meta = flags.to_map()?;
+    if a.meta.meta_file.as_deref() == Some(Path::new("-")) {
+        return Err(Error::Usage(
+            "turn reads --meta-file after COMMAND, whose stdin is its own: give a file".into(),
+        ));
+    }
+    let (s, branch) = target(&a.place, a.branch.as_deref())?;
+    let r = turn::run(
+        &s,
+        &TurnOptions {
+            branch,
+            label: a.label,
+            message: a.message,
+            meta,
+            meta_file: a.meta.meta_file,
+            command: a.command,
+            retry: a.retry,
+            accept_runtime_change: a.accept_runtime_change,
+        },
+    )?;
+    if let Some(e) = &r.error {
+        eprintln!("ckptfs: {e}");
+    }
+    if a.json {
+        print_json(&r)?;
+        return Ok(r.exit_status);
+    }
+    if let Some(d) = &r.set_aside {
+        eprintln!(
+            "ckptfs: the failed turn's writes were set aside in {}",
+            d.display()
+        );
+    }
+    for d in r.runtime.differences.iter().filter(|_| r.runtime.accepted) {
+        eprintln!("ckptfs: runtime change accepted: {}", d.describe());
+    }
+    match &r.checkpoint {
+        Some(id) => eprintln!(
+            "ckptfs: turn {} on {}: ok, checkpoint {} ({} ms)",
+            r.turn,
+            r.branch,
+            id.short(),
+            r.elapsed_ms
+        ),
+        None => eprintln!(
+            "ckptfs: turn {} on {}: {} (exit status {}); nothing recorded on the branch{}",
+            r.turn,
+            r.branch,
+            r.outcome,
+            r.exit_status,
+            if r.outcome == "cannot-run" {
+                ""
+            } else {
+                "; its writes stay in the workspace (see `ckptfs status`)"
+            }
+        ),
+    }
+    Ok(r.exit_status)
+}
+
+/// The `turn` field of a `status` row: a turn running on `branch`, or (when `dirty`) the
+/// failed turn whose writes the workspace holds. `None` when neither, or when the audit log
+/// does not read (status still reports the rest).
+pub fn turn_status(s: &Store, branch: &str, dirty: bool) -> Option<serde_json::Value> {
+    if let Ok(Some(m)) = s.read_marker() {
+        if m.op == "turn" && m.args["branch"].as_str() == Some(branch) {
+            let t = m.args["turn"].as_str().unwrap_or("?");
+            let alive = ckptfs::store::lock::pid_alive(m.pid);
+            let describe = if alive {
+                format!("turn {t} running (pid {})", m.pid)
+            } else {
+                format!(
+                    "turn {t} did not finish (runner pid {} gone): run `ckptfs recover`",
+                    m.pid
+                )
+            };
+            let state = if alive { "running" } else { "interrupted" };
+            return Some(serde_json::json!({"turn": t, "state": state, "describe": describe}));
+        }
+    }
+    if !dirty {
+        return None;
+    }
+    let f = turn::pending_failure(s, branch).ok()??;
+    let describe = format!(
+        "the changes below are the writes of {}, not recorded: `ckptfs turn --retry` \
+         sets them aside and runs again, `ckptfs switch --discard --to {branch}` sets them \
+         aside, `ckptfs checkpoint` keeps them",
+        f.describe()
+    );
+    Some(
+        serde_json::json!({"turn": f.turn, "state": "failed", "outcome": f.outcome,
+        "exit_status": f.exit_status, "time": f.time, "describe": describe}),
+    )
+}
+
+/// `ckptfs log STORE --turns [--branch B] [--json]`.
+pub fn print_turns(s: &Store, branch: Option<&str>, max: Option<usize>, json: bool) -> Result<i32> {
+    let mut rows = turn::turns(s, branch)?;
+    if let Some(n) = max {
+        rows.truncate(n);
+    }
+    if json {
+        print_json(&rows)?;
+        return Ok(0);
+    }
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    for r in &rows {
+        let exit = r
+            .exit_status
+            .map_or(String::new(), |e| format!(" exit {e}"));
+        let ck = r
+            .checkpoint
+            .as_deref()
+            .map_or("-".to_string(), |c| c[..12.min(c.len())].to_string());
+        // A reader that stops early (`| head`) is not an error.
+        let _ignored = writeln!(
+            out,
+            "{} {} {:<12} {:<18} {:<12} {}",
+            r.turn,
+            r.started,
+            r.branch,
+            format!("{}{exit}", r.outcome),
+            ck,
+            r.command.join(" ")
+        );
+    }
+    Ok(0)
+}

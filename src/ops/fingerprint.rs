@@ -1,0 +1,395 @@
+//! Runtime fingerprints: what an agent's saved session depends on, so a resume on a changed
+//! runtime is refused instead of silently mixing versions (native resume formats are
+//! version-dependent).
+//!
+//! A fingerprint ([`Runtime`]) always holds the platform (OS, kernel release, architecture,
+//! C library) and, as the store declares in STORE.json's `runtime` ([`RuntimeDecl`]), the
+//! SHA-256 of files (an agent binary, an interpreter: a bare name is looked up in PATH) and the
+//! output of commands (`python3 --version`). Every checkpoint of a turn records the
+//! fingerprint it ran under. A branch's fingerprint is that of the newest checkpoint on its
+//! line of first parents that has one (at most [`MAX_WALK`] records back); `mount --branch`,
+//! `exec` and `turn` compare it with the current one and refuse, naming each field that
+//! differs, unless `--accept-runtime-change`, which is audited.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::store::checkpoint::{Runtime, RuntimeDecl};
+use crate::store::Store;
+
+/// How many records back along first parents a branch's fingerprint is looked for.
+pub const MAX_WALK: usize = 256;
+/// Longest time a declared command may take.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Output of a declared command kept as text up to this many bytes (one line); longer
+/// output is recorded as its SHA-256.
+pub const MAX_OUTPUT_TEXT: usize = 200;
+/// Most output read from a declared command (the rest is drained, not hashed).
+const MAX_OUTPUT: u64 = 1 << 20;
+/// Most files and commands a store may declare.
+pub const MAX_DECLARED: usize = 64;
+
+/// One field that differs between a branch's fingerprint and the current one.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Difference {
+    /// `platform.kernel`, `file:/usr/bin/agent`, `command:python3 --version`.
+    pub field: String,
+    /// As recorded (None: the recorded fingerprint has no such field).
+    pub recorded: Option<String>,
+    /// As it is now (None: not part of the current declaration).
+    pub now: Option<String>,
+}
+
+impl Difference {
+    /// `FIELD: RECORDED -> NOW`, for messages.
+    pub fn describe(&self) -> String {
+        let side = |v: &Option<String>| v.clone().unwrap_or_else(|| "(not recorded)".into());
+        format!(
+            "{}: {} -> {}",
+            self.field,
+            side(&self.recorded),
+            side(&self.now)
+        )
+    }
+}
+
+/// The platform part: `os`, `kernel`, `arch`, `libc`.
+pub fn platform() -> BTreeMap<String, String> {
+    let u = nix::sys::utsname::uname();
+    let text = |s: &std::ffi::OsStr| s.to_string_lossy().into_owned();
+    let mut out = BTreeMap::new();
+    match &u {
+        Ok(u) => {
+            out.insert("os".into(), text(u.sysname()));
+            out.insert("kernel".into(), text(u.release()));
+            out.insert("arch".into(), text(u.machine()));
+        }
+        Err(e) => {
+            out.insert("os".into(), format!("unknown ({e})"));
+        }
+    }
+    out.insert("libc".into(), crate::sys::libc_version());
+    out
+}
+
+/// Checks a declaration: at most [`MAX_DECLARED`] entries, no empty ones, no NUL or newline.
+///
+/// # Errors
+/// `Usage` naming the entry at fault.
+pub fn check_decl(d: &RuntimeDecl) -> Result<()> {
+    for (b, own) in &d.branches {
+        crate::util::check_name("branch", b)?;
+        if !own.branches.is_empty() {
+            return Err(Error::Usage(format!(
+                "the runtime declaration of branch {b} declares branches of its own"
+            )));
+        }
+        check_decl(own)?;
+    }
+    if d.files.len() + d.commands.len() > MAX_DECLARED {
+        return Err(Error::Usage(format!(
+            "a runtime declares at most {MAX_DECLARED} files and commands"
+        )));
+    }
+    for (what, v) in d
+        .files
+        .iter()
+        .map(|f| ("--file", f))
+        .chain(d.commands.iter().map(|c| ("--command", c)))
+    {
+        if v.trim().is_empty() || v.len() > 4096 || v.contains(['\0', '\n']) {
+            return Err(Error::Usage(format!(
+                "{what} {v:?}: give a non-empty line of at most 4096 bytes"
+            )));
+        }
+    }
+    for f in &d.files {
+        if f.contains('/') && !f.starts_with('/') {
+            return Err(Error::Usage(format!(
+                "--file {f}: give an absolute path or a command name found in PATH"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The declaration `branch` uses (its own, else the store's; `None`: the store's).
+pub fn declaration(store: &Store, branch: Option<&str>) -> RuntimeDecl {
+    store
+        .config()
+        .runtime
+        .as_ref()
+        .map(|d| d.for_branch(branch))
+        .unwrap_or_default()
+}
+
+/// The current fingerprint under the declaration `branch` uses (see [`declaration`]).
+pub fn current(store: &Store, branch: Option<&str>) -> Runtime {
+    compute(&declaration(store, branch))
+}
+
+/// The fingerprint of this machine under `decl`.
+pub fn compute(decl: &RuntimeDecl) -> Runtime {
+    Runtime {
+        platform: platform(),
+        files: decl
+            .files
+            .iter()
+            .map(|f| (f.clone(), file_print(f)))
+            .collect(),
+        commands: decl
+            .commands
+            .iter()
+            .map(|c| (c.clone(), command_print(c)))
+            .collect(),
+    }
+}
+
+/// `sha256:<hex> <resolved path>` of a declared file, `missing`, or `unreadable: ERROR`.
+fn file_print(declared: &str) -> String {
+    let Some(path) = resolve(declared) else {
+        return "missing".into();
+    };
+    let real = std::fs::canonicalize(&path).unwrap_or(path);
+    match hash_file(&real) {
+        Ok(h) => format!("sha256:{h} {}", real.display()),
+        Err(e) => format!("unreadable: {e}"),
+    }
+}
+
+/// A declared file's path: absolute as given, or a name looked up in PATH.
+fn resolve(declared: &str) -> Option<PathBuf> {
+    if declared.starts_with('/') {
+        let p = PathBuf::from(declared);
+        return p.exists().then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(declared))
+        .find(|p| p.is_file())
+}
+
+fn hash_file(p: &Path) -> std::io::Result<String> {
+    let mut f = std::fs::File::open(p)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(ObjectId(h.finalize().into()).to_hex())
+}
+
+/// A declared command's output as recorded (see [`Runtime::commands`]).
+fn command_print(cmd: &str) -> String {
+    let spawned = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec 2>&1; {cmd}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return format!("cannot run: {e}"),
+    };
+    // Read on a thread, so a command that floods its pipe cannot outlast the timeout.
+    let out = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(o) = out {
+            let mut o = o.take(MAX_OUTPUT);
+            let _partial = o.read_to_end(&mut buf);
+            let _drained = std::io::copy(&mut o.into_inner(), &mut std::io::sink());
+        }
+        buf
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if t0.elapsed() < COMMAND_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            _ => {
+                let _gone = child.kill();
+                let _reaped = child.wait();
+                break None;
+            }
+        }
+    };
+    let Some(status) = status else {
+        return format!("timed out after {} s", COMMAND_TIMEOUT.as_secs());
+    };
+    let buf = reader.join().unwrap_or_default();
+    let text = String::from_utf8_lossy(&buf);
+    let text = text.trim();
+    let shown = if text.len() <= MAX_OUTPUT_TEXT && !text.contains('\n') {
+        text.to_string()
+    } else {
+        format!("sha256:{}", ObjectId::of(text.as_bytes()).to_hex())
+    };
+    match status.code() {
+        Some(0) => shown,
+        Some(n) => format!("exit {n}: {shown}"),
+        None => format!("killed: {shown}"),
+    }
+}
+
+/// The fingerprint `branch` records: that of the newest checkpoint with one on the line of
+/// first parents from its head (at most [`MAX_WALK`] back), with its id.
+///
+/// # Errors
+/// Reading the branch or a record on the way.
+pub fn recorded(store: &Store, branch: &str) -> Result<Option<(ObjectId, Runtime)>> {
+    let mut cur = store.read_branch(branch)?.and_then(|b| b.head);
+    for _ in 0..MAX_WALK {
+        let Some(id) = cur else { break };
+        let c = match store.read_checkpoint(&id) {
+            Ok(c) => c,
+            // A forgotten or pruned record ends the search (its fingerprint is gone).
+            Err(Error::NotFound(_)) => break,
+            Err(e) => return Err(e),
+        };
+        if let Some(r) = c.annotations.runtime {
+            return Ok(Some((id, r)));
+        }
+        cur = c.parents.first().copied();
+    }
+    Ok(None)
+}
+
+/// Every field of `recorded` and `now` whose values differ (or that only one has).
+pub fn differences(recorded: &Runtime, now: &Runtime) -> Vec<Difference> {
+    let (a, b) = (recorded.fields(), now.fields());
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| Difference {
+            field: k.clone(),
+            recorded: a.get(k).cloned(),
+            now: b.get(k).cloned(),
+        })
+        .collect()
+}
+
+/// The outcome of [`check_branch`].
+#[derive(Clone, Debug, Serialize)]
+pub struct RuntimeCheck {
+    /// The fingerprint now.
+    pub now: Runtime,
+    /// The checkpoint whose fingerprint was compared (None: the branch records none).
+    pub recorded_in: Option<ObjectId>,
+    /// What differs (empty: same runtime).
+    pub differences: Vec<Difference>,
+    /// The differences were accepted (`--accept-runtime-change`, audited).
+    pub accepted: bool,
+}
+
+/// Compares `branch`'s recorded fingerprint with the current one before `what` (`mount`,
+/// `exec`, `turn`) resumes it. Differences refuse unless `accept`, which appends an
+/// `accept-runtime-change` line naming them to the audit log.
+///
+/// # Errors
+/// `Conflict` naming every field that differs; reading the branch; writing the audit line.
+pub fn check_branch(store: &Store, branch: &str, what: &str, accept: bool) -> Result<RuntimeCheck> {
+    let now = current(store, Some(branch));
+    let Some((id, rec)) = recorded(store, branch)? else {
+        return Ok(RuntimeCheck {
+            now,
+            recorded_in: None,
+            differences: Vec::new(),
+            accepted: false,
+        });
+    };
+    let differences = differences(&rec, &now);
+    if differences.is_empty() {
+        return Ok(RuntimeCheck {
+            now,
+            recorded_in: Some(id),
+            differences,
+            accepted: false,
+        });
+    }
+    let listed: Vec<String> = differences.iter().map(Difference::describe).collect();
+    if !accept {
+        return Err(Error::Conflict(format!(
+            "the runtime of branch {branch} (recorded in checkpoint {}) differs from this one: \
+             {}; refusing to {what} it (resume formats are version-dependent); pass \
+             --accept-runtime-change to go on anyway (audited)",
+            id.short(),
+            listed.join("; ")
+        )));
+    }
+    store.append_audit(&serde_json::json!({
+        "time": crate::util::format_utc(crate::util::now_ns()),
+        "op": "accept-runtime-change", "pid": std::process::id(),
+        "args": {"branch": branch, "for": what, "recorded_in": id},
+        "ok": true, "result": {"differences": differences},
+    }))?;
+    log::info!(
+        "runtime change accepted for branch {branch}: {}",
+        listed.join("; ")
+    );
+    Ok(RuntimeCheck {
+        now,
+        recorded_in: Some(id),
+        differences,
+        accepted: true,
+    })
+}
+
+/// Replaces the store's declaration, or with `branch` that branch's own (STORE.json
+/// `runtime`; an empty one removes it: a branch then uses the store's again), audited.
+///
+/// # Errors
+/// `Usage` for a bad declaration; writing STORE.json.
+pub fn declare(store: &Store, branch: Option<&str>, decl: &RuntimeDecl) -> Result<()> {
+    let files_and_commands = RuntimeDecl {
+        files: decl.files.clone(),
+        commands: decl.commands.clone(),
+        branches: Default::default(),
+    };
+    check_decl(&files_and_commands)?;
+    if let Some(b) = branch {
+        crate::util::check_name("branch", b)?;
+    }
+    let args =
+        serde_json::json!({"branch": branch, "files": decl.files, "commands": decl.commands});
+    store.mutate("fingerprint-declare", args, |_| {
+        // Re-read under the lock: the Store was opened before it.
+        let fresh = Store::open(store.root())?;
+        let mut config = fresh.config().clone();
+        let mut all = config.runtime.take().unwrap_or_default();
+        match branch {
+            Some(b) if files_and_commands.is_empty() => {
+                all.branches.remove(b);
+            }
+            Some(b) => {
+                all.branches
+                    .insert(b.to_string(), files_and_commands.clone());
+            }
+            None => {
+                all.files = files_and_commands.files.clone();
+                all.commands = files_and_commands.commands.clone();
+            }
+        }
+        check_decl(&all)?;
+        config.runtime = (!all.is_empty() || !all.branches.is_empty()).then_some(all);
+        store.write_config_file(&config)?;
+        Ok(((), serde_json::Value::Null))
+    })
+}

@@ -1,0 +1,606 @@
+//! `ckptfs turn`: one agent turn as one checkpoint, or none (docs/runner.md is the contract).
+//!
+//! A composition of what the workspace already does, in this order:
+//!
+//! 1. compare the branch's runtime fingerprint with this machine's (`fingerprint`): refuse a
+//!    change unless accepted (audited);
+//! 2. mount the branch if it is not (`workspace::mount`);
+//! 3. refuse while the writes of a failed turn are still in the upper layer (`--retry` sets
+//!    them aside first, as `switch --discard` does, by that very switch);
+//! 4. make the workspace's cgroup (`workspace::agent_cgroup`, as `exec` does);
+//! 5. claim the store (`Store::claim`): the RUNNING marker names the turn, so every other
+//!    mutating command refuses, naming it; a `turn-start` line is appended to the audit log
+//!    and synced;
+//! 6. run COMMAND in the cgroup (born there: `sys::spawn_in_cgroup`) and wait;
+//! 7. on exit 0, take one held checkpoint (the cgroup is frozen for its second pass) as a step
+//!    of the claim, recording meta, fingerprint, command, exit status and times; on anything
+//!    else record nothing on the branch;
+//! 8. append the outcome line (`op: "turn"`, synced) and remove the marker.
+//!
+//! If the runner itself dies, the marker stays: other commands refuse ("did not finish"), and
+//! `recover` (once no process is left in the cgroup) appends a `crashed` outcome and clears it.
+//! A failed turn's writes stay in the upper layer until `turn --retry`, `switch --discard` or a
+//! `checkpoint` decides; [`pending_failure`] tells which turn left them (from the audit log).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::ops::fingerprint::{self, RuntimeCheck};
+use crate::store::checkpoint::{check_meta, Annotations, TurnRecord, MAX_META_BYTES};
+use crate::store::lock::{pid_alive, RunningMarker};
+use crate::store::Store;
+use crate::util::{check_name, format_utc, now_ns};
+use crate::workspace::{self, DirtyPolicy, Hold, MountOptions};
+
+/// Exit status of a shell for a command that is not found.
+pub const EXIT_NOT_FOUND: i32 = 127;
+/// Exit status of a shell for a command found but not executable.
+pub const EXIT_CANNOT_EXECUTE: i32 = 126;
+
+/// What to run.
+#[derive(Clone, Debug, Default)]
+pub struct TurnOptions {
+    pub branch: String,
+    pub label: Option<String>,
+    pub message: String,
+    pub meta: BTreeMap<String, serde_json::Value>,
+    /// `--meta-file`: read once COMMAND has exited 0 (missing: no keys); `meta` wins.
+    pub meta_file: Option<PathBuf>,
+    /// COMMAND and its arguments.
+    pub command: Vec<OsString>,
+    /// Set the writes of a failed turn aside (displaced/) and run again.
+    pub retry: bool,
+    /// Go on over a differing runtime fingerprint (audited).
+    pub accept_runtime_change: bool,
+}
+
+/// What a turn did.
+#[derive(Clone, Debug, Serialize)]
+pub struct TurnReport {
+    pub turn: String,
+    pub branch: String,
+    /// `ok`; `failed` (non-zero exit), `killed` (by a signal), `cannot-run` (127/126),
+    /// `checkpoint-failed` (COMMAND exited 0 but its checkpoint could not be taken).
+    pub outcome: String,
+    /// The exit status `turn` exits with: COMMAND's, 128+N for a signal N, 127/126.
+    pub exit_status: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// The checkpoint the turn recorded (only when `ok`).
+    pub checkpoint: Option<ObjectId>,
+    /// The branch head the turn started from.
+    pub parent: ObjectId,
+    pub started: String,
+    pub ended: String,
+    pub elapsed_ms: u64,
+    /// The branch was mounted by this turn (it was not).
+    pub mounted: bool,
+    /// Where `--retry` set a failed turn's writes aside.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set_aside: Option<PathBuf>,
+    pub runtime: RuntimeCheck,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A turn whose outcome was not `ok` and whose writes may still be in the upper layer.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct FailedTurn {
+    pub turn: String,
+    pub outcome: String,
+    pub exit_status: Option<i64>,
+    /// When it ended (or was found crashed).
+    pub time: String,
+}
+
+impl FailedTurn {
+    /// `turn ID (failed, exit 1, TIME)`.
+    pub fn describe(&self) -> String {
+        let exit = self
+            .exit_status
+            .map_or(String::new(), |e| format!("exit {e}, "));
+        format!("turn {} ({}, {exit}{})", self.turn, self.outcome, self.time)
+    }
+}
+
+/// A turn as `log --turns` lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct TurnRow {
+    pub turn: String,
+    pub branch: String,
+    pub started: String,
+    pub command: Vec<String>,
+    /// `running`, `interrupted` (its runner died and `recover` has not looked yet), or the
+    /// outcome recorded (`ok`, `failed`, `killed`, `cannot-run`, `checkpoint-failed`,
+    /// `crashed`).
+    pub outcome: String,
+    pub exit_status: Option<i64>,
+    pub checkpoint: Option<String>,
+    pub ended: Option<String>,
+    pub label: Option<String>,
+}
+
+/// Why COMMAND did not run to an exit status.
+enum Spawn {
+    /// exec failed (not found, not executable, or joining the cgroup failed).
+    Exec(std::io::Error),
+    /// Opening the cgroup, or waiting.
+    Other(String),
+}
+
+/// The turn's id: 12 hex digits of a hash of store, branch, start time and pid.
+fn turn_id(store: &Store, branch: &str, started_ns: i64) -> String {
+    let seed = format!(
+        "{}\0{branch}\0{started_ns}\0{}",
+        store.root().display(),
+        std::process::id()
+    );
+    ObjectId::of(seed.as_bytes()).to_hex()[..12].to_string()
+}
+
+/// The pids in cgroup `dir` (empty when it is gone).
+pub fn cgroup_pids(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// The shell's exit status for a failed spawn of `program` (see `ckptfs exec`): 127 when
+/// there is no such command, else 126.
+fn spawn_failure_code(program: &Path, err: &std::io::Error) -> i32 {
+    let names_a_path = program.as_os_str().as_encoded_bytes().contains(&b'/');
+    match err.kind() {
+        std::io::ErrorKind::NotFound if !(names_a_path && program.exists()) => EXIT_NOT_FOUND,
+        _ => EXIT_CANNOT_EXECUTE,
+    }
+}
+
+/// The last turn on `branch` that did not end `ok`, when the branch head is still the one it
+/// started from (so its writes, if any, are still un-checkpointed in the upper layer), from
+/// the audit log.
+///
+/// # Errors
+/// Reading the audit log or the branch.
+pub fn pending_failure(store: &Store, branch: &str) -> Result<Option<FailedTurn>> {
+    let head = store.read_branch(branch)?.and_then(|b| b.head);
+    // The newest turn outcome of the branch, unless a `switch --discard` came after it (it
+    // set the upper layer aside: what the workspace holds now is newer).
+    let last = store.find_audit_back(|l| {
+        let set_aside = l["op"] == "switch"
+            && l["result"]["from_branch"].as_str() == Some(branch)
+            && !l["result"]["displaced"].is_null();
+        if set_aside {
+            return Some(None);
+        }
+        (l["op"] == "turn" && l["args"]["branch"].as_str() == Some(branch)).then(|| Some(l.clone()))
+    })?;
+    let Some(l) = last.flatten() else {
+        return Ok(None);
+    };
+    let outcome = l["result"]["outcome"].as_str().unwrap_or("failed");
+    let from = l["args"]["parent"].as_str();
+    if outcome == "ok" || from != head.map(|h| h.to_hex()).as_deref() {
+        return Ok(None);
+    }
+    Ok(Some(FailedTurn {
+        turn: l["args"]["turn"].as_str().unwrap_or("?").to_string(),
+        outcome: outcome.to_string(),
+        exit_status: l["result"]["exit_status"].as_i64(),
+        time: l["time"].as_str().unwrap_or("").to_string(),
+    }))
+}
+
+/// The outcome audit line of a turn.
+fn outcome_line(
+    args: &serde_json::Value,
+    ok: bool,
+    result: serde_json::Value,
+) -> serde_json::Value {
+    serde_json::json!({"time": format_utc(now_ns()), "op": "turn", "pid": std::process::id(),
+        "args": args, "ok": ok, "result": result})
+}
+
+/// Runs one turn; see the module doc.
+///
+/// # Errors
+/// Before COMMAND runs: bad input (`Usage`), a refused runtime change, a failed turn's
+/// writes pending, a store claimed by another operation (`Conflict`), mount failures. Once it
+/// has run, the report says what happened (errors then are only those recording it).
+pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
+    let t0 = std::time::Instant::now();
+    let Some((program, args)) = opts.command.split_first() else {
+        return Err(Error::Usage("turn needs a command after --".into()));
+    };
+    check_name("branch", &opts.branch)?;
+    check_meta(&opts.meta)?;
+    if let Some(l) = &opts.label {
+        check_name("label", l)?;
+        if store.read_label(l)?.is_some() {
+            return Err(Error::Conflict(format!(
+                "label {l} already exists; labels are immutable"
+            )));
+        }
+    }
+    let b = opts.branch.as_str();
+    let runtime = fingerprint::check_branch(store, b, "run a turn on", opts.accept_runtime_change)?;
+    let live = match workspace::state(store, b)? {
+        Some(st) => workspace::is_live(store, &st)?,
+        None => false,
+    };
+    if !live {
+        workspace::mount(
+            store,
+            &MountOptions {
+                branch: b.to_string(),
+                ..MountOptions::default()
+            },
+        )?;
+    }
+    let mut set_aside = None;
+    if let Some(f) = pending_failure(store, b)? {
+        if workspace::dirty(store, b)?.dirty {
+            if !opts.retry {
+                return Err(Error::Conflict(format!(
+                    "the workspace of branch {b} holds the writes of {}; `ckptfs turn --retry` \
+                     sets them aside (displaced/) and runs again, `ckptfs switch --discard --to \
+                     {b}` sets them aside, `ckptfs checkpoint` keeps them",
+                    f.describe()
+                )));
+            }
+            set_aside = workspace::switch(store, b, b, DirtyPolicy::Discard, None)?.displaced;
+        }
+    }
+    let cgroup = workspace::agent_cgroup(store, b)?;
+    let busy = cgroup_pids(&cgroup);
+    if !busy.is_empty() {
+        return Err(Error::Conflict(format!(
+            "processes {busy:?} still run in the workspace's cgroup {} (an earlier turn's or \
+             `exec`'s); a turn starts with it empty: wait for them or stop them",
+            cgroup.display()
+        )));
+    }
+    let (_, parent) = {
+        let br = store
+            .read_branch(b)?
+            .ok_or_else(|| Error::NotFound(format!("branch {b}")))?;
+        let h = br
+            .head
+            .ok_or_else(|| Error::NotFound(format!("branch {b} has no checkpoint yet")))?;
+        (br, h)
+    };
+    let started_ns = now_ns();
+    let turn = turn_id(store, b, started_ns);
+    let command: Vec<String> = opts
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let args_json = serde_json::json!({"turn": turn, "branch": b, "parent": parent,
+        "label": opts.label, "command": command, "cgroup": cgroup,
+        "meta_keys": opts.meta.keys().collect::<Vec<_>>(),
+        "accepted_runtime_change": runtime.accepted});
+    let start_line = serde_json::json!({"time": format_utc(started_ns), "op": "turn-start",
+        "pid": std::process::id(), "args": args_json, "ok": true});
+    let mut claim = store.claim("turn", args_json.clone(), &start_line)?;
+    let procs_path = cgroup.join("cgroup.procs");
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
+        .env("CKPTFS_TURN", &turn)
+        .env("CKPTFS_BRANCH", b)
+        .env("CKPTFS_STORE", store.root());
+    let interrupts = crate::sys::IgnoreInterrupts::new();
+    let waited: std::result::Result<std::process::ExitStatus, Spawn> =
+        match std::fs::OpenOptions::new().write(true).open(&procs_path) {
+            Err(e) => Err(Spawn::Other(Error::io(&procs_path, e).to_string())),
+            Ok(procs) => match crate::sys::spawn_in_cgroup(&mut cmd, procs) {
+                Err(e) => Err(Spawn::Exec(e)),
+                Ok(mut child) => child
+                    .wait()
+                    .map_err(|e| Spawn::Other(format!("waiting for {}: {e}", command.join(" ")))),
+            },
+        };
+    drop(interrupts);
+    let ended_ns = now_ns();
+    let mut report = TurnReport {
+        turn: turn.clone(),
+        branch: b.to_string(),
+        outcome: String::new(),
+        exit_status: 0,
+        signal: None,
+        checkpoint: None,
+        parent,
+        started: format_utc(started_ns),
+        ended: format_utc(ended_ns),
+        elapsed_ms: 0,
+        mounted: !live,
+        set_aside,
+        runtime,
+        error: None,
+    };
+    match waited {
+        Err(Spawn::Exec(source)) => {
+            report.exit_status = spawn_failure_code(Path::new(program), &source);
+            report.outcome = "cannot-run".into();
+            report.error = Some(format!(
+                "{}: {}: {source}",
+                if report.exit_status == EXIT_NOT_FOUND {
+                    "command not found"
+                } else {
+                    "cannot execute"
+                },
+                program.to_string_lossy()
+            ));
+        }
+        Err(Spawn::Other(e)) => {
+            report.exit_status = EXIT_CANNOT_EXECUTE;
+            report.outcome = "cannot-run".into();
+            report.error = Some(e);
+        }
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            if let Some(sig) = status.signal() {
+                report.signal = Some(sig);
+                report.exit_status = 128 + sig;
+                report.outcome = "killed".into();
+            } else {
+                report.exit_status = status.code().unwrap_or(1);
+                report.outcome = if report.exit_status == 0 {
+                    "ok"
+                } else {
+                    "failed"
+                }
+                .into();
+            }
+        }
+    }
+    let meta = match (&opts.meta_file, report.outcome == "ok") {
+        (Some(f), true) => match read_meta_file_if_there(f) {
+            Ok(mut m) => {
+                m.extend(opts.meta.clone());
+                check_meta(&m).map(|()| m)
+            }
+            Err(e) => Err(e),
+        },
+        _ => Ok(opts.meta.clone()),
+    };
+    let meta = match meta {
+        Ok(m) => m,
+        Err(e) => {
+            report.outcome = "checkpoint-failed".into();
+            report.exit_status = 1;
+            report.error = Some(e.to_string());
+            BTreeMap::new()
+        }
+    };
+    if report.outcome == "ok" {
+        let ann = Annotations {
+            meta,
+            runtime: Some(report.runtime.now.clone()),
+            turn: Some(TurnRecord {
+                id: turn.clone(),
+                command: command.clone(),
+                exit_status: 0,
+                started_ns,
+                ended_ns,
+                accepted_runtime_change: report.runtime.accepted,
+            }),
+        };
+        let message = if opts.message.is_empty() {
+            format!("turn {turn}")
+        } else {
+            opts.message.clone()
+        };
+        match workspace::checkpoint_annotated(
+            store,
+            b,
+            opts.label.as_deref(),
+            &message,
+            &Hold::default(),
+            &[],
+            &ann,
+            Some(&mut claim),
+        ) {
+            Ok(r) => report.checkpoint = Some(r.id),
+            Err(e) => {
+                report.outcome = "checkpoint-failed".into();
+                report.exit_status = 1;
+                report.error = Some(e.to_string());
+            }
+        }
+    }
+    report.elapsed_ms = t0.elapsed().as_millis() as u64;
+    let ok = report.outcome == "ok";
+    let result = serde_json::json!({"outcome": report.outcome, "exit_status": report.exit_status,
+        "signal": report.signal, "checkpoint": report.checkpoint, "started": report.started,
+        "ended": report.ended, "error": report.error});
+    store.release_claim(&claim, &outcome_line(&args_json, ok, result))?;
+    Ok(report)
+}
+
+/// A `--meta-file`: a regular file (its last component not a symlink; opened non-blocking)
+/// holding a JSON object of at most 4x [`MAX_META_BYTES`] ('-': stdin), checked as meta.
+///
+/// # Errors
+/// `Usage` naming the file and what is wrong with it; I/O reading it.
+pub fn read_meta_file(f: &Path) -> Result<BTreeMap<String, serde_json::Value>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let limit = (MAX_META_BYTES * 4) as u64;
+    let mut data = Vec::new();
+    if f == Path::new("-") {
+        std::io::stdin()
+            .take(limit + 1)
+            .read_to_end(&mut data)
+            .map_err(|e| Error::io(f, e))?;
+    } else {
+        let h = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(f)
+            .map_err(|e| Error::io(f, e))?;
+        if !h.metadata().map_err(|e| Error::io(f, e))?.is_file() {
+            return Err(Error::Usage(format!(
+                "--meta-file {}: not a regular file",
+                f.display()
+            )));
+        }
+        h.take(limit + 1)
+            .read_to_end(&mut data)
+            .map_err(|e| Error::io(f, e))?;
+    }
+    if data.len() as u64 > limit {
+        return Err(Error::Usage(format!(
+            "--meta-file {}: more than {limit} bytes",
+            f.display()
+        )));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&data)
+        .map_err(|e| Error::Usage(format!("--meta-file {}: not JSON ({e})", f.display())))?;
+    let serde_json::Value::Object(map) = v else {
+        return Err(Error::Usage(format!(
+            "--meta-file {}: expected a JSON object of KEY: VALUE",
+            f.display()
+        )));
+    };
+    let out: BTreeMap<String, serde_json::Value> = map.into_iter().collect();
+    check_meta(&out).map_err(|e| Error::Usage(format!("--meta-file {}: {e}", f.display())))?;
+    Ok(out)
+}
+
+/// As [`read_meta_file`]; a file that is not there gives no keys.
+fn read_meta_file_if_there(f: &Path) -> Result<BTreeMap<String, serde_json::Value>> {
+    match std::fs::symlink_metadata(f) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        _ => read_meta_file(f),
+    }
+}
+
+/// `recover` of a turn whose runner died (marker `m`, its pid gone): refuses while processes
+/// are left in the turn's cgroup; otherwise appends the `crashed` outcome line. Returns what
+/// it did. Nothing on the branch changes: the writes stay in the upper layer.
+///
+/// # Errors
+/// `Conflict` naming the processes still running; writing the audit line.
+pub fn recover_turn(store: &Store, m: &RunningMarker) -> Result<Vec<String>> {
+    let turn = m.args["turn"].as_str().unwrap_or("?");
+    let branch = m.args["branch"].as_str().unwrap_or("?");
+    if let Some(cg) = m.args["cgroup"].as_str() {
+        let left = cgroup_pids(Path::new(cg));
+        if !left.is_empty() {
+            return Err(Error::Conflict(format!(
+                "turn {turn} on branch {branch}: its runner is gone but processes {left:?} of \
+                 the turn still run in {cg}; wait for them or stop them (`echo 1 > \
+                 {cg}/cgroup.kill`), then run recover again"
+            )));
+        }
+    }
+    // Died after writing its outcome line, before removing the marker: nothing to add.
+    let recorded = store
+        .read_audit()?
+        .iter()
+        .any(|l| l["op"] == "turn" && l["args"]["turn"].as_str() == Some(turn));
+    if recorded {
+        return Ok(vec![format!(
+            "turn {turn} on branch {branch} had recorded its outcome when its runner died"
+        )]);
+    }
+    let mut args = m.args.clone();
+    args["recovered_by"] = serde_json::json!(std::process::id());
+    // Died after its checkpoint was published (before the outcome line): the turn completed,
+    // and its checkpoint, which names it, is the branch head.
+    if let Some(id) = published_by(store, branch, turn)? {
+        let result = serde_json::json!({"outcome": "ok", "exit_status": 0, "signal": null,
+            "checkpoint": id, "started": format_utc(m.started_ns), "ended": null,
+            "error": null});
+        store.append_audit(&outcome_line(&args, true, result))?;
+        return Ok(vec![format!(
+            "turn {turn} on branch {branch} had recorded its checkpoint {} when its runner \
+             (pid {}) died: recorded as ok",
+            id.short(),
+            m.pid
+        )]);
+    }
+    let result = serde_json::json!({"outcome": "crashed", "exit_status": null,
+        "signal": null, "checkpoint": null, "started": format_utc(m.started_ns),
+        "ended": null, "error": format!("the runner (pid {}) died", m.pid)});
+    store.append_audit(&outcome_line(&args, false, result))?;
+    Ok(vec![format!(
+        "turn {turn} on branch {branch} did not finish (its runner, pid {}, died): recorded \
+         as crashed; nothing was recorded on the branch, its writes stay in the workspace \
+         (`turn --retry`, `switch --discard` or `checkpoint` decide)",
+        m.pid
+    )])
+}
+
+/// The head of `branch` when its record names turn `turn` (published by it).
+fn published_by(store: &Store, branch: &str, turn: &str) -> Result<Option<ObjectId>> {
+    let Some(head) = store.read_branch(branch)?.and_then(|b| b.head) else {
+        return Ok(None);
+    };
+    let c = store.read_checkpoint(&head)?;
+    Ok(c.annotations
+        .turn
+        .as_ref()
+        .is_some_and(|t| t.id == turn)
+        .then_some(head))
+}
+
+/// Every turn in the audit log, newest first (of `branch` only, when given).
+///
+/// # Errors
+/// Reading the audit log or the marker.
+pub fn turns(store: &Store, branch: Option<&str>) -> Result<Vec<TurnRow>> {
+    let marker = store.read_marker()?;
+    let mut rows: Vec<TurnRow> = Vec::new();
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    for l in store.read_audit()? {
+        let op = l["op"].as_str().unwrap_or("");
+        if op != "turn-start" && op != "turn" {
+            continue;
+        }
+        let a = &l["args"];
+        let id = a["turn"].as_str().unwrap_or("").to_string();
+        if branch.is_some_and(|b| a["branch"].as_str() != Some(b)) {
+            continue;
+        }
+        let i = *index.entry(id.clone()).or_insert_with(|| {
+            rows.push(TurnRow {
+                turn: id.clone(),
+                branch: a["branch"].as_str().unwrap_or("").to_string(),
+                started: l["time"].as_str().unwrap_or("").to_string(),
+                command: serde_json::from_value(a["command"].clone()).unwrap_or_default(),
+                outcome: "interrupted".into(),
+                exit_status: None,
+                checkpoint: None,
+                ended: None,
+                label: a["label"].as_str().map(str::to_string),
+            });
+            rows.len() - 1
+        });
+        if op == "turn" {
+            let r = &l["result"];
+            let row = &mut rows[i];
+            row.outcome = r["outcome"].as_str().unwrap_or("failed").to_string();
+            row.exit_status = r["exit_status"].as_i64();
+            row.checkpoint = r["checkpoint"].as_str().map(str::to_string);
+            row.ended = Some(l["time"].as_str().unwrap_or("").to_string());
+        }
+    }
+    if let Some(m) = marker.filter(|m| m.op == "turn" && pid_alive(m.pid)) {
+        if let Some(row) = rows
+            .iter_mut()
+            .find(|r| Some(r.turn.as_str()) == m.args["turn"].as_str())
+        {
+            row.outcome = "running".into();
+        }
+    }
+    rows.reverse();
+    Ok(rows)
+}
