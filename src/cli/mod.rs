@@ -39,6 +39,9 @@ pub struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace; RUST_LOG also works).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// No progress bars on stderr (they are drawn only on a terminal, and never with --json).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -58,8 +61,15 @@ impl Cli {
 /// Parses the command line. Help and version print as usual; a usage error becomes one line
 /// on stderr (clap's message without its multi-line usage block) and exit code 2.
 pub fn parse() -> Cli {
-    match Cli::try_parse() {
-        Ok(cli) => cli,
+    use clap::{CommandFactory, FromArgMatches};
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|m| Ok((Cli::from_arg_matches(&m)?, m)));
+    match parsed {
+        Ok((cli, matches)) => {
+            ckptfs::progress::enable(!cli.quiet && !wants_json(&matches));
+            cli
+        }
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
             eprintln!(
@@ -67,6 +77,20 @@ pub fn parse() -> Cli {
                 one_line(&e.render().to_string())
             );
             std::process::exit(2);
+        }
+    }
+}
+
+/// Whether the (sub)command given asks for JSON: progress bars stay off then.
+fn wants_json(m: &clap::ArgMatches) -> bool {
+    let mut m = m;
+    loop {
+        if let Ok(Some(true)) = m.try_get_one::<bool>("json") {
+            return true;
+        }
+        match m.subcommand() {
+            Some((_, sub)) => m = sub,
+            None => return false,
         }
     }
 }

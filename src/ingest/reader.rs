@@ -136,19 +136,47 @@ impl FileData {
     }
 }
 
-/// Counters a progress line shows while files are read.
+/// Counters of the files read so far (the chunker adds bytes as it goes, and takes them back
+/// when a file that changed is read again), mirrored into a terminal bar when there is one.
 pub(crate) struct Progress {
     pub(crate) files: AtomicU64,
     pub(crate) bytes: AtomicU64,
-    pub(crate) done: AtomicBool,
+    /// Bytes read against the bytes to read (the files not reused from the stat cache), with
+    /// the files done beside them; across every `read_files` call that shares it.
+    pub(crate) bar: crate::progress::Progress,
 }
 
 impl Progress {
+    /// Counters only, nothing drawn.
     pub(crate) fn new() -> Progress {
+        Progress::with_bar(crate::progress::Progress::hidden())
+    }
+
+    /// Counters shown as `what` on a terminal (see `crate::progress`).
+    pub(crate) fn shown(what: &str) -> Progress {
+        Progress::with_bar(crate::progress::Progress::bytes(what, "files", None))
+    }
+
+    fn with_bar(bar: crate::progress::Progress) -> Progress {
         Progress {
             files: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
-            done: AtomicBool::new(false),
+            bar,
+        }
+    }
+
+    /// Copies the counters into the bar every 100 ms until `done`, and once more at the end.
+    fn mirror(&self, done: &AtomicBool) {
+        loop {
+            let finished = done.load(Ordering::Relaxed);
+            self.bar.set_done(
+                self.files.load(Ordering::Relaxed),
+                self.bytes.load(Ordering::Relaxed),
+            );
+            if finished {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
 }
@@ -191,52 +219,65 @@ pub(crate) fn read_files(
     let failed = AtomicBool::new(false);
     let results: Vec<Mutex<Option<FileData>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                if failed.load(Ordering::Relaxed) {
-                    return;
-                }
-                let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                    // Nothing left to start: while the others finish, make the objects
-                    // written so far durable (the commit then syncs only the rest).
-                    if reading.load(Ordering::Relaxed) == 0 {
-                        return;
-                    }
-                    if let Err(e) = batch.sync_ahead() {
-                        failed.store(true, Ordering::Relaxed);
-                        first_error
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(e);
-                    }
-                    return;
-                };
-                let job = &jobs[i];
-                reading.fetch_add(1, Ordering::Relaxed);
-                let read = match snapshots {
-                    Some(snaps) if job.cached.is_none() && job.size >= SNAPSHOT_MIN => {
-                        read_snapshot(batch, chunker, job, progress, snaps)
-                    }
-                    _ => read_file(batch, chunker, job, progress),
-                };
-                reading.fetch_sub(1, Ordering::Relaxed);
-                match read {
-                    Ok(d) => {
-                        progress.files.fetch_add(1, Ordering::Relaxed);
-                        *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(d);
-                    }
-                    Err(e) => {
-                        failed.store(true, Ordering::Relaxed);
-                        first_error
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(e);
-                        return;
-                    }
-                }
-            });
+    progress.bar.add_total(
+        jobs.iter()
+            .filter(|j| j.cached.is_none())
+            .map(|j| j.size)
+            .sum(),
+    );
+    let workers_done = AtomicBool::new(false);
+    std::thread::scope(|outer| {
+        if progress.bar.is_shown() {
+            outer.spawn(|| progress.mirror(&workers_done));
         }
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    if failed.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                        // Nothing left to start: while the others finish, make the objects
+                        // written so far durable (the commit then syncs only the rest).
+                        if reading.load(Ordering::Relaxed) == 0 {
+                            return;
+                        }
+                        if let Err(e) = batch.sync_ahead() {
+                            failed.store(true, Ordering::Relaxed);
+                            first_error
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .get_or_insert(e);
+                        }
+                        return;
+                    };
+                    let job = &jobs[i];
+                    reading.fetch_add(1, Ordering::Relaxed);
+                    let read = match snapshots {
+                        Some(snaps) if job.cached.is_none() && job.size >= SNAPSHOT_MIN => {
+                            read_snapshot(batch, chunker, job, progress, snaps)
+                        }
+                        _ => read_file(batch, chunker, job, progress),
+                    };
+                    reading.fetch_sub(1, Ordering::Relaxed);
+                    match read {
+                        Ok(d) => {
+                            progress.files.fetch_add(1, Ordering::Relaxed);
+                            *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(d);
+                        }
+                        Err(e) => {
+                            failed.store(true, Ordering::Relaxed);
+                            first_error
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .get_or_insert(e);
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        workers_done.store(true, Ordering::Relaxed);
     });
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);

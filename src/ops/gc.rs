@@ -51,6 +51,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::progress::Progress;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::mountinfo::MountEntry;
@@ -736,10 +737,12 @@ pub(crate) fn mark_reachable(
         .iter()
         .flat_map(|id| records[id].roots.values().map(|r| r.tree))
         .collect();
+    let progress = Progress::items("gc mark", "trees", None);
     while let Some(t) = stack.pop() {
         if !reachable.insert(t) {
             continue;
         }
+        progress.add_items(1);
         let tree = store
             .read_object(&t)
             .and_then(|d| Tree::decode(&d))
@@ -757,6 +760,7 @@ pub(crate) fn mark_reachable(
             }
         }
     }
+    progress.finish();
     Ok(reachable)
 }
 
@@ -767,7 +771,10 @@ fn sweep_objects(
     report: &mut GcReport,
 ) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    for (path, id) in object_files(store)? {
+    let files = object_files(store)?;
+    let progress = Progress::items("gc sweep", "objects", Some(files.len() as u64));
+    for (path, id) in files {
+        progress.add_items(1);
         report.objects += 1;
         if !reachable.contains(&id) {
             let len = fs::symlink_metadata(&path).map(|m| m.len()).unwrap_or(0);
@@ -776,6 +783,7 @@ fn sweep_objects(
             out.push(path);
         }
     }
+    progress.finish();
     out.sort();
     Ok(out)
 }
@@ -859,14 +867,18 @@ fn collect_garbage(
 /// # Errors
 /// The first failing deletion; what was deleted before it stays deleted (a rerun finishes).
 pub fn apply_gc(store: &Store, plan: GcPlan) -> Result<GcReport> {
+    let total = plan.records.len() + plan.objects.len() + plan.paths.len();
+    let progress = Progress::items("gc delete", "files", Some(total as u64));
     for p in &plan.records {
         fsio::remove_file(p)?;
+        progress.add_items(1);
     }
     if !plan.records.is_empty() {
         fsio::sync_path(&store.checkpoints_dir())?;
     }
     for p in &plan.objects {
         fsio::remove_file(p)?;
+        progress.add_items(1);
     }
     for (p, is_dir) in &plan.paths {
         if *is_dir {
@@ -874,7 +886,9 @@ pub fn apply_gc(store: &Store, plan: GcPlan) -> Result<GcReport> {
         } else {
             fsio::remove_file(p)?;
         }
+        progress.add_items(1);
     }
+    progress.finish();
     if !plan.objects.is_empty() || !plan.paths.is_empty() {
         fsio::sync_filesystem(store.root())?;
     }
