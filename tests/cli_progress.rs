@@ -11,7 +11,10 @@ fn env_with_data() -> Env {
     let env = Env::new();
     write(&env.ws().join("big.bin"), &random_bytes(1, 3 << 20));
     for i in 0..50 {
-        write(&env.ws().join(format!("d/f{i}.txt")), format!("{i}\n").as_bytes());
+        write(
+            &env.ws().join(format!("d/f{i}.txt")),
+            format!("{i}\n").as_bytes(),
+        );
     }
     env.capture_id(&[]);
     write(&env.ws().join("d/f0.txt"), b"changed\n");
@@ -46,7 +49,10 @@ fn long_operations_draw_progress_on_a_terminal() {
     let store2 = env.path("store2");
     let cases: Vec<(Vec<String>, &[&str])> = vec![
         (vec!["capture".into(), st.clone()], &["capture ["]),
-        (vec!["verify".into(), st.clone()], &["verify trees", "verify chunks ["]),
+        (
+            vec!["verify".into(), st.clone()],
+            &["verify trees", "verify chunks ["],
+        ),
         (
             vec![
                 "restore".into(),
@@ -75,7 +81,10 @@ fn long_operations_draw_progress_on_a_terminal() {
             vec!["gc".into(), st.clone(), "--keep-last".into(), "1".into()],
             &["gc mark", "gc sweep [", "gc delete ["],
         ),
-        (vec!["doctor".into(), st.clone()], &["doctor trees", "doctor objects ["]),
+        (
+            vec!["doctor".into(), st.clone()],
+            &["doctor trees", "doctor objects ["],
+        ),
     ];
     for (args, phases) in cases {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -107,7 +116,11 @@ fn no_progress_without_a_terminal_with_quiet_or_with_json() {
         vec!["gc", &st, "--dry-run"],
     ] {
         let o = run(&args);
-        assert!(o.status.success(), "{}", describe_output(&args.join(" "), &o));
+        assert!(
+            o.status.success(),
+            "{}",
+            describe_output(&args.join(" "), &o)
+        );
         assert_no_bar(&stderr(&o), &format!("{} (no terminal)", args.join(" ")));
     }
     write(&env.ws().join("big.bin"), &random_bytes(3, 3 << 20));

@@ -37,7 +37,7 @@ pub struct LogArgs {
 }
 
 /// `--since WHEN` as Unix nanoseconds: now minus a duration, or an RFC 3339 time.
-fn since_arg(s: &str) -> std::result::Result<i64, String> {
+pub(crate) fn since_arg(s: &str) -> std::result::Result<i64, String> {
     let s = s.trim();
     if let Ok(d) = humantime::parse_duration(s) {
         let back = i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);

@@ -8,11 +8,13 @@
 //! browse, umount), `label` (label, label delete), `forget` and `shell` (completions, man).
 //! [`run`] only dispatches.
 
+mod find;
 mod forget;
 mod health;
 mod history;
 mod label;
 mod shell;
+mod stats;
 mod store;
 mod view;
 mod workspace;
@@ -166,6 +168,13 @@ pub enum Command {
     /// type, mode...), or --stat, --name-status, a unified diff (-p), for some paths only
     /// (-- PATH...), with renames found by content (-M).
     Diff(history::DiffArgs),
+    /// What the store holds: logical against stored bytes, the dedup ratio, and the bytes each
+    /// branch and checkpoint holds alone (what forgetting it would free), like `restic stats`
+    /// and `zfs list -o used,refer`.
+    Stats(stats::StatsArgs),
+    /// Search history: the checkpoints holding paths that match a glob, or (--history
+    /// ROOT/PATH) the checkpoints in which one path changed, like `restic find`.
+    Find(find::FindArgs),
     /// Give a checkpoint an immutable label: `label STORE CHECKPOINT NAME` (an existing label
     /// is never moved or overwritten), or delete one: `label delete STORE NAME` (audited).
     Label(label::LabelCommand),
@@ -315,6 +324,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Ls(a) => history::run_ls(a),
         Command::Cat(a) => history::run_cat(a),
         Command::Diff(a) => history::run_diff(a),
+        Command::Stats(a) => stats::run_stats(a),
+        Command::Find(a) => find::run_find(a),
         Command::Label(a) => label::run_label(a),
         Command::Forget(a) => forget::run_forget(a),
         Command::Branch(c) => workspace::run_branch(c),

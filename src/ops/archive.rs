@@ -33,9 +33,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::progress::Progress;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::progress::Progress;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::object::ObjectBatch;
 use crate::store::refs::Branch;

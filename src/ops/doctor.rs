@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::progress::Progress;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::ops::inventory::{self, file_name, list_dir, object_files};
+use crate::progress::Progress;
 use crate::safe::Dir;
 use crate::store::lock::pid_alive;
 use crate::store::tree::{EntryKind, Tree};

@@ -51,11 +51,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::progress::Progress;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::mountinfo::MountEntry;
 use crate::ops::inventory::{self, file_name, list_dir, object_files};
+use crate::progress::Progress;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::tree::{EntryKind, Tree};
 use crate::store::{fsio, RetentionPolicy, Store};

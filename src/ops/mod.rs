@@ -12,11 +12,13 @@
 pub mod archive;
 pub mod diff;
 pub mod doctor;
+pub mod find;
 pub mod forget;
 pub mod gc;
 pub mod history;
 pub mod inventory;
 pub mod recover;
 pub mod restore;
+pub mod stats;
 pub mod verify;
 pub mod walk;

@@ -41,11 +41,11 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::progress::Progress;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::meta::{apply_meta_at, apply_meta_fd, Meta};
 use crate::ops::walk::Located;
+use crate::progress::Progress;
 use crate::safe::{Dir, Stat};
 use crate::store::exclude::Excluder;
 use crate::store::fsio;
@@ -1166,9 +1166,9 @@ fn tree_bytes(
     let Some((own, subs)) = trees.get(t) else {
         return 0;
     };
-    let b = subs
-        .iter()
-        .fold(*own, |acc, s| acc.saturating_add(tree_bytes(s, trees, memo)));
+    let b = subs.iter().fold(*own, |acc, s| {
+        acc.saturating_add(tree_bytes(s, trees, memo))
+    });
     memo.insert(*t, b);
     b
 }
@@ -1186,7 +1186,17 @@ pub fn materialize_dir(
     counts: &mut (u64, u64),
     progress: &Progress,
 ) -> Result<()> {
-    materialize(store, tree, at, counts, None, Path::new(""), false, progress).map(|_| ())
+    materialize(
+        store,
+        tree,
+        at,
+        counts,
+        None,
+        Path::new(""),
+        false,
+        progress,
+    )
+    .map(|_| ())
 }
 
 /// As [`materialize_dir`], through `filter`: `rel` is `at`'s path from the restored
@@ -1216,9 +1226,8 @@ fn materialize(
         match &e.kind {
             EntryKind::Dir { tree, .. } => {
                 let sub = at.create_private_dir(name)?;
-                let kept = materialize(
-                    store, tree, &sub, counts, filter, &path, included, progress,
-                )?;
+                let kept =
+                    materialize(store, tree, &sub, counts, filter, &path, included, progress)?;
                 if included || kept {
                     apply_meta_fd(&sub, sub.path(), &Meta::of_entry(e))?;
                     any = true;

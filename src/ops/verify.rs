@@ -14,9 +14,9 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use crate::progress::Progress;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::progress::Progress;
 use crate::store::tree::{Chunk, EntryKind};
 use crate::store::Store;
 
