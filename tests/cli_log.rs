@@ -135,9 +135,9 @@ fn log_times_say_they_are_utc() {
     assert!(text.contains("2026-12-01T08:12:03Z"), "{text}");
     assert!(ok(["log", &env.s(), "--graph"]).contains("2026-12-01T08:12:03Z"));
     assert!(ok(["show", &env.s(), &ids[0]]).contains("2026-12-01T08:12:03Z"));
-    // JSON keeps `time` as scripts parse it and adds the zoned form.
+    // JSON: every time is RFC 3339 in UTC (`time` had no zone before).
     let row = &ok_json(["log", &env.s()])[0];
-    assert_eq!(row["time"], "2026-12-01T08:12:03");
+    assert_eq!(row["time"], "2026-12-01T08:12:03Z");
     assert_eq!(row["time_rfc3339"], "2026-12-01T08:12:03Z");
     assert_eq!(row["time_ns"], DEC_1_8AM + 12 * 60 * SEC + 3 * SEC);
 }

@@ -60,11 +60,18 @@ fn stats_counts_logical_stored_and_unique_bytes_exactly() {
     assert_eq!(n(&row(ck, "id", &t.b)["unique_bytes"]), B as u64, "{v}");
     assert_eq!(n(&row(ck, "id", &t.c)["unique_bytes"]), C as u64, "{v}");
     // Each checkpoint's logical bytes: its files' sizes.
-    assert_eq!(n(&row(ck, "id", &t.a)["logical_bytes"]), (SHARED + A) as u64);
+    assert_eq!(
+        n(&row(ck, "id", &t.a)["logical_bytes"]),
+        (SHARED + A) as u64
+    );
     assert_eq!(n(&row(ck, "id", &t.c)["files"]), 2);
     // Per branch: main holds a and b alone, side holds c alone; shared is in both.
     let br = &v["branches"];
-    assert_eq!(n(&row(br, "name", "main")["unique_bytes"]), (A + B) as u64, "{v}");
+    assert_eq!(
+        n(&row(br, "name", "main")["unique_bytes"]),
+        (A + B) as u64,
+        "{v}"
+    );
     assert_eq!(n(&row(br, "name", "side")["unique_bytes"]), C as u64, "{v}");
     assert_eq!(n(&row(br, "name", "main")["checkpoints"]), 2);
     // Whole store: logical counts shared three times, content once.
@@ -74,7 +81,10 @@ fn stats_counts_logical_stored_and_unique_bytes_exactly() {
     assert_eq!(n(&sel["logical_bytes"]), logical, "{v}");
     assert_eq!(n(&sel["content_bytes"]), content, "{v}");
     let ratio = sel["dedup_ratio"].as_f64().expect("ratio");
-    assert!((ratio - logical as f64 / content as f64).abs() < 1e-9, "{v}");
+    assert!(
+        (ratio - logical as f64 / content as f64).abs() < 1e-9,
+        "{v}"
+    );
     // Stored: the object files on disk, counted by the test itself.
     let objects = t.env.objects();
     assert_eq!(n(&v["store"]["objects"]), objects.len() as u64, "{v}");
@@ -100,7 +110,11 @@ fn stats_counts_logical_stored_and_unique_bytes_exactly() {
     assert_eq!(n(&side["selected"]["checkpoints"]), 1, "{side}");
     assert_eq!(n(&side["selected"]["unique_bytes"]), C as u64, "{side}");
     let main = ok_json(["stats", &st, "--branch", "main", "--json"]);
-    assert_eq!(n(&main["selected"]["unique_bytes"]), (A + B) as u64, "{main}");
+    assert_eq!(
+        n(&main["selected"]["unique_bytes"]),
+        (A + B) as u64,
+        "{main}"
+    );
 
     // Text: the same figures, one row per branch and checkpoint.
     let text = ok(["stats", &st]);
@@ -164,7 +178,10 @@ fn find_lists_the_checkpoints_holding_matching_paths() {
     assert_eq!(n(&v["checkpoints_searched"]), 0, "{v}");
     // Text.
     let text = ok(["find", &st, "a.bin"]);
-    assert!(text.contains("ws/a.bin") && text.contains(&t.a[..12]), "{text}");
+    assert!(
+        text.contains("ws/a.bin") && text.contains(&t.a[..12]),
+        "{text}"
+    );
     // Bad input.
     let e = fails(2, ["find", &st, "[unclosed"]);
     assert!(e.contains("[unclosed"), "{e}");
@@ -220,7 +237,10 @@ fn find_history_lists_the_checkpoints_where_a_path_changed() {
     .map(|(c, k)| (c.to_string(), k.to_string()))
     .collect();
     assert_eq!(changes(&v), want, "{v}");
-    assert!(!changes(&v).iter().any(|(c, _)| *c == c2), "c2 did not change it");
+    assert!(
+        !changes(&v).iter().any(|(c, _)| *c == c2),
+        "c2 did not change it"
+    );
     assert_eq!(n(&v["checkpoints_searched"]), 6);
     assert_eq!(v["changes"][2]["entry"]["mode"], "0600", "{v}");
     assert!(v["changes"][3]["entry"].is_null(), "{v}");
@@ -230,7 +250,11 @@ fn find_history_lists_the_checkpoints_where_a_path_changed() {
     write(&f, b"file again\n");
     let c7 = env.capture_id(&[]);
     let v = ok_json(["find", &st, "--history", "ws/notes.md", "--json"]);
-    assert_eq!(changes(&v).last(), Some(&(c7.clone(), "type".to_string())), "{v}");
+    assert_eq!(
+        changes(&v).last(),
+        Some(&(c7.clone(), "type".to_string())),
+        "{v}"
+    );
     // A directory changes when anything below it does.
     write(&ws.join("dir/x"), b"1\n");
     let d1 = env.capture_id(&[]);
@@ -245,7 +269,10 @@ fn find_history_lists_the_checkpoints_where_a_path_changed() {
     );
     // Text, and bad input.
     let text = ok(["find", &st, "--history", "ws/notes.md"]);
-    assert!(text.contains("metadata") && text.contains(&c4[..12]), "{text}");
+    assert!(
+        text.contains("metadata") && text.contains(&c4[..12]),
+        "{text}"
+    );
     fails(2, ["find", &st, "--history", "ws"]);
     fails(2, ["find", &st, "x", "--history", "ws/notes.md"]);
 }
@@ -256,7 +283,10 @@ fn find_reads_an_unchanged_subtree_once_for_all_checkpoints() {
     let ws = env.ws().to_path_buf();
     // 40 directories that never change, and one file that changes every checkpoint.
     for i in 0..40 {
-        write(&ws.join(format!("deep/d{i}/f.txt")), format!("{i}\n").as_bytes());
+        write(
+            &ws.join(format!("deep/d{i}/f.txt")),
+            format!("{i}\n").as_bytes(),
+        );
     }
     let checkpoints = 10;
     for i in 0..checkpoints {

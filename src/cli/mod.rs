@@ -12,6 +12,7 @@ mod find;
 mod forget;
 mod health;
 mod history;
+mod json;
 mod label;
 mod shell;
 mod stats;

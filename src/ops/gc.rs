@@ -114,14 +114,14 @@ impl fmt::Display for PolicySource {
 /// its first reason, with every policy rule counted as [`KeepReason::Policy`].
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash)]
 pub enum KeepReason {
-    #[serde(rename = "branch head")]
+    #[serde(rename = "branch_head")]
     BranchHead,
     #[serde(rename = "label")]
     Label,
     /// Named by a live pin, or the head of a branch a live pin names.
     #[serde(rename = "pinned")]
     Pinned,
-    #[serde(rename = "workspace base")]
+    #[serde(rename = "workspace_base")]
     WorkspaceBase,
     /// A policy rule (the `kept` count's name for the rules below).
     #[serde(rename = "policy")]
@@ -145,9 +145,9 @@ pub enum KeepReason {
     /// `--keep-branch`.
     #[serde(rename = "branch")]
     Branch,
-    #[serde(rename = "no policy")]
+    #[serde(rename = "no_policy")]
     NoPolicy,
-    #[serde(rename = "pin keeps all")]
+    #[serde(rename = "pin_keeps_all")]
     PinKeepsAll,
 }
 
@@ -279,7 +279,10 @@ pub struct CheckpointDecision {
     pub branch: String,
     /// RFC 3339, UTC (`2026-12-01T08:00:00Z`).
     pub time: String,
+    /// The label its record was made with (`capture --label`), if any.
     pub label: Option<String>,
+    /// Every label naming it now (as `log` and `show` list them).
+    pub labels: Vec<String>,
     /// The message's first line.
     pub message: String,
     /// Every reason that keeps it, in [`plan_gc`]'s order; empty when pruned.
@@ -475,7 +478,7 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
             *report.kept.entry(why.counted_as()).or_default() += 1;
         }
     }
-    report.decisions = decide(&records, &kept, &retention);
+    report.decisions = decide(&records, &kept, &retention, &store.list_labels()?);
     let plan_records = prune_records(store, &records, &kept, &mut report);
 
     let reachable = mark_reachable(store, &records, &kept)?;
@@ -667,6 +670,7 @@ fn decide(
     records: &BTreeMap<ObjectId, Checkpoint>,
     kept: &BTreeSet<ObjectId>,
     retention: &Retention,
+    labels: &[(String, ObjectId)],
 ) -> Vec<CheckpointDecision> {
     let mut out: Vec<(i64, CheckpointDecision)> = records
         .iter()
@@ -682,6 +686,11 @@ fn decide(
                 branch: c.branch.clone(),
                 time: crate::util::format_rfc3339(c.time_ns),
                 label: c.label.clone(),
+                labels: labels
+                    .iter()
+                    .filter(|(_, l)| l == id)
+                    .map(|(n, _)| n.clone())
+                    .collect(),
                 message: c.message.lines().next().unwrap_or("").to_string(),
                 kept: reasons,
                 pruned,
@@ -711,7 +720,7 @@ fn prune_records(
             report.pruned.push(PrunedCheckpoint {
                 id: *id,
                 branch: c.branch.clone(),
-                time: crate::util::format_utc(c.time_ns),
+                time: crate::util::format_rfc3339(c.time_ns),
             });
             paths.push(store.checkpoint_path(id));
         }
