@@ -756,7 +756,10 @@ pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
         print_workspace_status(&rows);
     }
     if is_store {
-        rows.extend(super::view::status_views(&s, json)?);
+        for mut v in super::view::status_views(&s, json)? {
+            v["kind"] = "view".into();
+            rows.push(v);
+        }
     }
     if json {
         print_json(&rows)?;
