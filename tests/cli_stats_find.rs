@@ -155,8 +155,8 @@ fn find_lists_the_checkpoints_holding_matching_paths() {
         ["ws/a.bin", "ws/b.bin", "ws/c.bin", "ws/shared.bin"],
         "{v}"
     );
-    assert_eq!(found_in(&v, "ws/a.bin"), [t.a.clone()]);
-    assert_eq!(found_in(&v, "ws/c.bin"), [t.c.clone()]);
+    assert_eq!(found_in(&v, "ws/a.bin"), vec![t.a.clone()]);
+    assert_eq!(found_in(&v, "ws/c.bin"), vec![t.c.clone()]);
     // Oldest first.
     assert_eq!(
         found_in(&v, "ws/shared.bin"),

@@ -534,7 +534,7 @@ proptest! {
         h.set_entry_type(tar::EntryType::Regular);
         h.set_cksum();
         let mut raw = h.as_bytes().to_vec();
-        raw.extend(std::iter::repeat(b'{').take(actual));
+        raw.extend(std::iter::repeat_n(b'{', actual));
         let data = zstd::encode_all(&raw[..], 1).unwrap();
         let (r, largest) = measured(|| read_archive(&data[..], &mut |_| Ok(())));
         prop_assert!(r.is_err());

@@ -165,7 +165,7 @@ fn zero_length_chunk_refs_are_refused() {
     assert_eq!(data.len(), 36);
     let id = ObjectId::parse(&put_raw_object(&fx.env.store, data)).unwrap();
     let mut chunks = vec![Chunk { id, len: 36 }];
-    chunks.extend(std::iter::repeat(Chunk { id, len: 0 }).take(2000));
+    chunks.extend(std::iter::repeat_n(Chunk { id, len: 0 }, 2000));
     let (cp, tree) = fx.crafted_file(36, chunks);
     fx.all_refuse(&cp, &[&tree.to_hex(), "length 0"]);
     assert_eq!(fx.content.len(), 124);

@@ -314,7 +314,7 @@ pub(crate) fn compare(old: Option<&File>, new: &File) -> Comparison {
 /// well above that.
 pub(crate) fn decline(c: &Comparison, size: u64) -> bool {
     let scattered = c.same.len() as u64 > (size >> 20).max(16);
-    let fragmented = c.extents.map_or(true, |n| n as u64 > (size >> 16).max(64));
+    let fragmented = c.extents.is_none_or(|n| n as u64 > (size >> 16).max(64));
     scattered || fragmented
 }
 

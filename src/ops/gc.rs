@@ -823,7 +823,7 @@ fn collect_garbage(
             let owner = name
                 .split_once('-')
                 .and_then(|(hex, _)| ObjectId::parse(hex).ok());
-            if owner.map_or(true, |id| !kept.contains(&id)) {
+            if owner.is_none_or(|id| !kept.contains(&id)) {
                 paths.push((p, false, Garbage::StaleStatCache));
             }
         }

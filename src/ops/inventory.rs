@@ -143,7 +143,7 @@ pub fn leftover_temps(store: &Store) -> Result<Vec<PathBuf>> {
             if p.is_dir() || !(in_tmp || name.starts_with(".tmp-")) {
                 continue;
             }
-            if fsio::temp_owner_pid(&name).map_or(true, |pid| !pid_alive(pid)) {
+            if fsio::temp_owner_pid(&name).is_none_or(|pid| !pid_alive(pid)) {
                 out.push(p);
             }
         }
