@@ -149,6 +149,9 @@ impl Progress {
 
     /// Adds to the total of the main count (a total known in parts, e.g. root by root).
     pub fn add_total(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
         if let Some(i) = &self.inner {
             let now = i.bar.length().unwrap_or(0);
             self.set_total(now + n);

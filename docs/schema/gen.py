@@ -255,7 +255,7 @@ command("checkpoint", "checkpoint", obj("WorkspaceCheckpoint", {
 command("restore", "restore", {"oneOf": [RESTORE, obj("RestoreAll", {
     "restored": t(arr(RESTORE), "every target, in order"),
 })], "x-type": "RestoreReport or {restored: [RestoreReport]}"},
-    "One target (`--to`, or a path in one root) gives one report; `--in-place` of several roots gives `{\"restored\": [...]}`.",
+    "With `--to`, `--root` or a `:ROOT` in the spec, one report; `--in-place` of every root (no root named) gives `{\"restored\": [...]}`, one report per root.",
     "ckptfs restore STORE C --to DIR --json")
 
 command("recover", "recover", obj("RecoverReport", {
