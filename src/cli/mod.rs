@@ -5,8 +5,10 @@
 //! function per command: `store` (init, capture, restore, label), `history` (log, show, ls,
 //! cat, diff), `health` (verify, recover, gc, archive, unarchive, doctor), `workspace`
 //! (branches, checkpoint, exec, switch, fork, status, mount --branch), `view` (mount,
-//! browse, umount), `label` (label, label delete), `forget` and `shell` (completions, man).
-//! [`run`] only dispatches.
+//! browse, umount), `label` (label, label delete), `forget`, `stats`, `find` and `shell`
+//! (completions, man); `json` holds the JSON shapes several commands share (docs/json.md).
+//! [`run`] only dispatches. `-q`/`--quiet` and `--json` turn progress bars off
+//! (`ckptfs::progress`).
 
 mod find;
 mod forget;
