@@ -52,9 +52,16 @@ fn n(v: &Value) -> u64 {
 fn stats_counts_logical_stored_and_unique_bytes_exactly() {
     let t = build();
     let st = t.env.s();
+    ok(["label", &st, &t.a, "base"]);
     let v = ok_json(["stats", &st, "--json"]);
     let ck = &v["checkpoints"];
     assert_eq!(ck.as_array().map(Vec::len), Some(3), "{v}");
+    assert_eq!(
+        row(ck, "id", &t.a)["labels"],
+        serde_json::json!(["base"]),
+        "{v}"
+    );
+    assert_eq!(row(ck, "id", &t.b)["labels"], serde_json::json!([]), "{v}");
     // Unique: what only that checkpoint reaches.
     assert_eq!(n(&row(ck, "id", &t.a)["unique_bytes"]), A as u64, "{v}");
     assert_eq!(n(&row(ck, "id", &t.b)["unique_bytes"]), B as u64, "{v}");
@@ -162,6 +169,8 @@ fn find_lists_the_checkpoints_holding_matching_paths() {
         found_in(&v, "ws/shared.bin"),
         [t.a.clone(), t.b.clone(), t.c.clone()]
     );
+    let ck = &row(&v["paths"], "path", "ws/a.bin")["found_in"][0]["checkpoint"];
+    assert_eq!(ck["labels"], serde_json::json!([]), "{v}");
     let entry = &row(&v["paths"], "path", "ws/a.bin")["found_in"][0]["entry"];
     assert_eq!(entry["type"], "file");
     assert_eq!(n(&entry["size"]), A as u64);

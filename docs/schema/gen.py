@@ -194,6 +194,7 @@ CKREF = obj("CheckpointRef", {
     "branch": t(STR, "the branch it was taken on"),
     "time_ns": t(NS, "when"),
     "time_rfc3339": t(TIME, "when"),
+    "labels": LABELS,
 })
 
 ENTRY = obj("EntryInfo", {
@@ -335,6 +336,7 @@ command("stats", "stats", obj("StatsReport", {
         "branch": t(STR, "the branch it was taken on"),
         "time_ns": t(NS, "when"),
         "time_rfc3339": t(TIME, "when"),
+        "labels": LABELS,
         "files": t(U, "its files"),
         "logical_bytes": t(BYTES, "sum of its file sizes (ZFS's refer, uncompressed)"),
         "unique_bytes": t(BYTES, "content bytes no other checkpoint reaches: what forgetting it and gc would free, uncompressed"),

@@ -47,6 +47,8 @@ pub struct CheckpointRef {
     pub time_ns: i64,
     /// `time_ns` in RFC 3339, UTC.
     pub time_rfc3339: String,
+    /// Every label naming it now.
+    pub labels: Vec<String>,
 }
 
 /// An entry as find shows it.
@@ -145,12 +147,17 @@ fn selected(store: &Store, opts: &FindOptions) -> Result<Vec<(ObjectId, Checkpoi
     Ok(items)
 }
 
-fn reference(id: &ObjectId, c: &Checkpoint) -> CheckpointRef {
+fn reference(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> CheckpointRef {
     CheckpointRef {
         id: *id,
         branch: c.branch.clone(),
         time_ns: c.time_ns,
         time_rfc3339: crate::util::format_rfc3339(c.time_ns),
+        labels: labels
+            .iter()
+            .filter(|(_, l)| l == id)
+            .map(|(n, _)| n.clone())
+            .collect(),
     }
 }
 
@@ -226,6 +233,7 @@ impl Matcher<'_> {
 pub fn find(store: &Store, patterns: &[String], opts: &FindOptions) -> Result<FindReport> {
     let (names, paths) = compile(patterns)?;
     let items = selected(store, opts)?;
+    let labels = store.list_labels()?;
     let mut m = Matcher {
         store,
         names,
@@ -242,7 +250,7 @@ pub fn find(store: &Store, patterns: &[String], opts: &FindOptions) -> Result<Fi
             }
             for (path, entry) in m.matches_in(rec.tree, root)?.iter() {
                 found.entry(path.clone()).or_default().push(FoundIn {
-                    checkpoint: reference(id, c),
+                    checkpoint: reference(id, c, &labels),
                     entry: entry.clone(),
                 });
             }
@@ -340,6 +348,7 @@ pub fn path_history(store: &Store, path: &str, opts: &FindOptions) -> Result<His
         ..opts.clone()
     };
     let items = selected(store, &opts)?;
+    let labels = store.list_labels()?;
     let parts: Vec<Vec<u8>> = rel
         .split('/')
         .filter(|p| !p.is_empty())
@@ -372,7 +381,7 @@ pub fn path_history(store: &Store, path: &str, opts: &FindOptions) -> Result<His
         };
         if let Some(change) = change_of(before.as_ref(), now.as_ref()) {
             changes.push(PathChange {
-                checkpoint: reference(id, c),
+                checkpoint: reference(id, c, &labels),
                 parent,
                 change,
                 entry: now.as_ref().map(EntryInfo::of),

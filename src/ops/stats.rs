@@ -110,6 +110,8 @@ pub struct CheckpointFigures {
     pub time_ns: i64,
     /// `time_ns` in RFC 3339, UTC.
     pub time_rfc3339: String,
+    /// Every label naming it now.
+    pub labels: Vec<String>,
     pub files: u64,
     pub logical_bytes: u64,
     /// Content bytes of chunks no other checkpoint reaches.
@@ -321,6 +323,7 @@ pub fn stats(store: &Store, scope: &StatsScope) -> Result<StatsReport> {
     let (br_content, br_stored) = tally(&by_branch, &mut on_disk);
     let (sel_content, sel_stored) = tally(&by_selection, &mut on_disk);
 
+    let labels = store.list_labels()?;
     let logical = |c: &Checkpoint| c.roots.values().map(|r| r.bytes).sum::<u64>();
     let files = |c: &Checkpoint| c.roots.values().map(|r| r.files).sum::<u64>();
     let checkpoints: Vec<CheckpointFigures> = selected
@@ -332,6 +335,11 @@ pub fn stats(store: &Store, scope: &StatsScope) -> Result<StatsReport> {
                 branch: c.branch.clone(),
                 time_ns: c.time_ns,
                 time_rfc3339: crate::util::format_rfc3339(c.time_ns),
+                labels: labels
+                    .iter()
+                    .filter(|(_, l)| l == id)
+                    .map(|(n, _)| n.clone())
+                    .collect(),
                 files: files(c),
                 logical_bytes: logical(c),
                 unique_bytes: ck_content.get(&i).copied().unwrap_or(0),
