@@ -26,6 +26,7 @@ use super::{print_json, JsonFlag};
     ckptfs find STORE --history ws/notes.md      when did ws/notes.md change?"
 )]
 pub struct FindArgs {
+    /// The store directory.
     pub store: PathBuf,
     /// Glob patterns (any of them matches). Not with --history.
     #[arg(required_unless_present = "history", conflicts_with = "history")]

@@ -22,17 +22,18 @@ use super::{print_json, JsonFlag};
     unique         content bytes no other checkpoint (for a branch: no other branch's\n                 \
     checkpoint) reaches: what forgetting it and running gc would free; 'unique stored'\n                 \
     is the same on disk, trees included\n\n\
-    A checkpoint's branch is the branch it was taken on.\n\n\
+    The BRANCH rows group checkpoints by the branch they were taken on.\n\n\
     Examples:\n  \
     ckptfs stats STORE                 the whole store, per branch and per checkpoint\n  \
     ckptfs stats STORE before-refactor one checkpoint (id, prefix, label or branch head)\n  \
-    ckptfs stats STORE --branch main   the checkpoints taken on main")]
+    ckptfs stats STORE --branch main   main's history (as `log --branch main` lists it)")]
 pub struct StatsArgs {
+    /// The store directory.
     pub store: PathBuf,
     /// Only this checkpoint (id, unique prefix, label, or a branch's head).
     #[arg(conflicts_with = "branch")]
     pub checkpoint: Option<String>,
-    /// Only the checkpoints taken on this branch.
+    /// Only this branch's history (its head along first parents, as `log --branch`).
     #[arg(long, short)]
     pub branch: Option<String>,
     #[command(flatten)]
