@@ -142,7 +142,7 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
         roots.insert(name.clone(), rec);
         caches.push((name.clone(), cache));
     }
-    progress.bar.finish();
+    progress.finish();
     let t = Instant::now();
     batch.commit()?;
     log::debug!(

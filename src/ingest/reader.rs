@@ -165,19 +165,25 @@ impl Progress {
         }
     }
 
-    /// Copies the counters into the bar every 100 ms until `done`, and once more at the end.
-    fn mirror(&self, done: &AtomicBool) {
-        loop {
-            let finished = done.load(Ordering::Relaxed);
-            self.bar.set_done(
-                self.files.load(Ordering::Relaxed),
-                self.bytes.load(Ordering::Relaxed),
-            );
-            if finished {
-                return;
-            }
+    /// Copies the counters into the bar every 100 ms until `done()`.
+    fn mirror(&self, done: impl Fn() -> bool) {
+        while !done() {
+            self.draw();
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
+    }
+
+    fn draw(&self) {
+        self.bar.set_done(
+            self.files.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        );
+    }
+
+    /// Draws the final counts and leaves the bar's last line.
+    pub(crate) fn finish(&self) {
+        self.draw();
+        self.bar.finish();
     }
 }
 
@@ -225,59 +231,62 @@ pub(crate) fn read_files(
             .map(|j| j.size)
             .sum(),
     );
-    let workers_done = AtomicBool::new(false);
-    std::thread::scope(|outer| {
+    std::thread::scope(|s| {
         if progress.bar.is_shown() {
-            outer.spawn(|| progress.mirror(&workers_done));
+            // Until every job was started and none is being read (or one failed).
+            s.spawn(|| {
+                progress.mirror(|| {
+                    failed.load(Ordering::Relaxed)
+                        || (next.load(Ordering::Relaxed) >= order.len()
+                            && reading.load(Ordering::Relaxed) == 0)
+                })
+            });
         }
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| loop {
-                    if failed.load(Ordering::Relaxed) {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                if failed.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    // Nothing left to start: while the others finish, make the objects
+                    // written so far durable (the commit then syncs only the rest).
+                    if reading.load(Ordering::Relaxed) == 0 {
                         return;
                     }
-                    let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                        // Nothing left to start: while the others finish, make the objects
-                        // written so far durable (the commit then syncs only the rest).
-                        if reading.load(Ordering::Relaxed) == 0 {
-                            return;
-                        }
-                        if let Err(e) = batch.sync_ahead() {
-                            failed.store(true, Ordering::Relaxed);
-                            first_error
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .get_or_insert(e);
-                        }
-                        return;
-                    };
-                    let job = &jobs[i];
-                    reading.fetch_add(1, Ordering::Relaxed);
-                    let read = match snapshots {
-                        Some(snaps) if job.cached.is_none() && job.size >= SNAPSHOT_MIN => {
-                            read_snapshot(batch, chunker, job, progress, snaps)
-                        }
-                        _ => read_file(batch, chunker, job, progress),
-                    };
-                    reading.fetch_sub(1, Ordering::Relaxed);
-                    match read {
-                        Ok(d) => {
-                            progress.files.fetch_add(1, Ordering::Relaxed);
-                            *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(d);
-                        }
-                        Err(e) => {
-                            failed.store(true, Ordering::Relaxed);
-                            first_error
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .get_or_insert(e);
-                            return;
-                        }
+                    if let Err(e) = batch.sync_ahead() {
+                        failed.store(true, Ordering::Relaxed);
+                        first_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
                     }
-                });
-            }
-        });
-        workers_done.store(true, Ordering::Relaxed);
+                    return;
+                };
+                let job = &jobs[i];
+                reading.fetch_add(1, Ordering::Relaxed);
+                let read = match snapshots {
+                    Some(snaps) if job.cached.is_none() && job.size >= SNAPSHOT_MIN => {
+                        read_snapshot(batch, chunker, job, progress, snaps)
+                    }
+                    _ => read_file(batch, chunker, job, progress),
+                };
+                reading.fetch_sub(1, Ordering::Relaxed);
+                match read {
+                    Ok(d) => {
+                        progress.files.fetch_add(1, Ordering::Relaxed);
+                        *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(d);
+                    }
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        first_error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                        return;
+                    }
+                }
+            });
+        }
     });
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);

@@ -402,7 +402,7 @@ pub(crate) fn merge_root(
         &progress,
         snapshots.as_ref(),
     )?;
-    progress.bar.finish();
+    progress.finish();
     for ((d, source), job) in results.iter_mut().zip(&ctx.sources).zip(&ctx.jobs) {
         // Overlayfs's own (trusted.overlay.origin on copied-up files) are never captured.
         d.xattrs
