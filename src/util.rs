@@ -26,6 +26,11 @@ pub fn format_utc(ns: i64) -> String {
     )
 }
 
+/// Permission bits as JSON shows them everywhere: four octal digits, e.g. "0644", "4755".
+pub fn mode_octal(mode: u32) -> String {
+    format!("{:04o}", mode & 0o7777)
+}
+
 /// [`format_utc`] with the `Z` that marks it as UTC: `YYYY-MM-DDTHH:MM:SSZ` (RFC 3339), for
 /// output a reader might take for local time.
 pub fn format_rfc3339(ns: i64) -> String {

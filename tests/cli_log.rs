@@ -139,9 +139,9 @@ fn log_times_say_their_zone() {
     assert!(graph.contains("2026-12-01 08:12:03 +00:00"), "{graph}");
     let show = stdout(&run_env(["show", &env.s(), &ids[0]], &utc));
     assert!(show.contains("2026-12-01 08:12:03 +00:00"), "{show}");
-    // JSON keeps `time` as scripts parse it and adds the zoned form.
+    // JSON: every time is RFC 3339 in UTC (`time` had no zone before).
     let row = &ok_json(["log", &env.s()])[0];
-    assert_eq!(row["time"], "2026-12-01T08:12:03");
+    assert_eq!(row["time"], "2026-12-01T08:12:03Z");
     assert_eq!(row["time_rfc3339"], "2026-12-01T08:12:03Z");
     assert_eq!(row["time_ns"], DEC_1_8AM + 12 * 60 * SEC + 3 * SEC);
 }

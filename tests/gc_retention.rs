@@ -264,7 +264,7 @@ fn dry_run_table_lists_every_reason_and_is_the_real_plan() {
     // `kept` still counts first reasons, every rule as `policy`.
     assert_eq!(dry["kept"]["policy"], 2, "{dry}");
     assert_eq!(dry["kept"]["label"], 1, "{dry}");
-    assert_eq!(dry["kept"]["branch head"], 1, "{dry}");
+    assert_eq!(dry["kept"]["branch_head"], 1, "{dry}");
     assert_eq!(dry["pruned"].as_array().unwrap().len(), 8);
     let d9 = dry["decisions"]
         .as_array()

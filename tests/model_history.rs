@@ -714,7 +714,7 @@ fn step(h: &Harness, m: &mut Model, rng: &mut Rng, log: &mut Vec<String>) {
             let pinned = r["kept"]["pinned"].as_u64().unwrap_or(0) as usize;
             let extra: Vec<&String> = left.iter().filter(|id| !must.contains_key(*id)).collect();
             assert!(
-                extra.len() <= pinned && r["kept"].get("pin keeps all").is_none(),
+                extra.len() <= pinned && r["kept"].get("pin_keeps_all").is_none(),
                 "gc kept {extra:?} beyond what it must ({pinned} pinned): {r}"
             );
             log.push(format!("  pruned {}, {pinned} pinned", gone.len()));

@@ -231,7 +231,7 @@ fn progress_is_shown_on_a_terminal_only() {
     assert!(o.status.success());
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        text.contains("capturing:"),
+        text.contains("capture [") && text.contains("elapsed"),
         "no progress on a terminal: {text:?}"
     );
 }

@@ -96,7 +96,7 @@ fn log_show_ls_cat_diff_and_branches() {
         .map(|e| e["path"].as_str().unwrap())
         .collect();
     assert_eq!(names, vec!["b.txt", "deeper", "new.txt"]);
-    assert_eq!(ls[0]["mode"], "600");
+    assert_eq!(ls[0]["mode"], "0600");
     assert!(ok(["ls", &env.s(), "base"]).contains("link -> sub/b.txt"));
     // cat an old version.
     let o = run(["cat", &env.s(), "base:ws/a.txt"]);

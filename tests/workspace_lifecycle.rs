@@ -560,14 +560,14 @@ fn metadata_changes_copy_no_data_and_checkpoint_exactly() {
             .unwrap_or_else(|| panic!("{p} missing in {ls}"))
             .clone()
     };
-    assert_eq!(entry("big.bin")["mode"], "600", "{ls}");
+    assert_eq!(entry("big.bin")["mode"], "0600", "{ls}");
     assert_eq!(entry("notes.md")["uid"], 4321);
     assert_eq!(entry("notes.md")["gid"], 8765);
     assert_eq!(
         entry("src/pkg/a.py")["mtime_ns"].as_i64().unwrap(),
         1_234_567_890_123_456_789
     );
-    assert_eq!(entry("src/arrived.txt")["mode"], "640");
+    assert_eq!(entry("src/arrived.txt")["mode"], "0640");
     assert!(!ls.contains("moved.txt"), "{ls}");
     // Nothing was read back to build it: same content ids, no new chunk objects.
     let show: serde_json::Value = ok_json(["show", w.store(), &id]);

@@ -47,7 +47,7 @@ pub struct LogArgs {
 }
 
 /// `--since WHEN` as Unix nanoseconds: now minus a duration, or an RFC 3339 time.
-fn since_arg(s: &str) -> std::result::Result<i64, String> {
+pub(crate) fn since_arg(s: &str) -> std::result::Result<i64, String> {
     let s = s.trim();
     if let Ok(d) = humantime::parse_duration(s) {
         let back = i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
@@ -238,11 +238,18 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
         return Ok(0);
     }
     if a.json.json {
-        let rows: Vec<_> = h
+        let mut rows: Vec<_> = h
             .items
             .iter()
             .map(|(id, c)| history::log_row(id, c, &labels))
             .collect();
+        // --graph --json: the same rows, each with how the graph draws it (parents are the
+        // edges).
+        if a.graph {
+            for (row, g) in rows.iter_mut().zip(history::graph_rows(&h.items)) {
+                row["graph"] = serde_json::to_value(g).unwrap_or_default();
+            }
+        }
         print_json(&rows)?;
     } else {
         // A reader that stops early (`| head`) is not an error.
@@ -312,7 +319,9 @@ pub fn run_show(a: ShowArgs) -> Result<i32> {
         .map(|(n, _)| n)
         .collect();
     if a.json.json {
-        print_json(&serde_json::json!({"id": id, "checkpoint": c, "labels": labels}))?;
+        print_json(
+            &serde_json::json!({"id": id, "checkpoint": super::json::checkpoint(&c), "labels": labels}),
+        )?;
         return Ok(0);
     }
     println!("checkpoint {id}");
@@ -404,7 +413,7 @@ pub fn run_ls(a: LsArgs) -> Result<i32> {
                     _ => None,
                 };
                 serde_json::json!({"path": String::from_utf8_lossy(p), "type": e.kind_name(),
-                    "mode": format!("{:o}", e.mode), "uid": e.uid, "gid": e.gid,
+                    "mode": ckptfs::util::mode_octal(e.mode), "uid": e.uid, "gid": e.gid,
                     "size": e.size, "mtime_ns": e.mtime_ns, "target": target})
             })
             .collect();

@@ -5,17 +5,22 @@
 //! function per command: `store` (init, capture, restore, label), `history` (log, show, ls,
 //! cat, diff), `health` (verify, recover, gc, export, import, doctor), `workspace`
 //! (branches, checkpoint, exec, switch, fork, status, mount --branch), `view` (mount,
-//! browse, umount), `label` (label, label delete), `forget` and `shell` (completions, man),
-//! `turn` (turn, the shared `--meta` arguments, `log --turns`) and `fingerprint`.
+//! browse, umount), `label` (label, label delete), `forget`, `stats`, `find` and `shell`
+//! (completions, man), `turn` (turn, the shared `--meta` arguments, `log --turns`) and
+//! `fingerprint`; `json` holds the JSON shapes several commands share (docs/json.md).
 //! [`run`] only dispatches. `store_arg` fills in a left-out STORE before clap parses (the
-//! one rule, docs/cli.md); `table` lays out text tables.
+//! one rule, docs/cli.md); `table` lays out text tables. `-q`/`--quiet` and `--json` turn
+//! progress bars off (`ckptfs::progress`).
 
+mod find;
 mod fingerprint;
 mod forget;
 mod health;
 mod history;
+mod json;
 mod label;
 mod shell;
+mod stats;
 mod store;
 mod store_arg;
 mod table;
@@ -53,6 +58,9 @@ pub struct Cli {
     /// the mounted workspace around the current directory; a STORE argument wins).
     #[arg(long = "store", global = true, value_name = "PATH", value_hint = clap::ValueHint::DirPath)]
     pub store_flag: Option<PathBuf>,
+    /// No progress bars on stderr (they are drawn only on a terminal, and never with --json).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -83,11 +91,14 @@ pub fn parse() -> Cli {
             std::process::exit(2);
         }
     };
-    match cmd
+    let parsed = cmd
         .try_get_matches_from(args)
-        .and_then(|m| Cli::from_arg_matches(&m))
-    {
-        Ok(cli) => cli,
+        .and_then(|m| Ok((Cli::from_arg_matches(&m)?, m)));
+    match parsed {
+        Ok((cli, matches)) => {
+            ckptfs::progress::enable(!cli.quiet && !wants_json(&matches));
+            cli
+        }
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
             eprintln!(
@@ -103,6 +114,20 @@ pub fn parse() -> Cli {
 /// help. Completions and man pages are made from it too.
 pub(crate) fn command() -> clap::Command {
     store_arg::annotate(Cli::command())
+}
+
+/// Whether the (sub)command given asks for JSON: progress bars stay off then.
+fn wants_json(m: &clap::ArgMatches) -> bool {
+    let mut m = m;
+    loop {
+        if let Ok(Some(true)) = m.try_get_one::<bool>("json") {
+            return true;
+        }
+        match m.subcommand() {
+            Some((_, sub)) => m = sub,
+            None => return false,
+        }
+    }
 }
 
 /// Joins clap's message lines before its "Usage:" block into one line.
@@ -176,6 +201,13 @@ pub enum Command {
     /// type, mode...), or --stat, --name-status, a unified diff (-p), for some paths only
     /// (-- PATH...), with renames found by content (-M).
     Diff(history::DiffArgs),
+    /// What the store holds: logical against stored bytes, the dedup ratio, and the bytes each
+    /// branch and checkpoint holds alone (what forgetting it would free), like `restic stats`
+    /// and `zfs list -o used,refer`.
+    Stats(stats::StatsArgs),
+    /// Search history: the checkpoints holding paths that match a glob, or (--history
+    /// ROOT/PATH) the checkpoints in which one path changed, like `restic find`.
+    Find(find::FindArgs),
     /// Give a checkpoint an immutable label: `label STORE CHECKPOINT NAME` (an existing label
     /// is never moved or overwritten), or delete one: `label delete STORE NAME` (audited).
     Label(label::LabelCommand),
@@ -355,6 +387,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Ls(a) => history::run_ls(a),
         Command::Cat(a) => history::run_cat(a),
         Command::Diff(a) => history::run_diff(a),
+        Command::Stats(a) => stats::run_stats(a),
+        Command::Find(a) => find::run_find(a),
         Command::Label(a) => label::run_label(a),
         Command::Forget(a) => forget::run_forget(a),
         Command::Branch(c) => workspace::run_branch(c),

@@ -190,7 +190,10 @@ pub fn run_capture(a: CaptureArgs) -> Result<i32> {
     };
     let r = capture(&s, &opts)?;
     if a.json.json {
-        print_json(&serde_json::json!({"id": r.id, "checkpoint": r.checkpoint}))?;
+        let labels = s.list_labels()?;
+        print_json(&serde_json::json!({"id": r.id,
+            "checkpoint": super::json::checkpoint(&r.checkpoint),
+            "labels": super::json::labels_of(&labels, &r.id)}))?;
     } else {
         let st = &r.checkpoint.stats;
         println!(

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 
 use ckptfs::id::ObjectId;
-use ckptfs::util::{format_utc, human_bytes, local_of_utc};
+use ckptfs::util::{human_bytes, local_of_utc};
 use ckptfs::workspace::{self, DirtyPolicy, Hold, MountOptions};
 use ckptfs::{Error, Result, Store};
 
@@ -386,7 +386,10 @@ pub fn checkpoint(
     let (s, b) = target(place, branch)?;
     let r = workspace::checkpoint_annotated(&s, &b, label, message, hold, exclude, ann, None)?;
     if json {
-        print_json(&r)?;
+        let mut v = serde_json::to_value(&r).unwrap_or_default();
+        super::json::fix_checkpoint(&mut v["checkpoint"]);
+        v["labels"] = super::json::labels_of(&s.list_labels()?, &r.id).into();
+        print_json(&v)?;
     } else {
         let st = &r.checkpoint.stats;
         let unread = if r.bytes_unread > 0 {
@@ -687,7 +690,7 @@ pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
             .map_or(b.updated_ns, |c| c.time_ns.max(b.updated_ns));
         rows.push(serde_json::json!({
             "name": name, "head": b.head, "forked_from": b.forked_from, "state": b.state,
-            "last_activity": format_utc(last), "mounted": mounted,
+            "last_activity": ckptfs::util::format_rfc3339(last), "mounted": mounted,
             "dirty": dirty.as_ref().is_some_and(|d| d.dirty),
             "dirty_files": dirty.as_ref().map_or(0, |d| d.files_changed),
             "dirty_bytes": dirty.as_ref().map_or(0, |d| d.bytes_changed),
@@ -797,7 +800,10 @@ pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
         print_workspace_status(&rows);
     }
     if is_store {
-        rows.extend(super::view::status_views(&s, json)?);
+        for mut v in super::view::status_views(&s, json)? {
+            v["kind"] = "view".into();
+            rows.push(v);
+        }
     }
     if json {
         print_json(&rows)?;

@@ -31,7 +31,7 @@ use crate::id::ObjectId;
 use crate::store::lock::pid_alive;
 use crate::store::pin::Pin;
 use crate::store::{absolute, fsio, Store};
-use crate::util::{format_utc, now_ns};
+use crate::util::now_ns;
 use crate::view::fuse::MountConfig;
 use crate::view::{Namespace, View, ViewOptions};
 
@@ -313,7 +313,7 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
         kind: kind.into(),
         checkpoint,
         root,
-        started: format_utc(now_ns()),
+        started: crate::util::format_rfc3339(now_ns()),
     };
     fs::create_dir_all(&mounts_dir).map_err(|e| Error::io(&mounts_dir, e))?;
     let json = serde_json::to_vec_pretty(&state)

@@ -10,13 +10,11 @@
 //!    committed (see `store::object`), the record is written, then the branch moves by CAS.
 
 use std::collections::BTreeMap;
-use std::io::{self, IsTerminal, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::reader::{read_files, split_cached, FileData, FileJob, OnChange, Progress};
 use crate::error::{Error, Result};
@@ -102,60 +100,51 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
     let parent = parent_branch.as_ref().and_then(|b| b.head);
     let start_ns = crate::util::now_ns();
     let batch = ObjectBatch::new(store);
-    let progress = Progress::new();
-    let show = opts.progress && io::stderr().is_terminal();
+    let progress = if opts.progress {
+        Progress::shown("capture")
+    } else {
+        Progress::new()
+    };
     let mut roots = BTreeMap::new();
     let mut stats = Stats::default();
     let mut caches: Vec<(String, StatCache)> = Vec::new();
-    std::thread::scope(|s| -> Result<()> {
-        if show {
-            s.spawn(|| show_progress(&progress));
-        }
-        let result = (|| {
-            for (name, rc) in &store.config().roots {
-                let src = opts
-                    .from
-                    .get(name)
-                    .cloned()
-                    .unwrap_or_else(|| rc.path.clone());
-                let mut patterns = rc.exclude.clone();
-                patterns.extend(opts.exclude.iter().cloned());
-                let excl = Excluder::compile(name, &patterns)?;
-                let t = Instant::now();
-                let old = parent
-                    .map(|p| store.load_statcache(&p, name))
-                    .unwrap_or_default();
-                log::debug!(
-                    "root {name}: stat cache of {} files loaded in {:?}",
-                    old.len(),
-                    t.elapsed()
-                );
-                let (rec, cache) = capture_root(
-                    store,
-                    &batch,
-                    &store.config().chunker,
-                    &src,
-                    &excl,
-                    old,
-                    start_ns,
-                    &mut stats,
-                    &progress,
-                )
-                .map_err(|e| match e {
-                    Error::NotFound(m) => Error::NotFound(format!("root {name}: {m}")),
-                    other => other,
-                })?;
-                roots.insert(name.clone(), rec);
-                caches.push((name.clone(), cache));
-            }
-            Ok(())
-        })();
-        progress.done.store(true, Ordering::Relaxed);
-        result
-    })?;
-    if show {
-        eprint!("\r\x1b[K");
+    for (name, rc) in &store.config().roots {
+        let src = opts
+            .from
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| rc.path.clone());
+        let mut patterns = rc.exclude.clone();
+        patterns.extend(opts.exclude.iter().cloned());
+        let excl = Excluder::compile(name, &patterns)?;
+        let t = Instant::now();
+        let old = parent
+            .map(|p| store.load_statcache(&p, name))
+            .unwrap_or_default();
+        log::debug!(
+            "root {name}: stat cache of {} files loaded in {:?}",
+            old.len(),
+            t.elapsed()
+        );
+        let (rec, cache) = capture_root(
+            store,
+            &batch,
+            &store.config().chunker,
+            &src,
+            &excl,
+            old,
+            start_ns,
+            &mut stats,
+            &progress,
+        )
+        .map_err(|e| match e {
+            Error::NotFound(m) => Error::NotFound(format!("root {name}: {m}")),
+            other => other,
+        })?;
+        roots.insert(name.clone(), rec);
+        caches.push((name.clone(), cache));
     }
+    progress.finish();
     let t = Instant::now();
     batch.commit()?;
     log::debug!(
@@ -222,19 +211,6 @@ pub fn capture_dry_run(
 
 /// Removes the record of a checkpoint whose branch could not move to it (best effort: a record
 /// that stays is harmless garbage, logged).
-fn show_progress(p: &Progress) {
-    let mut err = io::stderr();
-    while !p.done.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(200));
-        let _ignored = write!(
-            err,
-            "\r\x1b[Kcapturing: {} files, {} read",
-            p.files.load(Ordering::Relaxed),
-            crate::util::human_bytes(p.bytes.load(Ordering::Relaxed))
-        );
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn capture_root(
     store: &Store,

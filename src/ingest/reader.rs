@@ -136,20 +136,54 @@ impl FileData {
     }
 }
 
-/// Counters a progress line shows while files are read.
+/// Counters of the files read so far (the chunker adds bytes as it goes, and takes them back
+/// when a file that changed is read again), mirrored into a terminal bar when there is one.
 pub(crate) struct Progress {
     pub(crate) files: AtomicU64,
     pub(crate) bytes: AtomicU64,
-    pub(crate) done: AtomicBool,
+    /// Bytes read against the bytes to read (the files not reused from the stat cache), with
+    /// the files done beside them; across every `read_files` call that shares it.
+    pub(crate) bar: crate::progress::Progress,
 }
 
 impl Progress {
+    /// Counters only, nothing drawn.
     pub(crate) fn new() -> Progress {
+        Progress::with_bar(crate::progress::Progress::hidden())
+    }
+
+    /// Counters shown as `what` on a terminal (see `crate::progress`).
+    pub(crate) fn shown(what: &str) -> Progress {
+        Progress::with_bar(crate::progress::Progress::bytes(what, "files", None))
+    }
+
+    fn with_bar(bar: crate::progress::Progress) -> Progress {
         Progress {
             files: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
-            done: AtomicBool::new(false),
+            bar,
         }
+    }
+
+    /// Copies the counters into the bar every 100 ms until `done()`.
+    fn mirror(&self, done: impl Fn() -> bool) {
+        while !done() {
+            self.draw();
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    fn draw(&self) {
+        self.bar.set_done(
+            self.files.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        );
+    }
+
+    /// Draws the final counts and leaves the bar's last line.
+    pub(crate) fn finish(&self) {
+        self.draw();
+        self.bar.finish();
     }
 }
 
@@ -191,7 +225,23 @@ pub(crate) fn read_files(
     let failed = AtomicBool::new(false);
     let results: Vec<Mutex<Option<FileData>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
     let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    progress.bar.add_total(
+        jobs.iter()
+            .filter(|j| j.cached.is_none())
+            .map(|j| j.size)
+            .sum(),
+    );
     std::thread::scope(|s| {
+        if progress.bar.is_shown() {
+            // Until every job was started and none is being read (or one failed).
+            s.spawn(|| {
+                progress.mirror(|| {
+                    failed.load(Ordering::Relaxed)
+                        || (next.load(Ordering::Relaxed) >= order.len()
+                            && reading.load(Ordering::Relaxed) == 0)
+                })
+            });
+        }
         for _ in 0..threads {
             s.spawn(|| loop {
                 if failed.load(Ordering::Relaxed) {

@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::progress::Progress;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::object::ObjectBatch;
 use crate::store::refs::Branch;
@@ -438,13 +439,17 @@ fn write_archive(
         let data = fs::read(&p).map_err(|e| Error::io(&p, e))?;
         tar_append(&mut tb, &format!("checkpoints/{id}"), &data)?;
     }
+    let progress = Progress::items("archive", "objects", Some(objects.len() as u64));
     for (id, len) in &objects {
         let data = match len {
             Some(len) => store.read_chunk(&crate::store::tree::Chunk { id: *id, len: *len })?,
             None => store.read_object(id)?,
         };
         tar_append(&mut tb, &format!("objects/{id}"), &data)?;
+        progress.add_items(1);
+        progress.add_bytes(data.len() as u64);
     }
+    progress.finish();
     let enc = tb
         .into_inner()
         .map_err(|e| Error::io_op("finishing the tar stream", e))?;
@@ -966,6 +971,13 @@ fn check_digests(base: &Path, files: &[PathBuf], expected: Option<&str>) -> Resu
     let mut h = Sha256::new();
     let mut r = chain(files);
     let mut buf = vec![0u8; 1 << 20];
+    let size: u64 = files
+        .iter()
+        .filter_map(|f| fs::metadata(f).ok())
+        .map(|m| m.len())
+        .sum();
+    let progress = Progress::bytes("unarchive check", "parts", Some(size));
+    progress.add_items(files.len() as u64);
     loop {
         let n = r
             .read(&mut buf)
@@ -974,7 +986,9 @@ fn check_digests(base: &Path, files: &[PathBuf], expected: Option<&str>) -> Resu
             break;
         }
         h.update(&buf[..n]);
+        progress.add_bytes(n as u64);
     }
+    progress.finish();
     let got = hex(&h.finalize());
     if got != whole_want {
         return Err(Error::Corrupt(format!(
@@ -1004,9 +1018,12 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
     let mut trees = HashMap::new();
     let mut checkpoints = BTreeMap::new();
     let mut stat_trees = false;
+    let progress = Progress::items("unarchive scan", "objects", None);
     let manifest = read_archive(chain(files), &mut |item| {
         match item {
             ArchiveItem::Object { id, data } => {
+                progress.add_items(1);
+                progress.add_bytes(data.len() as u64);
                 if let Ok(t) = Tree::decode(&data) {
                     let kids = t
                         .entries
@@ -1038,6 +1055,7 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
         }
         Ok(())
     })?;
+    progress.finish();
     let scan = Scan {
         manifest,
         objects,
@@ -1229,9 +1247,12 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
         let batch = ObjectBatch::new(&store);
         let mut present = 0u64;
         let mut records: Vec<(ObjectId, Vec<u8>)> = Vec::new();
+        let progress = Progress::items("unarchive", "objects", Some(scan.objects.len() as u64));
         let result = read_archive(chain(&files), &mut |item| {
             match item {
                 ArchiveItem::Object { id, data } => {
+                    progress.add_items(1);
+                    progress.add_bytes(data.len() as u64);
                     if store.has_object(&id) {
                         present += 1;
                     }
@@ -1246,6 +1267,7 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
             return Err(e);
         }
         batch.commit()?;
+        progress.finish();
         report.objects_new = batch.new_objects();
         report.objects_present = present;
         // 2. Records, once every object is durable.

@@ -25,6 +25,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::ops::inventory::{self, file_name, list_dir, object_files};
+use crate::progress::Progress;
 use crate::safe::Dir;
 use crate::store::lock::pid_alive;
 use crate::store::tree::{EntryKind, Tree};
@@ -558,10 +559,12 @@ fn check_objects(
         }
     }
     let mut bad = 0usize;
+    let trees = Progress::items("doctor trees", "trees", None);
     while let Some(t) = stack.pop() {
         if !seen.insert(t) {
             continue;
         }
+        trees.add_items(1);
         match store.read_object(&t).and_then(|d| Tree::decode(&d)) {
             Ok(tree) => {
                 for e in &tree.entries {
@@ -589,7 +592,10 @@ fn check_objects(
             }
         }
     }
+    trees.finish();
+    let objects = Progress::items("doctor objects", "chunks", Some(chunks.len() as u64));
     for (id, len) in chunks {
+        objects.add_items(1);
         if !seen.insert(id) {
             continue;
         }
@@ -615,6 +621,7 @@ fn check_objects(
             }
         }
     }
+    objects.finish();
     if bad > MAX_OBJECT_FINDINGS {
         f.push(Finding::new(
             Severity::Error,

@@ -43,7 +43,6 @@ use crate::store::checkpoint::Checkpoint;
 use crate::store::fsio;
 use crate::store::refs::Tombstone;
 use crate::store::Store;
-use crate::util::format_utc;
 
 /// What to forget.
 #[derive(Clone, Debug, Default)]
@@ -215,7 +214,7 @@ pub fn plan_forget(store: &Store, opts: &ForgetOptions) -> Result<ForgetPlan> {
         report.checkpoints.push(ForgottenCheckpoint {
             id: *id,
             branch: c.branch.clone(),
-            time: format_utc(c.time_ns),
+            time: crate::util::format_rfc3339(c.time_ns),
             parents: c.parents.clone(),
             message: c.message.clone(),
             recorded_label: c.label.clone().filter(|l| !labels.contains(l)),

@@ -55,6 +55,7 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::mountinfo::MountEntry;
 use crate::ops::inventory::{self, file_name, list_dir, object_files};
+use crate::progress::Progress;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::tree::{EntryKind, Tree};
 use crate::store::{fsio, RetentionPolicy, Store};
@@ -113,14 +114,14 @@ impl fmt::Display for PolicySource {
 /// its first reason, with every policy rule counted as [`KeepReason::Policy`].
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash)]
 pub enum KeepReason {
-    #[serde(rename = "branch head")]
+    #[serde(rename = "branch_head")]
     BranchHead,
     #[serde(rename = "label")]
     Label,
     /// Named by a live pin, or the head of a branch a live pin names.
     #[serde(rename = "pinned")]
     Pinned,
-    #[serde(rename = "workspace base")]
+    #[serde(rename = "workspace_base")]
     WorkspaceBase,
     /// A policy rule (the `kept` count's name for the rules below).
     #[serde(rename = "policy")]
@@ -144,9 +145,9 @@ pub enum KeepReason {
     /// `--keep-branch`.
     #[serde(rename = "branch")]
     Branch,
-    #[serde(rename = "no policy")]
+    #[serde(rename = "no_policy")]
     NoPolicy,
-    #[serde(rename = "pin keeps all")]
+    #[serde(rename = "pin_keeps_all")]
     PinKeepsAll,
 }
 
@@ -278,7 +279,10 @@ pub struct CheckpointDecision {
     pub branch: String,
     /// RFC 3339, UTC (`2026-12-01T08:00:00Z`).
     pub time: String,
+    /// The label its record was made with (`capture --label`), if any.
     pub label: Option<String>,
+    /// Every label naming it now (as `log` and `show` list them).
+    pub labels: Vec<String>,
     /// The message's first line.
     pub message: String,
     /// Every reason that keeps it, in [`plan_gc`]'s order; empty when pruned.
@@ -474,7 +478,7 @@ pub fn plan_gc(store: &Store, opts: &GcOptions) -> Result<GcPlan> {
             *report.kept.entry(why.counted_as()).or_default() += 1;
         }
     }
-    report.decisions = decide(&records, &kept, &retention);
+    report.decisions = decide(&records, &kept, &retention, &store.list_labels()?);
     let plan_records = prune_records(store, &records, &kept, &mut report);
 
     let reachable = mark_reachable(store, &records, &kept)?;
@@ -666,6 +670,7 @@ fn decide(
     records: &BTreeMap<ObjectId, Checkpoint>,
     kept: &BTreeSet<ObjectId>,
     retention: &Retention,
+    labels: &[(String, ObjectId)],
 ) -> Vec<CheckpointDecision> {
     let mut out: Vec<(i64, CheckpointDecision)> = records
         .iter()
@@ -681,6 +686,11 @@ fn decide(
                 branch: c.branch.clone(),
                 time: crate::util::format_rfc3339(c.time_ns),
                 label: c.label.clone(),
+                labels: labels
+                    .iter()
+                    .filter(|(_, l)| l == id)
+                    .map(|(n, _)| n.clone())
+                    .collect(),
                 message: c.message.lines().next().unwrap_or("").to_string(),
                 kept: reasons,
                 pruned,
@@ -710,7 +720,7 @@ fn prune_records(
             report.pruned.push(PrunedCheckpoint {
                 id: *id,
                 branch: c.branch.clone(),
-                time: crate::util::format_utc(c.time_ns),
+                time: crate::util::format_rfc3339(c.time_ns),
             });
             paths.push(store.checkpoint_path(id));
         }
@@ -736,10 +746,12 @@ pub(crate) fn mark_reachable(
         .iter()
         .flat_map(|id| records[id].roots.values().map(|r| r.tree))
         .collect();
+    let progress = Progress::items("gc mark", "trees", None);
     while let Some(t) = stack.pop() {
         if !reachable.insert(t) {
             continue;
         }
+        progress.add_items(1);
         let tree = store
             .read_object(&t)
             .and_then(|d| Tree::decode(&d))
@@ -757,6 +769,7 @@ pub(crate) fn mark_reachable(
             }
         }
     }
+    progress.finish();
     Ok(reachable)
 }
 
@@ -767,7 +780,10 @@ fn sweep_objects(
     report: &mut GcReport,
 ) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
-    for (path, id) in object_files(store)? {
+    let files = object_files(store)?;
+    let progress = Progress::items("gc sweep", "objects", Some(files.len() as u64));
+    for (path, id) in files {
+        progress.add_items(1);
         report.objects += 1;
         if !reachable.contains(&id) {
             let len = fs::symlink_metadata(&path).map(|m| m.len()).unwrap_or(0);
@@ -776,6 +792,7 @@ fn sweep_objects(
             out.push(path);
         }
     }
+    progress.finish();
     out.sort();
     Ok(out)
 }
@@ -859,14 +876,18 @@ fn collect_garbage(
 /// # Errors
 /// The first failing deletion; what was deleted before it stays deleted (a rerun finishes).
 pub fn apply_gc(store: &Store, plan: GcPlan) -> Result<GcReport> {
+    let total = plan.records.len() + plan.objects.len() + plan.paths.len();
+    let progress = Progress::items("gc delete", "files", Some(total as u64));
     for p in &plan.records {
         fsio::remove_file(p)?;
+        progress.add_items(1);
     }
     if !plan.records.is_empty() {
         fsio::sync_path(&store.checkpoints_dir())?;
     }
     for p in &plan.objects {
         fsio::remove_file(p)?;
+        progress.add_items(1);
     }
     for (p, is_dir) in &plan.paths {
         if *is_dir {
@@ -874,7 +895,9 @@ pub fn apply_gc(store: &Store, plan: GcPlan) -> Result<GcReport> {
         } else {
             fsio::remove_file(p)?;
         }
+        progress.add_items(1);
     }
+    progress.finish();
     if !plan.objects.is_empty() || !plan.paths.is_empty() {
         fsio::sync_filesystem(store.root())?;
     }
@@ -962,7 +985,13 @@ mod tests {
         let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
         let mut names: Vec<&str> = reasons.iter().map(|r| r.as_str()).collect();
         names.sort_unstable();
-        assert_eq!(keys, names, "JSON keys are the names, in name order");
+        // JSON names are the text's with `_` for spaces (keys never hold spaces).
+        let ids: Vec<String> = names.iter().map(|n| n.replace(' ', "_")).collect();
+        assert_eq!(
+            keys,
+            ids.iter().collect::<Vec<_>>(),
+            "JSON keys, in name order"
+        );
         let listed: Vec<&str> = kept.keys().map(|r| r.as_str()).collect();
         assert_eq!(
             listed, names,

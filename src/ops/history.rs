@@ -9,7 +9,7 @@ use crate::id::ObjectId;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::refs::{NamedId, Tombstone};
 use crate::store::Store;
-use crate::util::{format_local, format_rfc3339, format_utc};
+use crate::util::{format_local, format_rfc3339};
 
 /// The checkpoints `log` lists, in order.
 #[derive(Clone, Debug, Default)]
@@ -189,8 +189,9 @@ const MAX_META_SHOWN: usize = 40;
 
 /// One `log --json` row.
 pub fn log_row(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> serde_json::Value {
-    // `time` has no zone (it is UTC) and scripts parse it as it is: `time_rfc3339` says so.
-    let mut row = serde_json::json!({"id": id, "branch": c.branch, "time": format_utc(c.time_ns),
+    // `time` is RFC 3339 in UTC, as every time in JSON (it had no zone before; see
+    // docs/json.md, "changes"); `time_rfc3339` is kept for scripts that read it.
+    let mut row = serde_json::json!({"id": id, "branch": c.branch, "time": format_rfc3339(c.time_ns),
         "time_rfc3339": format_rfc3339(c.time_ns), "time_ns": c.time_ns, "parents": c.parents, "labels": labels_of(labels, id),
         "message": c.message, "stats": c.stats});
     // Present only when recorded, as in the record.
@@ -206,6 +207,17 @@ pub fn log_row(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> 
     row
 }
 
+/// How `log --graph` draws one checkpoint: the join lines drawn just above it (forks of it
+/// meeting their parent, e.g. `|/`) and the lanes of its own line (`* ` in its column, `| `
+/// for the other open lines), one per item given.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct GraphRow {
+    pub joins: Vec<String>,
+    pub lanes: String,
+    /// The checkpoint's column (0 = leftmost).
+    pub column: usize,
+}
+
 /// `log --graph`: checkpoints in the order given (newest first) with one lane per line of
 /// descent, like `git log --graph`. Forks show as lanes joining their parent. `names` are
 /// shown beside the checkpoints they name (see [`graph_names`]).
@@ -215,6 +227,27 @@ pub fn graph_lines(items: &[(ObjectId, Checkpoint)], names: &[(String, ObjectId)
             m.entry(*id).or_default().push(n.as_str());
             m
         });
+    let mut out = Vec::new();
+    for ((id, c), row) in items.iter().zip(graph_rows(items)) {
+        out.extend(row.joins);
+        let ls = heads
+            .get(id)
+            .map_or(String::new(), |v| format!(" [{}]", v.join(", ")));
+        out.push(format!(
+            "{}{} {} ({}){} {}",
+            row.lanes,
+            id.short(),
+            format_local(c.time_ns),
+            c.branch,
+            ls,
+            c.message
+        ));
+    }
+    out
+}
+
+/// The lanes of [`graph_lines`], one [`GraphRow`] per item (for `log --graph --json`).
+pub fn graph_rows(items: &[(ObjectId, Checkpoint)]) -> Vec<GraphRow> {
     let mut lanes: Vec<Option<ObjectId>> = Vec::new();
     let mut out = Vec::new();
     for (id, c) in items {
@@ -239,6 +272,7 @@ pub fn graph_lines(items: &[(ObjectId, Checkpoint)], names: &[(String, ObjectId)
             .filter(|(i, l)| *i != col && **l == Some(*id))
             .map(|(i, _)| i)
             .collect();
+        let mut joins = Vec::new();
         if !joined.is_empty() {
             let mut j = String::new();
             for (i, l) in lanes.iter().enumerate() {
@@ -250,7 +284,7 @@ pub fn graph_lines(items: &[(ObjectId, Checkpoint)], names: &[(String, ObjectId)
                     "  "
                 });
             }
-            out.push(j.trim_end().to_string());
+            joins.push(j.trim_end().to_string());
             for &i in &joined {
                 lanes[i] = None;
             }
@@ -268,18 +302,11 @@ pub fn graph_lines(items: &[(ObjectId, Checkpoint)], names: &[(String, ObjectId)
                 "  "
             });
         }
-        let ls = heads
-            .get(id)
-            .map_or(String::new(), |v| format!(" [{}]", v.join(", ")));
-        out.push(format!(
-            "{}{} {} ({}){} {}",
-            line,
-            id.short(),
-            format_local(c.time_ns),
-            c.branch,
-            ls,
-            c.message
-        ));
+        out.push(GraphRow {
+            joins,
+            lanes: line,
+            column: col,
+        });
         lanes[col] = c.parents.first().copied();
         while lanes.last().is_some_and(Option::is_none) {
             lanes.pop();

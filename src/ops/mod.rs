@@ -14,6 +14,7 @@
 pub mod archive;
 pub mod diff;
 pub mod doctor;
+pub mod find;
 pub mod fingerprint;
 pub mod forget;
 pub mod gc;
@@ -21,6 +22,7 @@ pub mod history;
 pub mod inventory;
 pub mod recover;
 pub mod restore;
+pub mod stats;
 pub mod turn;
 pub mod verify;
 pub mod walk;

@@ -29,7 +29,7 @@
 //!    of what was made and moved, so `recover` (and a failure here) rolls every target
 //!    back until all are swapped in, touching only what this restore made or moved.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
@@ -45,6 +45,7 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::meta::{apply_meta_at, apply_meta_fd, Meta};
 use crate::ops::walk::Located;
+use crate::progress::Progress;
 use crate::safe::{Dir, Stat};
 use crate::store::exclude::Excluder;
 use crate::store::fsio;
@@ -623,18 +624,25 @@ fn run(
     filter: Option<&Filter>,
 ) -> Result<Vec<RestoreReport>> {
     // 1. Check every needed object first.
+    let checking = Progress::bytes("restore check", "chunks", None);
+    let mut total = 0u64;
     for j in &jobs {
         match &j.source {
-            Source::Tree { tree, .. } => check_objects(store, tree)?,
+            Source::Tree { tree, .. } => total += check_objects_shown(store, tree, &checking)?,
             Source::Entry(e) => {
                 if let EntryKind::File { chunks } = &e.kind {
                     for c in chunks {
                         store.read_chunk(c)?;
+                        checking.add_bytes(u64::from(c.len));
                     }
                 }
+                total += e.size;
             }
         }
     }
+    checking.finish();
+    // The bytes of every file restored (a filter may restore fewer).
+    let writing = Progress::bytes("restore", "files", Some(total));
     let targets: Vec<&Path> = jobs.iter().map(|j| j.phase.dir.as_path()).collect();
     let args = serde_json::json!({"checkpoint": loc.checkpoint, "root": loc.root, "to": targets});
     store.mutate("restore", args, |m| {
@@ -647,7 +655,7 @@ fn run(
         // 2. Stage.
         let mut staged = Ok(());
         for i in 0..jobs.len() {
-            staged = stage(store, &mut jobs, i, filter, &mut record);
+            staged = stage(store, &mut jobs, i, filter, &mut record, &writing);
             if staged.is_err() {
                 break;
             }
@@ -660,6 +668,7 @@ fn run(
             }
             return Err(e);
         }
+        writing.finish();
         // 3. Swap.
         let mut swapped = Ok(());
         for i in 0..jobs.len() {
@@ -720,6 +729,7 @@ fn stage(
     i: usize,
     filter: Option<&Filter>,
     record: &mut impl FnMut(&[Job<'_>], bool) -> Result<()>,
+    progress: &Progress,
 ) -> Result<()> {
     let mut attempt = 0u32;
     let (name, staging) = loop {
@@ -758,11 +768,12 @@ fn stage(
                 filter,
                 Path::new(""),
                 false,
+                progress,
             )?;
             apply_meta_fd(&top, top.path(), meta)?;
         }
         Source::Entry(e) => {
-            materialize_entry(store, e, staging, tree_name, &mut job.counts)?;
+            materialize_entry(store, e, staging, tree_name, &mut job.counts, progress)?;
         }
     }
     job.phase.staged_id = staging.stat(tree_name)?.map(|st| EntryId::of(&st));
@@ -1079,23 +1090,41 @@ fn is_staging(parent: &Dir, name: &OsStr, st: &Stat, id: Option<&EntryId>) -> Re
 
 /// Reads and hashes every tree and chunk below `tree` (chunks on all cores).
 pub fn check_objects(store: &Store, tree: &ObjectId) -> Result<()> {
+    check_objects_shown(store, tree, &Progress::hidden()).map(|_| ())
+}
+
+/// As [`check_objects`], the chunk bytes read shown in `progress` (its total raised by
+/// them); returns the bytes of the files in `tree` (each as often as it occurs).
+fn check_objects_shown(store: &Store, tree: &ObjectId, progress: &Progress) -> Result<u64> {
     let mut chunks = HashSet::new();
     let mut stack = vec![*tree];
-    let mut seen = HashSet::new();
+    // Each distinct tree is read once; its file bytes are summed bottom-up, memoized.
+    let mut trees: HashMap<ObjectId, (u64, Vec<ObjectId>)> = HashMap::new();
     while let Some(t) = stack.pop() {
-        if !seen.insert(t) {
+        if trees.contains_key(&t) {
             continue;
         }
         let tree = store.read_tree(&t)?;
+        let mut own = 0u64;
+        let mut subs = Vec::new();
         for e in &tree.entries {
             match &e.kind {
-                EntryKind::File { chunks: c } => chunks.extend(c.iter().copied()),
-                EntryKind::Dir { tree, .. } => stack.push(*tree),
+                EntryKind::File { chunks: c } => {
+                    chunks.extend(c.iter().copied());
+                    own += e.size;
+                }
+                EntryKind::Dir { tree, .. } => {
+                    stack.push(*tree);
+                    subs.push(*tree);
+                }
                 EntryKind::Symlink { .. } => {}
             }
         }
+        trees.insert(t, (own, subs));
     }
+    let total = tree_bytes(tree, &trees, &mut HashMap::new());
     let list: Vec<Chunk> = chunks.into_iter().collect();
+    progress.add_total(list.iter().map(|c| u64::from(c.len)).sum());
     let next = AtomicUsize::new(0);
     let err: Mutex<Option<Error>> = Mutex::new(None);
     let threads = std::thread::available_parallelism()
@@ -1112,13 +1141,34 @@ pub fn check_objects(store: &Store, tree: &ObjectId) -> Result<()> {
                         .get_or_insert(e);
                     return;
                 }
+                progress.add_bytes(u64::from(chunk.len));
+                progress.add_items(1);
             });
         }
     });
     match err.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
-        None => Ok(()),
+        None => Ok(total),
     }
+}
+
+/// The bytes of the files below `t`, shared subtrees counted each time they occur.
+fn tree_bytes(
+    t: &ObjectId,
+    trees: &HashMap<ObjectId, (u64, Vec<ObjectId>)>,
+    memo: &mut HashMap<ObjectId, u64>,
+) -> u64 {
+    if let Some(&b) = memo.get(t) {
+        return b;
+    }
+    let Some((own, subs)) = trees.get(t) else {
+        return 0;
+    };
+    let b = subs.iter().fold(*own, |acc, s| {
+        acc.saturating_add(tree_bytes(s, trees, memo))
+    });
+    memo.insert(*t, b);
+    b
 }
 
 /// Materializes `tree` into the held directory `at`, which this restore created: each entry
@@ -1132,14 +1182,26 @@ pub fn materialize_dir(
     tree: &ObjectId,
     at: &Dir,
     counts: &mut (u64, u64),
+    progress: &Progress,
 ) -> Result<()> {
-    materialize(store, tree, at, counts, None, Path::new(""), false).map(|_| ())
+    materialize(
+        store,
+        tree,
+        at,
+        counts,
+        None,
+        Path::new(""),
+        false,
+        progress,
+    )
+    .map(|_| ())
 }
 
 /// As [`materialize_dir`], through `filter`: `rel` is `at`'s path from the restored
 /// directory, `whole` that an include rule matched a directory above (everything in it is
 /// restored). A directory none of whose entries is restored, and which no include rule
 /// matched, is removed again. Returns whether anything was restored in `at`.
+#[allow(clippy::too_many_arguments)]
 fn materialize(
     store: &Store,
     tree: &ObjectId,
@@ -1148,6 +1210,7 @@ fn materialize(
     filter: Option<&Filter>,
     rel: &Path,
     whole: bool,
+    progress: &Progress,
 ) -> Result<bool> {
     let tree = store.read_tree(tree)?;
     let mut any = false;
@@ -1162,7 +1225,8 @@ fn materialize(
         match &e.kind {
             EntryKind::Dir { tree, .. } => {
                 let sub = at.create_private_dir(name)?;
-                let kept = materialize(store, tree, &sub, counts, filter, &path, included)?;
+                let kept =
+                    materialize(store, tree, &sub, counts, filter, &path, included, progress)?;
                 if included || kept {
                     apply_meta_fd(&sub, sub.path(), &Meta::of_entry(e))?;
                     any = true;
@@ -1173,7 +1237,7 @@ fn materialize(
             }
             _ if !included => {}
             _ => {
-                materialize_entry(store, e, at, name, counts)?;
+                materialize_entry(store, e, at, name, counts, progress)?;
                 any = true;
             }
         }
@@ -1189,17 +1253,20 @@ fn materialize_entry(
     at: &Dir,
     name: &OsStr,
     counts: &mut (u64, u64),
+    progress: &Progress,
 ) -> Result<()> {
     match &e.kind {
         EntryKind::Dir { tree, .. } => {
             let sub = at.create_private_dir(name)?;
-            materialize_dir(store, tree, &sub, counts)?;
+            materialize_dir(store, tree, &sub, counts, progress)?;
             apply_meta_fd(&sub, sub.path(), &Meta::of_entry(e))
         }
         EntryKind::File { .. } => {
             write_file(store, e, at, name)?;
             counts.0 += 1;
             counts.1 += e.size;
+            progress.add_items(1);
+            progress.add_bytes(e.size);
             Ok(())
         }
         EntryKind::Symlink { target } => {

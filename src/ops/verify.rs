@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::progress::Progress;
 use crate::store::tree::{Chunk, EntryKind};
 use crate::store::Store;
 
@@ -96,10 +97,12 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
         .iter()
         .flat_map(|(_, c)| c.roots.values().map(|r| r.tree))
         .collect();
+    let tree_progress = Progress::items("verify trees", "trees", None);
     while let Some(t) = stack.pop() {
         if trees_ok.contains(&t) || bad.contains_key(&t) {
             continue;
         }
+        tree_progress.add_items(1);
         let tree = match store.read_tree(&t) {
             Ok(tree) => tree,
             Err(e) => {
@@ -117,11 +120,17 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
         }
     }
     report.trees = trees_ok.len();
+    tree_progress.finish();
     // Pass 2: re-hash every chunk on all cores, each held to its tree's length (a chunk id
     // used with two lengths is read for both: one of them is wrong).
     let list: Vec<Chunk> = chunks.into_iter().collect();
     let distinct: HashSet<ObjectId> = list.iter().map(|c| c.id).collect();
     report.objects = distinct.len() + trees_ok.len();
+    let chunk_progress = Progress::bytes(
+        "verify chunks",
+        "chunks",
+        Some(list.iter().map(|c| u64::from(c.len)).sum()),
+    );
     let next = AtomicUsize::new(0);
     let found: Mutex<Vec<(ObjectId, Bad)>> = Mutex::new(Vec::new());
     let bytes = std::sync::atomic::AtomicU64::new(0);
@@ -136,6 +145,8 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
                 match store.read_chunk(chunk) {
                     Ok(d) => {
                         bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
+                        chunk_progress.add_bytes(d.len() as u64);
+                        chunk_progress.add_items(1);
                     }
                     Err(e) => found
                         .lock()
@@ -146,6 +157,7 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
         }
     });
     report.bytes = bytes.into_inner();
+    chunk_progress.finish();
     for (id, b) in found.into_inner().unwrap_or_else(|p| p.into_inner()) {
         bad.entry(id).or_insert(b);
     }

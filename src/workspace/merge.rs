@@ -385,7 +385,11 @@ pub(crate) fn merge_root(
     let t0 = std::time::Instant::now();
     let root = merge_dir(&mut ctx, lower.as_ref(), &top, Path::new(""), meta, xattrs)?;
     let walked = t0.elapsed();
-    let progress = Progress::new();
+    let progress = if batch.is_dry_run() {
+        Progress::new()
+    } else {
+        Progress::shown("checkpoint")
+    };
     // Reflink snapshots of big changed files where the upper's filesystem shares blocks;
     // kept for the next checkpoint, except in a dry run (`status`).
     let snapshots = snapshots
@@ -398,6 +402,7 @@ pub(crate) fn merge_root(
         &progress,
         snapshots.as_ref(),
     )?;
+    progress.finish();
     for ((d, source), job) in results.iter_mut().zip(&ctx.sources).zip(&ctx.jobs) {
         // Overlayfs's own (trusted.overlay.origin on copied-up files) are never captured.
         d.xattrs

@@ -1,0 +1,648 @@
+#!/usr/bin/env python3
+"""Writes docs/schema/*.json (one JSON Schema per command's --json output) and the field
+tables of docs/json.md, from the one description below, so the schema files and the document
+say the same thing. tests/json_schema.rs validates every command's real output against the
+schema files, so the code cannot drift from either.
+
+Run from the repository: python3 docs/schema/gen.py  (then commit what changed).
+Every object is closed (additionalProperties: false) and lists every field it always has as
+required: a field added to the code fails the test until it is described here.
+"""
+
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DOC = os.path.join(HERE, "..", "json.md")
+
+# --- Building blocks -------------------------------------------------------------------
+
+def t(schema, text):
+    """A field: its schema and what it means."""
+    return (schema, text)
+
+ID = {"type": "string", "pattern": "^[0-9a-f]{64}$", "x-type": "id"}
+HEX64 = {"type": "string", "pattern": "^[0-9a-f]{64}$", "x-type": "sha256 hex"}
+TIME = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$",
+        "x-type": "RFC 3339 UTC"}
+MODE = {"type": "string", "pattern": "^[0-7]{4}$", "x-type": "octal mode"}
+U = {"type": "integer", "minimum": 0, "x-type": "count"}
+BYTES = {"type": "integer", "minimum": 0, "x-type": "bytes"}
+NS = {"type": "integer", "x-type": "Unix ns"}
+STR = {"type": "string", "x-type": "string"}
+PATH = {"type": "string", "x-type": "path"}
+BOOL = {"type": "boolean", "x-type": "bool"}
+NUM = {"type": "number", "x-type": "number"}
+
+
+def arr(items, name=None):
+    return {"type": "array", "items": items, "x-type": f"[{name or typename(items)}]"}
+
+
+def null(s):
+    return {"anyOf": [s, {"type": "null"}], "x-type": f"{typename(s)} or null"}
+
+
+def enum(*values):
+    return {"enum": list(values), "x-type": " | ".join(f'"{v}"' for v in values)}
+
+
+def const(v):
+    return {"const": v, "x-type": f'"{v}"'}
+
+
+def mapof(values, name=None, keys=None):
+    s = {"type": "object", "additionalProperties": values,
+         "x-type": f"{{NAME: {name or typename(values)}}}"}
+    if keys is not None:
+        s["propertyNames"] = keys
+    return s
+
+
+def obj(name, fields, optional=(), text=""):
+    """A closed object; `optional` names fields that may be absent."""
+    return {"type": "object", "x-name": name, "x-text": text,
+            "properties": fields, "x-optional": list(optional)}
+
+
+def typename(s):
+    if "x-name" in s:
+        return s["x-name"]
+    return s.get("x-type", "value")
+
+
+# --- Shared shapes --------------------------------------------------------------------
+
+STATS = obj("Stats", {
+    "files": t(U, "files in the checkpoint"),
+    "dirs": t(U, "directories, the roots included"),
+    "symlinks": t(U, "symbolic links"),
+    "bytes": t(BYTES, "sum of file sizes"),
+    "new_objects": t(U, "objects this capture added to the store"),
+    "new_bytes": t(BYTES, "bytes of those objects on disk"),
+    "files_read": t(U, "files read (the others were unchanged since the parent)"),
+}, text="What a capture or checkpoint recorded.")
+
+ROOT_RECORD = obj("RootRecord", {
+    "tree": t(ID, "the root directory's tree object"),
+    "mode": t(MODE, "the root directory's permission bits"),
+    "uid": t(U, "owner"),
+    "gid": t(U, "group"),
+    "mtime_ns": t(NS, "modification time"),
+    "subdirs": t(U, "subdirectories directly in the root"),
+    "files": t(U, "files below the root"),
+    "bytes": t(BYTES, "sum of their sizes"),
+    "xattrs": t(arr(arr(STR, "hex"), "[hex name, hex value]"),
+                "the root's extended attributes as [hex name, hex value] pairs (absent when none)"),
+}, optional=["xattrs"], text="One root of a checkpoint record.")
+
+RECORD = obj("Checkpoint", {
+    "version": t(U, "record format version"),
+    "roots": t(mapof(ROOT_RECORD), "each root by name"),
+    "parents": t(arr(ID), "parent checkpoints (first = the one it was taken after)"),
+    "branch": t(STR, "the branch it was taken on"),
+    "label": t(null(STR), "the label it was created with (`--label`); `labels` beside the record lists every label naming it now"),
+    "message": t(STR, "the message"),
+    "time_ns": t(NS, "when it was taken"),
+    "time_rfc3339": t(TIME, "`time_ns` as RFC 3339 (added by the CLI, not in the record)"),
+    "stats": t(STATS, "what the capture recorded"),
+}, text="A checkpoint record as `show`, `capture` and `checkpoint` print it. Modes are octal strings; the record on disk keeps its own encoding (its hash is the id).")
+
+LABELS = t(arr(STR), "every label naming the checkpoint now")
+
+CHANGE_KINDS = ("added", "removed", "modified", "renamed", "type", "mode", "mtime", "xattr")
+CHANGE = obj("Change", {
+    "change": t(enum(*CHANGE_KINDS), "what changed (`mode` covers mode and owner)"),
+    "path": t(STR, "`ROOT/PATH` (for a rename, the new path)"),
+    "from": t(STR, "for `renamed`: the old `ROOT/PATH`"),
+    "size": t(BYTES, "size now (before, for `removed`): bytes of a file or a link target, entries of a directory"),
+    "size_before": t(BYTES, "size before, when there was an entry before"),
+}, optional=["from", "size", "size_before"],
+    text="One difference between two sides. `diff --json` gives `size`/`size_before` only with `--stat`; `status` always.")
+
+RESTORE = obj("RestoreReport", {
+    "checkpoint": t(ID, "the checkpoint restored from"),
+    "root": t(STR, "its root"),
+    "path": t(STR, "the path restored below the root (empty: the root)"),
+    "kind": t(enum("directory", "file", "symlink"), "what was restored"),
+    "dir": t(PATH, "where it was written"),
+    "files": t(U, "files written"),
+    "bytes": t(BYTES, "their bytes"),
+    "moved_aside": t(null(PATH), "where what was there was moved (beside it, or under STORE/displaced/)"),
+}, text="One restored target.")
+
+REASONS = ("branch_head", "label", "pinned", "workspace_base", "policy", "last", "within",
+           "hourly", "daily", "weekly", "monthly", "yearly", "branch", "no_policy",
+           "pin_keeps_all")
+REASON = enum(*REASONS)
+GARBAGE = ("cache (--clear-cache)", "stat cache of a pruned or missing checkpoint",
+           "temp file of a finished process", "pin of a process that exited",
+           "control socket of a daemon that is gone", "pid file of a process that exited",
+           "upper layer of a deleted branch", "reflink snapshot no checkpoint uses",
+           "displaced (--prune-displaced)")
+
+POLICY = obj("RetentionPolicy", {
+    "keep_last": t(U, "--keep-last"),
+    "keep_within": t(STR, "--keep-within, as given"),
+    "keep_hourly": t(U, "--keep-hourly"),
+    "keep_daily": t(U, "--keep-daily"),
+    "keep_weekly": t(U, "--keep-weekly"),
+    "keep_monthly": t(U, "--keep-monthly"),
+    "keep_yearly": t(U, "--keep-yearly"),
+    "keep_branch": t(arr(STR), "--keep-branch"),
+}, optional=["keep_last", "keep_within", "keep_hourly", "keep_daily", "keep_weekly",
+             "keep_monthly", "keep_yearly", "keep_branch"],
+    text="The rules in force; a rule not given is absent.")
+
+GC = obj("GcReport", {
+    "policy": t(POLICY, "the retention policy applied"),
+    "policy_source": t(enum("command line", "STORE.json", "none (every checkpoint is kept)"), "where the policy came from"),
+    "checkpoints": t(U, "checkpoint records before gc"),
+    "kept": t(mapof(U, "count", keys=REASON), "kept checkpoints counted by their first reason (every rule counts as `policy`)"),
+    "pruned": t(arr(obj("PrunedCheckpoint", {
+        "id": t(ID, "the checkpoint"),
+        "branch": t(STR, "its branch"),
+        "time": t(TIME, "when it was taken"),
+    })), "checkpoints whose records go, by branch and time"),
+    "decisions": t(arr(obj("CheckpointDecision", {
+        "id": t(ID, "the checkpoint"),
+        "branch": t(STR, "its branch"),
+        "time": t(TIME, "when it was taken"),
+        "label": t(null(STR), "the label its record was made with"),
+        "labels": LABELS,
+        "message": t(STR, "the message's first line"),
+        "kept": t(arr(REASON, "reason"), "every reason that keeps it (empty when pruned)"),
+        "pruned": t(BOOL, "whether its record goes"),
+    })), "every checkpoint and why it stays or goes, by branch, newest first"),
+    "objects": t(U, "object files before gc"),
+    "objects_removed": t(U, "object files nothing kept reaches (removed)"),
+    "object_bytes_freed": t(BYTES, "their bytes"),
+    "paths_removed": t(arr(obj("PrunedPath", {
+        "path": t(STR, "relative to the store"),
+        "what": t(enum(*GARBAGE), "why it is garbage"),
+        "bytes": t(BYTES, "its size"),
+    })), "ephemeral and cache paths removed"),
+    "kept_for_review": t(arr(STR), "paths left for a person (displaced/ without --prune-displaced)"),
+    "pins": t(arr(STR), "live pins honoured, as OWNER-PID"),
+    "bytes_freed": t(BYTES, "everything freed"),
+}, text="What gc does (`--dry-run`) or did: the same shape for both.")
+
+CKREF = obj("CheckpointRef", {
+    "id": t(ID, "the checkpoint"),
+    "branch": t(STR, "the branch it was taken on"),
+    "time_ns": t(NS, "when"),
+    "time_rfc3339": t(TIME, "when"),
+    "labels": LABELS,
+})
+
+ENTRY = obj("EntryInfo", {
+    "type": t(enum("file", "dir", "symlink"), "entry type"),
+    "size": t(BYTES, "a file's size, a directory's entry count, a link target's length"),
+    "mode": t(MODE, "permission bits"),
+    "uid": t(U, "owner"),
+    "gid": t(U, "group"),
+    "mtime_ns": t(NS, "modification time"),
+})
+
+WORKSPACE_STATE = obj("WorkspaceState", {
+    "branch": t(STR, "the branch mounted"),
+    "base": t(ID, "the checkpoint it was mounted at (the lower layer)"),
+    "roots": t(mapof(obj("MountedRoot", {
+        "mountpoint": t(PATH, "where the root is mounted"),
+        "lower": t(PATH, "the read-only view of the base"),
+        "upper": t(PATH, "where writes land (STORE/upper/BRANCH/ROOT)"),
+        "work": t(PATH, "overlayfs's work directory"),
+    })), "each root by name"),
+    "mounted_ns": t(NS, "when it was mounted"),
+    "freeze_cgroups": t(arr(PATH), "cgroups each checkpoint freezes (absent when none)"),
+    "freeze_fs": t(BOOL, "each checkpoint freezes the store's filesystem (absent when not)"),
+}, optional=["freeze_cgroups", "freeze_fs"])
+
+# --- Commands -------------------------------------------------------------------------
+
+COMMANDS = []
+
+
+def command(name, title, schema, text, example):
+    COMMANDS.append((name, title, schema, text, example))
+
+
+command("capture", "capture", obj("CaptureReport", {
+    "id": t(ID, "the new checkpoint"),
+    "checkpoint": t(RECORD, "its record"),
+    "labels": LABELS,
+}), "The checkpoint recorded.", "ckptfs capture STORE --json")
+
+command("checkpoint", "checkpoint", obj("WorkspaceCheckpoint", {
+    "id": t(ID, "the new checkpoint"),
+    "checkpoint": t(RECORD, "its record"),
+    "labels": LABELS,
+    "files_read": t(U, "files read (changed since the last checkpoint)"),
+    "bytes_read": t(BYTES, "their bytes"),
+    "bytes_unread": t(BYTES, "bytes reflink snapshots showed unchanged, so not read"),
+    "dirs_merged": t(U, "upper directories merged (the others kept their tree ids unread)"),
+    "elapsed_ms": t(U, "time taken"),
+    "held": t(obj("Held", {
+        "micros": t(U, "from the freeze request to the thaw"),
+        "files_read": t(U, "files read while frozen"),
+        "bytes_read": t(BYTES, "their bytes"),
+        "dirs_merged": t(U, "directories merged while frozen"),
+    }), "with --freeze-cgroup or --freeze-fs: how long writers were held"),
+}, optional=["held"]), "The checkpoint of a mounted workspace.",
+    "ckptfs checkpoint /workspace/room --json")
+
+command("restore", "restore", {"oneOf": [RESTORE, obj("RestoreAll", {
+    "restored": t(arr(RESTORE), "every target, in order"),
+})], "x-type": "RestoreReport or {restored: [RestoreReport]}"},
+    "With `--to`, `--root` or a `:ROOT` in the spec, one report; `--in-place` of every root (no root named) gives `{\"restored\": [...]}`, one report per root.",
+    "ckptfs restore STORE C --to DIR --json")
+
+command("recover", "recover", obj("RecoverReport", {
+    "interrupted": t(null(STR), "the interrupted operation (`OP (pid N)`), if any"),
+    "actions": t(arr(STR), "what was done, one sentence each"),
+    "temp_files_removed": t(U, "half-written temp files removed"),
+}), "What recover repaired.", "ckptfs recover STORE --json")
+
+LOG_ROW = obj("LogRow", {
+    "id": t(ID, "the checkpoint"),
+    "branch": t(STR, "the branch it was taken on"),
+    "time": t(TIME, "when it was taken"),
+    "time_rfc3339": t(TIME, "the same (kept for scripts that read it)"),
+    "time_ns": t(NS, "the same in Unix ns"),
+    "parents": t(arr(ID), "parents: the graph's edges"),
+    "labels": LABELS,
+    "message": t(STR, "the message"),
+    "stats": t(STATS, "what it recorded"),
+    "graph": t(obj("GraphRow", {
+        "joins": t(arr(STR), "lines drawn just above it, where forks of it join (e.g. `|/`)"),
+        "lanes": t(STR, "the lanes of its own line (`* ` in its column)"),
+        "column": t(U, "its column, 0 = leftmost"),
+    }), "with --graph: how the graph draws it"),
+}, optional=["graph"])
+command("log", "log", arr(LOG_ROW), "Checkpoints newest first (or one branch's line); with `--graph`, each row also has `graph`.",
+        "ckptfs log STORE --json; ckptfs log STORE --graph --json")
+
+command("show", "show", obj("ShowReport", {
+    "id": t(ID, "the checkpoint"),
+    "checkpoint": t(RECORD, "its record"),
+    "labels": LABELS,
+}), "One checkpoint.", "ckptfs show STORE C --json")
+
+command("ls", "ls", arr(obj("LsRow", {
+    "path": t(STR, "relative to the directory listed"),
+    "type": t(enum("file", "dir", "symlink"), "entry type"),
+    "mode": t(MODE, "permission bits"),
+    "uid": t(U, "owner"),
+    "gid": t(U, "group"),
+    "size": t(BYTES, "a file's size, a directory's entry count, a link target's length"),
+    "mtime_ns": t(NS, "modification time"),
+    "target": t(null(STR), "a symlink's target"),
+})), "The entries of a directory of a checkpoint (`-r`: all below it).", "ckptfs ls STORE C:ws/src -r --json")
+
+command("diff", "diff", arr(CHANGE), "One row per changed path. `-p` adds nothing to the JSON (the patch is text only).",
+        "ckptfs diff STORE A B --stat --json")
+
+command("stats", "stats", obj("StatsReport", {
+    "store": t(obj("StoreFigures", {
+        "objects": t(U, "object files under objects/ (reachable or not)"),
+        "stored_bytes": t(BYTES, "their bytes on disk"),
+        "checkpoints": t(U, "checkpoint records"),
+        "branches": t(U, "branches, any state"),
+        "compressed": t(BOOL, "objects are zstd-compressed on disk"),
+    }), "the whole store"),
+    "selected": t(obj("SelectionFigures", {
+        "checkpoints": t(U, "checkpoints selected"),
+        "files": t(U, "their files, each as often as it occurs"),
+        "logical_bytes": t(BYTES, "sum of file sizes over them (what restoring them all writes)"),
+        "trees": t(U, "distinct trees they reach"),
+        "chunks": t(U, "distinct chunks they reach"),
+        "content_bytes": t(BYTES, "uncompressed bytes of those chunks (after deduplication)"),
+        "stored_bytes": t(BYTES, "on-disk bytes of the distinct objects they reach"),
+        "dedup_ratio": t(NUM, "logical_bytes / content_bytes (1 with no content)"),
+        "unique_bytes": t(BYTES, "content bytes no checkpoint outside the selection reaches"),
+        "unique_stored_bytes": t(BYTES, "on-disk bytes of objects no checkpoint outside the selection reaches"),
+    }), "the selected checkpoints together"),
+    "branches": t(arr(obj("BranchFigures", {
+        "name": t(STR, "the branch (checkpoints grouped by the branch they were taken on)"),
+        "checkpoints": t(U, "its selected checkpoints"),
+        "logical_bytes": t(BYTES, "their logical bytes"),
+        "unique_bytes": t(BYTES, "content bytes no checkpoint of another branch reaches"),
+        "unique_stored_bytes": t(BYTES, "the same on disk, trees included"),
+    })), "per branch, by name"),
+    "checkpoints": t(arr(obj("CheckpointFigures", {
+        "id": t(ID, "the checkpoint"),
+        "branch": t(STR, "the branch it was taken on"),
+        "time_ns": t(NS, "when"),
+        "time_rfc3339": t(TIME, "when"),
+        "labels": LABELS,
+        "files": t(U, "its files"),
+        "logical_bytes": t(BYTES, "sum of its file sizes (ZFS's refer, uncompressed)"),
+        "unique_bytes": t(BYTES, "content bytes no other checkpoint reaches: what forgetting it and gc would free, uncompressed"),
+        "unique_stored_bytes": t(BYTES, "the same on disk, trees included (ZFS's used)"),
+    })), "per checkpoint, oldest first"),
+}), "Store statistics (see `ckptfs stats --help` for the figures); `stats STORE C` or `--branch B` select checkpoints, unique bytes are always against the whole store.",
+    "ckptfs stats STORE --json")
+
+command("find", "find PATTERN", obj("FindReport", {
+    "patterns": t(arr(STR), "the patterns given"),
+    "checkpoints_searched": t(U, "checkpoints searched"),
+    "trees_read": t(U, "distinct trees decoded (an unchanged subtree is read once)"),
+    "paths": t(arr(obj("FoundPath", {
+        "path": t(STR, "`ROOT/PATH`"),
+        "found_in": t(arr(obj("FoundIn", {
+            "checkpoint": t(CKREF, "a checkpoint holding it"),
+            "entry": t(ENTRY, "the entry there"),
+        })), "every checkpoint holding it, oldest first"),
+    })), "matched paths, sorted"),
+}), "Paths matching the patterns, with the checkpoints holding them.", "ckptfs find STORE '*.db' --json")
+
+command("find-history", "find --history", obj("HistoryReport", {
+    "path": t(STR, "`ROOT/PATH`"),
+    "checkpoints_searched": t(U, "checkpoints searched"),
+    "changes": t(arr(obj("PathChange", {
+        "checkpoint": t(CKREF, "where it changed"),
+        "parent": t(null(ID), "the parent compared with (null for a first checkpoint)"),
+        "change": t(enum("added", "removed", "type", "modified", "metadata"), "how it changed"),
+        "entry": t(null(ENTRY), "the entry in this checkpoint (null when removed)"),
+    })), "every change, oldest first"),
+}), "The checkpoints in which one path changed against their first parent.",
+    "ckptfs find STORE --history ws/notes.md --json")
+
+command("label-delete", "label delete", obj("LabelDeletion", {
+    "label": t(STR, "the label deleted"),
+    "checkpoint": t(null(ID), "what it named (null when its file did not read)"),
+}), "The label deleted.", "ckptfs label delete STORE NAME --json")
+
+command("forget", "forget", obj("ForgetReport", {
+    "checkpoints": t(arr(obj("ForgottenCheckpoint", {
+        "id": t(ID, "the checkpoint"),
+        "branch": t(STR, "its branch"),
+        "time": t(TIME, "when it was taken"),
+        "parents": t(arr(ID), "its parents (the tombstone keeps them)"),
+        "message": t(STR, "its message"),
+        "recorded_label": t(STR, "the label its record carries, when that label no longer exists"),
+    }, optional=["recorded_label"])), "the checkpoints that go"),
+    "already_forgotten": t(arr(ID), "named but forgotten before"),
+    "objects_only_theirs": t(U, "objects only they reach (swept by --prune or the next gc)"),
+    "objects_shared": t(U, "objects they share with checkpoints that stay (kept)"),
+    "stat_caches": t(arr(STR), "stat caches removed (store-relative)"),
+    "gc": t(GC, "with --prune: the gc that followed"),
+}, optional=["gc"]), "What forget does (`--dry-run`) or did.", "ckptfs forget STORE C --dry-run --json")
+
+command("branch-list", "branch list", arr(obj("BranchRow", {
+    "name": t(STR, "the branch"),
+    "state": t(enum("active", "archived"), "its state"),
+    "head": t(null(ID), "its head checkpoint"),
+    "forked_from": t(null(ID), "the checkpoint it was forked from"),
+    "last_activity": t(TIME, "its head's time or its last change, the later"),
+    "mounted": t(BOOL, "mounted as a workspace"),
+    "dirty": t(BOOL, "its upper layer holds changes not checkpointed"),
+    "dirty_files": t(U, "files changed"),
+    "dirty_bytes": t(BYTES, "their bytes"),
+    "upper_bytes": t(BYTES, "bytes in its upper layer"),
+})), "Branches (archived ones with --all).", "ckptfs branch list STORE --json")
+
+command("switch", "switch", obj("SwitchReport", {
+    "from_branch": t(STR, "the branch shown before"),
+    "to_branch": t(STR, "the branch shown now"),
+    "checkpoint": t(ID, "its checkpoint"),
+    "created_branch": t(BOOL, "a new branch was started (switch to a non-head checkpoint)"),
+    "checkpointed": t(null(ID), "with --checkpoint-first: the checkpoint taken first"),
+    "displaced": t(null(PATH), "with --discard: where the changes were set aside"),
+    "elapsed_ms": t(U, "time taken"),
+}), "What switch did.", "ckptfs switch ROOM --to B --json")
+
+command("verify", "verify", obj("VerifyReport", {
+    "checkpoints": t(U, "checkpoints verified"),
+    "trees": t(U, "trees decoded"),
+    "objects": t(U, "objects re-hashed (trees and chunks)"),
+    "bytes": t(BYTES, "bytes re-hashed"),
+    "findings": t(arr(obj("VerifyFinding", {
+        "object": t(STR, "the object or record at fault (a store-relative path for `unexpected`)"),
+        "problem": t(enum("missing", "corrupt", "unreadable", "unexpected"), "what is wrong"),
+        "detail": t(STR, "the error"),
+        "used_by": t(arr(STR), "`CHECKPOINT:ROOT/PATH` of entries that use it (at most 20)"),
+        "used_by_count": t(U, "how many use it"),
+    })), "every problem found (exit 1 when any)"),
+}), "What verify checked and found.", "ckptfs verify STORE --json")
+
+command("gc", "gc", GC, "The same report for `gc --dry-run` (the plan) and `gc` (done).", "ckptfs gc STORE --keep-last 10 --dry-run --json")
+
+command("archive", "archive", obj("ArchiveReport", {
+    "file": t(PATH, "the archive written"),
+    "sha256": t(HEX64, "SHA-256 of the whole archive (all parts in order)"),
+    "bytes": t(BYTES, "its size"),
+    "parts": t(arr(obj("PartDigest", {
+        "path": t(PATH, "the part file"),
+        "sha256": t(HEX64, "its SHA-256"),
+        "bytes": t(BYTES, "its size"),
+    })), "the files written (one without --split)"),
+    "sidecar": t(PATH, "FILE.sha256"),
+    "checkpoints": t(U, "checkpoints exported"),
+    "objects": t(U, "objects exported"),
+    "object_bytes": t(BYTES, "their bytes in the store"),
+    "branches": t(arr(STR), "branches exported"),
+    "labels": t(arr(STR), "labels exported"),
+}), "What archive wrote.", "ckptfs archive STORE --all --out FILE --json")
+
+command("unarchive", "unarchive", obj("UnarchiveReport", {
+    "store": t(PATH, "the store imported into"),
+    "created_store": t(BOOL, "it was created"),
+    "sha256": t(HEX64, "the archive's SHA-256, checked"),
+    "checkpoints_new": t(U, "records imported"),
+    "checkpoints_present": t(U, "records already there"),
+    "objects_new": t(U, "objects imported"),
+    "objects_present": t(U, "objects already there"),
+    "branches": t(arr(STR), "branches in the archive"),
+    "labels": t(arr(STR), "labels in the archive"),
+    "relocated": t(mapof(PATH, "path"), "roots recorded at a new path (--relocate)"),
+    "upgraded_to": t(U, "the existing store's new format version, when it had to change"),
+}, optional=["upgraded_to"]), "What unarchive imported.", "ckptfs unarchive FILE STORE --json")
+
+command("doctor", "doctor", obj("DoctorReport", {
+    "store": t(PATH, "the store checked"),
+    "checkpoints": t(U, "checkpoints found"),
+    "objects_checked": t(U, "objects whose presence and size were checked"),
+    "findings": t(arr(obj("DoctorFinding", {
+        "severity": t(enum("error", "warning", "info"), "how bad"),
+        "check": t(enum("format", "permissions", "ref", "object", "marker", "pin", "socket",
+                        "temp", "mount", "layout", "security", "garbage"), "which check found it"),
+        "subject": t(STR, "what it is about"),
+        "detail": t(STR, "what is wrong"),
+        "fix": t(STR, "how to fix it"),
+        "repair": t(enum("recover", "gc", ""), "the command that repairs it (empty: by hand)"),
+    })), "every finding (exit 1 on an error or warning)"),
+}), "The store's invariants checked.", "ckptfs doctor STORE --json")
+
+command("mount", "mount --branch", WORKSPACE_STATE, "The workspace mounted (only with --branch; a read-only mount prints no JSON).",
+        "ckptfs mount STORE --branch main --json")
+
+WORKSPACE_ROW = obj("WorkspaceStatus", {
+    "kind": t(const("workspace"), "a workspace row"),
+    "branch": t(STR, "its branch"),
+    "live": t(BOOL, "its overlay is mounted and serving"),
+    "base": t(ID, "the checkpoint its lower layer shows"),
+    "head": t(null(ID), "its branch's head"),
+    "mountpoint": t(PATH, "its first root's mountpoint"),
+    "mountpoints": t(mapof(PATH, "path"), "each root's mountpoint"),
+    "dirty": t(BOOL, "changes not checkpointed"),
+    "files_changed": t(U, "files changed"),
+    "bytes_changed": t(BYTES, "their bytes"),
+    "special_files": t(arr(obj("SpecialFile", {
+        "path": t(PATH, "where the workspace shows it"),
+        "kind": t(enum("fifo", "socket", "char device", "block device"), "what it is"),
+    })), "FIFOs, sockets and devices its checkpoints would fail on"),
+    "changes": t(arr(CHANGE), "what changed since the last checkpoint, path by path"),
+    "error": t(STR, "why its changes could not be told (it is then not reported clean)"),
+    "freeze_cgroups": t(arr(PATH), "cgroups its checkpoints freeze"),
+    "freeze_fs": t(BOOL, "its checkpoints freeze the store's filesystem"),
+    "unheld_writers": t(arr(obj("Writer", {
+        "pid": t(U, "process id"),
+        "command": t(STR, "its command name"),
+        "path": t(PATH, "a file it has open for writing"),
+    })), "processes writing into it that its checkpoints do not hold"),
+}, optional=["error"])
+VIEW_ROW = obj("ViewStatus", {
+    "kind": t(const("view"), "a read-only view row"),
+    "mountpoint": t(PATH, "where it is mounted"),
+    "source": t(STR, "its mount source (`ckptfs:STORE:WHAT`)"),
+    "state": t(null(obj("MountState", {
+        "pid": t(U, "the daemon's pid"),
+        "mountpoint": t(PATH, "where it is mounted"),
+        "fsname": t(STR, "its fsname"),
+        "kind": t(enum("checkpoint", "browse"), "one checkpoint's root, or the browse namespace"),
+        "checkpoint": t(null(ID), "the checkpoint shown"),
+        "root": t(null(STR), "the root shown"),
+        "started": t(TIME, "when the daemon started"),
+    })), "the daemon's state (null for a mount without one)"),
+})
+command("status", "status", arr({"oneOf": [WORKSPACE_ROW, VIEW_ROW], "x-type": "WorkspaceStatus or ViewStatus"},
+                                "WorkspaceStatus or ViewStatus"),
+        "Live mounts: workspaces (`kind: \"workspace\"`), then read-only views (`kind: \"view\"`).",
+        "ckptfs status STORE --json")
+
+# --- Output ---------------------------------------------------------------------------
+
+def to_schema(s, defs):
+    """Strips the x- annotations; named objects become $defs."""
+    if isinstance(s, tuple):
+        s = s[0]
+    if "x-name" in s:
+        name = s["x-name"]
+        if name not in defs:
+            defs[name] = None  # placeholder against recursion
+            props = {k: to_schema(v, defs) for k, v in s["properties"].items()}
+            for k, v in s["properties"].items():
+                props[k]["description"] = v[1]
+            body = {"type": "object", "properties": props,
+                    "required": [k for k in s["properties"] if k not in s["x-optional"]],
+                    "additionalProperties": False}
+            if s["x-text"]:
+                body["description"] = s["x-text"]
+            defs[name] = body
+        return {"$ref": f"#/$defs/{name}"}
+    out = {}
+    for k, v in s.items():
+        if k.startswith("x-"):
+            continue
+        if k in ("items", "additionalProperties", "propertyNames"):
+            out[k] = to_schema(v, defs) if isinstance(v, dict) else v
+        elif k in ("anyOf", "oneOf"):
+            out[k] = [to_schema(x, defs) for x in v]
+        else:
+            out[k] = v
+    return out
+
+
+def write_schemas():
+    for name, title, schema, text, example in COMMANDS:
+        defs = {}
+        root = to_schema(schema, defs)
+        doc = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+               "title": f"ckptfs {title} --json",
+               "description": f"{text} See docs/json.md.",
+               **root}
+        if defs:
+            doc["$defs"] = dict(sorted(defs.items()))
+        with open(os.path.join(HERE, f"{name}.json"), "w") as f:
+            json.dump(doc, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+
+
+def tables():
+    """The field tables of docs/json.md: a section per command, then the shared objects."""
+    out = []
+    shared = {}
+
+    def collect(s):
+        if isinstance(s, tuple):
+            s = s[0]
+        if not isinstance(s, dict):
+            return
+        if "x-name" in s:
+            if s["x-name"] in shared:
+                return
+            shared[s["x-name"]] = s
+            for v in s["properties"].values():
+                collect(v)
+            return
+        for k in ("items", "additionalProperties"):
+            if isinstance(s.get(k), dict):
+                collect(s[k])
+        for x in s.get("anyOf", []) + s.get("oneOf", []):
+            collect(x)
+
+    def table(o):
+        rows = ["| field | type | meaning |", "|---|---|---|"]
+        for k, (fs, ftext) in o["properties"].items():
+            opt = " *(optional)*" if k in o["x-optional"] else ""
+            ty = typename(fs).replace("|", "\\|")
+            rows.append(f"| `{k}`{opt} | {ty} | {ftext.replace('|', '/')} |")
+        return "\n".join(rows) + "\n"
+
+    primaries = {}
+    for name, title, schema, text, example in COMMANDS:
+        collect(schema)
+        top = schema.get("items", schema) if isinstance(schema, dict) else schema
+        if "x-name" in top:
+            primaries.setdefault(top["x-name"], title)
+    for name, title, schema, text, example in COMMANDS:
+        out.append(f"### `{title}`\n")
+        out.append(f"Schema: [schema/{name}.json](schema/{name}.json). Example: `{example}`.\n")
+        out.append(f"{text} Top level: **{typename(schema)}**.\n")
+        top = schema.get("items", schema)
+        if "x-name" in top and primaries.get(top["x-name"]) == title:
+            out.append(f"{top['x-name']}:\n")
+            out.append(table(top))
+    out.append("### Objects\n")
+    out.append("The objects the commands above share or nest. Fields marked *optional* are "
+               "absent when they do not apply; every other field is always there (possibly "
+               "`null` where its type says so).\n")
+    for oname in sorted(shared):
+        if oname in primaries:
+            continue
+        s = shared[oname]
+        out.append(f"#### {oname}\n")
+        if s["x-text"]:
+            out.append(s["x-text"] + "\n")
+        out.append(table(s))
+    return "\n".join(out)
+
+
+def write_doc():
+    with open(DOC) as f:
+        doc = f.read()
+    begin, end = "<!-- BEGIN GENERATED (docs/schema/gen.py) -->", "<!-- END GENERATED -->"
+    pat = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    if not pat.search(doc):
+        sys.exit(f"{DOC}: no generated section markers")
+    doc = pat.sub(lambda _: f"{begin}\n\n{tables()}\n{end}", doc)
+    with open(DOC, "w") as f:
+        f.write(doc)
+
+
+if __name__ == "__main__":
+    write_schemas()
+    write_doc()

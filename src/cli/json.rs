@@ -1,0 +1,39 @@
+//! JSON shapes shared by several commands, so each is one representation everywhere (see
+//! docs/json.md): a checkpoint record as `show`, `capture` and `checkpoint` print it.
+
+use serde_json::Value;
+
+use ckptfs::store::checkpoint::Checkpoint;
+use ckptfs::ObjectId;
+
+/// A checkpoint record as JSON shows it: its fields, each root's `mode` as four octal digits
+/// (`"0755"`, as `ls`, `find` and `diff` give modes) and `time_rfc3339` beside `time_ns`.
+/// (The record on disk keeps its own encoding: its hash is its id.)
+pub(crate) fn checkpoint(c: &Checkpoint) -> Value {
+    let mut v = serde_json::to_value(c).unwrap_or_default();
+    fix_checkpoint(&mut v);
+    v
+}
+
+/// [`checkpoint`]'s changes, in place, on a serialized record.
+pub(crate) fn fix_checkpoint(v: &mut Value) {
+    if let Some(roots) = v.get_mut("roots").and_then(Value::as_object_mut) {
+        for r in roots.values_mut() {
+            if let Some(m) = r.get("mode").and_then(Value::as_u64) {
+                r["mode"] = Value::from(ckptfs::util::mode_octal(m as u32));
+            }
+        }
+    }
+    if let Some(t) = v.get("time_ns").and_then(Value::as_i64) {
+        v["time_rfc3339"] = Value::from(ckptfs::util::format_rfc3339(t));
+    }
+}
+
+/// The labels naming `id` now, as `log` and `show` list them.
+pub(crate) fn labels_of(labels: &[(String, ObjectId)], id: &ObjectId) -> Vec<String> {
+    labels
+        .iter()
+        .filter(|(_, l)| l == id)
+        .map(|(n, _)| n.clone())
+        .collect()
+}
