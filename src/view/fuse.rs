@@ -331,7 +331,7 @@ fn time(ns: i64) -> SystemTime {
 fn file_attr(a: &Attr) -> FileAttr {
     let t = time(a.mtime_ns);
     FileAttr {
-        ino: INodeNo(a.ino),
+        ino: INodeNo(a.st_ino),
         size: a.size,
         blocks: a.blocks(),
         atime: t,
@@ -380,7 +380,12 @@ fn fail(op: &str, ino: u64, e: &Error) -> Errno {
 
 impl Filesystem for ViewFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        let mut want = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_PARALLEL_DIROPS;
+        // EXPORT_SUPPORT: the kernel may look up "." (and "..") in a node id to decode a file
+        // handle, so overlayfs can follow `trusted.overlay.origin` from a copied-up file to
+        // the lower file it came from after a cache drop, and show that file's inode number.
+        let mut want = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_EXPORT_SUPPORT;
         if matches!(self.view.namespace(), Namespace::Checkpoint { .. }) {
             // Symlink targets never change in a checkpoint view.
             want |= InitFlags::FUSE_CACHE_SYMLINKS;
@@ -413,14 +418,27 @@ impl Filesystem for ViewFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         log::trace!("lookup {parent} {name:?}");
         match self.view.lookup(parent.0, name.as_bytes()) {
-            Ok(node) => reply.entry(&ttl(&node), &file_attr(&node.attr), Generation(0)),
+            Ok(node) => {
+                let t = ttl(&node);
+                let attr = file_attr(&node.attr);
+                reply.entry_with_nodeid(INodeNo(node.attr.ino), &t, &t, &attr, Generation(0))
+            }
+            Err(Error::NotFound(_)) if name.as_bytes() == b"." || name.as_bytes() == b".." => {
+                // A file handle of a node this daemon no longer knows: stale.
+                reply.error(Errno::ESTALE)
+            }
             Err(Error::NotFound(_)) => {
                 // A negative entry for immutable directories: misses are cached too.
                 match self.view.node(parent.0) {
                     Ok(dir) if !dir.volatile => {
-                        let mut a = file_attr(&dir.attr);
-                        a.ino = INodeNo(0);
-                        reply.entry(&LONG_TTL, &a, Generation(0));
+                        let a = file_attr(&dir.attr);
+                        reply.entry_with_nodeid(
+                            INodeNo(0),
+                            &LONG_TTL,
+                            &LONG_TTL,
+                            &a,
+                            Generation(0),
+                        );
                     }
                     _ => reply.error(Errno::ENOENT),
                 }
@@ -571,7 +589,7 @@ impl Filesystem for ViewFs {
             match self.view.dir_entry(fh.0, index) {
                 Ok(Some((name, node))) => {
                     if reply.add(
-                        INodeNo(node.attr.ino),
+                        INodeNo(node.attr.st_ino),
                         index + 1,
                         file_type(node.attr.kind),
                         OsStr::from_bytes(&name),

@@ -56,7 +56,7 @@ use crate::store::tree::{Entry, EntryKind, Tree};
 use crate::store::Store;
 
 pub use browse::BrowseDir;
-pub use inodes::{child_ino, entry_ino};
+pub use inodes::{child_ino, path_key, shown_ino};
 pub use read::OpenFile;
 
 use inodes::Slot;
@@ -85,7 +85,12 @@ pub enum Kind {
 /// The attributes of a node, as reported by `stat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attr {
+    /// The node id: the kernel's handle on this one version of this entry in this checkpoint
+    /// (requests, `forget` and file handles name it); a hash of (parent node id, name).
     pub ino: Ino,
+    /// The `st_ino` shown: the file's identity, the same in every checkpoint
+    /// ([`shown_ino`]; docs/inodes.md).
+    pub st_ino: Ino,
     pub kind: Kind,
     /// Permission bits (`st_mode & 0o7777`).
     pub perm: u32,
@@ -132,6 +137,9 @@ pub struct EntryRef {
 pub struct Node {
     pub parent: Ino,
     pub name: Arc<[u8]>,
+    /// Hash of the root's name and the path below it, the same in every checkpoint: the
+    /// `st_ino` of entries whose tree recorded none ([`path_key`]).
+    pub key: u64,
     pub attr: Attr,
     pub content: Content,
     pub entry: Option<EntryRef>,
@@ -205,6 +213,8 @@ pub struct View {
     handles: Mutex<HashMap<u64, Handle>>,
     /// Chunk maps of recently read files, by inode (reads without open handles).
     files: Mutex<LruCache<Ino, Arc<OpenFile>>>,
+    /// Nodes the kernel forgot, for its file-handle lookups (`inodes::GHOSTS`).
+    ghosts: Mutex<LruCache<Ino, Node>>,
     next_fh: AtomicU64,
     /// Time the view was created: mtime of the browse namespace's synthetic directories.
     created_ns: i64,
@@ -222,6 +232,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn dir_attr(ino: Ino, perm: u32, uid: u32, gid: u32, mtime_ns: i64, subdirs: u64) -> Attr {
     Attr {
         ino,
+        st_ino: ino,
         kind: Kind::Dir,
         perm,
         uid,
@@ -252,7 +263,8 @@ impl View {
                 let rec = c.roots.get(root).ok_or_else(|| {
                     Error::NotFound(format!("root {root:?} in checkpoint {}", id.short()))
                 })?;
-                let node = root_dir_node(ROOT_INO, 0, Arc::from(&b""[..]), rec);
+                let mut node = root_dir_node(ROOT_INO, 0, Arc::from(&b""[..]), root, rec);
+                node.name = Arc::from(&b""[..]);
                 checkpoints.insert(*id, Arc::new(c));
                 node
             }
@@ -281,6 +293,9 @@ impl View {
             )),
             checkpoints: Mutex::new(checkpoints),
             handles: Mutex::new(HashMap::new()),
+            ghosts: Mutex::new(LruCache::new(
+                std::num::NonZeroUsize::new(inodes::GHOSTS).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
             files: Mutex::new(LruCache::new(
                 std::num::NonZeroUsize::new(FILE_MAPS).unwrap_or(std::num::NonZeroUsize::MIN),
             )),
@@ -342,6 +357,19 @@ impl View {
     /// `NotFound` (ENOENT) for a missing name, `Invalid`-mapped ENOTDIR for a non-directory
     /// parent, `Corrupt` (EIO) when a needed object is bad.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Node> {
+        // The kernel decodes a file handle of an inode it evicted (overlayfs's origin of a
+        // copied-up file, NFS export) by looking up "." in its node id, and finds a
+        // directory's parent through "..".
+        if name == b"." || name == b".." {
+            let node = self.node_or_ghost(parent)?;
+            let node = if name == b"." || node.attr.ino == ROOT_INO {
+                node
+            } else {
+                self.node_or_ghost(node.parent)?
+            };
+            self.remember(&node)?;
+            return Ok(node);
+        }
         let dir = self.node(parent)?;
         let node = self.child(&dir, name)?;
         self.remember(&node)?;
@@ -362,9 +390,8 @@ impl View {
                     .map_err(|_| not_found(name))?;
                 let entry = &tree.entries[index];
                 Ok(entry_node(
-                    parent,
+                    dir,
                     name_arc,
-                    entry_ino(ino, entry),
                     entry,
                     EntryRef {
                         tree: *tree_id,
@@ -486,11 +513,9 @@ impl View {
                 };
                 Ok(tree.entries.get(i).map(|e| {
                     let name: Arc<[u8]> = Arc::from(e.name.as_slice());
-                    let ino = entry_ino(child_ino(dir.attr.ino, &e.name), e);
                     let node = entry_node(
-                        dir.attr.ino,
+                        dir,
                         name,
-                        ino,
                         e,
                         EntryRef {
                             tree: tree_id,
@@ -552,25 +577,35 @@ impl View {
     }
 }
 
-fn root_dir_node(ino: Ino, parent: Ino, name: Arc<[u8]>, rec: &RootRecord) -> Node {
+/// The top directory of root `root` of a checkpoint; its `st_ino` is its path key's, the same
+/// in every checkpoint (a root record keeps no inode number).
+fn root_dir_node(ino: Ino, parent: Ino, name: Arc<[u8]>, root: &str, rec: &RootRecord) -> Node {
+    let key = inodes::root_key(root);
+    let mut attr = dir_attr(
+        ino,
+        rec.mode & 0o7777,
+        rec.uid,
+        rec.gid,
+        rec.mtime_ns,
+        u64::from(rec.subdirs),
+    );
+    attr.st_ino = shown_ino(0, key);
     Node {
         parent,
         name,
-        attr: dir_attr(
-            ino,
-            rec.mode & 0o7777,
-            rec.uid,
-            rec.gid,
-            rec.mtime_ns,
-            u64::from(rec.subdirs),
-        ),
+        key,
+        attr,
         content: Content::Dir(rec.tree),
         entry: None,
         volatile: false,
     }
 }
 
-fn entry_node(parent: Ino, name: Arc<[u8]>, ino: Ino, e: &Entry, r: EntryRef) -> Node {
+/// The node of stored entry `e` named `name` in directory `dir`.
+fn entry_node(dir: &Node, name: Arc<[u8]>, e: &Entry, r: EntryRef) -> Node {
+    let ino = child_ino(dir.attr.ino, &name);
+    let key = path_key(dir.key, &name);
+    let parent = dir.attr.ino;
     let (kind, content, nlink, size) = match &e.kind {
         EntryKind::File { .. } => (Kind::File, Content::File, 1, e.size),
         EntryKind::Dir { tree, subdirs } => (
@@ -589,8 +624,10 @@ fn entry_node(parent: Ino, name: Arc<[u8]>, ino: Ino, e: &Entry, r: EntryRef) ->
     Node {
         parent,
         name,
+        key,
         attr: Attr {
             ino,
+            st_ino: shown_ino(e.ino, key),
             kind,
             perm: if kind == Kind::Symlink {
                 0o777

@@ -121,6 +121,10 @@ struct MDir {
     /// What handling this directory added to the totals during the walk (its entry in the
     /// parent included); files read later add theirs in `build`.
     walk_delta: Totals,
+    /// The recorded inode number of the lower directory this one continues (0: none).
+    /// Overlayfs (`xino=on`) shows a merged or renamed directory with its lower one's number,
+    /// and the checkpoint records what the workspace shows (docs/inodes.md).
+    lower_ino: u64,
 }
 
 struct Ctx<'a> {
@@ -704,6 +708,7 @@ fn merge_dir(
         rel: rel.as_os_str().as_bytes().to_vec(),
         names: all_names,
         walk_delta: Totals::default(),
+        lower_ino: 0,
     })
 }
 
@@ -789,7 +794,7 @@ fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_, '_>) -> Result<MNode> {
         ));
     };
     ctx.delta.add(Totals::from_array(d.delta), 1);
-    let entry = dir_entry(
+    let mut entry = dir_entry(
         &c.name,
         d.tree,
         d.subdirs,
@@ -797,6 +802,11 @@ fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_, '_>) -> Result<MNode> {
         &c.meta,
         d.xattrs.clone(),
     );
+    // Continuing the lower directory of its name (a renamed one is merged again instead,
+    // see `continued_dir_ino`): the number the workspace shows is that one's.
+    if let Some(l) = c.lower.filter(|l| l.is_dir() && l.ino != 0) {
+        entry.ino = l.ino;
+    }
     ctx.new_upper.dirs.insert(c.rel_bytes.clone(), d);
     ctx.reused.insert(c.rel_bytes);
     Ok(MNode::Ready(entry))
@@ -820,6 +830,7 @@ fn merge_changed_dir(
         user,
         ..
     } = split_xattrs(|want| sub.xattrs_self_where(want))?;
+    let lower_ino = continued_dir_ino(ctx, lower, c.lower, opaque, redirect.as_deref())?;
     let source = dir_source(ctx, lower, c.lower, opaque, redirect.as_deref())?;
     // Same directory continued: only its new/removed children change totals.
     let continued = matches!(c.lower, Some(l) if l.is_dir() && !opaque && redirect.is_none());
@@ -834,7 +845,34 @@ fn merge_changed_dir(
     log::trace!("{}: changed under it, merged again", c.rel.display());
     let mut merged = merge_dir(ctx, source.as_ref(), &sub, &c.rel, c.meta, user)?;
     merged.walk_delta = ctx.delta.since(before);
+    merged.lower_ino = lower_ino;
     Ok(Looked::Node(MNode::Dir(Box::new(merged))))
+}
+
+/// The recorded inode number of the lower directory an upper one continues (as
+/// [`dir_source`] finds it), 0 for none.
+fn continued_dir_ino(
+    ctx: &Ctx<'_>,
+    lower: Option<&Tree>,
+    lower_same: Option<&Entry>,
+    opaque: bool,
+    redirect: Option<&[u8]>,
+) -> Result<u64> {
+    if opaque {
+        return Ok(0);
+    }
+    let entry = match redirect {
+        None => lower_same.cloned(),
+        Some(r) if r.starts_with(b"/") => {
+            let r = r.strip_suffix(b"/").unwrap_or(r);
+            match r.iter().rposition(|&c| c == b'/') {
+                Some(i) => lower_at(ctx, &r[..i])?.and_then(|t| t.get(&r[i + 1..]).cloned()),
+                None => None,
+            }
+        }
+        Some(r) => lower.and_then(|t| t.get(r)).cloned(),
+    };
+    Ok(entry.filter(Entry::is_dir).map_or(0, |e| e.ino))
 }
 
 /// The lower directory an upper directory merges over: none when it is opaque; the one its
@@ -1155,14 +1193,18 @@ fn build(
                     };
                     ctx.new_upper.dirs.insert(sub.rel.clone(), cached);
                 }
-                entries.push(dir_entry(
+                let mut entry = dir_entry(
                     name,
                     tree,
                     sd,
                     sub.children.len() as u64,
                     &sub.meta,
                     sub.xattrs.clone(),
-                ));
+                );
+                if sub.lower_ino != 0 {
+                    entry.ino = sub.lower_ino;
+                }
+                entries.push(entry);
             }
         }
     }

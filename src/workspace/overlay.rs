@@ -37,7 +37,7 @@ pub fn mount_overlay(
     work: &Path,
 ) -> Result<()> {
     let opts = format!(
-        "lowerdir={},upperdir={},workdir={},redirect_dir=on,index=off,metacopy=on,xino=off",
+        "lowerdir={},upperdir={},workdir={},redirect_dir=on,index=off,metacopy=on,xino=on",
         escape(lower),
         escape(upper),
         escape(work)
