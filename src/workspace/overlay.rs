@@ -5,8 +5,11 @@
 //! `redirect_dir=on` lets users rename lower directories (no EXDEV); `metacopy=on` makes
 //! chmod/chown/utimes (and rename) of a lower file copy its metadata only, not its bytes (git
 //! freshens every object it would have written with utime(2): without it, `git add` of a fresh
-//! workspace copied the whole object store up); `index=off` and `xino=off` keep the upper's
-//! on-disk format simple for capture (see `merge`).
+//! workspace copied the whole object store up); `xino=on` shows every entry on the overlay's
+//! st_dev with a persistent number: the lower view's numbers (below 2^62) with bit 63 set,
+//! directories included (with `xino=off` overlayfs numbers directories in lookup order, new
+//! after every cache drop); see docs/inodes.md. `index=off` keeps the upper's on-disk format
+//! simple for capture (see `merge`).
 
 use std::io;
 use std::path::Path;
