@@ -126,8 +126,8 @@ pub struct StatusArgs {
     /// The store directory, or a workspace mountpoint.
     pub store: PathBuf,
     /// Print machine-readable JSON instead of text. Each workspace row has a `changes` array:
-    /// `{"path", "change" (added|modified|removed|renamed|type|mode|mtime|xattr), "size",
-    /// "size_before", "from" (renames)}`.
+    /// `{"path", "change" (added|modified|removed|renamed|type|mode|mtime|xattr|links),
+    /// "size", "size_before", "from" (renames), "nlink", "nlink_before" (links)}`.
     #[arg(long)]
     pub json: bool,
     /// Print only the changed paths of each workspace, as `git status --short` does: `M

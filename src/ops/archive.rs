@@ -996,6 +996,8 @@ struct Scan {
     trees: HashMap<ObjectId, Vec<(ObjectId, Option<u32>)>>,
     /// Some tree records ctimes and inode numbers (store format 2).
     stat_trees: bool,
+    /// Some tree records hardlinks (store format 3).
+    link_trees: bool,
     checkpoints: BTreeMap<ObjectId, Checkpoint>,
 }
 
@@ -1004,6 +1006,7 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
     let mut trees = HashMap::new();
     let mut checkpoints = BTreeMap::new();
     let mut stat_trees = false;
+    let mut link_trees = false;
     let manifest = read_archive(chain(files), &mut |item| {
         match item {
             ArchiveItem::Object { id, data } => {
@@ -1021,6 +1024,7 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
                         .collect::<Vec<_>>();
                     trees.insert(id, kids);
                     stat_trees |= crate::store::tree::records_stat(&data);
+                    link_trees |= crate::store::tree::records_links(&data);
                 }
                 if objects.insert(id, data.len() as u64).is_some() {
                     return Err(Error::Invalid(format!(
@@ -1043,6 +1047,7 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
         objects,
         trees,
         stat_trees,
+        link_trees,
         checkpoints,
     };
     check_complete(&scan)?;
@@ -1211,7 +1216,8 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
     }
     // A version-1 store taking trees that record ctimes and inode numbers becomes version 2
     // before any of them lands, so older builds refuse it instead of failing on those trees.
-    let upgrade = scan.stat_trees && !store.records_stat();
+    let upgrade = (scan.stat_trees && !store.records_stat())
+        || (scan.link_trees && !store.records_links());
     if upgrade {
         config.version = crate::store::FORMAT_VERSION;
         report.upgraded_to = Some(config.version);

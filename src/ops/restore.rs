@@ -29,7 +29,7 @@
 //!    of what was made and moved, so `recover` (and a failure here) rolls every target
 //!    back until all are swapped in, touching only what this restore made or moved.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
@@ -760,11 +760,19 @@ fn stage(
                 filter,
                 Path::new(""),
                 false,
+                &mut Links::default(),
             )?;
             apply_meta_fd(&top, top.path(), meta)?;
         }
         Source::Entry(e) => {
-            materialize_entry(store, e, staging, tree_name, &mut job.counts)?;
+            materialize_entry(
+                store,
+                e,
+                staging,
+                tree_name,
+                &mut job.counts,
+                &mut Links::default(),
+            )?;
         }
     }
     job.phase.staged_id = staging.stat(tree_name)?.map(|st| EntryId::of(&st));
@@ -1135,13 +1143,20 @@ pub fn materialize_dir(
     at: &Dir,
     counts: &mut (u64, u64),
 ) -> Result<()> {
-    materialize(store, tree, at, counts, None, Path::new(""), false).map(|_| ())
+    let mut links = Links::default();
+    materialize(store, tree, at, counts, None, Path::new(""), false, &mut links).map(|_| ())
 }
+
+/// The first name restored of each linked file (by its recorded inode number): the held
+/// directory it is in, and its name there. Later names become hard links to it.
+#[derive(Default)]
+struct Links(HashMap<u64, (Dir, OsString)>);
 
 /// As [`materialize_dir`], through `filter`: `rel` is `at`'s path from the restored
 /// directory, `whole` that an include rule matched a directory above (everything in it is
 /// restored). A directory none of whose entries is restored, and which no include rule
 /// matched, is removed again. Returns whether anything was restored in `at`.
+#[allow(clippy::too_many_arguments)]
 fn materialize(
     store: &Store,
     tree: &ObjectId,
@@ -1150,6 +1165,7 @@ fn materialize(
     filter: Option<&Filter>,
     rel: &Path,
     whole: bool,
+    links: &mut Links,
 ) -> Result<bool> {
     let tree = store.read_tree(tree)?;
     let mut any = false;
@@ -1164,7 +1180,8 @@ fn materialize(
         match &e.kind {
             EntryKind::Dir { tree, .. } => {
                 let sub = at.create_private_dir(name)?;
-                let kept = materialize(store, tree, &sub, counts, filter, &path, included)?;
+                let kept =
+                    materialize(store, tree, &sub, counts, filter, &path, included, links)?;
                 if included || kept {
                     apply_meta_fd(&sub, sub.path(), &Meta::of_entry(e))?;
                     any = true;
@@ -1175,7 +1192,7 @@ fn materialize(
             }
             _ if !included => {}
             _ => {
-                materialize_entry(store, e, at, name, counts)?;
+                materialize_entry(store, e, at, name, counts, links)?;
                 any = true;
             }
         }
@@ -1184,19 +1201,31 @@ fn materialize(
 }
 
 /// Creates the file or symlink `e` as `name` in the held directory `at` (which this restore
-/// created), with its metadata.
+/// created), with its metadata; a later name of a linked file is a hard link to the first.
 fn materialize_entry(
     store: &Store,
     e: &Entry,
     at: &Dir,
     name: &OsStr,
     counts: &mut (u64, u64),
+    links: &mut Links,
 ) -> Result<()> {
     match &e.kind {
         EntryKind::Dir { tree, .. } => {
             let sub = at.create_private_dir(name)?;
-            materialize_dir(store, tree, &sub, counts)?;
+            materialize(store, tree, &sub, counts, None, Path::new(""), false, links)?;
             apply_meta_fd(&sub, sub.path(), &Meta::of_entry(e))
+        }
+        EntryKind::File { .. } if e.nlink > 1 => {
+            if let Some((dir, first)) = links.0.get(&e.ino) {
+                at.hard_link(dir, first, name)?;
+            } else {
+                write_file(store, e, at, name)?;
+                counts.1 += e.size;
+                links.0.insert(e.ino, (at.try_clone()?, name.to_os_string()));
+            }
+            counts.0 += 1;
+            Ok(())
         }
         EntryKind::File { .. } => {
             write_file(store, e, at, name)?;

@@ -73,6 +73,13 @@ fn hash64(parts: &[&[u8]]) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// The node id of every name of the linked file recorded with inode number `recorded` in the
+/// checkpoint root whose node id is `root`.
+pub fn link_ino(root: Ino, recorded: u64) -> Ino {
+    let ino = hash64(&[b"link", &root.to_le_bytes(), &recorded.to_le_bytes()]) & (u64::MAX >> 1);
+    ino.max(FIRST_HASHED_INO)
+}
+
 /// The node id of `name` in directory `parent`: stable across walks and remounts, and
 /// distinct across checkpoints (the path from the top of a browse view names one).
 pub fn child_ino(parent: Ino, name: &[u8]) -> Ino {
@@ -140,7 +147,11 @@ impl View {
         }
         match inodes.get_mut(&node.attr.ino) {
             Some(slot) => {
-                if slot.node.parent != node.parent || slot.node.name != node.name {
+                let another_name = node.attr.nlink > 1
+                    && node.attr.kind == super::Kind::File
+                    && slot.node.attr == node.attr;
+                if !another_name && (slot.node.parent != node.parent || slot.node.name != node.name)
+                {
                     drop(inodes);
                     let msg = format!(
                         "inode number collision between {} and {}",

@@ -56,7 +56,7 @@ use crate::store::tree::{Entry, EntryKind, Tree};
 use crate::store::Store;
 
 pub use browse::BrowseDir;
-pub use inodes::{child_ino, path_key, shown_ino};
+pub use inodes::{child_ino, link_ino, path_key, shown_ino};
 pub use read::OpenFile;
 
 use inodes::Slot;
@@ -140,6 +140,9 @@ pub struct Node {
     /// Hash of the root's name and the path below it, the same in every checkpoint: the
     /// `st_ino` of entries whose tree recorded none ([`path_key`]).
     pub key: u64,
+    /// The node id of the checkpoint root this node is in (itself for a root or a browse
+    /// directory): the names of a linked file in one root share one node id ([`link_ino`]).
+    pub root: Ino,
     pub attr: Attr,
     pub content: Content,
     pub entry: Option<EntryRef>,
@@ -594,6 +597,7 @@ fn root_dir_node(ino: Ino, parent: Ino, name: Arc<[u8]>, root: &str, rec: &RootR
         parent,
         name,
         key,
+        root: ino,
         attr,
         content: Content::Dir(rec.tree),
         entry: None,
@@ -603,11 +607,18 @@ fn root_dir_node(ino: Ino, parent: Ino, name: Arc<[u8]>, root: &str, rec: &RootR
 
 /// The node of stored entry `e` named `name` in directory `dir`.
 fn entry_node(dir: &Node, name: Arc<[u8]>, e: &Entry, r: EntryRef) -> Node {
-    let ino = child_ino(dir.attr.ino, &name);
+    // The names of a linked file are one inode to the kernel (one page cache, one file
+    // handle: overlayfs's index keeps them joined across copy-up) and show one link count.
+    let linked = e.nlink > 1 && matches!(e.kind, EntryKind::File { .. });
+    let ino = if linked {
+        inodes::link_ino(dir.root, e.ino)
+    } else {
+        child_ino(dir.attr.ino, &name)
+    };
     let key = path_key(dir.key, &name);
     let parent = dir.attr.ino;
     let (kind, content, nlink, size) = match &e.kind {
-        EntryKind::File { .. } => (Kind::File, Content::File, 1, e.size),
+        EntryKind::File { .. } => (Kind::File, Content::File, u64::from(e.nlink.max(1)), e.size),
         EntryKind::Dir { tree, subdirs } => (
             Kind::Dir,
             Content::Dir(*tree),
@@ -625,6 +636,7 @@ fn entry_node(dir: &Node, name: Arc<[u8]>, e: &Entry, r: EntryRef) -> Node {
         parent,
         name,
         key,
+        root: dir.root,
         attr: Attr {
             ino,
             st_ino: shown_ino(e.ino, key),
