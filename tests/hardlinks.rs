@@ -178,3 +178,62 @@ fn a_store_made_before_hardlinks_reads_as_before_and_stays_format_2() {
         serde_json::from_slice(&fs::read(store.join("STORE.json")).unwrap()).unwrap();
     assert_eq!(cfg["version"], 2);
 }
+
+/// Asserts the names in `names` are one inode with `n` links holding `bytes`.
+#[track_caller]
+fn assert_group(dir: &Path, names: &[&str], n: u64, bytes: &[u8], what: &str) {
+    let first = st(&dir.join(names[0]));
+    for name in names {
+        let m = st(&dir.join(name));
+        assert_eq!(m.ino(), first.ino(), "{what}: {name} is not a link of {}", names[0]);
+        assert_eq!(m.nlink(), n, "{what}: {name}'s link count");
+        assert_eq!(fs::read(dir.join(name)).unwrap(), bytes, "{what}: {name}'s bytes");
+    }
+}
+
+#[test]
+fn a_workspace_keeps_links_joined_across_copy_up_checkpoints_and_remounts() {
+    let w = Workspace::new(|room| {
+        let outside = room.parent().unwrap().join("outside-name");
+        linked_room(room, &outside);
+    });
+    let all = ["a", "sub/b", "sub/deeper/c"];
+    assert_linked(&w.room, "workspace");
+    // Write through one name, read through the others (overlayfs index=on).
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(w.path("sub/b"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"appended\n").unwrap();
+    drop(f);
+    let now = b"shared bytes\nappended\n";
+    assert_group(&w.room, &all, 3, now, "after a write through sub/b");
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    assert_group(&w.room, &all, 3, now, "after a cache drop");
+
+    // The checkpoint records what the workspace shows: every name the new bytes, one group.
+    let id = w.checkpoint("wrote through one name");
+    for n in all {
+        assert_eq!(w.cat(&id, n), now, "{n} in the checkpoint");
+    }
+    let mnt = w.tmp.path().join("view");
+    fs::create_dir_all(&mnt).unwrap();
+    {
+        let _g = MountGuard::new(&mnt);
+        ok(["mount", w.store(), &id, s(&mnt)]);
+        assert_group(&mnt, &all, 3, now, "a view of the checkpoint");
+    }
+    ok(["umount", w.room()]);
+    ok(["mount", w.store(), "--branch", "main"]);
+    assert_group(&w.room, &all, 3, now, "after umount + mount");
+
+    // A link made in the workspace, and a name removed from a group.
+    fs::hard_link(w.path("plain"), w.path("sub/plain-too")).unwrap();
+    fs::remove_file(w.path("sub/deeper/c")).unwrap();
+    let id = w.checkpoint("linked plain, removed c");
+    let out = w.tmp.path().join("restored");
+    ok(["restore", w.store(), &id, "--to", s(&out)]);
+    assert_group(&out, &["a", "sub/b"], 2, now, "restore: the group lost c");
+    assert_group(&out, &["plain", "sub/plain-too"], 2, b"plain\n", "restore: a new group");
+    assert!(!out.join("sub/deeper/c").exists());
+}

@@ -127,7 +127,11 @@ struct MDir {
     lower_ino: u64,
 }
 
+mod links;
+
 struct Ctx<'a> {
+    /// What the walk noted about hardlinks (see `links`).
+    links: links::Links,
     store: &'a Store,
     /// The upper root, held (see `safe`): the reading engine opens files beneath it.
     top: Arc<Dir>,
@@ -353,6 +357,7 @@ pub(crate) fn merge_root(
         UpperCache::default()
     };
     let mut ctx = Ctx {
+        links: links::Links::default(),
         store,
         top: Arc::clone(&top),
         exclude: Excluder::compile(root, &rules)?,
@@ -387,7 +392,7 @@ pub(crate) fn merge_root(
     let lower = Some(load_tree(store, &base.tree)?);
     let xattrs = split_xattrs(|want| top.xattrs_self_where(want))?.user;
     let t0 = std::time::Instant::now();
-    let root = merge_dir(&mut ctx, lower.as_ref(), &top, Path::new(""), meta, xattrs)?;
+    let mut root = merge_dir(&mut ctx, lower.as_ref(), &top, Path::new(""), meta, xattrs)?;
     let walked = t0.elapsed();
     let progress = Progress::new();
     // Reflink snapshots of big changed files where the upper's filesystem shares blocks;
@@ -455,6 +460,7 @@ pub(crate) fn merge_root(
             cache.insert(rel, c);
         }
     }
+    links::relink(&mut ctx, batch, &mut root, &results)?;
     let (tree, subdirs, files) = build(&mut ctx, batch, &root, &results)?;
     let mut delta = ctx.delta;
     delta.add(files, 1);
@@ -763,6 +769,10 @@ fn open_walked_dir(dir: &Dir, name: &OsStr, walked: &Stat) -> Result<Option<Dir>
 /// What one upper entry merges to; updates the totals for what it replaces (not for an entry
 /// found `Replaced`, which is looked at again).
 fn merge_child(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_, '_>) -> Result<Looked> {
+    if c.lower.is_some_and(|l| l.nlink > 1) {
+        // A name of a linked lower file hidden or replaced: its group lost a name.
+        ctx.links.hidden_linked = true;
+    }
     if is_whiteout(&c.meta) {
         if let Some(l) = c.lower {
             ctx.delta.add(totals_of(ctx.store, l)?, -1);
@@ -919,6 +929,10 @@ fn dir_source(
 /// An upper file: reused from the stat cache when unchanged, taken from the lower file when
 /// only its metadata was copied up, else a job for the reading engine.
 fn upper_file(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_, '_>) -> Result<Looked> {
+    if c.meta.nlink > 1 {
+        ctx.links.upper
+            .insert(c.rel_bytes.clone(), (c.meta.dev, c.meta.ino));
+    }
     // Unchanged since the last checkpoint (stat key equal, so xattrs too): reused as it is,
     // whatever kind of copy it is, without another syscall.
     let unchanged = ctx

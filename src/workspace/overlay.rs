@@ -40,7 +40,7 @@ pub fn mount_overlay(
     work: &Path,
 ) -> Result<()> {
     let opts = format!(
-        "lowerdir={},upperdir={},workdir={},redirect_dir=on,index=off,metacopy=on,xino=on",
+        "lowerdir={},upperdir={},workdir={},redirect_dir=on,index=on,metacopy=on,xino=on",
         escape(lower),
         escape(upper),
         escape(work)
