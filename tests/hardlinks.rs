@@ -237,3 +237,23 @@ fn a_workspace_keeps_links_joined_across_copy_up_checkpoints_and_remounts() {
     assert_group(&out, &["plain", "sub/plain-too"], 2, b"plain\n", "restore: a new group");
     assert!(!out.join("sub/deeper/c").exists());
 }
+
+#[test]
+fn a_remount_of_a_workspace_with_unrecorded_changes_keeps_links_and_numbers() {
+    let w = Workspace::new(|room| {
+        let outside = room.parent().unwrap().join("outside-name");
+        linked_room(room, &outside);
+    });
+    let all = ["a", "sub/b", "sub/deeper/c"];
+    fs::write(w.path("sub/b"), b"rewritten\n").unwrap();
+    fs::write(w.path("plain"), b"plain, changed\n").unwrap();
+    let before: Vec<u64> = ["a", "plain"].iter().map(|n| st(&w.path(n)).ino()).collect();
+    // Unmounted with the changes unrecorded: the lower view's daemon goes, a new one serves
+    // the next mount, and overlayfs must still find the lower files of its copies.
+    ok(["umount", w.room()]);
+    ok(["mount", w.store(), "--branch", "main"]);
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    assert_group(&w.room, &all, 3, b"rewritten\n", "after a remount");
+    let after: Vec<u64> = ["a", "plain"].iter().map(|n| st(&w.path(n)).ino()).collect();
+    assert_eq!(after, before, "copied-up files keep their numbers across a remount");
+}

@@ -8,8 +8,16 @@
 //! workspace copied the whole object store up); `xino=on` shows every entry on the overlay's
 //! st_dev with a persistent number: the lower view's numbers (below 2^62) with bit 63 set,
 //! directories included (with `xino=off` overlayfs numbers directories in lookup order, new
-//! after every cache drop); see docs/inodes.md. `index=off` keeps the upper's on-disk format
-//! simple for capture (see `merge`).
+//! after every cache drop); `index=on` keeps the names of a lower hardlink joined across
+//! copy-up (the copy lives in the work dir's `index/`, linked under each name copied up; the
+//! merge records the group, see `merge::links`). Both rest on the lower view's file handles
+//! (FUSE export support), which `introduce_copies` keeps decodable across a restart of the
+//! view's daemon; see docs/inodes.md.
+//!
+//! With `index=on` overlayfs records the lower root's file handle on the upper root
+//! (`trusted.overlay.origin`) and refuses to mount that upper over another lower root: an
+//! upper layer kept while its branch's base moves to another checkpoint must lose that xattr
+//! and its work dir's `index/` first.
 
 use std::io;
 use std::path::Path;
@@ -17,6 +25,7 @@ use std::path::Path;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 use crate::error::{Error, Result};
+use crate::safe::{Dir, Kind};
 
 /// Escapes a path for an overlay mount option (`,` `:` `\` are special).
 fn escape(p: &Path) -> String {
@@ -31,6 +40,55 @@ fn escape(p: &Path) -> String {
     out
 }
 
+/// Looks up, in the lower layer, the lower entry of every entry the upper layer holds (same
+/// path), so the lower view knows their node ids before overlayfs asks it to decode the file
+/// handles it stored at copy-up (`trusted.overlay.origin`, and the names of `index/`): a view
+/// daemon started after those copies were made answers ESTALE for a node id it never handed
+/// out, and overlayfs would then show a copy with its upper inode number and drop the index
+/// entry that keeps a copied-up hardlink's lower names joined (docs/inodes.md). The upper is
+/// the agent's: walked through held fds, never following a symlink, in either layer. Best
+/// effort: what cannot be looked up is skipped.
+fn introduce_copies(lower: &Path, upper: &Path) {
+    fn walk(lower: &Dir, upper: &Dir, budget: &mut usize) {
+        let Ok(names) = upper.entries() else { return };
+        for name in names {
+            if *budget == 0 {
+                return;
+            }
+            *budget -= 1;
+            let Ok(Some(m)) = upper.stat(&name) else {
+                continue;
+            };
+            if m.kind() == Kind::CharDevice {
+                continue; // a whiteout
+            }
+            let Ok(Some(l)) = lower.stat(&name) else {
+                continue;
+            };
+            if m.is_dir() && l.is_dir() {
+                if let (Ok(u), Ok(l)) = (upper.open_dir(&name), lower.open_dir(&name)) {
+                    walk(&l, &u, budget);
+                }
+            }
+        }
+    }
+    let (Ok(l), Ok(u)) = (Dir::open(lower), Dir::open(upper)) else {
+        return;
+    };
+    let t = std::time::Instant::now();
+    let mut budget = INTRODUCE_LIMIT;
+    walk(&l, &u, &mut budget);
+    log::debug!(
+        "{}: lower entries of {} upper entries looked up in {:?}",
+        upper.display(),
+        INTRODUCE_LIMIT - budget,
+        t.elapsed()
+    );
+}
+
+/// Most upper entries [`introduce_copies`] looks at (about 20 µs each).
+const INTRODUCE_LIMIT: usize = 1 << 20;
+
 /// Mounts an overlay at `target`. `source` names it in mountinfo (`ckptfs:<store>:<branch>`).
 pub fn mount_overlay(
     source: &str,
@@ -39,6 +97,7 @@ pub fn mount_overlay(
     upper: &Path,
     work: &Path,
 ) -> Result<()> {
+    introduce_copies(lower, upper);
     let opts = format!(
         "lowerdir={},upperdir={},workdir={},redirect_dir=on,index=on,metacopy=on,xino=on",
         escape(lower),
