@@ -49,10 +49,7 @@ fn assert_linked(dir: &Path, what: &str) {
 fn tree_magic(store: &Path, id: &str) -> Vec<u8> {
     let rec = record(store, id);
     let tree = rec["roots"]["ws"]["tree"].as_str().unwrap().to_string();
-    let path = store
-        .join("objects")
-        .join(&tree[..2])
-        .join(&tree[2..]);
+    let path = store.join("objects").join(&tree[..2]).join(&tree[2..]);
     fs::read(path).unwrap()[..4].to_vec()
 }
 
@@ -61,7 +58,11 @@ fn a_linked_tree_round_trips_through_capture_restore_and_a_view() {
     let env = Env::new();
     linked_room(env.ws(), &env.path("outside-name"));
     let id = capture(&env.store, &[]);
-    assert_eq!(tree_magic(&env.store, &id), b"CKT3", "the root holds a link");
+    assert_eq!(
+        tree_magic(&env.store, &id),
+        b"CKT3",
+        "the root holds a link"
+    );
     let cfg: serde_json::Value =
         serde_json::from_slice(&fs::read(env.store.join("STORE.json")).unwrap()).unwrap();
     assert_eq!(cfg["version"], 3);
@@ -116,10 +117,19 @@ fn diff_reports_links_made_and_broken() {
     fs::hard_link(env.ws().join("a"), env.ws().join("b")).unwrap();
     let second = capture(&env.store, &[]);
     let d = ok(["diff", &env.s(), &first, &second]);
-    assert!(d.contains("links     ws/a (names in the root: 2, was 1)\n"), "{d}");
-    assert!(d.contains("links     ws/b (names in the root: 2, was 1)\n"), "{d}");
+    assert!(
+        d.contains("links     ws/a (names in the root: 2, was 1)\n"),
+        "{d}"
+    );
+    assert!(
+        d.contains("links     ws/b (names in the root: 2, was 1)\n"),
+        "{d}"
+    );
     let back = ok(["diff", &env.s(), &second, &first]);
-    assert!(back.contains("links     ws/b (names in the root: 1, was 2)\n"), "{back}");
+    assert!(
+        back.contains("links     ws/b (names in the root: 1, was 2)\n"),
+        "{back}"
+    );
     let j = ok_json(["diff", &env.s(), &first, &second, "--json"]);
     let b = j
         .as_array()
@@ -127,13 +137,17 @@ fn diff_reports_links_made_and_broken() {
         .iter()
         .find(|c| c["path"] == "ws/b" && c["change"] == "links")
         .unwrap_or_else(|| panic!("{j}"));
-    assert_eq!((b["nlink"].as_u64(), b["nlink_before"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(
+        (b["nlink"].as_u64(), b["nlink_before"].as_u64()),
+        (Some(2), Some(1))
+    );
 }
 
 /// The fixture: a format-2 store made by the build before hardlinks, holding one checkpoint
 /// of `a` and `sub/b` (hardlinked when captured), `c` and a symlink `l -> a`.
 fn old_store(tmp: &Path) -> std::path::PathBuf {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/store-v2-hardlinks.tar.gz");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/store-v2-hardlinks.tar.gz");
     let st = Command::new("tar")
         .arg("-xzf")
         .arg(&fixture)
@@ -171,7 +185,12 @@ fn a_store_made_before_hardlinks_reads_as_before_and_stays_format_2() {
     // still reads everything in it.
     let room = tmp.path().join("room");
     linked_room(&room, &tmp.path().join("outside-name"));
-    let new = ok_json(["capture", s(&store), "--from", &format!("ws={}", room.display())]);
+    let new = ok_json([
+        "capture",
+        s(&store),
+        "--from",
+        &format!("ws={}", room.display()),
+    ]);
     let new = new["id"].as_str().unwrap();
     assert_eq!(tree_magic(&store, new), b"CKT2");
     let cfg: serde_json::Value =
@@ -185,9 +204,18 @@ fn assert_group(dir: &Path, names: &[&str], n: u64, bytes: &[u8], what: &str) {
     let first = st(&dir.join(names[0]));
     for name in names {
         let m = st(&dir.join(name));
-        assert_eq!(m.ino(), first.ino(), "{what}: {name} is not a link of {}", names[0]);
+        assert_eq!(
+            m.ino(),
+            first.ino(),
+            "{what}: {name} is not a link of {}",
+            names[0]
+        );
         assert_eq!(m.nlink(), n, "{what}: {name}'s link count");
-        assert_eq!(fs::read(dir.join(name)).unwrap(), bytes, "{what}: {name}'s bytes");
+        assert_eq!(
+            fs::read(dir.join(name)).unwrap(),
+            bytes,
+            "{what}: {name}'s bytes"
+        );
     }
 }
 
@@ -234,7 +262,13 @@ fn a_workspace_keeps_links_joined_across_copy_up_checkpoints_and_remounts() {
     let out = w.tmp.path().join("restored");
     ok(["restore", w.store(), &id, "--to", s(&out)]);
     assert_group(&out, &["a", "sub/b"], 2, now, "restore: the group lost c");
-    assert_group(&out, &["plain", "sub/plain-too"], 2, b"plain\n", "restore: a new group");
+    assert_group(
+        &out,
+        &["plain", "sub/plain-too"],
+        2,
+        b"plain\n",
+        "restore: a new group",
+    );
     assert!(!out.join("sub/deeper/c").exists());
 }
 
@@ -247,13 +281,22 @@ fn a_remount_of_a_workspace_with_unrecorded_changes_keeps_links_and_numbers() {
     let all = ["a", "sub/b", "sub/deeper/c"];
     fs::write(w.path("sub/b"), b"rewritten\n").unwrap();
     fs::write(w.path("plain"), b"plain, changed\n").unwrap();
-    let before: Vec<u64> = ["a", "plain"].iter().map(|n| st(&w.path(n)).ino()).collect();
+    let before: Vec<u64> = ["a", "plain"]
+        .iter()
+        .map(|n| st(&w.path(n)).ino())
+        .collect();
     // Unmounted with the changes unrecorded: the lower view's daemon goes, a new one serves
     // the next mount, and overlayfs must still find the lower files of its copies.
     ok(["umount", w.room()]);
     ok(["mount", w.store(), "--branch", "main"]);
     fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
     assert_group(&w.room, &all, 3, b"rewritten\n", "after a remount");
-    let after: Vec<u64> = ["a", "plain"].iter().map(|n| st(&w.path(n)).ino()).collect();
-    assert_eq!(after, before, "copied-up files keep their numbers across a remount");
+    let after: Vec<u64> = ["a", "plain"]
+        .iter()
+        .map(|n| st(&w.path(n)).ino())
+        .collect();
+    assert_eq!(
+        after, before,
+        "copied-up files keep their numbers across a remount"
+    );
 }

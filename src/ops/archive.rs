@@ -1215,11 +1215,16 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
         config.chunker = m.chunker.clone();
     }
     // A version-1 store taking trees that record ctimes and inode numbers becomes version 2
-    // before any of them lands, so older builds refuse it instead of failing on those trees.
-    let upgrade = (scan.stat_trees && !store.records_stat())
-        || (scan.link_trees && !store.records_links());
+    // (3 for trees that record hardlinks) before any of them lands, so older builds refuse it
+    // instead of failing on those trees.
+    let needed = match (scan.link_trees, scan.stat_trees) {
+        (true, _) => 3,
+        (false, true) => 2,
+        (false, false) => 1,
+    };
+    let upgrade = needed > store.config().version;
     if upgrade {
-        config.version = crate::store::FORMAT_VERSION;
+        config.version = needed;
         report.upgraded_to = Some(config.version);
     }
     let config_changed = config != *store.config();

@@ -1144,7 +1144,17 @@ pub fn materialize_dir(
     counts: &mut (u64, u64),
 ) -> Result<()> {
     let mut links = Links::default();
-    materialize(store, tree, at, counts, None, Path::new(""), false, &mut links).map(|_| ())
+    materialize(
+        store,
+        tree,
+        at,
+        counts,
+        None,
+        Path::new(""),
+        false,
+        &mut links,
+    )
+    .map(|_| ())
 }
 
 /// The first name restored of each linked file (by its recorded inode number): the held
@@ -1180,8 +1190,7 @@ fn materialize(
         match &e.kind {
             EntryKind::Dir { tree, .. } => {
                 let sub = at.create_private_dir(name)?;
-                let kept =
-                    materialize(store, tree, &sub, counts, filter, &path, included, links)?;
+                let kept = materialize(store, tree, &sub, counts, filter, &path, included, links)?;
                 if included || kept {
                     apply_meta_fd(&sub, sub.path(), &Meta::of_entry(e))?;
                     any = true;
@@ -1222,7 +1231,9 @@ fn materialize_entry(
             } else {
                 write_file(store, e, at, name)?;
                 counts.1 += e.size;
-                links.0.insert(e.ino, (at.try_clone()?, name.to_os_string()));
+                links
+                    .0
+                    .insert(e.ino, (at.try_clone()?, name.to_os_string()));
             }
             counts.0 += 1;
             Ok(())

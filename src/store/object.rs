@@ -536,8 +536,7 @@ impl<'a> ObjectBatch<'a> {
     /// version-2 store without link counts (`CKT2`), which the builds that made them read.
     pub fn ensure_tree(&self, tree: &Tree) -> Result<ObjectId> {
         let linked = tree.entries.iter().any(|e| e.nlink != 0);
-        let (id, stored) = if self.store.records_links() || (!linked && self.store.records_stat())
-        {
+        let (id, stored) = if self.store.records_links() || (!linked && self.store.records_stat()) {
             (self.ensure(&tree.encode())?, None)
         } else {
             let mut plain = tree.clone();

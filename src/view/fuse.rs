@@ -112,6 +112,21 @@ fn reply_cached(fh: u64, reply: ReplyOpen) {
 }
 
 impl ViewFs {
+    /// Entry `index` of a directory, by its handle, or by its inode when the kernel opened it
+    /// itself (handle 0: OPENDIR answered ENOSYS).
+    fn dir_entry(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        index: u64,
+    ) -> Result<Option<(Vec<u8>, Node)>, Error> {
+        if fh.0 == 0 {
+            self.view.dir_entry_unopened(ino.0, index)
+        } else {
+            self.view.dir_entry(fh.0, index)
+        }
+    }
+
     pub fn new(view: Arc<View>) -> ViewFs {
         ViewFs {
             view,
@@ -555,6 +570,17 @@ impl Filesystem for ViewFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         log::trace!("opendir {ino}");
+        if self.view.is_lower() {
+            // The workspaces' lower view: overlayfs opens a lower directory for every
+            // directory a process opens in a workspace (27k per `git status` of a 100k-file
+            // repository). ENOSYS makes the kernel stop sending OPENDIR and RELEASEDIR for
+            // the rest of the mount and open directories itself with KEEP_CACHE and
+            // CACHE_DIR: listings are read once, then served from its cache.
+            return match self.view.node(ino.0) {
+                Ok(_) => reply.error(Errno::ENOSYS),
+                Err(e) => reply.error(fail("opendir", ino.0, &e)),
+            };
+        }
         let volatile = match self.view.node(ino.0) {
             Ok(n) => n.volatile,
             Err(e) => {
@@ -586,7 +612,7 @@ impl Filesystem for ViewFs {
         log::trace!("readdir {ino} @{offset}");
         let mut index = offset;
         loop {
-            match self.view.dir_entry(fh.0, index) {
+            match self.dir_entry(ino, fh, index) {
                 Ok(Some((name, node))) => {
                     if reply.add(
                         INodeNo(node.attr.st_ino),
@@ -622,7 +648,7 @@ impl Filesystem for ViewFs {
         log::trace!("readdirplus {ino} @{offset}");
         let mut index = offset;
         loop {
-            match self.view.dir_entry(fh.0, index) {
+            match self.dir_entry(ino, fh, index) {
                 Ok(Some((name, node))) => {
                     let dots = index < 2;
                     // Every entry but . and .. adds a lookup count in the kernel.

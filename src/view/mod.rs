@@ -449,11 +449,21 @@ impl View {
 
     /// Opens a directory: snapshots its listing for [`View::dir_entry`].
     pub fn opendir(&self, ino: Ino) -> Result<u64> {
+        let listing = self.listing(ino, true)?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.handles).insert(fh, Handle::Dir(Arc::new(listing)));
+        Ok(fh)
+    }
+
+    /// The listing of directory `ino` now; `prefetch` also starts loading its subtrees.
+    fn listing(&self, ino: Ino, prefetch: bool) -> Result<Listing> {
         let dir = self.node(ino)?;
-        let listing = match &dir.content {
+        Ok(match &dir.content {
             Content::Dir(id) => {
                 let tree = self.tree(id, &|| self.path_of(ino))?;
-                self.prefetch_subtrees(&tree);
+                if prefetch {
+                    self.prefetch_subtrees(&tree);
+                }
                 Listing::Tree { dir, tree }
             }
             Content::File | Content::Symlink(_) => {
@@ -475,10 +485,16 @@ impl View {
                 }
                 Listing::Synthetic { dir, children }
             }
-        };
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Handle::Dir(Arc::new(listing)));
-        Ok(fh)
+        })
+    }
+
+    /// Entry `index` of directory `ino` read without an open handle (the adapter answered
+    /// OPENDIR with ENOSYS, so the kernel opens directories itself and reads with handle 0):
+    /// the listing as it is now. A checkpoint's directories never change, so offsets stay
+    /// valid; a browse directory may shift between calls.
+    pub fn dir_entry_unopened(&self, ino: Ino, index: u64) -> Result<Option<(Vec<u8>, Node)>> {
+        let listing = Arc::new(self.listing(ino, index == 0)?);
+        self.entry_of_listing(&listing, index)
     }
 
     /// Entry `index` of an open directory: 0 is `.`, 1 is `..`, then the children in name
@@ -493,7 +509,15 @@ impl View {
                 ))
             }
         };
-        let dir = match &*listing {
+        self.entry_of_listing(&listing, index)
+    }
+
+    fn entry_of_listing(
+        &self,
+        listing: &Arc<Listing>,
+        index: u64,
+    ) -> Result<Option<(Vec<u8>, Node)>> {
+        let dir = match &**listing {
             Listing::Tree { dir, .. } | Listing::Synthetic { dir, .. } => dir,
         };
         match index {
@@ -509,7 +533,7 @@ impl View {
             _ => {}
         }
         let i = (index - 2) as usize;
-        match &*listing {
+        match &**listing {
             Listing::Tree { dir, tree } => {
                 let Content::Dir(tree_id) = dir.content else {
                     return Ok(None);

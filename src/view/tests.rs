@@ -104,12 +104,19 @@ fn lookup_read_and_stable_inodes() {
     let deep = v.lookup(sub.attr.ino, b"deep").unwrap();
     let native = fs::symlink_metadata(t.path().join("src/sub/deep")).unwrap();
     assert_eq!(deep.attr.st_ino, native.ino());
-    assert_eq!(deep.attr.ino, child_ino(sub.attr.ino, b"deep"), "node id from the path");
+    assert_eq!(
+        deep.attr.ino,
+        child_ino(sub.attr.ino, b"deep"),
+        "node id from the path"
+    );
     // A file handle's lookup of "." finds the node again after the kernel forgot it.
     v.forget(deep.attr.ino, 1);
     assert!(v.node(deep.attr.ino).is_err());
     assert_eq!(v.lookup(deep.attr.ino, b".").unwrap().attr, deep.attr);
-    assert_eq!(v.lookup(deep.attr.ino, b"..").unwrap().attr.ino, sub.attr.ino);
+    assert_eq!(
+        v.lookup(deep.attr.ino, b"..").unwrap().attr.ino,
+        sub.attr.ino
+    );
     assert_eq!(
         deep.attr.ctime_ns,
         native.ctime() * 1_000_000_000 + native.ctime_nsec()

@@ -782,7 +782,7 @@ fn merge_child(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_, '_>) -
     }
     match c.meta.kind() {
         Kind::Dir if is_clean(ctx, &c.rel_bytes, &c.meta)? => {
-            Ok(Looked::Node(reuse_clean_dir(ctx, c)?))
+            Ok(Looked::Node(reuse_clean_dir(ctx, lower, c)?))
         }
         Kind::Dir => merge_changed_dir(ctx, lower, c),
         Kind::File => upper_file(ctx, lower, c),
@@ -797,7 +797,11 @@ fn merge_child(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_, '_>) -
 
 /// A directory nothing under which changed since the last checkpoint: its tree and totals are
 /// the ones recorded then, without reading its xattrs or its lower tree.
-fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_, '_>) -> Result<MNode> {
+fn reuse_clean_dir(
+    ctx: &mut Ctx<'_>,
+    lower: Option<&Tree>,
+    c: UpperChild<'_, '_>,
+) -> Result<MNode> {
     let Some(d) = ctx.old_upper.dirs.remove(&c.rel_bytes) else {
         return Err(Error::Invalid(
             "internal: clean directory not cached".into(),
@@ -812,10 +816,17 @@ fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_, '_>) -> Result<MNode> {
         &c.meta,
         d.xattrs.clone(),
     );
-    // Continuing the lower directory of its name (a renamed one is merged again instead,
-    // see `continued_dir_ino`): the number the workspace shows is that one's.
-    if let Some(l) = c.lower.filter(|l| l.is_dir() && l.ino != 0) {
-        entry.ino = l.ino;
+    // The number the workspace shows is the lower directory's it continues: the one of its
+    // name, else (renamed: one xattr read) the one its redirect names.
+    let lower_ino = match c.lower.filter(|l| l.is_dir()) {
+        Some(l) => l.ino,
+        None => {
+            let x = split_xattrs(|want| c.dir.xattrs_of_where(c.os_name, want))?;
+            continued_dir_ino(ctx, lower, c.lower, x.opaque, x.redirect.as_deref())?
+        }
+    };
+    if lower_ino != 0 {
+        entry.ino = lower_ino;
     }
     ctx.new_upper.dirs.insert(c.rel_bytes.clone(), d);
     ctx.reused.insert(c.rel_bytes);
@@ -930,7 +941,8 @@ fn dir_source(
 /// only its metadata was copied up, else a job for the reading engine.
 fn upper_file(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_, '_>) -> Result<Looked> {
     if c.meta.nlink > 1 {
-        ctx.links.upper
+        ctx.links
+            .upper
             .insert(c.rel_bytes.clone(), (c.meta.dev, c.meta.ino));
     }
     // Unchanged since the last checkpoint (stat key equal, so xattrs too): reused as it is,

@@ -98,20 +98,38 @@ pub fn mount_overlay(
     work: &Path,
 ) -> Result<()> {
     introduce_copies(lower, upper);
-    let opts = format!(
-        "lowerdir={},upperdir={},workdir={},redirect_dir=on,index=on,metacopy=on,xino=on",
-        escape(lower),
-        escape(upper),
-        escape(work)
-    );
-    mount(
-        Some(source),
-        target,
-        Some("overlay"),
-        MsFlags::empty(),
-        Some(opts.as_str()),
-    )
-    .map_err(|e| {
+    let with = |index: &str| {
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={},redirect_dir=on,index={index},metacopy=on,xino=on",
+            escape(lower),
+            escape(upper),
+            escape(work)
+        );
+        mount(
+            Some(source),
+            target,
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(opts.as_str()),
+        )
+    };
+    let mounted = match with("on") {
+        // With index=on overlayfs refuses an upper layer another overlay still uses: the one
+        // `switch` or `umount` detached while a process works in it. Without the index it
+        // allows that (as before), so the new mount goes ahead; the names of a hardlink
+        // copied up meanwhile are then not joined in it (docs/inodes.md).
+        Err(nix::errno::Errno::EBUSY) => {
+            log::warn!(
+                "{}: its upper layer is still used by a detached overlay (a process inside the \
+                 tree left by a switch or unmount); mounting without index=on, so copied-up \
+                 hardlinks are not joined in this mount",
+                target.display()
+            );
+            with("off")
+        }
+        other => other,
+    };
+    mounted.map_err(|e| {
         Error::io_op(
             format!(
                 "mounting overlay at {} (lower {})",
