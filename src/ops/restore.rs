@@ -179,9 +179,7 @@ impl Filter {
     }
 
     fn included(&self, rel: &Path, name: &OsStr) -> bool {
-        self.include
-            .as_ref()
-            .map_or(true, |x| x.excluded(rel, name))
+        self.include.as_ref().is_none_or(|x| x.excluded(rel, name))
     }
 }
 
@@ -1039,7 +1037,7 @@ pub fn roll_back(p: &RestorePhase, undo_swap: bool) -> Result<Vec<String>> {
         let from = aside_parent.as_ref().unwrap_or(&parent);
         if let (Some(name), None) = (aside.file_name(), parent.stat(dir)?) {
             if let Some(st) = from.stat(name)? {
-                if p.aside_id.as_ref().map_or(true, |id| id.matches(&st)) {
+                if p.aside_id.as_ref().is_none_or(|id| id.matches(&st)) {
                     from.rename(name, &parent, dir, false)?;
                     parent.sync()?;
                     actions.push(format!(

@@ -103,7 +103,7 @@ impl View {
         let mut best: Option<(i64, ObjectId)> = None;
         for id in self.store.list_checkpoints()? {
             let c = self.checkpoint(&id)?;
-            if best.map_or(true, |(t, bid)| (c.time_ns, id) > (t, bid)) {
+            if best.is_none_or(|(t, bid)| (c.time_ns, id) > (t, bid)) {
                 best = Some((c.time_ns, id));
             }
         }

@@ -75,7 +75,7 @@ pub(super) fn relink(
         patches: &patches,
         dirs: &dirs,
     };
-    fix.apply_dir(ctx, batch, root, b"", results)
+    fix.apply_dir(ctx, batch, root, b"")
 }
 
 fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
@@ -207,7 +207,6 @@ impl Fix<'_> {
         batch: &ObjectBatch<'_>,
         dir: &mut MDir,
         rel: &[u8],
-        results: &[FileData],
     ) -> Result<()> {
         for (name, node) in &mut dir.children {
             let path = join(rel, name);
@@ -230,7 +229,7 @@ impl Fix<'_> {
                 continue;
             }
             match node {
-                MNode::Dir(sub) => self.apply_dir(ctx, batch, sub, &path, results)?,
+                MNode::Dir(sub) => self.apply_dir(ctx, batch, sub, &path)?,
                 MNode::Keep(e) | MNode::Ready(e) => {
                     if let EntryKind::Dir { tree, subdirs } = e.kind {
                         let tree = self.rebuild(ctx, batch, &tree, &path)?;
