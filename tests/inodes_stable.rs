@@ -73,6 +73,13 @@ fn workspace_numbers_survive_cache_drops_copy_ups_remounts_and_switches() {
     std::io::Write::write_all(&mut f, b"more\n").unwrap();
     drop(f);
     assert_same(&w, &expect, "a write");
+    // After a cache drop, overlayfs finds the written copy's lower file by its file handle;
+    // a second lookup revalidates what it found (no directory listing in between).
+    drop_caches();
+    for _ in 0..2 {
+        let m = fs::symlink_metadata(w.path("sub/b.txt")).expect("stat of a copy after a drop");
+        assert_eq!(m.ino(), expect[Path::new("sub/b.txt")]);
+    }
     fs::rename(w.path("src/m0/f0.rs"), w.path("src/m1/moved.rs")).unwrap();
     let n = expect.remove(Path::new("src/m0/f0.rs")).unwrap();
     expect.insert(PathBuf::from("src/m1/moved.rs"), n);
@@ -87,6 +94,14 @@ fn workspace_numbers_survive_cache_drops_copy_ups_remounts_and_switches() {
     assert_same(&w, &expect, "renames");
     drop_caches();
     assert_same(&w, &expect, "copy-ups and a cache drop");
+    // Looked up again: overlayfs revalidates the lower file it found through the copy's
+    // origin (a dentry the kernel made from a file handle), and must keep it.
+    assert_same(&w, &expect, "copy-ups, a cache drop and another walk");
+    assert_eq!(
+        fs::read(w.path("sub/b.txt")).unwrap(),
+        b"beta\nmore\n",
+        "a copy read after its origin was revalidated"
+    );
 
     // Checkpoint, unmount, mount (a new lower view daemon, the upper folded into the base).
     w.checkpoint("turn 1");

@@ -104,7 +104,12 @@ impl MountedView {
 pub struct ViewFs {
     view: Arc<View>,
     opens: Opens<BackingId>,
+    /// Where it is mounted (for [`ViewFs::connect`]).
+    mountpoint: Option<PathBuf>,
 }
+
+/// How long a file-handle lookup waits for [`ViewFs::connect`].
+const CONNECT_WAIT: Duration = Duration::from_millis(300);
 
 /// Replies a tracked page-cache open of a big file.
 fn reply_cached(fh: u64, reply: ReplyOpen) {
@@ -131,6 +136,35 @@ impl ViewFs {
         ViewFs {
             view,
             opens: Opens::new(),
+            mountpoint: None,
+        }
+    }
+
+    /// Before answering the kernel's `LOOKUP(node id, ".")` (it decodes a file handle of an
+    /// inode it evicted): looks the node up by its path through the mount, from another
+    /// thread, so the kernel makes the inode with a connected dentry. The handle's dentry is
+    /// then that one; otherwise it is an anonymous alias, which this kernel's FUSE fails to
+    /// revalidate, and overlayfs answers ESTALE for the copy whose origin it is (seen after a
+    /// cache drop, at the second lookup of a copied-up file). Bounded by [`CONNECT_WAIT`]:
+    /// the lookups it causes need free worker threads.
+    fn connect(&self, ino: u64) {
+        let (Some(mp), Some(rel)) = (&self.mountpoint, self.view.path_below(ino)) else {
+            return;
+        };
+        let path = mp.join(rel);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("connect".into())
+            .spawn(move || {
+                let r = std::fs::symlink_metadata(&path);
+                let _ignored = tx.send(r.map(|_| ()));
+            });
+        if spawned.is_ok() {
+            match rx.recv_timeout(CONNECT_WAIT) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => log::debug!("connecting node {ino}: {e}"),
+                Err(_) => log::debug!("connecting node {ino}: no answer in {CONNECT_WAIT:?}"),
+            }
         }
     }
 
@@ -211,7 +245,9 @@ pub fn mount(view: Arc<View>, mountpoint: &Path, cfg: &MountConfig) -> io::Resul
     };
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
-    let session = match Session::from_fd(ViewFs::new(view), device, config.acl, config) {
+    let mut fs = ViewFs::new(view);
+    fs.mountpoint = Some(mountpoint.to_path_buf());
+    let session = match Session::from_fd(fs, device, config.acl, config) {
         Ok(s) => s,
         Err(e) => {
             if let Err(u) = nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH) {
@@ -432,6 +468,9 @@ impl Filesystem for ViewFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         log::trace!("lookup {parent} {name:?}");
+        if name.as_bytes() == b"." {
+            self.connect(parent.0);
+        }
         match self.view.lookup(parent.0, name.as_bytes()) {
             Ok(node) => {
                 let t = ttl(&node);

@@ -200,6 +200,28 @@ impl View {
         }
     }
 
+    /// The path of node `ino` below the mount (known or recently forgotten nodes only).
+    pub fn path_below(&self, ino: Ino) -> Option<std::path::PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut parts = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT_INO {
+            let n = self.node_or_ghost(cur).ok()?;
+            parts.push(n.name.clone());
+            cur = n.parent;
+            if parts.len() > 4096 {
+                return None;
+            }
+        }
+        Some(
+            parts
+                .iter()
+                .rev()
+                .map(|p| std::ffi::OsStr::from_bytes(p))
+                .collect(),
+        )
+    }
+
     /// A node the kernel holds or recently forgot (for file-handle lookups).
     ///
     /// # Errors

@@ -86,6 +86,11 @@ fn introduce_copies(lower: &Path, upper: &Path) {
     );
 }
 
+/// Whether overlays mount with `index=on`, which keeps a copied-up hardlink's names joined.
+/// Overlayfs then refuses (EBUSY) an upper layer that a detached overlay still uses (what
+/// `switch` leaves while a shell works in the tree it left): that mount goes without it.
+const INDEX: bool = true;
+
 /// Most upper entries [`introduce_copies`] looks at (about 20 µs each).
 const INTRODUCE_LIMIT: usize = 1 << 20;
 
@@ -113,12 +118,12 @@ pub fn mount_overlay(
             Some(opts.as_str()),
         )
     };
-    let mounted = match with("on") {
+    let mounted = match with(if INDEX { "on" } else { "off" }) {
         // With index=on overlayfs refuses an upper layer another overlay still uses: the one
         // `switch` or `umount` detached while a process works in it. Without the index it
         // allows that (as before), so the new mount goes ahead; the names of a hardlink
         // copied up meanwhile are then not joined in it (docs/inodes.md).
-        Err(nix::errno::Errno::EBUSY) => {
+        Err(nix::errno::Errno::EBUSY) if INDEX => {
             log::warn!(
                 "{}: its upper layer is still used by a detached overlay (a process inside the \
                  tree left by a switch or unmount); mounting without index=on, so copied-up \
