@@ -31,6 +31,13 @@
 //!   that refuses it: not root, store on a stacked filesystem) OPEN is answered ENOSYS once
 //!   checked: the kernel then opens every file itself with `KEEP_CACHE`, with no OPEN or
 //!   RELEASE round trip at all;
+//! - a node id apart from the `st_ino` shown (patched fuser, `vendor/fuser/PATCHED.md`): node
+//!   ids name one checkpoint's version of an entry, `st_ino` the file (docs/inodes.md);
+//! - `FUSE_EXPORT_SUPPORT`: lookups of `.` and `..` in a node id answer for nodes the kernel
+//!   holds or recently forgot, so overlayfs can decode the file handles it stores at copy-up;
+//! - the workspaces' lower view answers OPENDIR with ENOSYS: the kernel opens directories
+//!   itself (KEEP_CACHE, CACHE_DIR) with no OPENDIR/RELEASEDIR round trips, and reads them
+//!   by inode;
 //! - several worker threads (`n_threads`, `clone_fd`), since handlers block on disk reads;
 //! - every write-side request answers EROFS (the mount is also `ro`); a missing xattr is
 //!   ENODATA, never ENOSYS (which would disable xattrs for the whole mount).

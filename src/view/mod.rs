@@ -16,11 +16,13 @@
 //! Invariants:
 //! - **Lazy**: creating a view reads one checkpoint record (or nothing, for browse); trees are
 //!   decoded on first lookup/readdir, chunks read on first access.
-//! - **Stable inodes**: an inode number is a hash of (parent inode, name), so it is the same
-//!   across walks and remounts, never derived from content (identical files stay distinct);
-//!   its low 32 bits are the captured inode number when the tree recorded one ([`entry_ino`]).
-//!   The table only holds inodes the kernel references (lookup counts, dropped on forget), so
-//!   memory does not grow with what has been walked.
+//! - **Stable inodes**: a node id is a hash of (parent node id, name), so it is the same
+//!   across walks and remounts and distinct across checkpoints, never derived from content
+//!   (identical files stay distinct); the `st_ino` shown is the inode number the tree recorded
+//!   ([`shown_ino`]), the same in every checkpoint; the names of a recorded link group share
+//!   one node id ([`link_ino`]). See docs/inodes.md. The table only holds inodes the kernel
+//!   references (lookup counts, dropped on forget), plus a bounded set of forgotten ones for
+//!   file-handle lookups, so memory does not grow with what has been walked.
 //! - **Bounded memory**: decoded trees and verified chunks sit in byte-budgeted LRU caches.
 //! - **Never wrong bytes**: every object is hash-checked when loaded; a corrupt or missing
 //!   object gives [`Error::Corrupt`] (EIO) for the entry that needs it, with a log line naming
