@@ -17,8 +17,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FILES=${1:-100000}
 COMMITS=${2:-400}
-cargo build --release -q
-B=$PWD/target/release/ckptfs
+if [ -n "${CKPTFS_BIN:-}" ]; then
+    B=$CKPTFS_BIN # (a quick check of this script with another build)
+else
+    cargo build --release -q
+    B=$PWD/target/release/ckptfs
+fi
 BASE=${BENCH_DIR:-/tmp/ckptfs-gitbench}
 GITC=(-c user.name=b -c user.email=b@b -c gc.auto=0 -c maintenance.auto=false)
 
