@@ -78,6 +78,7 @@ pub(crate) fn entry_of(
         xattrs,
         ctime_ns: ctime_ns(m),
         ino: m.ino(),
+        nlink: 0,
     }
 }
 

@@ -28,6 +28,7 @@ fn valid_tree() -> Vec<u8> {
         xattrs: vec![(b"user.x".to_vec(), b"y".to_vec())],
         ctime_ns: 4,
         ino: 5,
+        nlink: 0,
     };
     let mut entries = vec![file("a"), file("b")];
     entries.push(Entry {
@@ -44,6 +45,7 @@ fn valid_tree() -> Vec<u8> {
         xattrs: vec![],
         ctime_ns: 0,
         ino: 0,
+        nlink: 0,
     });
     entries.push(Entry {
         name: b"l".to_vec(),
@@ -58,6 +60,7 @@ fn valid_tree() -> Vec<u8> {
         xattrs: vec![],
         ctime_ns: 0,
         ino: 0,
+        nlink: 0,
     });
     Tree { entries }.encode()
 }

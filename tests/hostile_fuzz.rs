@@ -223,6 +223,7 @@ fn valid_tree() -> impl Strategy<Value = Tree> {
                         .collect(),
                     ctime_ns,
                     ino,
+                    nlink: 0,
                 },
             )
             .collect(),

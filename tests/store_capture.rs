@@ -248,7 +248,7 @@ fn format_2_trees_record_ctime_and_inode_and_version_1_stores_keep_theirs() {
         let cfg_path = env.store.join("STORE.json");
         let mut cfg: serde_json::Value =
             serde_json::from_slice(&fs::read(&cfg_path).unwrap()).unwrap();
-        assert_eq!(cfg["version"], 2, "new stores are format 2");
+        assert_eq!(cfg["version"], 3, "new stores are format 3");
         cfg["version"] = version.into();
         fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
         let id = env.capture_id(&[]);

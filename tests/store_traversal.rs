@@ -25,6 +25,7 @@ fn file_entry(name: &[u8], chunk: ObjectId, len: u32) -> Entry {
         xattrs: vec![],
         ctime_ns: 0,
         ino: 0,
+        nlink: 0,
     }
 }
 
@@ -60,6 +61,7 @@ fn bad_entry_names_are_rejected_on_decode() {
                 xattrs: vec![],
                 ctime_ns: 0,
                 ino: 0,
+                nlink: 0,
             }],
         };
         let t2 = put_raw_object(&env.store, &parent.encode());

@@ -437,9 +437,13 @@ pub fn run_unarchive(a: UnarchiveArgs, store_flag: Option<&Path>) -> Result<i32>
             println!("root {n} now recorded at {}", p.display());
         }
         if let Some(v) = r.upgraded_to {
+            let what = if v >= 3 {
+                "trees with hardlinks"
+            } else {
+                "trees with ctimes and inode numbers"
+            };
             println!(
-                "store format upgraded to version {v} (trees with ctimes and inode numbers): \
-                 older ckptfs builds refuse it"
+                "store format upgraded to version {v} ({what}): older ckptfs builds refuse it"
             );
         }
     }

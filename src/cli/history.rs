@@ -652,9 +652,14 @@ pub fn run_diff(a: DiffArgs) -> Result<i32> {
         }
     } else {
         for c in &changes {
-            let _ignored = match &c.from {
-                Some(f) => writeln!(out, "{:<9} {f} -> {}", c.change, c.path),
-                None => writeln!(out, "{:<9} {}", c.change, c.path),
+            let _ignored = match (&c.from, c.nlink, c.nlink_before) {
+                (Some(f), _, _) => writeln!(out, "{:<9} {f} -> {}", c.change, c.path),
+                (None, Some(n), Some(was)) => writeln!(
+                    out,
+                    "{:<9} {} (names in the root: {n}, was {was})",
+                    c.change, c.path
+                ),
+                _ => writeln!(out, "{:<9} {}", c.change, c.path),
             };
         }
     }

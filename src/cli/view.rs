@@ -134,8 +134,8 @@ pub struct StatusArgs {
     #[arg(value_name = "STORE|MOUNTPOINT")]
     pub place: PathBuf,
     /// Print machine-readable JSON instead of text. Each workspace row has a `changes` array:
-    /// `{"path", "change" (added|modified|removed|renamed|type|mode|mtime|xattr), "size",
-    /// "size_before", "from" (renames)}`.
+    /// `{"path", "change" (added|modified|removed|renamed|type|mode|mtime|xattr|links),
+    /// "size", "size_before", "from" (renames), "nlink", "nlink_before" (links)}`.
     #[arg(long)]
     pub json: bool,
     /// Print only the changed paths of each workspace, as `git status --short` does: `M

@@ -278,7 +278,8 @@ fn capture_root(
         }
     }
     let t = Instant::now();
-    let (tree, subdirs, files, bytes) = build_tree(batch, &root, &results)?;
+    let links = link_groups(&jobs);
+    let (tree, subdirs, files, bytes) = build_tree(batch, &root, &results, &links)?;
     log::debug!("{}: trees built in {:?}", src.display(), t.elapsed());
     let _ = store;
     Ok((
@@ -381,11 +382,34 @@ fn walk_dir(
     })
 }
 
+/// Per file job: the job whose data stands for its inode (itself unless it is a later name of
+/// a file met before), and the number of the inode's names in this root when more than one
+/// (else 0). Every name of a linked file then records one content, one set of metadata and
+/// one inode number (`tree`: link groups), even if the file changed between two reads.
+fn link_groups(jobs: &[FileJob]) -> Vec<(usize, u32)> {
+    let mut first: std::collections::HashMap<(u64, u64), usize> = Default::default();
+    let mut out: Vec<(usize, u32)> = (0..jobs.len()).map(|i| (i, 0)).collect();
+    let mut count: Vec<u32> = vec![0; jobs.len()];
+    for (i, j) in jobs.iter().enumerate() {
+        if j.walked.nlink > 1 {
+            let f = *first.entry((j.walked.dev, j.walked.ino)).or_insert(i);
+            out[i].0 = f;
+            count[f] += 1;
+        }
+    }
+    for o in &mut out {
+        let n = count[o.0];
+        o.1 = if n > 1 { n } else { 0 };
+    }
+    out
+}
+
 /// Encodes a directory bottom-up; returns (tree id, subdirs, files, bytes).
 fn build_tree(
     batch: &ObjectBatch<'_>,
     dir: &DirNode,
     results: &[FileData],
+    links: &[(usize, u32)],
 ) -> Result<(ObjectId, u32, u64, u64)> {
     let mut entries = Vec::with_capacity(dir.children.len());
     let mut subdirs = 0u32;
@@ -394,13 +418,16 @@ fn build_tree(
     for (name, node) in &dir.children {
         match node {
             Node::File(i) => {
-                let d = &results[*i];
+                let (first, nlink) = links[*i];
+                let d = &results[first];
                 files += 1;
                 bytes += d.key.size;
-                entries.push(d.entry(name));
+                let mut e = d.entry(name);
+                e.nlink = nlink;
+                entries.push(e);
             }
             Node::Dir(sub) => {
-                let (tree, sd, f, b) = build_tree(batch, sub, results)?;
+                let (tree, sd, f, b) = build_tree(batch, sub, results, links)?;
                 subdirs += 1;
                 files += f;
                 bytes += b;

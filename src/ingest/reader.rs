@@ -132,6 +132,7 @@ impl FileData {
             xattrs: self.xattrs.clone(),
             ctime_ns: self.ctime_ns,
             ino: self.ino,
+            nlink: 0,
         }
     }
 }

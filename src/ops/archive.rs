@@ -1010,6 +1010,8 @@ struct Scan {
     trees: HashMap<ObjectId, Vec<(ObjectId, Option<u32>)>>,
     /// Some tree records ctimes and inode numbers (store format 2).
     stat_trees: bool,
+    /// Some tree records hardlinks (store format 3).
+    link_trees: bool,
     checkpoints: BTreeMap<ObjectId, Checkpoint>,
 }
 
@@ -1019,6 +1021,7 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
     let mut checkpoints = BTreeMap::new();
     let mut stat_trees = false;
     let progress = Progress::items("unarchive scan", "objects", None);
+    let mut link_trees = false;
     let manifest = read_archive(chain(files), &mut |item| {
         match item {
             ArchiveItem::Object { id, data } => {
@@ -1038,6 +1041,7 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
                         .collect::<Vec<_>>();
                     trees.insert(id, kids);
                     stat_trees |= crate::store::tree::records_stat(&data);
+                    link_trees |= crate::store::tree::records_links(&data);
                 }
                 if objects.insert(id, data.len() as u64).is_some() {
                     return Err(Error::Invalid(format!(
@@ -1061,6 +1065,7 @@ fn scan(files: &[PathBuf]) -> Result<Scan> {
         objects,
         trees,
         stat_trees,
+        link_trees,
         checkpoints,
     };
     check_complete(&scan)?;
@@ -1228,10 +1233,16 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
         config.chunker = m.chunker.clone();
     }
     // A version-1 store taking trees that record ctimes and inode numbers becomes version 2
-    // before any of them lands, so older builds refuse it instead of failing on those trees.
-    let upgrade = scan.stat_trees && !store.records_stat();
+    // (3 for trees that record hardlinks) before any of them lands, so older builds refuse it
+    // instead of failing on those trees.
+    let needed = match (scan.link_trees, scan.stat_trees) {
+        (true, _) => 3,
+        (false, true) => 2,
+        (false, false) => 1,
+    };
+    let upgrade = needed > store.config().version;
     if upgrade {
-        config.version = crate::store::FORMAT_VERSION;
+        config.version = needed;
         report.upgraded_to = Some(config.version);
     }
     let config_changed = config != *store.config();

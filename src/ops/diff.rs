@@ -22,7 +22,7 @@ use crate::store::Store;
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Change {
     /// "added", "removed", "modified", "renamed", "type", "mode" (mode/owner), "mtime",
-    /// "xattr".
+    /// "xattr", "links" (a file joined, left or changed its hardlink group: see `nlink`).
     pub change: String,
     /// `ROOT/PATH` (for a rename, the new path).
     pub path: String,
@@ -36,6 +36,11 @@ pub struct Change {
     /// Size before, when there was an entry before (same units as `size`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size_before: Option<u64>,
+    /// For "links": the file's names in its root now and before (1: not linked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nlink: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nlink_before: Option<u32>,
     /// The entries on each side, for `--stat` and `--patch`.
     #[serde(skip)]
     pub before: Option<Entry>,
@@ -51,6 +56,8 @@ impl Change {
             from: None,
             size: after.or(before).map(|e| e.size),
             size_before: before.map(|e| e.size),
+            nlink: (change == "links").then(|| after.map_or(1, |e| e.nlink.max(1))),
+            nlink_before: (change == "links").then(|| before.map_or(1, |e| e.nlink.max(1))),
             before: before.cloned(),
             after: after.cloned(),
         }
@@ -339,6 +346,11 @@ impl Walker<'_> {
                 } else if x.mtime_ns != y.mtime_ns {
                     push(out, "mtime");
                 }
+                // Linked on one side only, or to another group (named by its inode number).
+                let group = |e: &Entry| (e.nlink > 1).then_some((e.ino, e.nlink));
+                if group(x) != group(y) {
+                    push(out, "links");
+                }
             }
             (EntryKind::Symlink { target: a }, EntryKind::Symlink { target: b }) => {
                 if a != b {
@@ -509,6 +521,7 @@ mod tests {
             xattrs: Vec::new(),
             ctime_ns: 0,
             ino: 0,
+            nlink: 0,
         }
     }
 

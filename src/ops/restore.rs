@@ -769,11 +769,20 @@ fn stage(
                 Path::new(""),
                 false,
                 progress,
+                &mut Links::default(),
             )?;
             apply_meta_fd(&top, top.path(), meta)?;
         }
         Source::Entry(e) => {
-            materialize_entry(store, e, staging, tree_name, &mut job.counts, progress)?;
+            materialize_entry(
+                store,
+                e,
+                staging,
+                tree_name,
+                &mut job.counts,
+                progress,
+                &mut Links::default(),
+            )?;
         }
     }
     job.phase.staged_id = staging.stat(tree_name)?.map(|st| EntryId::of(&st));
@@ -1184,6 +1193,7 @@ pub fn materialize_dir(
     counts: &mut (u64, u64),
     progress: &Progress,
 ) -> Result<()> {
+    let mut links = Links::default();
     materialize(
         store,
         tree,
@@ -1193,9 +1203,15 @@ pub fn materialize_dir(
         Path::new(""),
         false,
         progress,
+        &mut links,
     )
     .map(|_| ())
 }
+
+/// The first name restored of each linked file (by its recorded inode number): the held
+/// directory it is in, and its name there. Later names become hard links to it.
+#[derive(Default)]
+struct Links(HashMap<u64, (Dir, OsString)>);
 
 /// As [`materialize_dir`], through `filter`: `rel` is `at`'s path from the restored
 /// directory, `whole` that an include rule matched a directory above (everything in it is
@@ -1211,6 +1227,7 @@ fn materialize(
     rel: &Path,
     whole: bool,
     progress: &Progress,
+    links: &mut Links,
 ) -> Result<bool> {
     let tree = store.read_tree(tree)?;
     let mut any = false;
@@ -1225,8 +1242,9 @@ fn materialize(
         match &e.kind {
             EntryKind::Dir { tree, .. } => {
                 let sub = at.create_private_dir(name)?;
-                let kept =
-                    materialize(store, tree, &sub, counts, filter, &path, included, progress)?;
+                let kept = materialize(
+                    store, tree, &sub, counts, filter, &path, included, progress, links,
+                )?;
                 if included || kept {
                     apply_meta_fd(&sub, sub.path(), &Meta::of_entry(e))?;
                     any = true;
@@ -1237,7 +1255,7 @@ fn materialize(
             }
             _ if !included => {}
             _ => {
-                materialize_entry(store, e, at, name, counts, progress)?;
+                materialize_entry(store, e, at, name, counts, progress, links)?;
                 any = true;
             }
         }
@@ -1246,7 +1264,7 @@ fn materialize(
 }
 
 /// Creates the file or symlink `e` as `name` in the held directory `at` (which this restore
-/// created), with its metadata.
+/// created), with its metadata; a later name of a linked file is a hard link to the first.
 fn materialize_entry(
     store: &Store,
     e: &Entry,
@@ -1254,12 +1272,36 @@ fn materialize_entry(
     name: &OsStr,
     counts: &mut (u64, u64),
     progress: &Progress,
+    links: &mut Links,
 ) -> Result<()> {
     match &e.kind {
         EntryKind::Dir { tree, .. } => {
             let sub = at.create_private_dir(name)?;
-            materialize_dir(store, tree, &sub, counts, progress)?;
+            materialize(
+                store,
+                tree,
+                &sub,
+                counts,
+                None,
+                Path::new(""),
+                false,
+                progress,
+                links,
+            )?;
             apply_meta_fd(&sub, sub.path(), &Meta::of_entry(e))
+        }
+        EntryKind::File { .. } if e.nlink > 1 => {
+            if let Some((dir, first)) = links.0.get(&e.ino) {
+                at.hard_link(dir, first, name)?;
+            } else {
+                write_file(store, e, at, name)?;
+                counts.1 += e.size;
+                links
+                    .0
+                    .insert(e.ino, (at.try_clone()?, name.to_os_string()));
+            }
+            counts.0 += 1;
+            Ok(())
         }
         EntryKind::File { .. } => {
             write_file(store, e, at, name)?;

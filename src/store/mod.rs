@@ -74,7 +74,10 @@ pub const FORMAT_NAME: &str = "ckptfs-store";
 /// - 1: trees without ctimes and inode numbers (`CKT1`).
 /// - 2: trees record each entry's captured ctime and inode number (`CKT2`), which views show.
 ///   A version-1 store keeps writing `CKT1` trees, so older builds can still read it.
-pub const FORMAT_VERSION: u32 = 2;
+/// - 3: trees record hardlinks (`CKT3`, only trees holding a linked file). A version-2 store
+///   keeps writing trees without them (each name a file of its own, as before), so the
+///   builds that made it can still read it.
+pub const FORMAT_VERSION: u32 = 3;
 /// Name of the config file at the store root.
 pub const CONFIG_FILE: &str = "STORE.json";
 /// The largest STORE.json read (roots and their exclude rules; real ones are a few KiB).
@@ -736,6 +739,10 @@ impl Store {
     /// Whether trees record ctimes and inode numbers (format version 2 and later).
     pub fn records_stat(&self) -> bool {
         self.config.version >= 2
+    }
+    /// Whether trees record hardlinks (format version 3 and later).
+    pub fn records_links(&self) -> bool {
+        self.config.version >= 3
     }
     pub fn compressed(&self) -> bool {
         self.config.compression == "zstd"

@@ -532,15 +532,20 @@ impl<'a> ObjectBatch<'a> {
     }
 
     /// Makes sure the encoding of `tree` will exist after `commit`; returns its id. In a
-    /// version-1 store, entries are stored without ctimes and inode numbers (`CKT1`), which
-    /// the builds that made it can read.
+    /// version-1 store, entries are stored without ctimes and inode numbers (`CKT1`), in a
+    /// version-2 store without link counts (`CKT2`), which the builds that made them read.
     pub fn ensure_tree(&self, tree: &Tree) -> Result<ObjectId> {
-        let (id, stored) = if self.store.records_stat() {
+        let linked = tree.entries.iter().any(|e| e.nlink != 0);
+        let (id, stored) = if self.store.records_links() || (!linked && self.store.records_stat()) {
             (self.ensure(&tree.encode())?, None)
         } else {
             let mut plain = tree.clone();
+            let stat = self.store.records_stat();
             for e in &mut plain.entries {
-                (e.ctime_ns, e.ino) = (0, 0);
+                e.nlink = 0;
+                if !stat {
+                    (e.ctime_ns, e.ino) = (0, 0);
+                }
             }
             (self.ensure(&plain.encode())?, Some(plain))
         };

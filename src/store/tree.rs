@@ -1,9 +1,10 @@
 //! Trees: the canonical binary encoding of one directory's entries.
 //!
 //! ```text
-//! tree    = ("CKT1" | "CKT2") u32:count entry*  (entries strictly sorted by name bytes)
+//! tree    = ("CKT1" | "CKT2" | "CKT3") u32:count entry*  (entries strictly sorted by name)
 //! entry   = u16:namelen name u8:kind u32:mode u32:uid u32:gid i64:mtime_ns u64:size
-//!           [i64:ctime_ns u64:ino]                (CKT2 only)
+//!           [i64:ctime_ns u64:ino]                (CKT2 and CKT3)
+//!           [u32:nlink]                           (CKT3 only)
 //!           u16:nxattr (u16:len name u32:len value)*  payload
 //! payload = file:    u32:nchunks (id[32] u32:len)*   (sum of len == size)
 //!           dir:     id[32] u32:subdirs              (subdirs = number of child dirs)
@@ -13,6 +14,13 @@
 //! tools that cache stat data (git's index) find a restored tree unchanged. A tree whose
 //! entries all lack them (0: written before CKT2, or built without a source file) is encoded
 //! as CKT1, so such trees keep their ids. Integers are little-endian.
+//!
+//! **Hardlinks** (CKT3): a file whose inode has several names in its root records `nlink`,
+//! the number of those names (2 or more; 0 for every other entry, never 1), and every name
+//! records the same `ino` and the same content and metadata: the entries of one root with one
+//! `ino` and `nlink` > 0 are one file (a *link group*). A tree is CKT3 only when one of its
+//! entries is linked, so trees without links keep their CKT2/CKT1 encoding and ids; only a
+//! store of format version 3 holds CKT3 trees.
 //!
 //! Trees come from stores and archives made elsewhere, so decoding treats them as hostile and
 //! rejects: names that are empty, `.`, `..`, longer than 255 bytes, or contain `/` or NUL;
@@ -45,6 +53,8 @@ pub const MAX_XATTR_LIST: usize = 64 << 10;
 const MIN_ENTRY_BYTES: usize = 2 + 1 + 1 + 4 * 3 + 8 + 8 + 2 + 4;
 /// Entries carry their captured ctime and inode number.
 const MAGIC2: &[u8; 4] = b"CKT2";
+/// Entries also carry their link count (hardlinks).
+const MAGIC3: &[u8; 4] = b"CKT3";
 
 /// A chunk of a file's content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -79,6 +89,9 @@ pub struct Entry {
     pub ctime_ns: i64,
     /// `st_ino` when captured; 0 when not recorded.
     pub ino: u64,
+    /// For a file with several names in its root: how many (all of them record the same
+    /// `ino`, content and metadata). 0 for everything else (never 1).
+    pub nlink: u32,
 }
 
 impl Entry {
@@ -112,7 +125,13 @@ pub struct Tree {
 /// Whether an encoded tree records ctimes and inode numbers (`CKT2`): only stores of format
 /// version 2 and later may hold such trees.
 pub fn records_stat(encoded: &[u8]) -> bool {
-    encoded.starts_with(MAGIC2)
+    encoded.starts_with(MAGIC2) || encoded.starts_with(MAGIC3)
+}
+
+/// Whether an encoded tree records hardlinks (`CKT3`): only stores of format version 3 and
+/// later may hold such trees.
+pub fn records_links(encoded: &[u8]) -> bool {
+    encoded.starts_with(MAGIC3)
 }
 
 /// Checks one entry name as stored in a tree.
@@ -144,12 +163,17 @@ impl Tree {
 
     /// Canonical encoding. Entries must already be sorted by name.
     pub fn encode(&self) -> Vec<u8> {
-        let stat = self.entries.iter().any(|e| e.ctime_ns != 0 || e.ino != 0);
+        let links = self.entries.iter().any(|e| e.nlink != 0);
+        let stat = links || self.entries.iter().any(|e| e.ctime_ns != 0 || e.ino != 0);
         let mut out = Vec::with_capacity(64 + self.entries.len() * 112);
-        out.extend_from_slice(if stat { MAGIC2 } else { MAGIC });
+        out.extend_from_slice(match (links, stat) {
+            (true, _) => MAGIC3,
+            (false, true) => MAGIC2,
+            (false, false) => MAGIC,
+        });
         out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
         for e in &self.entries {
-            encode_entry(e, stat, &mut out);
+            encode_entry(e, stat, links, &mut out);
         }
         out
     }
@@ -166,9 +190,10 @@ impl Tree {
             )));
         }
         let mut r = Reader { data, pos: 0 };
-        let stat = match r.take(4)? {
-            m if m == MAGIC => false,
-            m if m == MAGIC2 => true,
+        let (stat, links) = match r.take(4)? {
+            m if m == MAGIC => (false, false),
+            m if m == MAGIC2 => (true, false),
+            m if m == MAGIC3 => (true, true),
             _ => return Err(Error::Corrupt("tree object has a bad magic".into())),
         };
         let count = r.u32()? as usize;
@@ -181,7 +206,7 @@ impl Tree {
         }
         let mut entries: Vec<Entry> = Vec::with_capacity(count);
         for _ in 0..count {
-            let e = decode_entry(&mut r, stat)?;
+            let e = decode_entry(&mut r, stat, links)?;
             if let Some(prev) = entries.last() {
                 if prev.name >= e.name {
                     return Err(Error::Corrupt(format!(
@@ -210,8 +235,9 @@ impl Tree {
     }
 }
 
-/// Appends the encoding of one entry, with its ctime and inode number when `stat` (CKT2).
-fn encode_entry(e: &Entry, stat: bool, out: &mut Vec<u8>) {
+/// Appends the encoding of one entry, with its ctime and inode number when `stat` (CKT2),
+/// and its link count too when `links` (CKT3).
+fn encode_entry(e: &Entry, stat: bool, links: bool, out: &mut Vec<u8>) {
     out.extend_from_slice(&(e.name.len() as u16).to_le_bytes());
     out.extend_from_slice(&e.name);
     let (kind, _) = kind_code(&e.kind);
@@ -224,6 +250,9 @@ fn encode_entry(e: &Entry, stat: bool, out: &mut Vec<u8>) {
     if stat {
         out.extend_from_slice(&e.ctime_ns.to_le_bytes());
         out.extend_from_slice(&e.ino.to_le_bytes());
+    }
+    if links {
+        out.extend_from_slice(&e.nlink.to_le_bytes());
     }
     out.extend_from_slice(&(e.xattrs.len() as u16).to_le_bytes());
     for (k, v) in &e.xattrs {
@@ -301,8 +330,9 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Decodes and validates one entry (with ctime and inode number when `stat`: CKT2).
-fn decode_entry(r: &mut Reader<'_>, stat: bool) -> Result<Entry> {
+/// Decodes and validates one entry (with ctime and inode number when `stat`: CKT2; and its
+/// link count when `links`: CKT3).
+fn decode_entry(r: &mut Reader<'_>, stat: bool, links: bool) -> Result<Entry> {
     let nlen = r.u16()? as usize;
     let name = r.take(nlen)?.to_vec();
     check_entry_name(&name)?;
@@ -318,8 +348,17 @@ fn decode_entry(r: &mut Reader<'_>, stat: bool) -> Result<Entry> {
     let mtime_ns = r.i64()?;
     let size = r.u64()?;
     let (ctime_ns, ino) = if stat { (r.i64()?, r.u64()?) } else { (0, 0) };
-    let nx = r.u16()? as usize;
+    let nlink = if links { r.u32()? } else { 0 };
     let entry = || String::from_utf8_lossy(&name).into_owned();
+    // Only files have several names; 1 is written as 0 (one encoding per tree); a group is
+    // named by its inode number, so a linked entry must record one.
+    if nlink == 1 || (nlink > 1 && (kind != 1 || ino == 0)) {
+        return Err(Error::Corrupt(format!(
+            "{:?}: link count {nlink} is impossible for it",
+            entry()
+        )));
+    }
+    let nx = r.u16()? as usize;
     let mut xattrs: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(nx.min(64));
     let mut list_len = 0usize;
     for _ in 0..nx {
@@ -433,6 +472,7 @@ fn decode_entry(r: &mut Reader<'_>, stat: bool) -> Result<Entry> {
         xattrs,
         ctime_ns,
         ino,
+        nlink,
     })
 }
 
@@ -457,6 +497,39 @@ mod tests {
             xattrs: vec![(b"user.a".to_vec(), b"1".to_vec())],
             ctime_ns: 0,
             ino: 0,
+            nlink: 0,
+        }
+    }
+
+    #[test]
+    fn link_counts_make_ckt3_and_impossible_ones_are_refused() {
+        let mut a = file("a");
+        let mut b = file("b");
+        for e in [&mut a, &mut b] {
+            e.ino = 77;
+            e.nlink = 2;
+        }
+        let t = Tree {
+            entries: vec![a.clone(), b, file("c")],
+        };
+        let enc = t.encode();
+        assert_eq!(&enc[..4], MAGIC3);
+        assert!(records_links(&enc) && records_stat(&enc));
+        assert_eq!(Tree::decode(&enc).unwrap(), t);
+        // Without links the encoding is CKT2 as before.
+        let mut plain = t.clone();
+        for e in &mut plain.entries {
+            e.nlink = 0;
+        }
+        assert_eq!(&plain.encode()[..4], MAGIC2);
+        for bad in [1u32, 3] {
+            let mut e = a.clone();
+            e.nlink = bad;
+            if bad == 3 {
+                e.ino = 0;
+            }
+            let enc = Tree { entries: vec![e] }.encode();
+            assert!(Tree::decode(&enc).is_err(), "nlink {bad} accepted");
         }
     }
 

@@ -53,6 +53,8 @@ pub(super) fn root_node(store: &Store, created_ns: i64) -> Node {
     Node {
         parent: ROOT_INO,
         name: Arc::from(&b""[..]),
+        key: ROOT_INO,
+        root: ROOT_INO,
         attr: dir_attr(ROOT_INO, 0o555, uid, gid, created_ns, 4),
         content: Content::BrowseRoot,
         entry: None,
@@ -77,8 +79,11 @@ impl View {
         Node {
             parent,
             name,
+            key: ino,
+            root: ino,
             attr: Attr {
                 ino,
+                st_ino: ino,
                 kind: Kind::Symlink,
                 perm: 0o777,
                 uid,
@@ -123,6 +128,8 @@ impl View {
         Ok(Node {
             parent,
             name,
+            key: ino,
+            root: ino,
             attr: dir_attr(ino, 0o555, uid, gid, self.created_ns, subdirs),
             content: Content::BrowseDir(which),
             entry: None,
@@ -176,6 +183,8 @@ impl View {
                 Ok(Node {
                     parent,
                     name,
+                    key: ino,
+                    root: ino,
                     attr: dir_attr(ino, 0o555, uid, gid, c.time_ns, c.roots.len() as u64),
                     content: Content::Checkpoint(id),
                     entry: None,
@@ -217,7 +226,7 @@ impl View {
         let c = self.checkpoint(id)?;
         let root = std::str::from_utf8(&name).map_err(|_| not_found(&name))?;
         let rec = c.roots.get(root).ok_or_else(|| not_found(&name))?;
-        Ok(root_dir_node(ino, parent, name, rec))
+        Ok(root_dir_node(ino, parent, name.clone(), root, rec))
     }
 
     /// The names listed in a synthetic directory of the browse namespace.

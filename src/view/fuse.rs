@@ -31,6 +31,13 @@
 //!   that refuses it: not root, store on a stacked filesystem) OPEN is answered ENOSYS once
 //!   checked: the kernel then opens every file itself with `KEEP_CACHE`, with no OPEN or
 //!   RELEASE round trip at all;
+//! - a node id apart from the `st_ino` shown (patched fuser, `vendor/fuser/PATCHED.md`): node
+//!   ids name one checkpoint's version of an entry, `st_ino` the file (docs/inodes.md);
+//! - `FUSE_EXPORT_SUPPORT`: lookups of `.` and `..` in a node id answer for nodes the kernel
+//!   holds or recently forgot, so overlayfs can decode the file handles it stores at copy-up;
+//! - the workspaces' lower view answers OPENDIR with ENOSYS: the kernel opens directories
+//!   itself (KEEP_CACHE, CACHE_DIR) with no OPENDIR/RELEASEDIR round trips, and reads them
+//!   by inode;
 //! - several worker threads (`n_threads`, `clone_fd`), since handlers block on disk reads;
 //! - every write-side request answers EROFS (the mount is also `ro`); a missing xattr is
 //!   ENODATA, never ENOSYS (which would disable xattrs for the whole mount).
@@ -104,7 +111,12 @@ impl MountedView {
 pub struct ViewFs {
     view: Arc<View>,
     opens: Opens<BackingId>,
+    /// Where it is mounted (for [`ViewFs::connect`]).
+    mountpoint: Option<PathBuf>,
 }
+
+/// How long a file-handle lookup waits for [`ViewFs::connect`].
+const CONNECT_WAIT: Duration = Duration::from_millis(300);
 
 /// Replies a tracked page-cache open of a big file.
 fn reply_cached(fh: u64, reply: ReplyOpen) {
@@ -112,10 +124,54 @@ fn reply_cached(fh: u64, reply: ReplyOpen) {
 }
 
 impl ViewFs {
+    /// Entry `index` of a directory, by its handle, or by its inode when the kernel opened it
+    /// itself (handle 0: OPENDIR answered ENOSYS).
+    fn dir_entry(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        index: u64,
+    ) -> Result<Option<(Vec<u8>, Node)>, Error> {
+        if fh.0 == 0 {
+            self.view.dir_entry_unopened(ino.0, index)
+        } else {
+            self.view.dir_entry(fh.0, index)
+        }
+    }
+
     pub fn new(view: Arc<View>) -> ViewFs {
         ViewFs {
             view,
             opens: Opens::new(),
+            mountpoint: None,
+        }
+    }
+
+    /// Before answering the kernel's `LOOKUP(node id, ".")` (it decodes a file handle of an
+    /// inode it evicted): looks the node up by its path through the mount, from another
+    /// thread, so the kernel makes the inode with a connected dentry. The handle's dentry is
+    /// then that one; otherwise it is an anonymous alias, which this kernel's FUSE fails to
+    /// revalidate, and overlayfs answers ESTALE for the copy whose origin it is (seen after a
+    /// cache drop, at the second lookup of a copied-up file). Bounded by [`CONNECT_WAIT`]:
+    /// the lookups it causes need free worker threads.
+    fn connect(&self, ino: u64) {
+        let (Some(mp), Some(rel)) = (&self.mountpoint, self.view.path_below(ino)) else {
+            return;
+        };
+        let path = mp.join(rel);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("connect".into())
+            .spawn(move || {
+                let r = std::fs::symlink_metadata(&path);
+                let _ignored = tx.send(r.map(|_| ()));
+            });
+        if spawned.is_ok() {
+            match rx.recv_timeout(CONNECT_WAIT) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => log::debug!("connecting node {ino}: {e}"),
+                Err(_) => log::debug!("connecting node {ino}: no answer in {CONNECT_WAIT:?}"),
+            }
         }
     }
 
@@ -196,7 +252,9 @@ pub fn mount(view: Arc<View>, mountpoint: &Path, cfg: &MountConfig) -> io::Resul
     };
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
-    let session = match Session::from_fd(ViewFs::new(view), device, config.acl, config) {
+    let mut fs = ViewFs::new(view);
+    fs.mountpoint = Some(mountpoint.to_path_buf());
+    let session = match Session::from_fd(fs, device, config.acl, config) {
         Ok(s) => s,
         Err(e) => {
             if let Err(u) = nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH) {
@@ -331,7 +389,7 @@ fn time(ns: i64) -> SystemTime {
 fn file_attr(a: &Attr) -> FileAttr {
     let t = time(a.mtime_ns);
     FileAttr {
-        ino: INodeNo(a.ino),
+        ino: INodeNo(a.st_ino),
         size: a.size,
         blocks: a.blocks(),
         atime: t,
@@ -380,7 +438,12 @@ fn fail(op: &str, ino: u64, e: &Error) -> Errno {
 
 impl Filesystem for ViewFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        let mut want = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_PARALLEL_DIROPS;
+        // EXPORT_SUPPORT: the kernel may look up "." (and "..") in a node id to decode a file
+        // handle, so overlayfs can follow `trusted.overlay.origin` from a copied-up file to
+        // the lower file it came from after a cache drop, and show that file's inode number.
+        let mut want = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_EXPORT_SUPPORT;
         if matches!(self.view.namespace(), Namespace::Checkpoint { .. }) {
             // Symlink targets never change in a checkpoint view.
             want |= InitFlags::FUSE_CACHE_SYMLINKS;
@@ -412,15 +475,31 @@ impl Filesystem for ViewFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         log::trace!("lookup {parent} {name:?}");
+        if name.as_bytes() == b"." {
+            self.connect(parent.0);
+        }
         match self.view.lookup(parent.0, name.as_bytes()) {
-            Ok(node) => reply.entry(&ttl(&node), &file_attr(&node.attr), Generation(0)),
+            Ok(node) => {
+                let t = ttl(&node);
+                let attr = file_attr(&node.attr);
+                reply.entry_with_nodeid(INodeNo(node.attr.ino), &t, &t, &attr, Generation(0))
+            }
+            Err(Error::NotFound(_)) if name.as_bytes() == b"." || name.as_bytes() == b".." => {
+                // A file handle of a node this daemon no longer knows: stale.
+                reply.error(Errno::ESTALE)
+            }
             Err(Error::NotFound(_)) => {
                 // A negative entry for immutable directories: misses are cached too.
                 match self.view.node(parent.0) {
                     Ok(dir) if !dir.volatile => {
-                        let mut a = file_attr(&dir.attr);
-                        a.ino = INodeNo(0);
-                        reply.entry(&LONG_TTL, &a, Generation(0));
+                        let a = file_attr(&dir.attr);
+                        reply.entry_with_nodeid(
+                            INodeNo(0),
+                            &LONG_TTL,
+                            &LONG_TTL,
+                            &a,
+                            Generation(0),
+                        );
                     }
                     _ => reply.error(Errno::ENOENT),
                 }
@@ -537,6 +616,17 @@ impl Filesystem for ViewFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         log::trace!("opendir {ino}");
+        if self.view.is_lower() {
+            // The workspaces' lower view: overlayfs opens a lower directory for every
+            // directory a process opens in a workspace (27k per `git status` of a 100k-file
+            // repository). ENOSYS makes the kernel stop sending OPENDIR and RELEASEDIR for
+            // the rest of the mount and open directories itself with KEEP_CACHE and
+            // CACHE_DIR: listings are read once, then served from its cache.
+            return match self.view.node(ino.0) {
+                Ok(_) => reply.error(Errno::ENOSYS),
+                Err(e) => reply.error(fail("opendir", ino.0, &e)),
+            };
+        }
         let volatile = match self.view.node(ino.0) {
             Ok(n) => n.volatile,
             Err(e) => {
@@ -568,10 +658,10 @@ impl Filesystem for ViewFs {
         log::trace!("readdir {ino} @{offset}");
         let mut index = offset;
         loop {
-            match self.view.dir_entry(fh.0, index) {
+            match self.dir_entry(ino, fh, index) {
                 Ok(Some((name, node))) => {
                     if reply.add(
-                        INodeNo(node.attr.ino),
+                        INodeNo(node.attr.st_ino),
                         index + 1,
                         file_type(node.attr.kind),
                         OsStr::from_bytes(&name),
@@ -604,7 +694,7 @@ impl Filesystem for ViewFs {
         log::trace!("readdirplus {ino} @{offset}");
         let mut index = offset;
         loop {
-            match self.view.dir_entry(fh.0, index) {
+            match self.dir_entry(ino, fh, index) {
                 Ok(Some((name, node))) => {
                     let dots = index < 2;
                     // Every entry but . and .. adds a lookup count in the kernel.

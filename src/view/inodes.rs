@@ -1,16 +1,30 @@
-//! Inode numbers and the inode table. A number is a hash of (parent inode, name), so it is
-//! the same across walks and remounts and never derived from content; the table holds only the
-//! inodes the kernel references, with their lookup counts, so memory follows what the kernel
-//! caches rather than what has been walked.
+//! Inode numbers and the inode table. Each node has two numbers (docs/inodes.md):
+//! - its **node id**, the kernel's handle: a hash of (parent node id, name), so the same across
+//!   walks and remounts, distinct across checkpoints (the kernel must never take one
+//!   checkpoint's version of a file or directory for another's), never derived from content;
+//! - its **shown number** (`st_ino`), the file's identity: the inode number its tree recorded,
+//!   the same in every checkpoint ([`shown_ino`]).
+//!
+//! The table holds the inodes the kernel references, with their lookup counts, so memory
+//! follows what the kernel caches rather than what has been walked; a bounded set of
+//! forgotten ones answers the kernel's file-handle lookups (`.` of a node id).
 
 use sha2::{Digest, Sha256};
 
 use super::{lock, Content, Ino, Namespace, Node, View, ROOT_INO};
 use crate::error::{Error, Result};
-use crate::store::tree::Entry;
 
-/// Inode numbers below this are reserved; hashed numbers are moved above it.
+/// Node ids below this are reserved; hashed ids are moved above it.
 const FIRST_HASHED_INO: Ino = 1 << 10;
+
+/// Shown numbers stay below this: overlayfs with `xino=on` and one lower filesystem keeps the
+/// top two bits of `st_ino` for the layer (bit 63: the lower) and shows a lower number that
+/// uses them with a number of its own, different at every mount.
+pub const SHOWN_INO_LIMIT: Ino = 1 << 62;
+
+/// Shown numbers made from a path (entries whose tree recorded no inode number) lie in
+/// [2^61, 2^62): above the numbers local filesystems hand out.
+const PATH_INO_BASE: Ino = 1 << 61;
 
 /// An inode the kernel references, and how many lookups it has not yet forgotten.
 pub(super) struct Slot {
@@ -18,30 +32,58 @@ pub(super) struct Slot {
     pub(super) lookups: u64,
 }
 
-/// The inode number of stored entry `e` whose [`child_ino`] is `hashed`: its low 32 bits
-/// replaced by the inode number the entry had when captured, if recorded. Tools that cache
-/// stat data compare those bits (git's index keeps `st_ino` as 32 bits), so a restored tree
-/// looks unchanged to them; the high bits, from the path, keep numbers distinct across the
-/// checkpoints of one view.
-pub fn entry_ino(hashed: Ino, e: &Entry) -> Ino {
-    if e.ino == 0 {
-        return hashed;
+/// How many forgotten nodes a view keeps to answer the kernel's `LOOKUP(node id, ".")`: it
+/// sends one to decode a file handle of an inode it evicted (overlayfs keeps handles of the
+/// lower files it copied up, `trusted.overlay.origin`, and decodes them after a cache drop).
+/// About 200 bytes each.
+pub(super) const GHOSTS: usize = 1 << 18;
+
+/// The `st_ino` shown for an entry whose tree recorded `recorded` (0: none) and whose path key
+/// is `key`. The recorded number is the file's identity: a capture records what the file
+/// had, and a workspace checkpoint keeps the number of the lower file a copy came from, so a
+/// file shows one number in every checkpoint, as long as it lives. Numbers a workspace shows
+/// for lower files carry overlayfs's layer bits, dropped here, so the shown number of a
+/// file that went through a workspace is the one it had in the view below it.
+pub fn shown_ino(recorded: u64, key: u64) -> Ino {
+    let stripped = recorded & (SHOWN_INO_LIMIT - 1);
+    if stripped != 0 {
+        return stripped;
     }
-    let high = hashed & 0x7fff_ffff_0000_0000;
-    // Never in the reserved range, even with all-zero high bits (2^-31 odds).
-    let high = if high == 0 { 1 << 32 } else { high };
-    high | (e.ino & 0xffff_ffff)
+    PATH_INO_BASE | (key & (PATH_INO_BASE - 1))
 }
 
-/// The inode number of `name` in directory `parent`: stable across walks and remounts.
-pub fn child_ino(parent: Ino, name: &[u8]) -> Ino {
+/// The path key of `name` in a directory whose key is `parent` (see [`Node::key`]).
+pub fn path_key(parent: u64, name: &[u8]) -> u64 {
+    hash64(&[&parent.to_le_bytes(), name])
+}
+
+/// The path key of the top directory of root `root`.
+pub(super) fn root_key(root: &str) -> u64 {
+    hash64(&[b"ckptfs root ", root.as_bytes()])
+}
+
+fn hash64(parts: &[&[u8]]) -> u64 {
     let mut h = Sha256::new();
-    h.update(parent.to_le_bytes());
-    h.update(name);
+    for p in parts {
+        h.update(p);
+    }
     let d = h.finalize();
     let mut b = [0u8; 8];
     b.copy_from_slice(&d[..8]);
-    let ino = u64::from_le_bytes(b) & (u64::MAX >> 1);
+    u64::from_le_bytes(b)
+}
+
+/// The node id of every name of the linked file recorded with inode number `recorded` in the
+/// checkpoint root whose node id is `root`.
+pub fn link_ino(root: Ino, recorded: u64) -> Ino {
+    let ino = hash64(&[b"link", &root.to_le_bytes(), &recorded.to_le_bytes()]) & (u64::MAX >> 1);
+    ino.max(FIRST_HASHED_INO)
+}
+
+/// The node id of `name` in directory `parent`: stable across walks and remounts, and
+/// distinct across checkpoints (the path from the top of a browse view names one).
+pub fn child_ino(parent: Ino, name: &[u8]) -> Ino {
+    let ino = hash64(&[&parent.to_le_bytes(), name]) & (u64::MAX >> 1);
     if ino < FIRST_HASHED_INO {
         ino + FIRST_HASHED_INO
     } else {
@@ -105,7 +147,11 @@ impl View {
         }
         match inodes.get_mut(&node.attr.ino) {
             Some(slot) => {
-                if slot.node.parent != node.parent || slot.node.name != node.name {
+                let another_name = node.attr.nlink > 1
+                    && node.attr.kind == super::Kind::File
+                    && slot.node.attr == node.attr;
+                if !another_name && (slot.node.parent != node.parent || slot.node.name != node.name)
+                {
                     drop(inodes);
                     let msg = format!(
                         "inode number collision between {} and {}",
@@ -147,8 +193,47 @@ impl View {
                         log::warn!("unpinning checkpoint {}: {e}", id.short());
                     }
                 }
-                inodes.remove(&ino);
+                if let Some(slot) = inodes.remove(&ino) {
+                    lock(&self.ghosts).put(ino, slot.node);
+                }
             }
+        }
+    }
+
+    /// The path of node `ino` below the mount (known or recently forgotten nodes only).
+    pub fn path_below(&self, ino: Ino) -> Option<std::path::PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut parts = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT_INO {
+            let n = self.node_or_ghost(cur).ok()?;
+            parts.push(n.name.clone());
+            cur = n.parent;
+            if parts.len() > 4096 {
+                return None;
+            }
+        }
+        Some(
+            parts
+                .iter()
+                .rev()
+                .map(|p| std::ffi::OsStr::from_bytes(p))
+                .collect(),
+        )
+    }
+
+    /// A node the kernel holds or recently forgot (for file-handle lookups).
+    ///
+    /// # Errors
+    /// `Stale` when it is neither (the kernel then answers ESTALE for the handle).
+    pub fn node_or_ghost(&self, ino: Ino) -> Result<Node> {
+        match self.node(ino) {
+            Ok(n) => Ok(n),
+            Err(Error::NotFound(_)) => lock(&self.ghosts)
+                .get(&ino)
+                .cloned()
+                .ok_or_else(|| Error::NotFound(format!("node id {ino} (forgotten)"))),
+            Err(e) => Err(e),
         }
     }
 }

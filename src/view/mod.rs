@@ -16,11 +16,13 @@
 //! Invariants:
 //! - **Lazy**: creating a view reads one checkpoint record (or nothing, for browse); trees are
 //!   decoded on first lookup/readdir, chunks read on first access.
-//! - **Stable inodes**: an inode number is a hash of (parent inode, name), so it is the same
-//!   across walks and remounts, never derived from content (identical files stay distinct);
-//!   its low 32 bits are the captured inode number when the tree recorded one ([`entry_ino`]).
-//!   The table only holds inodes the kernel references (lookup counts, dropped on forget), so
-//!   memory does not grow with what has been walked.
+//! - **Stable inodes**: a node id is a hash of (parent node id, name), so it is the same
+//!   across walks and remounts and distinct across checkpoints, never derived from content
+//!   (identical files stay distinct); the `st_ino` shown is the inode number the tree recorded
+//!   ([`shown_ino`]), the same in every checkpoint; the names of a recorded link group share
+//!   one node id ([`link_ino`]). See docs/inodes.md. The table only holds inodes the kernel
+//!   references (lookup counts, dropped on forget), plus a bounded set of forgotten ones for
+//!   file-handle lookups, so memory does not grow with what has been walked.
 //! - **Bounded memory**: decoded trees and verified chunks sit in byte-budgeted LRU caches.
 //! - **Never wrong bytes**: every object is hash-checked when loaded; a corrupt or missing
 //!   object gives [`Error::Corrupt`] (EIO) for the entry that needs it, with a log line naming
@@ -56,7 +58,7 @@ use crate::store::tree::{Entry, EntryKind, Tree};
 use crate::store::Store;
 
 pub use browse::BrowseDir;
-pub use inodes::{child_ino, entry_ino};
+pub use inodes::{child_ino, link_ino, path_key, shown_ino};
 pub use read::OpenFile;
 
 use inodes::Slot;
@@ -85,7 +87,12 @@ pub enum Kind {
 /// The attributes of a node, as reported by `stat`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attr {
+    /// The node id: the kernel's handle on this one version of this entry in this checkpoint
+    /// (requests, `forget` and file handles name it); a hash of (parent node id, name).
     pub ino: Ino,
+    /// The `st_ino` shown: the file's identity, the same in every checkpoint
+    /// ([`shown_ino`]; docs/inodes.md).
+    pub st_ino: Ino,
     pub kind: Kind,
     /// Permission bits (`st_mode & 0o7777`).
     pub perm: u32,
@@ -132,6 +139,12 @@ pub struct EntryRef {
 pub struct Node {
     pub parent: Ino,
     pub name: Arc<[u8]>,
+    /// Hash of the root's name and the path below it, the same in every checkpoint: the
+    /// `st_ino` of entries whose tree recorded none ([`path_key`]).
+    pub key: u64,
+    /// The node id of the checkpoint root this node is in (itself for a root or a browse
+    /// directory): the names of a linked file in one root share one node id ([`link_ino`]).
+    pub root: Ino,
     pub attr: Attr,
     pub content: Content,
     pub entry: Option<EntryRef>,
@@ -205,6 +218,8 @@ pub struct View {
     handles: Mutex<HashMap<u64, Handle>>,
     /// Chunk maps of recently read files, by inode (reads without open handles).
     files: Mutex<LruCache<Ino, Arc<OpenFile>>>,
+    /// Nodes the kernel forgot, for its file-handle lookups (`inodes::GHOSTS`).
+    ghosts: Mutex<LruCache<Ino, Node>>,
     next_fh: AtomicU64,
     /// Time the view was created: mtime of the browse namespace's synthetic directories.
     created_ns: i64,
@@ -222,6 +237,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn dir_attr(ino: Ino, perm: u32, uid: u32, gid: u32, mtime_ns: i64, subdirs: u64) -> Attr {
     Attr {
         ino,
+        st_ino: ino,
         kind: Kind::Dir,
         perm,
         uid,
@@ -252,7 +268,8 @@ impl View {
                 let rec = c.roots.get(root).ok_or_else(|| {
                     Error::NotFound(format!("root {root:?} in checkpoint {}", id.short()))
                 })?;
-                let node = root_dir_node(ROOT_INO, 0, Arc::from(&b""[..]), rec);
+                let mut node = root_dir_node(ROOT_INO, 0, Arc::from(&b""[..]), root, rec);
+                node.name = Arc::from(&b""[..]);
                 checkpoints.insert(*id, Arc::new(c));
                 node
             }
@@ -281,6 +298,9 @@ impl View {
             )),
             checkpoints: Mutex::new(checkpoints),
             handles: Mutex::new(HashMap::new()),
+            ghosts: Mutex::new(LruCache::new(
+                std::num::NonZeroUsize::new(inodes::GHOSTS).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
             files: Mutex::new(LruCache::new(
                 std::num::NonZeroUsize::new(FILE_MAPS).unwrap_or(std::num::NonZeroUsize::MIN),
             )),
@@ -342,6 +362,19 @@ impl View {
     /// `NotFound` (ENOENT) for a missing name, `Invalid`-mapped ENOTDIR for a non-directory
     /// parent, `Corrupt` (EIO) when a needed object is bad.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> Result<Node> {
+        // The kernel decodes a file handle of an inode it evicted (overlayfs's origin of a
+        // copied-up file, NFS export) by looking up "." in its node id, and finds a
+        // directory's parent through "..".
+        if name == b"." || name == b".." {
+            let node = self.node_or_ghost(parent)?;
+            let node = if name == b"." || node.attr.ino == ROOT_INO {
+                node
+            } else {
+                self.node_or_ghost(node.parent)?
+            };
+            self.remember(&node)?;
+            return Ok(node);
+        }
         let dir = self.node(parent)?;
         let node = self.child(&dir, name)?;
         self.remember(&node)?;
@@ -362,9 +395,8 @@ impl View {
                     .map_err(|_| not_found(name))?;
                 let entry = &tree.entries[index];
                 Ok(entry_node(
-                    parent,
+                    dir,
                     name_arc,
-                    entry_ino(ino, entry),
                     entry,
                     EntryRef {
                         tree: *tree_id,
@@ -419,11 +451,21 @@ impl View {
 
     /// Opens a directory: snapshots its listing for [`View::dir_entry`].
     pub fn opendir(&self, ino: Ino) -> Result<u64> {
+        let listing = self.listing(ino, true)?;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.handles).insert(fh, Handle::Dir(Arc::new(listing)));
+        Ok(fh)
+    }
+
+    /// The listing of directory `ino` now; `prefetch` also starts loading its subtrees.
+    fn listing(&self, ino: Ino, prefetch: bool) -> Result<Listing> {
         let dir = self.node(ino)?;
-        let listing = match &dir.content {
+        Ok(match &dir.content {
             Content::Dir(id) => {
                 let tree = self.tree(id, &|| self.path_of(ino))?;
-                self.prefetch_subtrees(&tree);
+                if prefetch {
+                    self.prefetch_subtrees(&tree);
+                }
                 Listing::Tree { dir, tree }
             }
             Content::File | Content::Symlink(_) => {
@@ -445,10 +487,16 @@ impl View {
                 }
                 Listing::Synthetic { dir, children }
             }
-        };
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, Handle::Dir(Arc::new(listing)));
-        Ok(fh)
+        })
+    }
+
+    /// Entry `index` of directory `ino` read without an open handle (the adapter answered
+    /// OPENDIR with ENOSYS, so the kernel opens directories itself and reads with handle 0):
+    /// the listing as it is now. A checkpoint's directories never change, so offsets stay
+    /// valid; a browse directory may shift between calls.
+    pub fn dir_entry_unopened(&self, ino: Ino, index: u64) -> Result<Option<(Vec<u8>, Node)>> {
+        let listing = Arc::new(self.listing(ino, index == 0)?);
+        self.entry_of_listing(&listing, index)
     }
 
     /// Entry `index` of an open directory: 0 is `.`, 1 is `..`, then the children in name
@@ -463,7 +511,15 @@ impl View {
                 ))
             }
         };
-        let dir = match &*listing {
+        self.entry_of_listing(&listing, index)
+    }
+
+    fn entry_of_listing(
+        &self,
+        listing: &Arc<Listing>,
+        index: u64,
+    ) -> Result<Option<(Vec<u8>, Node)>> {
+        let dir = match &**listing {
             Listing::Tree { dir, .. } | Listing::Synthetic { dir, .. } => dir,
         };
         match index {
@@ -479,18 +535,16 @@ impl View {
             _ => {}
         }
         let i = (index - 2) as usize;
-        match &*listing {
+        match &**listing {
             Listing::Tree { dir, tree } => {
                 let Content::Dir(tree_id) = dir.content else {
                     return Ok(None);
                 };
                 Ok(tree.entries.get(i).map(|e| {
                     let name: Arc<[u8]> = Arc::from(e.name.as_slice());
-                    let ino = entry_ino(child_ino(dir.attr.ino, &e.name), e);
                     let node = entry_node(
-                        dir.attr.ino,
+                        dir,
                         name,
-                        ino,
                         e,
                         EntryRef {
                             tree: tree_id,
@@ -552,27 +606,45 @@ impl View {
     }
 }
 
-fn root_dir_node(ino: Ino, parent: Ino, name: Arc<[u8]>, rec: &RootRecord) -> Node {
+/// The top directory of root `root` of a checkpoint; its `st_ino` is its path key's, the same
+/// in every checkpoint (a root record keeps no inode number).
+fn root_dir_node(ino: Ino, parent: Ino, name: Arc<[u8]>, root: &str, rec: &RootRecord) -> Node {
+    let key = inodes::root_key(root);
+    let mut attr = dir_attr(
+        ino,
+        rec.mode & 0o7777,
+        rec.uid,
+        rec.gid,
+        rec.mtime_ns,
+        u64::from(rec.subdirs),
+    );
+    attr.st_ino = shown_ino(0, key);
     Node {
         parent,
         name,
-        attr: dir_attr(
-            ino,
-            rec.mode & 0o7777,
-            rec.uid,
-            rec.gid,
-            rec.mtime_ns,
-            u64::from(rec.subdirs),
-        ),
+        key,
+        root: ino,
+        attr,
         content: Content::Dir(rec.tree),
         entry: None,
         volatile: false,
     }
 }
 
-fn entry_node(parent: Ino, name: Arc<[u8]>, ino: Ino, e: &Entry, r: EntryRef) -> Node {
+/// The node of stored entry `e` named `name` in directory `dir`.
+fn entry_node(dir: &Node, name: Arc<[u8]>, e: &Entry, r: EntryRef) -> Node {
+    // The names of a linked file are one inode to the kernel (one page cache, one file
+    // handle: overlayfs's index keeps them joined across copy-up) and show one link count.
+    let linked = e.nlink > 1 && matches!(e.kind, EntryKind::File { .. });
+    let ino = if linked {
+        inodes::link_ino(dir.root, e.ino)
+    } else {
+        child_ino(dir.attr.ino, &name)
+    };
+    let key = path_key(dir.key, &name);
+    let parent = dir.attr.ino;
     let (kind, content, nlink, size) = match &e.kind {
-        EntryKind::File { .. } => (Kind::File, Content::File, 1, e.size),
+        EntryKind::File { .. } => (Kind::File, Content::File, u64::from(e.nlink.max(1)), e.size),
         EntryKind::Dir { tree, subdirs } => (
             Kind::Dir,
             Content::Dir(*tree),
@@ -589,8 +661,11 @@ fn entry_node(parent: Ino, name: Arc<[u8]>, ino: Ino, e: &Entry, r: EntryRef) ->
     Node {
         parent,
         name,
+        key,
+        root: dir.root,
         attr: Attr {
             ino,
+            st_ino: shown_ino(e.ino, key),
             kind,
             perm: if kind == Kind::Symlink {
                 0o777

@@ -28,6 +28,11 @@ impl View {
         });
     }
 
+    /// Whether this is the workspaces' lower view (its pin follows what the kernel holds).
+    pub fn is_lower(&self) -> bool {
+        self.held_pin.is_some()
+    }
+
     pub(super) fn hold_in_pin(&self, id: &ObjectId, held: bool) -> Result<()> {
         let Some(h) = &self.held_pin else {
             return Ok(());

@@ -100,15 +100,23 @@ fn lookup_read_and_stable_inodes() {
     v.release(fh);
     let sub = v.lookup(ROOT_INO, b"sub").unwrap();
     assert_eq!(sub.attr.nlink, 3);
-    // The low 32 bits are the captured inode number (what git's index compares), the rest
+    // The shown number is the captured one (what git's index and rsync compare), the node id
     // comes from the path; the ctime is the captured one.
     let deep = v.lookup(sub.attr.ino, b"deep").unwrap();
     let native = fs::symlink_metadata(t.path().join("src/sub/deep")).unwrap();
-    assert_eq!(deep.attr.ino as u32, native.ino() as u32);
+    assert_eq!(deep.attr.st_ino, native.ino());
     assert_eq!(
-        deep.attr.ino >> 32,
-        child_ino(sub.attr.ino, b"deep") >> 32,
-        "high bits from the path"
+        deep.attr.ino,
+        child_ino(sub.attr.ino, b"deep"),
+        "node id from the path"
+    );
+    // A file handle's lookup of "." finds the node again after the kernel forgot it.
+    v.forget(deep.attr.ino, 1);
+    assert!(v.node(deep.attr.ino).is_err());
+    assert_eq!(v.lookup(deep.attr.ino, b".").unwrap().attr, deep.attr);
+    assert_eq!(
+        v.lookup(deep.attr.ino, b"..").unwrap().attr.ino,
+        sub.attr.ino
     );
     assert_eq!(
         deep.attr.ctime_ns,

@@ -21,7 +21,9 @@ pub fn ensure_view(store: &Store) -> Result<()> {
     let mp = store.lower_view_dir();
     // A view whose daemon died answers ENOTCONN until fusermount3's auto-unmount catches up:
     // detach it now so a fresh daemon can take its place.
-    if crate::mountinfo::mount_at(&mp)?.is_some() && std::fs::read_dir(&mp).is_err() {
+    // (statfs always reaches the daemon: the view answers OPENDIR with ENOSYS, so the kernel
+    // lists directories from its cache, even for a dead daemon.)
+    if crate::mountinfo::mount_at(&mp)?.is_some() && nix::sys::statfs::statfs(&mp).is_err() {
         log::warn!(
             "the store's lower view at {} is dead; restarting it",
             mp.display()

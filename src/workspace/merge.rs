@@ -121,9 +121,17 @@ struct MDir {
     /// What handling this directory added to the totals during the walk (its entry in the
     /// parent included); files read later add theirs in `build`.
     walk_delta: Totals,
+    /// The recorded inode number of the lower directory this one continues (0: none).
+    /// Overlayfs (`xino=on`) shows a merged or renamed directory with its lower one's number,
+    /// and the checkpoint records what the workspace shows (docs/inodes.md).
+    lower_ino: u64,
 }
 
+mod links;
+
 struct Ctx<'a> {
+    /// What the walk noted about hardlinks (see `links`).
+    links: links::Links,
     store: &'a Store,
     /// The upper root, held (see `safe`): the reading engine opens files beneath it.
     top: Arc<Dir>,
@@ -349,6 +357,7 @@ pub(crate) fn merge_root(
         UpperCache::default()
     };
     let mut ctx = Ctx {
+        links: links::Links::default(),
         store,
         top: Arc::clone(&top),
         exclude: Excluder::compile(root, &rules)?,
@@ -383,7 +392,7 @@ pub(crate) fn merge_root(
     let lower = Some(load_tree(store, &base.tree)?);
     let xattrs = split_xattrs(|want| top.xattrs_self_where(want))?.user;
     let t0 = std::time::Instant::now();
-    let root = merge_dir(&mut ctx, lower.as_ref(), &top, Path::new(""), meta, xattrs)?;
+    let mut root = merge_dir(&mut ctx, lower.as_ref(), &top, Path::new(""), meta, xattrs)?;
     let walked = t0.elapsed();
     let progress = if batch.is_dry_run() {
         Progress::new()
@@ -456,6 +465,7 @@ pub(crate) fn merge_root(
             cache.insert(rel, c);
         }
     }
+    links::relink(&mut ctx, batch, &mut root, &results)?;
     let (tree, subdirs, files) = build(&mut ctx, batch, &root, &results)?;
     let mut delta = ctx.delta;
     delta.add(files, 1);
@@ -709,6 +719,7 @@ fn merge_dir(
         rel: rel.as_os_str().as_bytes().to_vec(),
         names: all_names,
         walk_delta: Totals::default(),
+        lower_ino: 0,
     })
 }
 
@@ -763,6 +774,10 @@ fn open_walked_dir(dir: &Dir, name: &OsStr, walked: &Stat) -> Result<Option<Dir>
 /// What one upper entry merges to; updates the totals for what it replaces (not for an entry
 /// found `Replaced`, which is looked at again).
 fn merge_child(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_, '_>) -> Result<Looked> {
+    if c.lower.is_some_and(|l| l.nlink > 1) {
+        // A name of a linked lower file hidden or replaced: its group lost a name.
+        ctx.links.hidden_linked = true;
+    }
     if is_whiteout(&c.meta) {
         if let Some(l) = c.lower {
             ctx.delta.add(totals_of(ctx.store, l)?, -1);
@@ -772,7 +787,7 @@ fn merge_child(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_, '_>) -
     }
     match c.meta.kind() {
         Kind::Dir if is_clean(ctx, &c.rel_bytes, &c.meta)? => {
-            Ok(Looked::Node(reuse_clean_dir(ctx, c)?))
+            Ok(Looked::Node(reuse_clean_dir(ctx, lower, c)?))
         }
         Kind::Dir => merge_changed_dir(ctx, lower, c),
         Kind::File => upper_file(ctx, lower, c),
@@ -787,14 +802,18 @@ fn merge_child(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_, '_>) -
 
 /// A directory nothing under which changed since the last checkpoint: its tree and totals are
 /// the ones recorded then, without reading its xattrs or its lower tree.
-fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_, '_>) -> Result<MNode> {
+fn reuse_clean_dir(
+    ctx: &mut Ctx<'_>,
+    lower: Option<&Tree>,
+    c: UpperChild<'_, '_>,
+) -> Result<MNode> {
     let Some(d) = ctx.old_upper.dirs.remove(&c.rel_bytes) else {
         return Err(Error::Invalid(
             "internal: clean directory not cached".into(),
         ));
     };
     ctx.delta.add(Totals::from_array(d.delta), 1);
-    let entry = dir_entry(
+    let mut entry = dir_entry(
         &c.name,
         d.tree,
         d.subdirs,
@@ -802,6 +821,18 @@ fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_, '_>) -> Result<MNode> {
         &c.meta,
         d.xattrs.clone(),
     );
+    // The number the workspace shows is the lower directory's it continues: the one of its
+    // name, else (renamed: one xattr read) the one its redirect names.
+    let lower_ino = match c.lower.filter(|l| l.is_dir()) {
+        Some(l) => l.ino,
+        None => {
+            let x = split_xattrs(|want| c.dir.xattrs_of_where(c.os_name, want))?;
+            continued_dir_ino(ctx, lower, c.lower, x.opaque, x.redirect.as_deref())?
+        }
+    };
+    if lower_ino != 0 {
+        entry.ino = lower_ino;
+    }
     ctx.new_upper.dirs.insert(c.rel_bytes.clone(), d);
     ctx.reused.insert(c.rel_bytes);
     Ok(MNode::Ready(entry))
@@ -825,6 +856,7 @@ fn merge_changed_dir(
         user,
         ..
     } = split_xattrs(|want| sub.xattrs_self_where(want))?;
+    let lower_ino = continued_dir_ino(ctx, lower, c.lower, opaque, redirect.as_deref())?;
     let source = dir_source(ctx, lower, c.lower, opaque, redirect.as_deref())?;
     // Same directory continued: only its new/removed children change totals.
     let continued = matches!(c.lower, Some(l) if l.is_dir() && !opaque && redirect.is_none());
@@ -839,7 +871,34 @@ fn merge_changed_dir(
     log::trace!("{}: changed under it, merged again", c.rel.display());
     let mut merged = merge_dir(ctx, source.as_ref(), &sub, &c.rel, c.meta, user)?;
     merged.walk_delta = ctx.delta.since(before);
+    merged.lower_ino = lower_ino;
     Ok(Looked::Node(MNode::Dir(Box::new(merged))))
+}
+
+/// The recorded inode number of the lower directory an upper one continues (as
+/// [`dir_source`] finds it), 0 for none.
+fn continued_dir_ino(
+    ctx: &Ctx<'_>,
+    lower: Option<&Tree>,
+    lower_same: Option<&Entry>,
+    opaque: bool,
+    redirect: Option<&[u8]>,
+) -> Result<u64> {
+    if opaque {
+        return Ok(0);
+    }
+    let entry = match redirect {
+        None => lower_same.cloned(),
+        Some(r) if r.starts_with(b"/") => {
+            let r = r.strip_suffix(b"/").unwrap_or(r);
+            match r.iter().rposition(|&c| c == b'/') {
+                Some(i) => lower_at(ctx, &r[..i])?.and_then(|t| t.get(&r[i + 1..]).cloned()),
+                None => None,
+            }
+        }
+        Some(r) => lower.and_then(|t| t.get(r)).cloned(),
+    };
+    Ok(entry.filter(Entry::is_dir).map_or(0, |e| e.ino))
 }
 
 /// The lower directory an upper directory merges over: none when it is opaque; the one its
@@ -886,6 +945,11 @@ fn dir_source(
 /// An upper file: reused from the stat cache when unchanged, taken from the lower file when
 /// only its metadata was copied up, else a job for the reading engine.
 fn upper_file(ctx: &mut Ctx<'_>, lower: Option<&Tree>, c: UpperChild<'_, '_>) -> Result<Looked> {
+    if c.meta.nlink > 1 {
+        ctx.links
+            .upper
+            .insert(c.rel_bytes.clone(), (c.meta.dev, c.meta.ino));
+    }
     // Unchanged since the last checkpoint (stat key equal, so xattrs too): reused as it is,
     // whatever kind of copy it is, without another syscall.
     let unchanged = ctx
@@ -1160,14 +1224,18 @@ fn build(
                     };
                     ctx.new_upper.dirs.insert(sub.rel.clone(), cached);
                 }
-                entries.push(dir_entry(
+                let mut entry = dir_entry(
                     name,
                     tree,
                     sd,
                     sub.children.len() as u64,
                     &sub.meta,
                     sub.xattrs.clone(),
-                ));
+                );
+                if sub.lower_ino != 0 {
+                    entry.ino = sub.lower_ino;
+                }
+                entries.push(entry);
             }
         }
     }

@@ -5,8 +5,19 @@
 //! `redirect_dir=on` lets users rename lower directories (no EXDEV); `metacopy=on` makes
 //! chmod/chown/utimes (and rename) of a lower file copy its metadata only, not its bytes (git
 //! freshens every object it would have written with utime(2): without it, `git add` of a fresh
-//! workspace copied the whole object store up); `index=off` and `xino=off` keep the upper's
-//! on-disk format simple for capture (see `merge`).
+//! workspace copied the whole object store up); `xino=on` shows every entry on the overlay's
+//! st_dev with a persistent number: the lower view's numbers (below 2^62) with bit 63 set,
+//! directories included (with `xino=off` overlayfs numbers directories in lookup order, new
+//! after every cache drop); `index=on` keeps the names of a lower hardlink joined across
+//! copy-up (the copy lives in the work dir's `index/`, linked under each name copied up; the
+//! merge records the group, see `merge::links`). Both rest on the lower view's file handles
+//! (FUSE export support), which `introduce_copies` keeps decodable across a restart of the
+//! view's daemon; see docs/inodes.md.
+//!
+//! With `index=on` overlayfs records the lower root's file handle on the upper root
+//! (`trusted.overlay.origin`) and refuses to mount that upper over another lower root: an
+//! upper layer kept while its branch's base moves to another checkpoint must lose that xattr
+//! and its work dir's `index/` first.
 
 use std::io;
 use std::path::Path;
@@ -14,6 +25,7 @@ use std::path::Path;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 use crate::error::{Error, Result};
+use crate::safe::{Dir, Kind};
 
 /// Escapes a path for an overlay mount option (`,` `:` `\` are special).
 fn escape(p: &Path) -> String {
@@ -28,6 +40,60 @@ fn escape(p: &Path) -> String {
     out
 }
 
+/// Looks up, in the lower layer, the lower entry of every entry the upper layer holds (same
+/// path), so the lower view knows their node ids before overlayfs asks it to decode the file
+/// handles it stored at copy-up (`trusted.overlay.origin`, and the names of `index/`): a view
+/// daemon started after those copies were made answers ESTALE for a node id it never handed
+/// out, and overlayfs would then show a copy with its upper inode number and drop the index
+/// entry that keeps a copied-up hardlink's lower names joined (docs/inodes.md). The upper is
+/// the agent's: walked through held fds, never following a symlink, in either layer. Best
+/// effort: what cannot be looked up is skipped.
+fn introduce_copies(lower: &Path, upper: &Path) {
+    fn walk(lower: &Dir, upper: &Dir, budget: &mut usize) {
+        let Ok(names) = upper.entries() else { return };
+        for name in names {
+            if *budget == 0 {
+                return;
+            }
+            *budget -= 1;
+            let Ok(Some(m)) = upper.stat(&name) else {
+                continue;
+            };
+            if m.kind() == Kind::CharDevice {
+                continue; // a whiteout
+            }
+            let Ok(Some(l)) = lower.stat(&name) else {
+                continue;
+            };
+            if m.is_dir() && l.is_dir() {
+                if let (Ok(u), Ok(l)) = (upper.open_dir(&name), lower.open_dir(&name)) {
+                    walk(&l, &u, budget);
+                }
+            }
+        }
+    }
+    let (Ok(l), Ok(u)) = (Dir::open(lower), Dir::open(upper)) else {
+        return;
+    };
+    let t = std::time::Instant::now();
+    let mut budget = INTRODUCE_LIMIT;
+    walk(&l, &u, &mut budget);
+    log::debug!(
+        "{}: lower entries of {} upper entries looked up in {:?}",
+        upper.display(),
+        INTRODUCE_LIMIT - budget,
+        t.elapsed()
+    );
+}
+
+/// Whether overlays mount with `index=on`, which keeps a copied-up hardlink's names joined.
+/// Overlayfs then refuses (EBUSY) an upper layer that a detached overlay still uses (what
+/// `switch` leaves while a shell works in the tree it left): that mount goes without it.
+const INDEX: bool = true;
+
+/// Most upper entries [`introduce_copies`] looks at (about 20 µs each).
+const INTRODUCE_LIMIT: usize = 1 << 20;
+
 /// Mounts an overlay at `target`. `source` names it in mountinfo (`ckptfs:<store>:<branch>`).
 pub fn mount_overlay(
     source: &str,
@@ -36,20 +102,39 @@ pub fn mount_overlay(
     upper: &Path,
     work: &Path,
 ) -> Result<()> {
-    let opts = format!(
-        "lowerdir={},upperdir={},workdir={},redirect_dir=on,index=off,metacopy=on,xino=off",
-        escape(lower),
-        escape(upper),
-        escape(work)
-    );
-    mount(
-        Some(source),
-        target,
-        Some("overlay"),
-        MsFlags::empty(),
-        Some(opts.as_str()),
-    )
-    .map_err(|e| {
+    introduce_copies(lower, upper);
+    let with = |index: &str| {
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={},redirect_dir=on,index={index},metacopy=on,xino=on",
+            escape(lower),
+            escape(upper),
+            escape(work)
+        );
+        mount(
+            Some(source),
+            target,
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(opts.as_str()),
+        )
+    };
+    let mounted = match with(if INDEX { "on" } else { "off" }) {
+        // With index=on overlayfs refuses an upper layer another overlay still uses: the one
+        // `switch` or `umount` detached while a process works in it. Without the index it
+        // allows that (as before), so the new mount goes ahead; the names of a hardlink
+        // copied up meanwhile are then not joined in it (docs/inodes.md).
+        Err(nix::errno::Errno::EBUSY) if INDEX => {
+            log::warn!(
+                "{}: its upper layer is still used by a detached overlay (a process inside the \
+                 tree left by a switch or unmount); mounting without index=on, so copied-up \
+                 hardlinks are not joined in this mount",
+                target.display()
+            );
+            with("off")
+        }
+        other => other,
+    };
+    mounted.map_err(|e| {
         Error::io_op(
             format!(
                 "mounting overlay at {} (lower {})",

@@ -119,6 +119,7 @@ pub fn one_file_tree(name: &[u8], size: u64, chunks: Vec<Chunk>) -> Tree {
             xattrs: vec![],
             ctime_ns: 0,
             ino: 0,
+            nlink: 0,
         }],
     }
 }
