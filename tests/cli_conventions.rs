@@ -322,6 +322,18 @@ fn stats_and_find_take_the_store_by_the_same_rule() {
     ));
     assert_eq!(v["changes"][0]["change"], "added", "{v}");
 
+    // Their text gives local time with its offset, as every text output.
+    let kolkata = [("CKPTFS_STORE", &*env.s()), ("TZ", "Asia/Kolkata")];
+    for args in [
+        vec!["stats"],
+        vec!["find", "a.txt"],
+        vec!["find", "--history", "ws/a.txt"],
+    ] {
+        let text = ok_in(d, &kolkata, &args);
+        assert!(text.contains(" +05:30"), "{args:?}: {text}");
+        assert!(!text.contains("Z "), "{args:?}: {text}");
+    }
+
     // No store anywhere: the one line naming every way, also when the one argument given is
     // the command's own (a pattern, a checkpoint), not clap's "missing PATTERNS".
     for args in [

@@ -415,6 +415,13 @@ fn turn_outputs_match_their_schemas() {
         "log-turns",
         &["log", &st, "--turns", "--branch", "main", "-n", "1"],
     );
+    // The text gives a turn's start in local time with its offset; JSON, above, in UTC.
+    let text = ok_in(
+        ws.tmp.path(),
+        &[("TZ", "Asia/Kolkata")],
+        &["log", &st, "--turns", "-n", "1"],
+    );
+    assert!(text.contains(" +05:30 "), "{text}");
 }
 
 /// The subcommands (as `a b` for nested ones) whose help lists a `--json` option.
