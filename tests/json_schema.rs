@@ -402,6 +402,20 @@ fn turn_outputs_match_their_schemas() {
         "{v}"
     );
 
+    // A command that cannot run: 127, its error said, nothing recorded.
+    let (o, r4) = turn_json(&ws, &[], &["/no/such/command"]);
+    assert_eq!(
+        o.status.code(),
+        Some(127),
+        "{}",
+        describe_output("turn", &o)
+    );
+    validate("turn", &r4, "ckptfs turn --json (cannot-run)");
+    assert!(
+        r4["outcome"] == "cannot-run" && r4["error"].is_string(),
+        "{r4}"
+    );
+
     let v = check("log-turns", &["log", &st, "--turns"]);
     let outcomes: Vec<&str> = v
         .as_array()
@@ -409,8 +423,8 @@ fn turn_outputs_match_their_schemas() {
         .iter()
         .filter_map(|t| t["outcome"].as_str())
         .collect();
-    assert_eq!(&outcomes[..3], ["ok", "failed", "ok"], "{v}");
-    assert_eq!(v[1]["turn"], r2["turn"], "{v}");
+    assert_eq!(&outcomes[..4], ["cannot-run", "ok", "failed", "ok"], "{v}");
+    assert_eq!(v[2]["turn"], r2["turn"], "{v}");
     check(
         "log-turns",
         &["log", &st, "--turns", "--branch", "main", "-n", "1"],

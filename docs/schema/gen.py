@@ -540,7 +540,7 @@ command("turn", "turn", obj("TurnReport", {
         "differences": t(arr(DIFFERENCE), "what differs (empty: the same runtime)"),
         "accepted": t(BOOL, "the differences were accepted (`--accept-runtime-change`, audited)"),
     }), "the runtime check made before COMMAND ran"),
-    "error": t(STR, "why the turn's checkpoint could not be taken (`checkpoint-failed`; absent otherwise)"),
+    "error": t(STR, "what went wrong: why COMMAND could not run (`cannot-run`) or its checkpoint could not be taken (`checkpoint-failed`); absent otherwise"),
 }, optional=["signal", "set_aside", "error"]),
     "One turn: printed on stdout after COMMAND's own output, also when COMMAND failed (the exit status is then COMMAND's). A turn refused before COMMAND ran prints no JSON (one line on stderr, exit 1 or 2). docs/runner.md describes the contract.",
     "ckptfs turn ROOM --json -- python3 agent.py")
