@@ -194,6 +194,9 @@ fn every_store_command_says_so_in_its_help() {
         vec!["doctor"],
         vec!["mount"],
         vec!["browse"],
+        vec!["stats"],
+        vec!["find"],
+        vec!["fingerprint"],
     ] {
         let mut args = cmd.clone();
         args.push("--help");
@@ -204,7 +207,7 @@ fn every_store_command_says_so_in_its_help() {
             "{cmd:?}"
         );
     }
-    for cmd in ["checkpoint", "exec", "status"] {
+    for cmd in ["checkpoint", "exec", "status", "turn"] {
         let help = ok([cmd, "--help"]);
         assert!(
             help.contains("MOUNTPOINT|STORE may be left out") && help.contains("CKPTFS_STORE"),
@@ -245,6 +248,11 @@ fn inside_a_mounted_workspace_the_store_is_found() {
     assert_eq!(log_messages(w.room.as_path(), &[], &[])[0], "from inside");
     let show = ok_in(&deep, &[], &["show", "main"]);
     assert!(show.contains(&id), "{show}");
+    // stats and find too.
+    let v: Value = serde_json::from_str(&ok_in(&deep, &[], &["stats", "--json"])).unwrap();
+    assert_eq!(v["store"]["checkpoints"], 2, "{v}");
+    let v: Value = serde_json::from_str(&ok_in(&deep, &[], &["find", "f.txt", "--json"])).unwrap();
+    assert_eq!(v["paths"][0]["path"], "ws/sub/f.txt", "{v}");
     // `exec` joins the workspace it runs in.
     let out = ok_in(&deep, &[], &["exec", "--", "cat", "../f.txt"]);
     assert_eq!(out, "two");
@@ -261,6 +269,90 @@ fn inside_a_mounted_workspace_the_store_is_found() {
     );
     // And a STORE argument first of all.
     assert_eq!(log_messages(&deep, &[], &[&other.s()])[0], "other");
+}
+
+#[test]
+fn stats_and_find_take_the_store_by_the_same_rule() {
+    let (env, id) = store_named("one");
+    let (other, _) = store_named("other");
+    let here = tempdir();
+    let d = here.path();
+    let by_env = [("CKPTFS_STORE", &*env.s())];
+    let json = |out: String| -> Value { serde_json::from_str(&out).expect("JSON") };
+
+    let v = json(ok_in(d, &by_env, &["stats", "--json"]));
+    assert_eq!(v["checkpoints"][0]["id"], id.as_str(), "{v}");
+    // A checkpoint as the one argument is the checkpoint, not a store.
+    let v = json(ok_in(d, &by_env, &["stats", &id[..12], "--json"]));
+    assert_eq!(v["selected"]["checkpoints"], 1, "{v}");
+    let v = json(ok_in(d, &by_env, &["stats", "--branch", "main", "--json"]));
+    assert_eq!(v["selected"]["checkpoints"], 1, "{v}");
+    // --store beats CKPTFS_STORE; a STORE argument beats both.
+    let v = json(ok_in(
+        d,
+        &by_env,
+        &["stats", "--store", &other.s(), "--json"],
+    ));
+    assert_ne!(v["checkpoints"][0]["id"], id.as_str(), "{v}");
+    let v = json(ok_in(
+        d,
+        &[],
+        &["stats", &env.s(), "--store", &other.s(), "--json"],
+    ));
+    assert_eq!(v["checkpoints"][0]["id"], id.as_str(), "{v}");
+
+    // find: a pattern is never taken for the store.
+    let v = json(ok_in(d, &by_env, &["find", "a.txt", "--json"]));
+    assert_eq!(v["paths"][0]["path"], "ws/a.txt", "{v}");
+    assert_eq!(
+        v["paths"][0]["found_in"][0]["checkpoint"]["id"],
+        id.as_str(),
+        "{v}"
+    );
+    let v = json(ok_in(
+        d,
+        &[],
+        &["--store", &env.s(), "find", "*.bin", "--json"],
+    ));
+    assert_eq!(v["paths"][0]["path"], "ws/sub/deeper/c.bin", "{v}");
+    let v = json(ok_in(
+        d,
+        &by_env,
+        &["find", "--history", "ws/a.txt", "--json"],
+    ));
+    assert_eq!(v["changes"][0]["change"], "added", "{v}");
+
+    // Their text gives local time with its offset, as every text output.
+    let kolkata = [("CKPTFS_STORE", &*env.s()), ("TZ", "Asia/Kolkata")];
+    for args in [
+        vec!["stats"],
+        vec!["find", "a.txt"],
+        vec!["find", "--history", "ws/a.txt"],
+    ] {
+        let text = ok_in(d, &kolkata, &args);
+        assert!(text.contains(" +05:30"), "{args:?}: {text}");
+        assert!(!text.contains("Z "), "{args:?}: {text}");
+    }
+
+    // No store anywhere: the one line naming every way, also when the one argument given is
+    // the command's own (a pattern, a checkpoint), not clap's "missing PATTERNS".
+    for args in [
+        vec!["stats"],
+        vec!["stats", "--branch", "main"],
+        vec!["find", "*.txt"],
+        vec!["find", "--history", "ws/a.txt"],
+        vec!["show", "main"],
+    ] {
+        let err = fails_in(d, &[], 2, &args);
+        for w in ["no store given", "--store", "CKPTFS_STORE", "workspace"] {
+            assert!(err.contains(w), "{args:?}: {err} lacks {w}");
+        }
+    }
+    // A mistyped store path keeps its own error.
+    let err = fails_in(d, &[], 1, &["stats", "/no/such/store"]);
+    assert!(err.contains("/no/such/store"), "{err}");
+    let err = fails_in(d, &[], 1, &["find", "/no/such/store", "*.txt"]);
+    assert!(err.contains("/no/such/store"), "{err}");
 }
 
 #[test]

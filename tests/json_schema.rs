@@ -1,6 +1,7 @@
 //! Every `--json` output validated against its documented schema (docs/schema/NAME.json, see
-//! docs/json.md), on a real store, a mounted workspace and a read-only view: the document, the
-//! schemas and the code cannot drift. Also: every command with a `--json` flag has a schema,
+//! docs/json.md), on a real store, a mounted workspace and a read-only view, and real turns
+//! (`ckptfs turn`, so records with `meta`, `runtime` and `turn`): the document, the schemas and
+//! the code cannot drift. Also: every command with a `--json` flag has a schema,
 //! and every schema is exercised here.
 
 mod support;
@@ -73,9 +74,22 @@ fn store_commands_match_their_schemas() {
     let st = env.s();
     let v = check(
         "capture",
-        &["capture", &st, "--label", "third", "-m", "three"],
+        &[
+            "capture",
+            &st,
+            "--label",
+            "third",
+            "-m",
+            "three",
+            "--meta",
+            "thread=t-1",
+            "--meta",
+            "empty=",
+        ],
     );
     assert_eq!(v["labels"][0], "third", "{v}");
+    assert_eq!(v["checkpoint"]["meta"]["thread"], "t-1", "{v}");
+    assert_eq!(v["checkpoint"]["meta"]["empty"], "", "{v}");
     // A root's mode is an octal string, as everywhere.
     assert!(v["checkpoint"]["roots"]["ws"]["mode"].is_string(), "{v}");
     let c3 = v["id"].as_str().expect("id").to_string();
@@ -83,7 +97,16 @@ fn store_commands_match_their_schemas() {
     write(&env.root("ws").join("side.txt"), b"side\n");
     env.capture_id(&["--branch", "side"]);
 
-    check("log", &["log", &st]);
+    let v = check("log", &["log", &st]);
+    assert!(
+        v.as_array()
+            .expect("rows")
+            .iter()
+            .any(|r| r["meta"]["thread"] == "t-1"),
+        "log --json rows carry meta: {v}"
+    );
+    let v = check("show", &["show", &st, "third"]);
+    assert_eq!(v["checkpoint"]["meta"]["thread"], "t-1", "{v}");
     let g = check("log", &["log", &st, "--graph"]);
     assert!(
         g[0]["graph"]["lanes"].is_string(),
@@ -143,11 +166,45 @@ fn store_commands_match_their_schemas() {
     );
     let v = check("restore", &["restore", &st, &c2, "--in-place"]);
     assert_eq!(v["restored"].as_array().map(Vec::len), Some(2), "{v}");
+    // The entry type as `ls` and `find` name it, and the older key beside it.
+    assert_eq!(v["restored"][0]["type"], "dir", "{v}");
+    assert_eq!(v["restored"][0]["kind"], "directory", "{v}");
 
-    // Archive and unarchive.
+    // Export and import, and the same under their older names.
     let file = env.path("all.tar.zst");
-    check("archive", &["archive", &st, "--all", "--out", s(&file)]);
-    check("unarchive", &["unarchive", s(&file), s(&env.path("copy"))]);
+    check("export", &["export", &st, "--all", "--out", s(&file)]);
+    check("import", &["import", s(&env.path("copy")), s(&file)]);
+    let file = env.path("again.tar.zst");
+    check("export", &["archive", &st, "--all", "--out", s(&file)]);
+    check("import", &["unarchive", s(&file), s(&env.path("copy2"))]);
+
+    // fingerprint, in each mode: this machine's, declare, compare with a branch (none
+    // recorded here), clear.
+    let v = check("fingerprint", &["fingerprint", &st]);
+    assert!(v["fingerprint"]["platform"]["os"].is_string(), "{v}");
+    assert!(v["branch"].is_null(), "{v}");
+    let v = check(
+        "fingerprint",
+        &["fingerprint", &st, "--file", "sh", "--command", "echo one"],
+    );
+    assert_eq!(v["declared"]["files"][0], "sh", "{v}");
+    assert_eq!(v["fingerprint"]["commands"]["echo one"], "one", "{v}");
+    let v = check("fingerprint", &["fingerprint", &st, "--branch", "main"]);
+    assert!(v["recorded"].is_null() && v["branch"] == "main", "{v}");
+    let v = check(
+        "fingerprint",
+        &[
+            "fingerprint",
+            &st,
+            "--branch",
+            "side",
+            "--command",
+            "echo side",
+        ],
+    );
+    assert_eq!(v["declared"]["commands"][0], "echo side", "{v}");
+    let v = check("fingerprint", &["fingerprint", &st, "--clear"]);
+    assert!(v["fingerprint"].get("files").is_none(), "{v}");
 
     // Labels, forget, gc (a plan, then done; with policy, pruned checkpoints and paths).
     ok(["label", &st, &c2, "tmp"]);
@@ -252,6 +309,135 @@ fn workspace_and_view_commands_match_their_schemas() {
     ok(["umount", s(&other)]);
 }
 
+/// `ckptfs turn` (with `--json` before `--`): its report, `show` and `log` of the checkpoint it
+/// records (`meta`, `runtime`, `turn`), `log --turns`, `fingerprint --branch` against what a
+/// turn recorded, and `status` of a workspace holding a failed turn's writes.
+#[test]
+fn turn_outputs_match_their_schemas() {
+    let ws = Workspace::new(|room| write(&room.join("notes.md"), b"start\n"));
+    let st = ws.store().to_string();
+    // Declared before the first turn (turns_can_run runs one), so every turn records it.
+    ok(["fingerprint", &st, "--file", "sh", "--command", "echo one"]);
+    if !turns_can_run(&ws) {
+        return;
+    }
+    let meta_file = ws.tmp.path().join("meta.json");
+    std::fs::write(
+        &meta_file,
+        br#"{"turn": 7, "ok": true, "none": null, "reply": "done"}"#,
+    )
+    .expect("meta file");
+    let notes = s(&ws.path("notes.md")).to_string();
+    let (o, r) = turn_json(
+        &ws,
+        &[
+            "--meta",
+            "thread=th-1",
+            "--meta-file",
+            s(&meta_file),
+            "--label",
+            "t7",
+        ],
+        &["sh", "-c", &format!("echo turn7 >> {notes}")],
+    );
+    assert!(o.status.success(), "{}", describe_output("turn", &o));
+    validate("turn", &r, "ckptfs turn --json (ok)");
+    assert_eq!(r["outcome"], "ok", "{r}");
+
+    let v = check("show", &["show", &st, "t7"]);
+    let c = &v["checkpoint"];
+    assert_eq!(c["meta"]["turn"], 7, "{v}");
+    assert_eq!(c["meta"]["ok"], true, "{v}");
+    assert!(c["meta"]["none"].is_null(), "{v}");
+    assert_eq!(c["turn"]["id"], r["turn"], "{v}");
+    assert!(
+        c["runtime"]["files"]["sh"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("sha256:")),
+        "{v}"
+    );
+    assert_eq!(c["runtime"]["commands"]["echo one"], "one", "{v}");
+    let v = check("log", &["log", &st, "-n", "1"]);
+    assert_eq!(v[0]["turn"]["id"], r["turn"], "{v}");
+    assert!(v[0]["runtime"]["platform"].is_object(), "{v}");
+    let v = check("fingerprint", &["fingerprint", &st, "--branch", "main"]);
+    assert_eq!(v["recorded_in"], r["checkpoint"], "{v}");
+    assert!(v["recorded"]["platform"].is_object(), "{v}");
+
+    // A changed declaration: the branch differs (exit 1), a turn needs
+    // --accept-runtime-change; this one fails, so its writes stay pending.
+    ok(["fingerprint", &st, "--file", "sh", "--command", "echo two"]);
+    let v = check_code(1, "fingerprint", &["fingerprint", &st, "--branch", "main"]);
+    assert_eq!(v["differences"][0]["field"], "command:echo one", "{v}");
+    let (o, r2) = turn_json(
+        &ws,
+        &["--accept-runtime-change"],
+        &["sh", "-c", &format!("echo broken >> {notes}; exit 3")],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", describe_output("turn", &o));
+    validate("turn", &r2, "ckptfs turn --json (failed)");
+    assert!(
+        r2["checkpoint"].is_null() && r2["runtime"]["accepted"] == true,
+        "{r2}"
+    );
+    let v = check("status", &["status", ws.room()]);
+    assert_eq!(v[0]["turn"]["state"], "failed", "{v}");
+    assert_eq!(v[0]["turn"]["exit_status"], 3, "{v}");
+
+    // --retry sets them aside; the accepted change is recorded with the turn.
+    let (o, r3) = turn_json(
+        &ws,
+        &["--retry", "--accept-runtime-change"],
+        &["sh", "-c", &format!("echo turn8 >> {notes}")],
+    );
+    assert!(o.status.success(), "{}", describe_output("turn", &o));
+    validate("turn", &r3, "ckptfs turn --json (--retry)");
+    assert!(r3["set_aside"].is_string(), "{r3}");
+    let v = check(
+        "show",
+        &["show", &st, r3["checkpoint"].as_str().expect("id")],
+    );
+    assert_eq!(
+        v["checkpoint"]["turn"]["accepted_runtime_change"], true,
+        "{v}"
+    );
+
+    // A command that cannot run: 127, its error said, nothing recorded.
+    let (o, r4) = turn_json(&ws, &[], &["/no/such/command"]);
+    assert_eq!(
+        o.status.code(),
+        Some(127),
+        "{}",
+        describe_output("turn", &o)
+    );
+    validate("turn", &r4, "ckptfs turn --json (cannot-run)");
+    assert!(
+        r4["outcome"] == "cannot-run" && r4["error"].is_string(),
+        "{r4}"
+    );
+
+    let v = check("log-turns", &["log", &st, "--turns"]);
+    let outcomes: Vec<&str> = v
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|t| t["outcome"].as_str())
+        .collect();
+    assert_eq!(&outcomes[..4], ["cannot-run", "ok", "failed", "ok"], "{v}");
+    assert_eq!(v[2]["turn"], r2["turn"], "{v}");
+    check(
+        "log-turns",
+        &["log", &st, "--turns", "--branch", "main", "-n", "1"],
+    );
+    // The text gives a turn's start in local time with its offset; JSON, above, in UTC.
+    let text = ok_in(
+        ws.tmp.path(),
+        &[("TZ", "Asia/Kolkata")],
+        &["log", &st, "--turns", "-n", "1"],
+    );
+    assert!(text.contains(" +05:30 "), "{text}");
+}
+
 /// The subcommands (as `a b` for nested ones) whose help lists a `--json` option.
 fn commands_with_json() -> BTreeSet<String> {
     fn subcommands(help: &str) -> Vec<String> {
@@ -321,18 +507,21 @@ fn every_schema_is_exercised() {
     // The schemas the tests above validate against (kept in step with them by hand): a new
     // schema file must be exercised there too.
     let used = [
-        "archive",
         "branch-list",
         "capture",
         "checkpoint",
         "diff",
         "doctor",
+        "export",
         "find",
         "find-history",
+        "fingerprint",
         "forget",
         "gc",
+        "import",
         "label-delete",
         "log",
+        "log-turns",
         "ls",
         "mount",
         "recover",
@@ -341,7 +530,7 @@ fn every_schema_is_exercised() {
         "stats",
         "status",
         "switch",
-        "unarchive",
+        "turn",
         "verify",
     ];
     let schemas: BTreeSet<String> = std::fs::read_dir(schema_dir())

@@ -35,6 +35,9 @@ STR = {"type": "string", "x-type": "string"}
 PATH = {"type": "string", "x-type": "path"}
 BOOL = {"type": "boolean", "x-type": "bool"}
 NUM = {"type": "number", "x-type": "number"}
+INT = {"type": "integer", "x-type": "integer"}
+STATUS = {"type": "integer", "minimum": 0, "maximum": 255, "x-type": "exit status"}
+TURN_ID = {"type": "string", "pattern": "^[0-9a-f]{12}$", "x-type": "turn id"}
 
 
 def arr(items, name=None):
@@ -98,6 +101,38 @@ ROOT_RECORD = obj("RootRecord", {
                 "the root's extended attributes as [hex name, hex value] pairs (absent when none)"),
 }, optional=["xattrs"], text="One root of a checkpoint record.")
 
+META = {"type": "object",
+        "propertyNames": {"pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"},
+        "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
+        "maxProperties": 256,
+        "x-type": "{KEY: string, number, bool or null}"}
+
+PLATFORM_KEYS = enum("os", "kernel", "arch", "libc")
+RUNTIME = obj("Runtime", {
+    "platform": t(mapof(STR, "string", keys=PLATFORM_KEYS),
+                  "`os` (uname sysname), `kernel` (release), `arch` (machine), `libc` (`glibc 2.36`)"),
+    "files": t(mapof(STR, "string"),
+               "each declared file (as declared) -> `sha256:<hex> <resolved path>`, or `missing` (absent when none is declared)"),
+    "commands": t(mapof(STR, "string"),
+                  "each declared command line -> its output (one line of at most 200 bytes, else `sha256:<hex>`; `exit N: ` first when it did not exit 0) (absent when none is declared)"),
+}, optional=["files", "commands"],
+    text="A runtime fingerprint: what an agent's resume depends on (docs/runner.md, \"Runtime fingerprints\"). Its fields, as differences name them, are `platform.KEY`, `file:PATH` and `command:CMDLINE`.")
+
+TURN_RECORD = obj("TurnRecord", {
+    "id": t(TURN_ID, "the turn, as `log --turns` and the audit log name it"),
+    "command": t(arr(STR), "COMMAND and its arguments (lossy UTF-8)"),
+    "exit_status": t(STATUS, "COMMAND's exit status (0: only completed turns are recorded)"),
+    "started_ns": t(NS, "when COMMAND started"),
+    "ended_ns": t(NS, "when it exited"),
+    "accepted_runtime_change": t({"const": True, "x-type": "true"}, "the turn ran with `--accept-runtime-change` over a differing fingerprint (absent otherwise)"),
+}, optional=["accepted_runtime_change"], text="The turn (`ckptfs turn`) that took a checkpoint.")
+
+ANNOTATIONS = {
+    "meta": t(META, "`--meta KEY=VALUE` (strings) and `--meta-file` keys (strings, numbers, booleans, null); absent when none. Keys: 1-128 bytes of letters, digits, `_`, `.`, `-`, starting with a letter or digit; at most 256 keys, 64 KiB"),
+    "runtime": t(RUNTIME, "the fingerprint a turn ran under (absent when not taken by a turn)"),
+    "turn": t(TURN_RECORD, "the turn that took it (absent when not taken by a turn)"),
+}
+
 RECORD = obj("Checkpoint", {
     "version": t(U, "record format version"),
     "roots": t(mapof(ROOT_RECORD), "each root by name"),
@@ -108,7 +143,9 @@ RECORD = obj("Checkpoint", {
     "time_ns": t(NS, "when it was taken"),
     "time_rfc3339": t(TIME, "`time_ns` as RFC 3339 (added by the CLI, not in the record)"),
     "stats": t(STATS, "what the capture recorded"),
-}, text="A checkpoint record as `show`, `capture` and `checkpoint` print it. Modes are octal strings; the record on disk keeps its own encoding (its hash is the id).")
+    **ANNOTATIONS,
+}, optional=list(ANNOTATIONS),
+    text="A checkpoint record as `show`, `capture` and `checkpoint` print it. Modes are octal strings; the record on disk keeps its own encoding (its hash is the id). `meta`, `runtime` and `turn` are absent when empty, so a record without them has the bytes (and id) it had before they existed.")
 
 LABELS = t(arr(STR), "every label naming the checkpoint now")
 
@@ -126,7 +163,8 @@ RESTORE = obj("RestoreReport", {
     "checkpoint": t(ID, "the checkpoint restored from"),
     "root": t(STR, "its root"),
     "path": t(STR, "the path restored below the root (empty: the root)"),
-    "kind": t(enum("directory", "file", "symlink"), "what was restored"),
+    "type": t(enum("dir", "file", "symlink"), "what was restored, named as `ls` and `find` name entry types"),
+    "kind": t(enum("directory", "file", "symlink"), "the same as `type` (`directory` for `dir`), kept for older scripts: read `type`"),
     "dir": t(PATH, "where it was written"),
     "files": t(U, "files written"),
     "bytes": t(BYTES, "their bytes"),
@@ -275,14 +313,30 @@ LOG_ROW = obj("LogRow", {
     "labels": LABELS,
     "message": t(STR, "the message"),
     "stats": t(STATS, "what it recorded"),
+    **ANNOTATIONS,
     "graph": t(obj("GraphRow", {
         "joins": t(arr(STR), "lines drawn just above it, where forks of it join (e.g. `|/`)"),
         "lanes": t(STR, "the lanes of its own line (`* ` in its column)"),
         "column": t(U, "its column, 0 = leftmost"),
     }), "with --graph: how the graph draws it"),
-}, optional=["graph"])
-command("log", "log", arr(LOG_ROW), "Checkpoints newest first (or one branch's line); with `--graph`, each row also has `graph`.",
+}, optional=list(ANNOTATIONS) + ["graph"])
+command("log", "log", arr(LOG_ROW), "Checkpoints newest first (or one branch's line); with `--graph`, each row also has `graph`; `meta`, `runtime` and `turn` as in the record, when it has them. `log --turns` prints another shape (below).",
         "ckptfs log STORE --json; ckptfs log STORE --graph --json")
+
+TURN_OUTCOMES = ("ok", "failed", "killed", "cannot-run", "checkpoint-failed")
+command("log-turns", "log --turns", arr(obj("TurnRow", {
+    "turn": t(TURN_ID, "the turn"),
+    "branch": t(STR, "its branch"),
+    "started": t(TIME, "when it started (its `turn-start` audit line)"),
+    "command": t(arr(STR), "COMMAND and its arguments"),
+    "outcome": t(enum(*TURN_OUTCOMES, "crashed", "running", "interrupted"),
+                 "the outcome recorded (`crashed`: its runner died, recorded by `recover`); with no outcome line, `running` (the marker's process is alive) or `interrupted` (it is not: run `recover`)"),
+    "exit_status": t(null(INT), "its exit status (`turn`'s: 128+N for a signal N), null while none is recorded"),
+    "checkpoint": t(null(ID), "the checkpoint it recorded (only when `ok`)"),
+    "ended": t(null(TIME), "when its outcome was recorded (null with none)"),
+    "label": t(null(STR), "its `--label`"),
+})), "Turns (`ckptfs turn`) from the store's audit log, newest first (`--branch B`, `-n N` select as for checkpoints).",
+    "ckptfs log STORE --turns --json")
 
 command("show", "show", obj("ShowReport", {
     "id": t(ID, "the checkpoint"),
@@ -430,7 +484,7 @@ command("verify", "verify", obj("VerifyReport", {
 
 command("gc", "gc", GC, "The same report for `gc --dry-run` (the plan) and `gc` (done).", "ckptfs gc STORE --keep-last 10 --dry-run --json")
 
-command("archive", "archive", obj("ArchiveReport", {
+command("export", "export", obj("ExportReport", {
     "file": t(PATH, "the archive written"),
     "sha256": t(HEX64, "SHA-256 of the whole archive (all parts in order)"),
     "bytes": t(BYTES, "its size"),
@@ -445,9 +499,9 @@ command("archive", "archive", obj("ArchiveReport", {
     "object_bytes": t(BYTES, "their bytes in the store"),
     "branches": t(arr(STR), "branches exported"),
     "labels": t(arr(STR), "labels exported"),
-}), "What archive wrote.", "ckptfs archive STORE --all --out FILE --json")
+}), "What export wrote. `archive` is the same command (its older name), with the same output.", "ckptfs export STORE --all --out FILE --json")
 
-command("unarchive", "unarchive", obj("UnarchiveReport", {
+command("import", "import", obj("ImportReport", {
     "store": t(PATH, "the store imported into"),
     "created_store": t(BOOL, "it was created"),
     "sha256": t(HEX64, "the archive's SHA-256, checked"),
@@ -459,7 +513,50 @@ command("unarchive", "unarchive", obj("UnarchiveReport", {
     "labels": t(arr(STR), "labels in the archive"),
     "relocated": t(mapof(PATH, "path"), "roots recorded at a new path (--relocate)"),
     "upgraded_to": t(U, "the existing store's new format version, when it had to change"),
-}, optional=["upgraded_to"]), "What unarchive imported.", "ckptfs unarchive FILE STORE --json")
+}, optional=["upgraded_to"]), "What import imported. `unarchive` is the same command (its older name, which also takes `FILE STORE`), with the same output.", "ckptfs import STORE FILE --json")
+
+DIFFERENCE = obj("RuntimeDifference", {
+    "field": t(STR, "`platform.kernel`, `file:/usr/bin/agent`, `command:python3 --version`"),
+    "recorded": t(null(STR), "as recorded (null: the recorded fingerprint has no such field)"),
+    "now": t(null(STR), "as it is now (null: not part of the current declaration)"),
+}, text="One field that differs between a branch's recorded fingerprint and this machine's.")
+
+command("turn", "turn", obj("TurnReport", {
+    "turn": t(TURN_ID, "the turn (as `log --turns`, the audit log and the record's `turn.id` name it)"),
+    "branch": t(STR, "its branch"),
+    "outcome": t(enum(*TURN_OUTCOMES), "`ok` (one checkpoint recorded); `failed` (non-zero exit), `killed` (a signal), `cannot-run` (127/126), `checkpoint-failed` (COMMAND exited 0, its checkpoint could not be taken): nothing recorded"),
+    "exit_status": t(STATUS, "what `turn` exits with: COMMAND's status, 128+N for a signal N, 127/126, 1 for `checkpoint-failed`"),
+    "signal": t(INT, "the signal that killed COMMAND (only for `killed`)"),
+    "checkpoint": t(null(ID), "the checkpoint recorded (only when `ok`)"),
+    "parent": t(ID, "the branch head the turn started from"),
+    "started": t(TIME, "when COMMAND started"),
+    "ended": t(TIME, "when it ended"),
+    "elapsed_ms": t(U, "time taken, the checkpoint included"),
+    "mounted": t(BOOL, "the turn mounted the branch (it was not mounted)"),
+    "set_aside": t(PATH, "with `--retry`: where a failed turn's writes were set aside (absent otherwise)"),
+    "runtime": t(obj("RuntimeCheck", {
+        "now": t(RUNTIME, "the fingerprint now (recorded with the checkpoint)"),
+        "recorded_in": t(null(ID), "the checkpoint whose fingerprint was compared (null: the branch records none)"),
+        "differences": t(arr(DIFFERENCE), "what differs (empty: the same runtime)"),
+        "accepted": t(BOOL, "the differences were accepted (`--accept-runtime-change`, audited)"),
+    }), "the runtime check made before COMMAND ran"),
+    "error": t(STR, "what went wrong: why COMMAND could not run (`cannot-run`) or its checkpoint could not be taken (`checkpoint-failed`); absent otherwise"),
+}, optional=["signal", "set_aside", "error"]),
+    "One turn: printed on stdout after COMMAND's own output, also when COMMAND failed (the exit status is then COMMAND's). A turn refused before COMMAND ran prints no JSON (one line on stderr, exit 1 or 2). docs/runner.md describes the contract.",
+    "ckptfs turn ROOM --json -- python3 agent.py")
+
+command("fingerprint", "fingerprint", obj("FingerprintReport", {
+    "declared": t(obj("RuntimeDeclaration", {
+        "files": t(arr(STR), "files declared (`--file`: absolute paths or names looked up in PATH)"),
+        "commands": t(arr(STR), "command lines declared (`--command`)"),
+    }), "what the fingerprint is made of: with `--branch B`, the declaration B uses (its own, else the store's)"),
+    "fingerprint": t(RUNTIME, "this machine's fingerprint under that declaration"),
+    "branch": t(null(STR), "`--branch`, or null"),
+    "recorded_in": t(null(ID), "with `--branch`: the checkpoint whose fingerprint the branch records (the newest on its line of first parents that has one); null without `--branch` or when none has"),
+    "recorded": t(null(RUNTIME), "that recorded fingerprint (null as `recorded_in`)"),
+    "differences": t(arr(DIFFERENCE), "recorded against now, field by field (empty without `--branch` or when the same; exit 1 when not empty)"),
+}), "The same shape in every mode: `fingerprint STORE` (this machine's), `--branch B` (compared with B's recorded fingerprint), `--file`/`--command` (declare, then print the fingerprint under the new declaration), `--clear` (remove the declaration: platform only).",
+    "ckptfs fingerprint STORE --branch main --json")
 
 command("doctor", "doctor", obj("DoctorReport", {
     "store": t(PATH, "the store checked"),
@@ -503,7 +600,16 @@ WORKSPACE_ROW = obj("WorkspaceStatus", {
         "command": t(STR, "its command name"),
         "path": t(PATH, "a file it has open for writing"),
     })), "processes writing into it that its checkpoints do not hold"),
-}, optional=["error"])
+    "turn": t(obj("TurnState", {
+        "turn": t(TURN_ID, "the turn"),
+        "state": t(enum("running", "interrupted", "failed"), "`running` (its runner is alive), `interrupted` (its runner died: run `recover`), `failed` (its writes are the workspace's changes)"),
+        "describe": t(STR, "one sentence saying so and what to run"),
+        "outcome": t(enum("failed", "killed", "cannot-run", "checkpoint-failed", "crashed"), "for `failed`: the outcome recorded"),
+        "exit_status": t(null(INT), "for `failed`: its exit status, if one was recorded"),
+        "time": t(TIME, "for `failed`: when it ended (or was found crashed)"),
+    }, optional=["outcome", "exit_status", "time"]),
+        "a turn running on its branch, or the failed turn whose writes it holds (absent when neither)"),
+}, optional=["error", "turn"])
 VIEW_ROW = obj("ViewStatus", {
     "kind": t(const("view"), "a read-only view row"),
     "mountpoint": t(PATH, "where it is mounted"),
@@ -557,6 +663,11 @@ def to_schema(s, defs):
 
 
 def write_schemas():
+    # A schema file no command describes any more (a renamed command's) goes.
+    names = {c[0] for c in COMMANDS}
+    for f in os.listdir(HERE):
+        if f.endswith(".json") and f[:-5] not in names:
+            os.remove(os.path.join(HERE, f))
     for name, title, schema, text, example in COMMANDS:
         defs = {}
         root = to_schema(schema, defs)

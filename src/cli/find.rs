@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use ckptfs::ops::find::{find, path_history, FindOptions};
-use ckptfs::util::human_bytes;
+use ckptfs::util::{format_local, human_bytes};
 use ckptfs::{Error, Result, Store};
 
 use super::{print_json, JsonFlag};
@@ -85,7 +85,7 @@ pub fn run_find(a: FindArgs) -> Result<i32> {
             println!(
                 "{}  {}  {:<8}  {}{what}",
                 c.checkpoint.id.short(),
-                c.checkpoint.time_rfc3339,
+                format_local(c.checkpoint.time_ns),
                 c.change,
                 c.checkpoint.branch
             );
@@ -106,7 +106,7 @@ pub fn run_find(a: FindArgs) -> Result<i32> {
             println!(
                 "  {}  {}  {}  {} {} {}",
                 f.checkpoint.id.short(),
-                f.checkpoint.time_rfc3339,
+                format_local(f.checkpoint.time_ns),
                 f.checkpoint.branch,
                 f.entry.kind,
                 f.entry.mode,

@@ -29,6 +29,24 @@ pub(crate) fn fix_checkpoint(v: &mut Value) {
     }
 }
 
+/// A UTC time as the audit log keeps it (`YYYY-MM-DDTHH:MM:SS`, `util::format_utc`) with the
+/// `Z` every time in JSON output has (docs/json.md, "Conventions"); a time that has its `Z`
+/// already, or a string that is no such time, comes back unchanged.
+pub(crate) fn rfc3339_of_utc(s: &str) -> String {
+    let bare = s.len() == 19
+        && s.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            10 => b == b'T',
+            13 | 16 => b == b':',
+            _ => b.is_ascii_digit(),
+        });
+    if bare {
+        format!("{s}Z")
+    } else {
+        s.to_string()
+    }
+}
+
 /// The labels naming `id` now, as `log` and `show` list them.
 pub(crate) fn labels_of(labels: &[(String, ObjectId)], id: &ObjectId) -> Vec<String> {
     labels
@@ -36,4 +54,24 @@ pub(crate) fn labels_of(labels: &[(String, ObjectId)], id: &ObjectId) -> Vec<Str
         .filter(|(_, l)| l == id)
         .map(|(n, _)| n.clone())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn audit_times_get_their_zone() {
+        assert_eq!(
+            super::rfc3339_of_utc("2026-12-01T11:56:34"),
+            "2026-12-01T11:56:34Z"
+        );
+        assert_eq!(
+            super::rfc3339_of_utc("2026-12-01T11:56:34Z"),
+            "2026-12-01T11:56:34Z"
+        );
+        assert_eq!(super::rfc3339_of_utc(""), "");
+        assert_eq!(
+            super::rfc3339_of_utc("2026-12-01 11:56:34"),
+            "2026-12-01 11:56:34"
+        );
+    }
 }

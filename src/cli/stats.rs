@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use ckptfs::ops::stats::{stats, StatsReport, StatsScope};
-use ckptfs::util::human_bytes;
+use ckptfs::util::{format_local, human_bytes};
 use ckptfs::{Result, Store};
 
 use super::{print_json, JsonFlag};
@@ -116,14 +116,14 @@ fn print_text(r: &StatsReport) {
         .max(6);
     println!();
     println!(
-        "{:<12}  {:<20}  {:<w$}  {:>8}  {:>10}  {:>10}  {:>13}",
-        "CHECKPOINT", "TIME (UTC)", "BRANCH", "FILES", "LOGICAL", "UNIQUE", "UNIQUE STORED"
+        "{:<12}  {:<26}  {:<w$}  {:>8}  {:>10}  {:>10}  {:>13}",
+        "CHECKPOINT", "TIME", "BRANCH", "FILES", "LOGICAL", "UNIQUE", "UNIQUE STORED"
     );
     for c in &r.checkpoints {
         println!(
-            "{:<12}  {:<20}  {:<w$}  {:>8}  {:>10}  {:>10}  {:>13}",
+            "{:<12}  {:<26}  {:<w$}  {:>8}  {:>10}  {:>10}  {:>13}",
             c.id.short(),
-            c.time_rfc3339,
+            format_local(c.time_ns),
             c.branch,
             c.files,
             human_bytes(c.logical_bytes),

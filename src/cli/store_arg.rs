@@ -12,7 +12,8 @@
 //! `STORE.json`); anything else (a checkpoint, a label, a mountpoint) is the command's next
 //! argument and the store comes from 1-3. When 1-3 find nothing, the line is left as it is, so
 //! a mistyped store path still gets the error it always got (`store /x not found`), and a line
-//! with no argument at all gets [`no_store`]. `checkpoint`, `exec` and `status` (MOUNTPOINT|STORE)
+//! with no argument at all, or whose one argument is the command's own (taken as STORE, a
+//! required argument would be missing: `find '*.db'`), gets [`no_store`]. `checkpoint`, `exec` and `status` (MOUNTPOINT|STORE)
 //! work the same way, except that a first argument is always theirs (it may be a mountpoint)
 //! and discovery in a workspace gives its mountpoint. `init` always needs
 //! its STORE (it creates one), and `unarchive` decides between its two arguments itself
@@ -314,13 +315,23 @@ pub fn complete(root: &clap::Command, args: Vec<OsString>) -> Result<Vec<OsStrin
             Kind::Place if workspace => mountpoint,
             _ => store,
         },
-        None if given.is_some() => return Ok(args),
+        // The one argument given is taken as STORE, as it always was, unless the command
+        // would then lack a required argument (`find '*.db'`, `show C`): it is the command's
+        // own, and the store is what is missing.
+        None if given.is_some() && !lacks_required(root, &args) => return Ok(args),
         None => return Err(no_store()),
     };
     log::debug!("store: {}", fill.display());
     let mut args = args;
     args.insert(*at, fill.into_os_string());
     Ok(args)
+}
+
+/// Whether clap, given `args` as they are, finds a required argument missing.
+fn lacks_required(root: &clap::Command, args: &[OsString]) -> bool {
+    root.clone()
+        .try_get_matches_from(args)
+        .is_err_and(|e| e.kind() == clap::error::ErrorKind::MissingRequiredArgument)
 }
 
 /// `unarchive`'s two positionals in either order: `STORE FILE` (the order of every other

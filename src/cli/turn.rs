@@ -11,6 +11,7 @@ use ckptfs::ops::turn::{self, TurnOptions};
 use ckptfs::store::checkpoint::{check_meta, check_meta_key};
 use ckptfs::{Error, Result, Store};
 
+use super::json::rfc3339_of_utc;
 use super::print_json;
 
 /// `--meta` and `--meta-file`.
@@ -158,6 +159,9 @@ pub fn run_turn(a: TurnArgs) -> Result<i32> {
         eprintln!("ckptfs: {e}");
     }
     if a.json {
+        let mut r = r;
+        r.started = rfc3339_of_utc(&r.started);
+        r.ended = rfc3339_of_utc(&r.ended);
         print_json(&r)?;
         return Ok(r.exit_status);
     }
@@ -226,7 +230,7 @@ pub fn turn_status(s: &Store, branch: &str, dirty: bool) -> Option<serde_json::V
     );
     Some(
         serde_json::json!({"turn": f.turn, "state": "failed", "outcome": f.outcome,
-        "exit_status": f.exit_status, "time": f.time, "describe": describe}),
+        "exit_status": f.exit_status, "time": rfc3339_of_utc(&f.time), "describe": describe}),
     )
 }
 
@@ -237,6 +241,10 @@ pub fn print_turns(s: &Store, branch: Option<&str>, max: Option<usize>, json: bo
         rows.truncate(n);
     }
     if json {
+        for r in &mut rows {
+            r.started = rfc3339_of_utc(&r.started);
+            r.ended = r.ended.as_deref().map(rfc3339_of_utc);
+        }
         print_json(&rows)?;
         return Ok(0);
     }
@@ -255,7 +263,7 @@ pub fn print_turns(s: &Store, branch: Option<&str>, max: Option<usize>, json: bo
             out,
             "{} {} {:<12} {:<18} {:<12} {}",
             r.turn,
-            r.started,
+            ckptfs::util::local_of_utc(&r.started),
             r.branch,
             format!("{}{exit}", r.outcome),
             ck,

@@ -191,7 +191,10 @@ pub struct RestoreReport {
     pub root: String,
     /// The path restored, relative to the root (empty: the root itself).
     pub path: String,
-    /// `directory`, `file` or `symlink`.
+    /// `dir`, `file` or `symlink`: the entry type, named as `ls` and `find` name it.
+    pub r#type: &'static str,
+    /// `directory`, `file` or `symlink`: the same as `type`, kept for scripts written before
+    /// it (docs/json.md, "Changes").
     pub kind: &'static str,
     pub dir: PathBuf,
     pub files: u64,
@@ -709,6 +712,10 @@ fn run(
                 checkpoint: loc.checkpoint,
                 root: j.root.clone(),
                 path: j.path.clone(),
+                r#type: match j.kind() {
+                    "directory" => "dir",
+                    k => k,
+                },
                 kind: j.kind(),
                 dir: j.phase.dir.clone(),
                 files: j.counts.0,
