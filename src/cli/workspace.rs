@@ -49,6 +49,12 @@ pub struct CheckpointArgs {
     /// unless excluded. Repeatable.
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
+    /// Record a checkpoint even when the workspace holds nothing new (nothing a checkpoint
+    /// would record differently from the branch head but directory mtimes, which `git
+    /// status` and other read-only tools touch). Without it such a checkpoint says so and
+    /// records nothing (`"recorded": false` in --json). --label implies it.
+    #[arg(long)]
+    pub allow_empty: bool,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -150,6 +156,7 @@ pub fn run_checkpoint(a: CheckpointArgs) -> Result<i32> {
         &a.message,
         &hold,
         &a.exclude,
+        a.allow_empty,
         a.json.json,
     )
 }
@@ -350,12 +357,19 @@ pub fn checkpoint(
     message: &str,
     hold: &Hold,
     exclude: &[String],
+    allow_empty: bool,
     json: bool,
 ) -> Result<i32> {
     let (s, b) = target(place, branch)?;
-    let r = workspace::checkpoint(&s, &b, label, message, hold, exclude)?;
+    let r = workspace::checkpoint(&s, &b, label, message, hold, exclude, allow_empty)?;
     if json {
         print_json(&r)?;
+    } else if !r.recorded {
+        println!(
+            "nothing new on {b}: checkpoint {} already records the workspace; nothing recorded \
+             (--allow-empty records one anyway)",
+            r.id.short()
+        );
     } else {
         let st = &r.checkpoint.stats;
         let unread = if r.bytes_unread > 0 {

@@ -36,7 +36,8 @@ mod switch;
 pub use branch::{delete_branch, fork, set_archived, upper_usage};
 pub(crate) use checkpoint::unused_snapshots;
 pub use checkpoint::{
-    checkpoint, dirty, live_tree, CheckpointReport, DirtyReport, Held, Hold, LiveTree, SpecialFile,
+    checkpoint, dirty, first_change, is_dirty, live_tree, CheckpointReport, DirtyReport, Held,
+    Hold, LiveTree, SpecialFile,
 };
 pub use mount::{agent_cgroup, mount, reap_detached, umount, MountOptions};
 pub use state::{

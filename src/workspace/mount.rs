@@ -16,7 +16,7 @@ use crate::store::checkpoint::RootRecord;
 use crate::store::Store;
 use crate::util::{check_name, now_ns};
 
-use super::checkpoint::{dirty, Hold};
+use super::checkpoint::{is_dirty, Hold};
 use super::state::{
     answers, is_live, require_branch, source_name, state, states, upper_base, write_json,
     write_mount_state, MountedRoot, UpperBase, WorkspaceState,
@@ -76,7 +76,7 @@ fn rebase_if_clean(store: &Store, branch: &str, head: ObjectId) -> Result<Object
     if base == head {
         return Ok(head);
     }
-    if dirty(store, branch)?.dirty {
+    if is_dirty(store, branch)? {
         return Ok(base);
     }
     // The agent's trees: removed through held fds, never following what it linked in (a

@@ -15,7 +15,7 @@ use crate::store::refs::Branch;
 use crate::store::Store;
 use crate::util::{check_name, now_ns};
 
-use super::checkpoint::{checkpoint_locked, dirty, Hold};
+use super::checkpoint::{checkpoint_locked, dirty, first_change, is_dirty, Hold};
 use super::mount::{mount_roots, plan_roots, MountOptions};
 use super::state::{
     read_json, require_branch, source_name, state, upper_base, write_json, write_mount_state,
@@ -160,30 +160,49 @@ pub fn switch(
             .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {from_branch}")))?;
         let mut checkpointed = None;
         let mut displaced = None;
-        let d = dirty(store, from_branch)?;
-        if d.dirty {
-            match policy {
-                DirtyPolicy::Refuse if !d.special_files.is_empty() => {
+        // One definition of dirty (see `checkpoint::dirty`): a change that the upper's stat
+        // alone shows refuses at once, without reading any file; otherwise the dry-run merge
+        // decides. `--checkpoint-first` of a clean workspace records nothing.
+        let mut discard_upper = false;
+        match policy {
+            DirtyPolicy::Refuse => {
+                let refuse = |what: String| {
+                    Err(Error::Conflict(format!(
+                        "workspace of branch {from_branch} has un-checkpointed changes ({what}); use --checkpoint-first or --discard"
+                    )))
+                };
+                if let Some(p) = first_change(store, from_branch)? {
+                    return refuse(format!("{p} changed"));
+                }
+                let d = dirty(store, from_branch)?;
+                if let Some(f) = d.special_files.first() {
                     return Err(Error::Conflict(format!(
                         "workspace of branch {from_branch} holds what no checkpoint can record ({}); remove it, or use --discard",
-                        d.special_files[0].describe()
-                    )))
+                        f.describe()
+                    )));
                 }
-                DirtyPolicy::Refuse => {
-                    return Err(Error::Conflict(format!(
-                        "workspace of branch {from_branch} has un-checkpointed changes ({} files changed in {}); use --checkpoint-first or --discard",
-                        d.files_changed,
-                        d.roots_changed.join(", ")
-                    )))
+                if d.dirty {
+                    let what = d.changes.first().map_or_else(
+                        || d.roots_changed.join(", "),
+                        |c| format!("{} {}", c.path, c.change),
+                    );
+                    return refuse(what);
                 }
-                DirtyPolicy::CheckpointFirst => {
-                    // The cgroups the marker names, so `recover` thaws what this froze.
-                    let c =
-                        checkpoint_locked(store, from_branch, None, "before switch", &hold, &[])?;
-                    checkpointed = Some(c.id);
-                }
-                DirtyPolicy::Discard => {}
             }
+            DirtyPolicy::CheckpointFirst => {
+                // The cgroups the marker names, so `recover` thaws what this froze.
+                let c = checkpoint_locked(
+                    store,
+                    from_branch,
+                    None,
+                    "before switch",
+                    &hold,
+                    &[],
+                    false,
+                )?;
+                checkpointed = c.recorded.then_some(c.id);
+            }
+            DirtyPolicy::Discard => discard_upper = is_dirty(store, from_branch)?,
         }
         let (to_branch, created) = resolve_target(store, target, new_name)?;
         if to_branch == from_branch && policy != DirtyPolicy::Discard {
@@ -215,7 +234,7 @@ pub fn switch(
             }
             fs::remove_file(store.workspace_state_path(from_branch))
                 .map_err(|e| Error::io(store.workspace_state_path(from_branch), e))?;
-            if policy == DirtyPolicy::Discard && d.dirty {
+            if discard_upper {
                 displaced = displace_upper(store, from_branch)?;
             }
             // No rebase here (it deletes the upper, O(upper)): mount rebases; switch stays O(1).
