@@ -137,12 +137,12 @@ fn switch_under_faults_leaves_the_old_workspace_or_the_new_one() {
                 other => panic!("{ctx}: unexpected branch {other}"),
             }
             assert!(ok(["verify", w.store()]).contains("0 findings"), "{ctx}");
-            let detached = format!("{}/run/detached/", w.store());
+            let detached = format!("{}/", detached_dir(&w.store).display());
             assert!(
                 !fs::read_to_string("/proc/self/mountinfo")
                     .unwrap()
                     .contains(&detached),
-                "{ctx}: an old overlay was left mounted under run/detached"
+                "{ctx}: an old overlay was left mounted in {detached}"
             );
             if branch == "alt" {
                 ok(["switch", w.room(), "--to", "main"]);

@@ -365,7 +365,7 @@ fn checkpoints_keep_user_xattrs_and_no_overlay_ones() {
         xattr::set(upper.join(rel), "trusted.overlay.origin", b"\0\xfb\x21").unwrap();
     }
     let id = w.checkpoint("xattrs");
-    let view = w.store.join(format!("run/lower/checkpoints/{id}/ws"));
+    let view = lower_view(&w.store).join(format!("checkpoints/{id}/ws"));
     for rel in ["notes.md", "src", "src/pkg", "src/pkg/a.py", "src/pkg/b.py"] {
         let names: Vec<String> = xattr::list(view.join(rel))
             .unwrap()

@@ -362,9 +362,24 @@ pub fn checkpoint(
 ) -> Result<i32> {
     let (s, b) = target(place, branch)?;
     let r = workspace::checkpoint(&s, &b, label, message, hold, exclude, allow_empty)?;
+    // The upper layer's recorded bytes leave it now if nobody is inside (see docs/workspaces.md).
+    let fold = workspace::fold(&s, &b)?;
     if json {
-        print_json(&r)?;
-    } else if !r.recorded {
+        let mut v =
+            serde_json::to_value(&r).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
+        v["fold"] = serde_json::to_value(&fold)
+            .map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
+        print_json(&v)?;
+        return Ok(0);
+    }
+    print_checkpoint(&b, &r);
+    print_fold(&fold);
+    Ok(0)
+}
+
+/// The text report of a checkpoint.
+fn print_checkpoint(b: &str, r: &workspace::CheckpointReport) {
+    if !r.recorded {
         println!(
             "nothing new on {b}: checkpoint {} already records the workspace; nothing recorded \
              (--allow-empty records one anyway)",
@@ -402,7 +417,40 @@ pub fn checkpoint(
             );
         }
     }
-    Ok(0)
+}
+
+/// The text report of a fold (nothing when there was nothing to fold).
+fn print_fold(f: &workspace::FoldReport) {
+    if f.folded {
+        println!(
+            "folded the upper layer into the checkpoint: {} files ({}) now only in the store",
+            f.upper_files,
+            human_bytes(f.upper_bytes)
+        );
+    } else if f.upper_bytes > 0 || !f.holders.is_empty() {
+        let why = match (&f.reason, f.holders.first()) {
+            (_, Some(h)) => format!(
+                "pid {} ({}) is inside ({} {}){}",
+                h.pid,
+                h.command,
+                h.how,
+                h.path.display(),
+                if f.holders.len() > 1 {
+                    format!(" and {} more", f.holders.len() - 1)
+                } else {
+                    String::new()
+                }
+            ),
+            (Some(r), None) => r.clone(),
+            (None, None) => "not folded".into(),
+        };
+        println!(
+            "upper layer: {} files ({}) waiting to be folded: {why}; folded at the next \
+             checkpoint with nobody inside, or at the next switch",
+            f.upper_files,
+            human_bytes(f.upper_bytes)
+        );
+    }
 }
 
 pub fn switch(
@@ -450,9 +498,34 @@ pub fn switch(
             r.checkpoint.short(),
             r.elapsed_ms
         );
-        println!("a shell whose cwd is inside still sees the old tree until it runs `cd \"$PWD\"`");
+        print_left_behind(&r);
     }
     Ok(0)
+}
+
+/// Who a switch left inside the tree it took away, and what their writes do.
+fn print_left_behind(r: &workspace::SwitchReport) {
+    for h in &r.left_behind {
+        println!(
+            "pid {} ({}) is still in the tree of {} left behind ({} {}): {}; `cd \"$PWD\"` \
+             brings a shell to {}",
+            h.pid,
+            h.command,
+            r.from_branch,
+            h.how,
+            h.path.display(),
+            if r.left_behind_writable {
+                format!(
+                    "a file open for writing keeps that tree writable, and what is written \
+                     there goes to {}'s un-checkpointed changes",
+                    r.from_branch
+                )
+            } else {
+                "its writes there fail (read-only)".to_string()
+            },
+            r.to_branch
+        );
+    }
 }
 
 pub fn fork(store: &Path, checkpoint: &str, name: &str) -> Result<i32> {
@@ -467,6 +540,8 @@ pub fn umount(mountpoint: &Path) -> Result<Option<i32>> {
     let Ok((s, st)) = find_workspace(mountpoint) else {
         return Ok(None);
     };
+    // The same definition of dirty as status and switch (an error telling it is not fatal).
+    let dirty = workspace::is_dirty(&s, &st.branch).unwrap_or(true);
     for (p, how) in workspace::umount(&s, &st.branch)? {
         match how {
             workspace::overlay::Unmounted::Clean => println!("unmounted {}", p.display()),
@@ -475,6 +550,15 @@ pub fn umount(mountpoint: &Path) -> Result<Option<i32>> {
                 p.display()
             ),
         }
+    }
+    if dirty {
+        println!(
+            "branch {} has un-checkpointed changes: they stay in {} (`ckptfs mount {} --branch {}` resumes them)",
+            st.branch,
+            s.upper_branch_dir(&st.branch).display(),
+            s.root().display(),
+            st.branch
+        );
     }
     Ok(Some(0))
 }
@@ -503,6 +587,9 @@ struct WorkspaceStatus {
     /// Processes writing into it that its checkpoints do not hold (outside `freeze_cgroups`,
     /// and no `freeze_fs`).
     unheld_writers: Vec<workspace::freeze::Writer>,
+    /// The upper layer's bytes that the last checkpoint recorded, waiting to be folded (see
+    /// docs/workspaces.md), and the processes inside that hold them: zero once folded.
+    fold_waiting: workspace::FoldReport,
 }
 
 /// Status of the workspaces of a store (or of the one a path is in).
@@ -537,7 +624,13 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
         } else {
             Vec::new()
         };
+        let fold_waiting = if live {
+            workspace::waiting(&s, &st).unwrap_or_default()
+        } else {
+            workspace::FoldReport::default()
+        };
         let ws = WorkspaceStatus {
+            fold_waiting,
             live,
             branch: st.branch.clone(),
             base: st.base,
@@ -606,6 +699,28 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
         }
         if w["freeze_fs"].as_bool() == Some(true) {
             println!("  checkpoints freeze the store's filesystem");
+        }
+        let f = &w["fold_waiting"];
+        if f["upper_bytes"].as_u64().unwrap_or(0) > 0 {
+            println!(
+                "  upper layer: {} files ({}) recorded, waiting to be folded{}",
+                f["upper_files"],
+                human_bytes(f["upper_bytes"].as_u64().unwrap_or(0)),
+                if f["holders"].as_array().is_some_and(|h| !h.is_empty()) {
+                    " while these are inside:"
+                } else {
+                    " (at the next checkpoint or switch)"
+                }
+            );
+            for h in f["holders"].as_array().into_iter().flatten() {
+                println!(
+                    "    pid {} ({}) {} {}",
+                    h["pid"],
+                    h["command"].as_str().unwrap_or(""),
+                    h["how"].as_str().unwrap_or(""),
+                    h["path"].as_str().unwrap_or("")
+                );
+            }
         }
         for p in w["unheld_writers"].as_array().into_iter().flatten() {
             println!(
@@ -763,9 +878,12 @@ pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
         r["mountpoint"] = first.unwrap_or_default();
     }
     let is_store = place.join(ckptfs::store::CONFIG_FILE).is_file();
+    let left = left_behind_rows(&s)?;
     if !json {
         print_workspace_status(&rows);
+        print_left_behind_rows(&left);
     }
+    rows.extend(left);
     if is_store {
         rows.extend(super::view::status_views(&s, json)?);
     }
@@ -775,4 +893,42 @@ pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
         println!("no live mounts of {}", s.root().display());
     }
     Ok(0)
+}
+
+/// Status rows (`"kind": "left-behind"`) of the trees a switch or a fold set aside that are
+/// still mounted because processes are inside: `branch`, `at`, `readonly`, `holders`.
+fn left_behind_rows(s: &Store) -> Result<Vec<serde_json::Value>> {
+    let mut rows = Vec::new();
+    for l in workspace::left_behind(s)? {
+        let mut v =
+            serde_json::to_value(&l).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
+        v["kind"] = "left-behind".into();
+        rows.push(v);
+    }
+    Ok(rows)
+}
+
+fn print_left_behind_rows(rows: &[serde_json::Value]) {
+    for l in rows {
+        println!(
+            "left behind: a tree of branch {} at {} ({})",
+            l["branch"].as_str().unwrap_or(""),
+            l["at"].as_str().unwrap_or(""),
+            if l["readonly"].as_bool() == Some(true) {
+                "read-only: writes into it fail"
+            } else {
+                "writable: a file open for writing there; what is written goes to that branch's \
+                 un-checkpointed changes"
+            }
+        );
+        for h in l["holders"].as_array().into_iter().flatten() {
+            println!(
+                "  pid {} ({}) {} {}",
+                h["pid"],
+                h["command"].as_str().unwrap_or(""),
+                h["how"].as_str().unwrap_or(""),
+                h["path"].as_str().unwrap_or("")
+            );
+        }
+    }
 }

@@ -23,12 +23,14 @@
 //! [`freeze`] holds writers still.
 
 pub mod freeze;
+pub mod holders;
 pub mod lower;
 pub mod merge;
 pub mod overlay;
 
 mod branch;
 mod checkpoint;
+mod fold;
 mod mount;
 mod state;
 mod switch;
@@ -39,8 +41,11 @@ pub use checkpoint::{
     checkpoint, dirty, first_change, is_dirty, live_tree, CheckpointReport, DirtyReport, Held,
     Hold, LiveTree, SpecialFile,
 };
+pub use fold::{fold, remove_folded, waiting, FoldReport};
 pub use mount::{agent_cgroup, mount, reap_detached, umount, MountOptions};
 pub use state::{
     find_by_path, is_live, is_mounted, state, states, MountedRoot, UpperBase, WorkspaceState,
 };
-pub use switch::{roll_back_switch, switch, DirtyPolicy, SwitchPhase, SwitchReport};
+pub use switch::{
+    left_behind, roll_back_switch, switch, DirtyPolicy, LeftBehind, SwitchPhase, SwitchReport,
+};

@@ -1,7 +1,7 @@
 //! Mounting and unmounting a workspace: one overlayfs per root, with the lower view's
 //! directory of the base checkpoint as the lower layer and `upper/B/ROOT` as the upper.
 //! `switch` mounts through `plan_roots` and `mount_roots` too; the last `umount` reaps
-//! the old overlays a failed switch left under `run/detached/` (`reap_detached`).
+//! the old overlays a failed switch left under `/run/ckptfs/<id>/detached/` (`reap_detached`).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -274,24 +274,29 @@ pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmo
     if states(store)?.is_empty() {
         reap_detached(store)?;
         lower::release_view(store)?;
+    } else {
+        super::switch::reap_unused_detached(store)?;
     }
     Ok(out)
 }
 
-/// Detaches every old overlay left under `run/detached/` (by a switch that failed after it had
+/// Detaches every old overlay left under `detached/` (see `Store::detached_dir`, and the
+/// store's own `run/detached/` of older builds) (by a switch that failed after it had
 /// mounted the new overlays) and removes the empty directories. Returns how many.
 pub fn reap_detached(store: &Store) -> Result<usize> {
-    let dir = store.detached_dir();
+    let [_, legacy] = store.legacy_mount_dirs();
     let mut n = 0;
-    for m in crate::mountinfo::mounts()? {
-        if m.mountpoint.starts_with(&dir) && m.mountpoint != dir {
-            overlay::detach(&m.mountpoint)?;
-            n += 1;
+    for dir in [store.detached_dir(), legacy] {
+        for m in crate::mountinfo::mounts()? {
+            if m.mountpoint.starts_with(&dir) && m.mountpoint != dir {
+                overlay::detach(&m.mountpoint)?;
+                n += 1;
+            }
         }
-    }
-    if let Ok(rd) = fs::read_dir(&dir) {
-        for e in rd.flatten() {
-            let _ignored = fs::remove_dir(e.path());
+        if let Ok(rd) = fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                let _ignored = fs::remove_dir(e.path());
+            }
         }
     }
     Ok(n)

@@ -16,6 +16,8 @@ use crate::store::Store;
 use crate::util::{check_name, now_ns};
 
 use super::checkpoint::{checkpoint_locked, dirty, first_change, is_dirty, Hold};
+use super::fold::{detach_and_remove, drop_recorded_upper};
+use super::holders::{holders, is_busy, set_mount_readonly, Holder};
 use super::mount::{mount_roots, plan_roots, MountOptions};
 use super::state::{
     read_json, require_branch, source_name, state, upper_base, write_json, write_mount_state,
@@ -40,7 +42,79 @@ pub struct SwitchReport {
     pub created_branch: bool,
     pub checkpointed: Option<ObjectId>,
     pub displaced: Option<PathBuf>,
+    /// Processes still inside the tree left behind (their cwd, an open file...), with the
+    /// path where the workspace showed it. Their writes there fail with EROFS, unless
+    /// `left_behind_writable`.
+    pub left_behind: Vec<Holder>,
+    /// A file open for writing kept the tree left behind writable: what its process writes
+    /// goes to the un-checkpointed changes of the branch left (see `status`).
+    pub left_behind_writable: bool,
     pub elapsed_ms: u64,
+}
+
+fn to_branch_differs(p: &SwitchPhase) -> bool {
+    p.from.branch != p.to_branch
+}
+
+/// `h` with its path where the workspace showed it, not where its tree was set aside.
+fn shown_at(mut h: Holder, moved: &[(PathBuf, PathBuf)]) -> Holder {
+    for (mountpoint, aside) in moved {
+        if let Ok(rest) = h.path.strip_prefix(aside) {
+            h.path = mountpoint.join(rest);
+            break;
+        }
+    }
+    h
+}
+
+/// A tree a switch or a fold set aside that is still mounted because someone is inside.
+#[derive(Clone, Debug, Serialize)]
+pub struct LeftBehind {
+    /// The branch whose tree it is.
+    pub branch: String,
+    /// Where it is mounted now (under `Store::detached_dir`).
+    pub at: PathBuf,
+    /// Writes into it fail with EROFS; false when a file open for writing kept it writable.
+    pub readonly: bool,
+    pub holders: Vec<Holder>,
+}
+
+/// The old overlays of `store` set aside and still mounted, with who is inside each.
+pub fn left_behind(store: &Store) -> Result<Vec<LeftBehind>> {
+    let prefix = format!("ckptfs:{}:", store.root().display());
+    let [_, legacy] = store.legacy_mount_dirs();
+    let dirs = [store.detached_dir(), legacy];
+    let mut out = Vec::new();
+    for m in crate::mountinfo::mounts()? {
+        if m.fstype != "overlay" || !dirs.iter().any(|d| m.mountpoint.starts_with(d)) {
+            continue;
+        }
+        let Some(branch) = m.source.strip_prefix(&prefix) else {
+            continue;
+        };
+        let readonly = nix::sys::statvfs::statvfs(&m.mountpoint)
+            .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
+        out.push(LeftBehind {
+            branch: branch.to_string(),
+            holders: holders(std::slice::from_ref(&m.mountpoint)),
+            at: m.mountpoint,
+            readonly,
+        });
+    }
+    Ok(out)
+}
+
+/// Detaches (in the background) the trees set aside that nobody is inside any more.
+pub(super) fn reap_unused_detached(store: &Store) -> Result<()> {
+    let unused: Vec<PathBuf> = left_behind(store)?
+        .into_iter()
+        .filter(|l| l.holders.is_empty())
+        .map(|l| l.at)
+        .collect();
+    if !unused.is_empty() {
+        detach_and_remove(&unused, None);
+    }
+    Ok(())
 }
 
 /// Progress of a switch, kept in the RUNNING marker for `recover`.
@@ -81,6 +155,9 @@ pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
         }
         if crate::mountinfo::mount_at(aside)?.is_some() {
             overlay::move_mount(aside, mountpoint)?;
+            if let Err(e) = set_mount_readonly(mountpoint, false) {
+                log::warn!("{e}");
+            }
             actions.push(format!(
                 "moved the {} workspace back to {}",
                 p.from.branch,
@@ -155,7 +232,8 @@ pub fn switch(
         serde_json::json!({"from": from_branch, "to": target, "name": new_name}),
     );
     lower::ensure_view(store)?;
-    let (report, moved) = store.mutate_live("switch", args, |m| {
+    let report = store.mutate_live("switch", args, |m| {
+        reap_unused_detached(store)?;
         let st = state(store, from_branch)?
             .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {from_branch}")))?;
         let mut checkpointed = None;
@@ -272,6 +350,40 @@ pub fn switch(
             write_mount_state(store, &new_state)?;
             Ok(displaced.take())
         })();
+        // The trees left behind: read-only from now on, so a process still inside (a shell
+        // whose cwd was there) gets EROFS instead of writing silently into the branch it
+        // left. One with a file open for writing there keeps it writable (the kernel
+        // refuses): the report and `status` name it.
+        let mut all_readonly = true;
+        if switched.is_ok() {
+            for a in &moved {
+                if let Err(e) = set_mount_readonly(a, true) {
+                    if !is_busy(&e) {
+                        log::warn!("{e}");
+                    }
+                    all_readonly = false;
+                }
+            }
+        }
+        let left_behind = if switched.is_ok() {
+            holders(&moved)
+        } else {
+            Vec::new()
+        };
+        // Nothing can write the branch left any more: when its head records all its upper
+        // holds, the upper goes (a fold: no bytes kept twice) and its base is its head.
+        let mut folded = None;
+        if switched.is_ok()
+            && all_readonly
+            && left_behind.is_empty()
+            && to_branch_differs(&phase)
+            && !discard_upper
+        {
+            match drop_recorded_upper(store, from_branch) {
+                Ok(t) => folded = t,
+                Err(e) => log::warn!("keeping the upper of {from_branch}: {e}"),
+            }
+        }
         let displaced = match switched {
             Ok(v) => v,
             Err(e) => {
@@ -289,14 +401,22 @@ pub fn switch(
             created_branch: created,
             checkpointed,
             displaced,
+            left_behind: left_behind
+                .into_iter()
+                .map(|h| shown_at(h, &phase.moved))
+                .collect(),
+            left_behind_writable: !all_readonly,
             elapsed_ms: t0.elapsed().as_millis() as u64,
         };
         let summary = serde_json::to_value(&report).unwrap_or_default();
-        Ok(((report, moved), summary))
+        Ok(((report, moved, folded), summary))
     })?;
+    let (report, moved, folded) = report;
     // Only once the switch is recorded as done: `recover` may still need the old overlays.
-    for aside in &moved {
-        overlay::detach_in_background(aside);
+    // Trees someone is still in stay mounted (set aside, read-only) until they leave: the
+    // next switch, fold or umount detaches them, and `status` names who is inside.
+    if report.left_behind.is_empty() {
+        detach_and_remove(&moved, folded.as_deref());
     }
     Ok(report)
 }

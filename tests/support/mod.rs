@@ -20,6 +20,7 @@
 //!   filesystem image, or with the room `nobody`'s: `for_nobody`), `KillOnDrop`, `holder`,
 //!   `REWRITER` and its checks.
 //! - `view`: `ViewFixture`, the read-only view tests' captured sample tree.
+//! - `life`: where a store keeps its mounts (`store_mounts_dir`, `lower_view`, `detached_dir`).
 //! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
 //!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).
 //!
@@ -30,6 +31,7 @@
 pub mod cli;
 pub mod fault;
 pub mod hostile;
+pub mod life;
 pub mod mount;
 pub mod store;
 pub mod tree;
@@ -38,4 +40,6 @@ pub mod workspace;
 
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
-pub use {cli::*, fault::*, hostile::*, mount::*, store::*, tree::*, view::*, workspace::*};
+pub use {
+    cli::*, fault::*, hostile::*, life::*, mount::*, store::*, tree::*, view::*, workspace::*,
+};

@@ -1,0 +1,133 @@
+//! Who is inside a tree: the processes whose working directory, root, an open file or a
+//! mapping is under one of a set of directories (a workspace's mountpoints, or the old
+//! overlays a switch or a fold set aside). A fold waits until nobody is inside; `status`
+//! names who holds a workspace's upper layer unfolded, and who was left behind in a tree a
+//! switch took away (see docs/workspaces.md).
+//!
+//! Read from `/proc/PID/{cwd,root,fd/*,maps}` as this process's mount namespace shows them:
+//! a process in another mount namespace (a container) is seen by the paths of its own, and
+//! so is not found. Processes that cannot be examined (gone meanwhile, or without the
+//! rights) are skipped: root sees every process of its namespace.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, MsFlags};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// A process inside a tree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Holder {
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`).
+    pub command: String,
+    /// What of it is inside: `cwd`, `root`, `open file`, `open for writing` or `mapping`.
+    pub how: &'static str,
+    /// The path inside (as this process sees it).
+    pub path: PathBuf,
+}
+
+/// Every process (but this one) with its cwd, root, an open file or a mapping under one of
+/// `dirs`, one entry per process: an open-for-writing file first, else the first found.
+pub fn holders(dirs: &[PathBuf]) -> Vec<Holder> {
+    if dirs.is_empty() {
+        return Vec::new();
+    }
+    let inside = |p: &Path| dirs.iter().any(|d| p.starts_with(d));
+    let own = std::process::id();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == own {
+            continue;
+        }
+        if let Some((how, path)) = held_by(&e.path(), &inside) {
+            let command = fs::read_to_string(e.path().join("comm"))
+                .map(|c| c.trim_end().to_string())
+                .unwrap_or_default();
+            out.push(Holder {
+                pid,
+                command,
+                how,
+                path,
+            });
+        }
+    }
+    out.sort_by_key(|h| h.pid);
+    out
+}
+
+/// What of process `/proc/PID` (`dir`) is inside.
+fn held_by(dir: &Path, inside: &impl Fn(&Path) -> bool) -> Option<(&'static str, PathBuf)> {
+    let mut found = None;
+    if let Ok(rd) = fs::read_dir(dir.join("fd")) {
+        for fd in rd.flatten() {
+            let Ok(target) = fs::read_link(fd.path()) else {
+                continue;
+            };
+            if !inside(&target) {
+                continue;
+            }
+            let flags = fs::read_to_string(dir.join("fdinfo").join(fd.file_name()))
+                .ok()
+                .and_then(|t| {
+                    t.lines()
+                        .find_map(|l| l.strip_prefix("flags:"))
+                        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+                });
+            // O_WRONLY or O_RDWR.
+            if flags.is_some_and(|f| f & 3 != 0) {
+                return Some(("open for writing", target));
+            }
+            found.get_or_insert(("open file", target));
+        }
+    }
+    if found.is_some() {
+        return found;
+    }
+    for (link, how) in [("cwd", "cwd"), ("root", "root")] {
+        if let Ok(target) = fs::read_link(dir.join(link)) {
+            if inside(&target) {
+                return Some((how, target));
+            }
+        }
+    }
+    let maps = fs::read_to_string(dir.join("maps")).ok()?;
+    maps.lines().find_map(|l| {
+        let path = Path::new(l.splitn(6, ' ').nth(5)?.trim_start());
+        inside(path).then(|| ("mapping", path.to_path_buf()))
+    })
+}
+
+/// Makes the mount at `target` read-only, or writable again (`MS_REMOUNT | MS_BIND`: this
+/// mount only; the filesystem and other mounts of it keep their mode). Making it read-only
+/// fails with `EBUSY` while a file is open for writing through it.
+pub fn set_mount_readonly(target: &Path, readonly: bool) -> Result<()> {
+    let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND;
+    if readonly {
+        flags |= MsFlags::MS_RDONLY;
+    }
+    mount(None::<&str>, target, None::<&str>, flags, None::<&str>).map_err(|e| {
+        Error::io_op(
+            format!(
+                "making the mount at {} {}",
+                target.display(),
+                if readonly { "read-only" } else { "writable" }
+            ),
+            io::Error::from(e),
+        )
+    })
+}
+
+/// Whether making a mount read-only failed because a file is open for writing through it.
+pub fn is_busy(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::EBUSY))
+}
