@@ -19,6 +19,8 @@ fn populate(room: &std::path::Path) {
 fn gc_keeps_what_a_live_workspace_stands_on() {
     let w = Workspace::new(populate);
     let base = checkpoints(w.store())[0].clone();
+    // A shell inside holds the fold, so the workspace keeps standing on its first base.
+    let _inside = InsideShell::start(&w.room);
     let mut ids = Vec::new();
     for i in 0..3 {
         fs::write(w.path(&format!("turn{i}.txt")), format!("turn {i}\n")).unwrap();

@@ -146,19 +146,10 @@ pub fn run_branch(c: BranchCommand) -> Result<i32> {
 /// `ckptfs checkpoint`.
 pub fn run_checkpoint(a: CheckpointArgs) -> Result<i32> {
     let hold = Hold {
-        cgroups: a.freeze_cgroup,
+        cgroups: a.freeze_cgroup.clone(),
         filesystem: a.freeze_fs,
     };
-    checkpoint(
-        &a.place,
-        a.branch.as_deref(),
-        a.label.as_deref(),
-        &a.message,
-        &hold,
-        &a.exclude,
-        a.allow_empty,
-        a.json.json,
-    )
+    checkpoint(&a, &hold)
 }
 
 /// `ckptfs exec`.
@@ -350,18 +341,18 @@ fn exec_failure_code(program: &Path, err: &std::io::Error) -> i32 {
     }
 }
 
-pub fn checkpoint(
-    place: &Path,
-    branch: Option<&str>,
-    label: Option<&str>,
-    message: &str,
-    hold: &Hold,
-    exclude: &[String],
-    allow_empty: bool,
-    json: bool,
-) -> Result<i32> {
-    let (s, b) = target(place, branch)?;
-    let r = workspace::checkpoint(&s, &b, label, message, hold, exclude, allow_empty)?;
+pub fn checkpoint(a: &CheckpointArgs, hold: &Hold) -> Result<i32> {
+    let (s, b) = target(&a.place, a.branch.as_deref())?;
+    let r = workspace::checkpoint(
+        &s,
+        &b,
+        a.label.as_deref(),
+        &a.message,
+        hold,
+        &a.exclude,
+        a.allow_empty,
+    )?;
+    let json = a.json.json;
     // The upper layer's recorded bytes leave it now if nobody is inside (see docs/workspaces.md).
     let fold = workspace::fold(&s, &b)?;
     if json {

@@ -449,6 +449,52 @@ pub fn first_change(store: &Store, branch: &str) -> Result<Option<String>> {
     Ok(None)
 }
 
+/// The first entry (`ROOT/PATH`) in `branch`'s upper layers that the roots' exclude rules
+/// match (a whiteout aside): what no checkpoint records, so what only the upper holds. A
+/// fold, or a mount's rebase, keeps an upper that holds one. The walk is the agent's tree:
+/// through held directory fds, symlinks never followed (see `safe`).
+///
+/// # Errors
+/// An upper layer that does not read.
+pub(super) fn first_excluded(store: &Store, branch: &str) -> Result<Option<String>> {
+    fn walk(
+        ex: &crate::store::exclude::Excluder,
+        dir: &crate::safe::Dir,
+        rel: &Path,
+    ) -> Result<Option<PathBuf>> {
+        for name in dir.entries()? {
+            let path = rel.join(&name);
+            let Some(m) = dir.stat(&name)? else { continue };
+            if m.kind() == Kind::CharDevice && m.rdev == 0 {
+                continue;
+            }
+            if ex.excluded(&path, &name) {
+                return Ok(Some(path));
+            }
+            if m.is_dir() {
+                let Ok(sub) = dir.open_dir(&name) else {
+                    continue;
+                };
+                if let Some(p) = walk(ex, &sub, &path)? {
+                    return Ok(Some(p));
+                }
+            }
+        }
+        Ok(None)
+    }
+    for (name, rc) in &store.config().roots {
+        let upper = store.upper_dir(branch, name);
+        if rc.exclude.is_empty() || !upper.is_dir() {
+            continue;
+        }
+        let ex = crate::store::exclude::Excluder::compile(name, &rc.exclude)?;
+        if let Some(p) = walk(&ex, &crate::safe::Dir::open(&upper)?, Path::new(""))? {
+            return Ok(Some(format!("{name}/{}", p.display())));
+        }
+    }
+    Ok(None)
+}
+
 struct ChangeWalk<'a> {
     store: &'a Store,
     exclude: crate::store::exclude::Excluder,

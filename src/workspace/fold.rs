@@ -36,7 +36,7 @@ use crate::store::fsio;
 use crate::store::Store;
 use crate::util::now_ns;
 
-use super::checkpoint::{is_dirty, Hold};
+use super::checkpoint::{first_excluded, is_dirty, Hold};
 use super::holders::{holders, is_busy, set_mount_readonly, Holder};
 use super::mount::{plan_roots, MountOptions};
 use super::state::{
@@ -142,6 +142,20 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         writable_again(&done);
         return Ok(report);
     }
+    match first_excluded(store, branch) {
+        Ok(None) => {}
+        Ok(Some(p)) => {
+            writable_again(&done);
+            return Ok(not(
+                &format!("{p} is excluded from checkpoints, so only the upper layer holds it"),
+                report,
+            ));
+        }
+        Err(e) => {
+            writable_again(&done);
+            return Err(e);
+        }
+    }
     match is_dirty(store, branch) {
         Ok(false) => {}
         Ok(true) => {
@@ -153,6 +167,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
             return Err(e);
         }
     }
+    reap_folded(store);
     let now = now_ns();
     let trash = folded_dir(store).join(format!("{branch}-{now}"));
     let taken = (|| {
@@ -230,7 +245,7 @@ pub(super) fn folded_dir(store: &Store) -> PathBuf {
 /// read-only): the branch's base becomes its head. Returns where they went.
 pub(super) fn drop_recorded_upper(store: &Store, branch: &str) -> Result<Option<PathBuf>> {
     let upper = store.upper_branch_dir(branch);
-    if !upper.exists() || is_dirty(store, branch)? {
+    if !upper.exists() || first_excluded(store, branch)?.is_some() || is_dirty(store, branch)? {
         return Ok(None);
     }
     fs::DirBuilder::new()
@@ -291,5 +306,59 @@ pub fn remove_folded(dir: &Path) -> Result<()> {
             dir.display()
         )));
     }
-    crate::safe::Dir::open(parent)?.remove_all(name)
+    let parent = crate::safe::Dir::open(parent)?;
+    // Held while removing, so `reap_folded` tells a removal in progress from one a crash
+    // left (a second remover waits, then finds it gone).
+    let Some(lock) = lock_folded(&parent, name, true)? else {
+        return Ok(());
+    };
+    let removed = parent.remove_all(name);
+    drop(lock);
+    removed
+}
+
+/// The flock of `.folded/NAME` (waiting for it, or `None` when `wait` is false and another
+/// process holds it, or when it is gone).
+fn lock_folded(
+    parent: &crate::safe::Dir,
+    name: &std::ffi::OsStr,
+    wait: bool,
+) -> Result<Option<nix::fcntl::Flock<std::os::fd::OwnedFd>>> {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::os::fd::AsFd;
+    let Some(d) = parent.try_open_dir(name)? else {
+        return Ok(None);
+    };
+    let d = d
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| Error::io(parent.display_path(name), e))?;
+    let arg = if wait {
+        FlockArg::LockExclusive
+    } else {
+        FlockArg::LockExclusiveNonblock
+    };
+    match Flock::lock(d, arg) {
+        Ok(l) => Ok(Some(l)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(Error::io(
+            parent.display_path(name),
+            std::io::Error::from(e),
+        )),
+    }
+}
+
+/// Removes (in the background) what a crash left in `upper/.folded/`: the entries no remover
+/// holds. Under the store lock, so no fold is adding one.
+fn reap_folded(store: &Store) {
+    let dir = folded_dir(store);
+    let Ok(parent) = crate::safe::Dir::open(&dir) else {
+        return;
+    };
+    for name in parent.entries().unwrap_or_default() {
+        if let Ok(Some(lock)) = lock_folded(&parent, &name, false) {
+            drop(lock);
+            detach_and_remove(&[], Some(&dir.join(&name)));
+        }
+    }
 }

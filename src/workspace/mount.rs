@@ -16,7 +16,7 @@ use crate::store::checkpoint::RootRecord;
 use crate::store::Store;
 use crate::util::{check_name, now_ns};
 
-use super::checkpoint::{is_dirty, Hold};
+use super::checkpoint::{first_excluded, is_dirty, Hold};
 use super::state::{
     answers, is_live, require_branch, source_name, state, states, upper_base, write_json,
     write_mount_state, MountedRoot, UpperBase, WorkspaceState,
@@ -76,7 +76,8 @@ fn rebase_if_clean(store: &Store, branch: &str, head: ObjectId) -> Result<Object
     if base == head {
         return Ok(head);
     }
-    if is_dirty(store, branch)? {
+    // Excluded files are in no checkpoint: an upper holding one is kept.
+    if first_excluded(store, branch)?.is_some() || is_dirty(store, branch)? {
         return Ok(base);
     }
     // The agent's trees: removed through held fds, never following what it linked in (a
@@ -289,8 +290,12 @@ pub fn reap_detached(store: &Store) -> Result<usize> {
     for dir in [store.detached_dir(), legacy] {
         for m in crate::mountinfo::mounts()? {
             if m.mountpoint.starts_with(&dir) && m.mountpoint != dir {
-                overlay::detach(&m.mountpoint)?;
-                n += 1;
+                // A background detach may have got there first (EINVAL: not mounted now).
+                match nix::mount::umount2(&m.mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+                    Ok(()) => n += 1,
+                    Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
+                    Err(e) => return Err(Error::io(&m.mountpoint, std::io::Error::from(e))),
+                }
             }
         }
         if let Ok(rd) = fs::read_dir(&dir) {

@@ -335,7 +335,7 @@ pub fn switch(
             // Durable, but only when new: switching back to a branch finds it already there
             // (each sync can take a second while the disk writes back).
             let recorded = read_json::<UpperBase>(&store.upper_base_path(&to_branch))?;
-            if recorded.map_or(true, |b| b.base != base) {
+            if recorded.is_none_or(|b| b.base != base) {
                 write_json(&store.upper_base_path(&to_branch), &UpperBase { base })?;
             }
             mount_roots(store, &to_branch, &roots)?;
