@@ -329,18 +329,7 @@ fn run_mount(a: view::MountArgs) -> Result<i32> {
                 .into(),
         ));
     }
-    workspace::mount_branch(
-        &a.store,
-        &branch,
-        &a.roots,
-        a.at.as_deref(),
-        a.relocate,
-        &ckptfs::workspace::Hold {
-            cgroups: a.freeze_cgroups.clone(),
-            filesystem: a.freeze_fs,
-        },
-        a.json,
-    )
+    workspace::mount_branch(&a, &branch)
 }
 
 /// `ckptfs umount`: a workspace, else a read-only view.

@@ -89,7 +89,9 @@ pub struct SwitchArgs {
     /// Set un-checkpointed changes aside under STORE/displaced/ (never deleted).
     #[arg(long)]
     pub discard: bool,
-    /// Name of the branch created when the target is not a branch head.
+    /// Show the target as a new branch NAME (forked from the branch, label or checkpoint
+    /// given). Without it, a branch `from-<id>` is made only when the target is not a branch
+    /// and not the head of exactly one branch.
     #[arg(long)]
     pub name: Option<String>,
     #[command(flatten)]
@@ -174,16 +176,43 @@ pub fn run_fork(a: ForkArgs) -> Result<i32> {
     fork(&a.store, &a.checkpoint, &a.name)
 }
 
-/// `mount STORE --branch B [--root NAME]... [--at DIR --relocate]`.
-pub fn mount_branch(
-    store: &Path,
-    branch: &str,
-    roots: &[String],
-    at: Option<&Path>,
-    relocate: bool,
-    hold: &Hold,
-    json: bool,
-) -> Result<i32> {
+/// `mount STORE --branch B [--root NAME]... [--at DIR --relocate]`. The read-only view's
+/// options either apply to the store's lower view (`--cache-size`, when it starts) or are
+/// refused, naming the option: a workspace has no daemon of its own to keep in the
+/// foreground, and its lower view keeps no file copies.
+pub fn mount_branch(a: &super::view::MountArgs, branch: &str) -> Result<i32> {
+    let refuse = |what: &str| Err(Error::Usage(format!("mount --branch: {what}")));
+    if a.foreground {
+        return refuse(
+            "--foreground is for read-only views; a workspace is a kernel overlay with no \
+             daemon of its own to keep attached",
+        );
+    }
+    if a.file_cache_size != ckptfs::view::materialize::DEFAULT_FILE_CACHE_BYTES {
+        return refuse(
+            "--file-cache-size does not apply: a workspace's lower view keeps no file copies \
+             (overlayfs reads its lower files itself)",
+        );
+    }
+    if a.mount_source.is_some() {
+        return refuse("--mount-source is for read-only views mounted by mount.ckptfs");
+    }
+    if a.relocate && a.at.is_none() {
+        return refuse("--relocate confirms --at DIR; give --at too");
+    }
+    let lower_cache_bytes =
+        (a.cache_size != ckptfs::view::DEFAULT_CACHE_BYTES).then_some(a.cache_size);
+    let hold = Hold {
+        cgroups: a.freeze_cgroups.clone(),
+        filesystem: a.freeze_fs,
+    };
+    let (store, roots, at, relocate, json) = (
+        a.store.as_path(),
+        a.roots.as_slice(),
+        a.at.as_deref(),
+        a.relocate,
+        a.json,
+    );
     let s = Store::open(store)?;
     let mut reloc = BTreeMap::new();
     if let Some(at) = at {
@@ -207,7 +236,8 @@ pub fn mount_branch(
             branch: branch.to_string(),
             roots: roots.to_vec(),
             relocate: reloc,
-            hold: hold.clone(),
+            hold,
+            lower_cache_bytes,
         },
     )?;
     if json {

@@ -203,6 +203,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
             cgroups: st.freeze_cgroups.clone(),
             filesystem: st.freeze_fs,
         },
+        lower_cache_bytes: None,
     };
     let roots = plan_roots(store, branch, &head, &opts).map_err(resume)?;
     let src = source_name(store, branch);

@@ -23,6 +23,16 @@ use crate::store::Store;
 /// Makes sure the lower view is mounted (starts its daemon if needed). Call without holding
 /// the store lock: the daemon takes it to register its pin.
 pub fn ensure_view(store: &Store) -> Result<()> {
+    ensure_view_sized(store, None)
+}
+
+/// As [`ensure_view`], with the view's memory for trees and chunks (`mount --branch
+/// --cache-size`; `None`: the default). The view is shared by every workspace of the store,
+/// so the size applies when it starts; asking another size of a running view is refused.
+///
+/// # Errors
+/// `Conflict` when the view already runs with another cache size; starting it.
+pub fn ensure_view_sized(store: &Store, cache_bytes: Option<u64>) -> Result<()> {
     ensure_mounts_dir(store)?;
     let mp = store.lower_view_dir();
     // A view whose daemon died answers ENOTCONN until fusermount3's auto-unmount catches up:
@@ -36,7 +46,48 @@ pub fn ensure_view(store: &Store) -> Result<()> {
             log::debug!("detaching the dead view: {e} (already unmounted?)");
         }
     }
-    crate::daemon::ensure_browse(store, &mp)
+    let Some(want) = cache_bytes else {
+        return crate::daemon::ensure_browse(store, &mp);
+    };
+    let browse = crate::daemon::fsname(store, &crate::view::Namespace::Browse);
+    if crate::mountinfo::mount_at(&mp)?.is_some_and(|m| m.source == browse) {
+        let running = running_cache_bytes(store, &mp);
+        if running != Some(want) {
+            return Err(Error::Conflict(format!(
+                "the lower view of {} (shared by every workspace of the store) already runs \
+                 with --cache-size {}; a size applies when the first workspace is mounted",
+                store.root().display(),
+                running.map_or("unknown".to_string(), crate::util::human_bytes)
+            )));
+        }
+        return Ok(());
+    }
+    fs::create_dir_all(&mp).map_err(|e| Error::io(&mp, e))?;
+    // As `daemon::ensure_browse`: private, and no materialized copies under an overlay.
+    let opts = crate::daemon::StartOptions {
+        cache_bytes: Some(want),
+        file_cache_bytes: Some(0),
+        ..crate::daemon::StartOptions::default()
+    };
+    crate::daemon::start(store, &crate::view::Namespace::Browse, &mp, &opts).map(|_| ())
+}
+
+/// The cache size the view daemon serving `mp` was started with (its `--cache-size`, else
+/// the default), from its command line; `None` when it cannot be told.
+pub fn running_cache_bytes(store: &Store, mp: &Path) -> Option<u64> {
+    let views = crate::daemon::list(store).ok()?;
+    let pid = views
+        .iter()
+        .find(|v| v.mountpoint == mp)?
+        .state
+        .as_ref()?
+        .pid;
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    match args.iter().position(|a| *a == b"--cache-size") {
+        Some(i) => std::str::from_utf8(args.get(i + 1)?).ok()?.parse().ok(),
+        None => Some(crate::view::DEFAULT_CACHE_BYTES),
+    }
 }
 
 /// Makes `/run/ckptfs/<id>/` (see `Store::mounts_dir`): root's, 0700 all the way, so no

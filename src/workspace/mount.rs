@@ -33,6 +33,9 @@ pub struct MountOptions {
     pub relocate: BTreeMap<String, PathBuf>,
     /// What every checkpoint of the workspace holds still (see `freeze`).
     pub hold: Hold,
+    /// Memory of the store's lower view for trees and chunks (`--cache-size`), when it
+    /// starts; `None`: the default (see `lower::ensure_view_sized`).
+    pub lower_cache_bytes: Option<u64>,
 }
 
 /// Creates the upper directories of `branch` for `root` (the root dir takes the lower root's
@@ -190,7 +193,7 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
     let args =
         serde_json::json!({"branch": opts.branch, "roots": opts.roots, "relocate": opts.relocate});
     // The lower view is its own daemon, which takes the store lock to pin: start it first.
-    lower::ensure_view(store)?;
+    lower::ensure_view_sized(store, opts.lower_cache_bytes)?;
     store.mutate("mount", args, |_| {
         let (b, head) = require_branch(store, &opts.branch)?;
         if b.state == "archived" {

@@ -330,6 +330,7 @@ pub fn switch(
                     cgroups: st.freeze_cgroups.clone(),
                     filesystem: st.freeze_fs,
                 },
+                lower_cache_bytes: None,
             };
             let roots = plan_roots(store, &to_branch, &base, &opts)?;
             // Durable, but only when new: switching back to a branch finds it already there
