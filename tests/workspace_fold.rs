@@ -304,3 +304,59 @@ fn what_checkpoints_exclude_stays_in_the_upper_and_holds_the_fold() {
     let r = w.checkpoint_json("gone");
     assert_eq!(r["fold"]["folded"], true, "{r}");
 }
+
+/// Whether a file can be created in the workspace now.
+fn writable(w: &Workspace) -> bool {
+    let probe = w.path(".probe");
+    let ok = fs::write(&probe, b"x").is_ok();
+    let _ = fs::remove_file(&probe);
+    ok
+}
+
+#[test]
+fn a_fold_interrupted_at_any_step_loses_nothing() {
+    let w = Workspace::new(populate);
+    fs::write(w.path("notes.md"), "counting\n").unwrap();
+    let steps = io_steps(["checkpoint", w.room(), "-m", "count"]);
+    let mut round = 0;
+    for mode in ["fail", "abort"] {
+        for n in 1..=steps {
+            round += 1;
+            let text = format!("round {round}\n");
+            fs::write(w.path("notes.md"), &text).unwrap();
+            write(&w.path(&format!("r/{round}.txt")), text.as_bytes());
+            let o = run_fault(["checkpoint", w.room(), "-m", "faulty"], mode, n);
+            let ctx = format!("checkpoint {mode}:{n}/{steps}: {}", stderr(&o));
+            let r = run(["recover", w.store()]);
+            assert!(r.status.success(), "{ctx}: recover: {}", stderr(&r));
+            if !writable(&w) {
+                // Interrupted after the fold took the upper: umount and mount resume it.
+                // Said by the failed checkpoint itself, or by recover after a crash.
+                let out = stdout(&r);
+                assert!(
+                    out.contains("stays read-only") || stderr(&o).contains("failed half-way"),
+                    "{ctx}: recover said {out}"
+                );
+                ok(["umount", w.room()]);
+                ok(["mount", w.store(), "--branch", "main"]);
+                assert!(writable(&w), "{ctx}: not writable after a remount");
+            }
+            // Nothing lost: the workspace shows every round's file and the last text.
+            assert_eq!(
+                fs::read_to_string(w.path("notes.md")).unwrap(),
+                text,
+                "{ctx}"
+            );
+            for i in 1..=round {
+                assert!(
+                    w.path(&format!("r/{i}.txt")).exists(),
+                    "{ctx}: r/{i}.txt lost"
+                );
+            }
+            assert!(ok(["verify", w.store()]).contains("0 findings"), "{ctx}");
+            // The next checkpoint records it and folds.
+            let id = w.checkpoint("after the fault");
+            assert_eq!(w.cat(&id, "notes.md"), text.as_bytes(), "{ctx}");
+        }
+    }
+}

@@ -71,6 +71,11 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
                     .extend(crate::workspace::roll_back_switch(store, &phase)?);
             }
         }
+        if m.op == "fold" {
+            report
+                .actions
+                .extend(crate::workspace::roll_back_fold(store, &m.args)?);
+        }
         if m.op == "checkpoint" || m.op == "switch" {
             let cgroups: Vec<std::path::PathBuf> = m
                 .args

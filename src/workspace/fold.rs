@@ -63,9 +63,12 @@ pub struct FoldReport {
 /// Folds `branch`'s mounted workspace (see the module doc); a workspace whose base is its
 /// head has nothing to fold.
 ///
+/// A failure before the commit point leaves the workspace as it was and is reported as the
+/// `reason` nothing was folded.
+///
 /// # Errors
-/// Reading the workspace's state; remounting (the workspace is then left read-only or as
-/// it was, and the error says how to resume it).
+/// Reading the workspace's state; a failure after the commit point (the workspace is then
+/// read-only, nothing is lost, and the error says how to resume it).
 pub fn fold(store: &Store, branch: &str) -> Result<FoldReport> {
     store.mutate_live("fold", serde_json::json!({ "branch": branch }), |_| {
         let r = fold_locked(store, branch)?;
@@ -132,7 +135,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
                     report.holders = holders(&mps);
                     return Ok(not("a file is open for writing", report));
                 }
-                return Err(e);
+                return Ok(not(&e.to_string(), report));
             }
         }
     }
@@ -153,7 +156,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         }
         Err(e) => {
             writable_again(&done);
-            return Err(e);
+            return Ok(not(&e.to_string(), report));
         }
     }
     match is_dirty(store, branch) {
@@ -164,7 +167,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         }
         Err(e) => {
             writable_again(&done);
-            return Err(e);
+            return Ok(not(&e.to_string(), report));
         }
     }
     reap_folded(store);
@@ -180,7 +183,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
     })();
     if let Err(e) = taken {
         writable_again(&done);
-        return Err(e);
+        return Ok(not(&e.to_string(), report));
     }
     // From here the base is the head (see the module doc): failures say how to resume.
     let resume = |e: Error| {
@@ -362,4 +365,49 @@ fn reap_folded(store: &Store) {
             detach_and_remove(&[], Some(&dir.join(&name)));
         }
     }
+}
+
+/// What `recover` does after a fold was interrupted (its RUNNING marker's `args`): before the
+/// commit point (the branch still has its upper), the overlays made read-only are made
+/// writable again; after it, a read-only overlay stands on an upper the fold took, so it
+/// stays read-only and the action says how to resume (nothing is lost either way).
+///
+/// # Errors
+/// Reading the workspace's state; remounting.
+pub fn roll_back_fold(store: &Store, args: &serde_json::Value) -> Result<Vec<String>> {
+    let Some(branch) = args.get("branch").and_then(|b| b.as_str()) else {
+        return Ok(Vec::new());
+    };
+    let Some(st) = state(store, branch)? else {
+        return Ok(Vec::new());
+    };
+    let recorded = super::state::read_json::<UpperBase>(&store.upper_base_path(branch))?;
+    let before_commit = recorded.is_some_and(|b| b.base == st.base);
+    let src = source_name(store, branch);
+    let mut actions = Vec::new();
+    for r in st.roots.values() {
+        let ours = crate::mountinfo::mount_at(&r.mountpoint)?.is_some_and(|m| m.source == src);
+        let readonly = nix::sys::statvfs::statvfs(&r.mountpoint)
+            .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
+        if !ours || !readonly {
+            continue;
+        }
+        if before_commit {
+            set_mount_readonly(&r.mountpoint, false)?;
+            actions.push(format!(
+                "made the workspace at {} writable again (its fold was interrupted)",
+                r.mountpoint.display()
+            ));
+        } else {
+            actions.push(format!(
+                "the workspace at {} stays read-only (its fold was interrupted after taking \
+                 the upper layer, which its checkpoint records): run `ckptfs umount {}` and \
+                 `ckptfs mount {} --branch {branch}`",
+                r.mountpoint.display(),
+                r.mountpoint.display(),
+                store.root().display()
+            ));
+        }
+    }
+    Ok(actions)
 }
