@@ -37,6 +37,7 @@ pub fn holders(dirs: &[PathBuf]) -> Vec<Holder> {
         return Vec::new();
     }
     let inside = |p: &Path| dirs.iter().any(|d| p.starts_with(d));
+    let prefixes: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     let own = std::process::id();
     let Ok(procs) = fs::read_dir("/proc") else {
         return Vec::new();
@@ -49,7 +50,7 @@ pub fn holders(dirs: &[PathBuf]) -> Vec<Holder> {
         if pid == own {
             continue;
         }
-        if let Some((how, path)) = held_by(&e.path(), &inside) {
+        if let Some((how, path)) = held_by(&e.path(), &inside, &prefixes) {
             let command = fs::read_to_string(e.path().join("comm"))
                 .map(|c| c.trim_end().to_string())
                 .unwrap_or_default();
@@ -66,7 +67,11 @@ pub fn holders(dirs: &[PathBuf]) -> Vec<Holder> {
 }
 
 /// What of process `/proc/PID` (`dir`) is inside.
-fn held_by(dir: &Path, inside: &impl Fn(&Path) -> bool) -> Option<(&'static str, PathBuf)> {
+fn held_by(
+    dir: &Path,
+    inside: &impl Fn(&Path) -> bool,
+    prefixes: &[String],
+) -> Option<(&'static str, PathBuf)> {
     let mut found = None;
     if let Ok(rd) = fs::read_dir(dir.join("fd")) {
         for fd in rd.flatten() {
@@ -101,6 +106,10 @@ fn held_by(dir: &Path, inside: &impl Fn(&Path) -> bool) -> Option<(&'static str,
         }
     }
     let maps = fs::read_to_string(dir.join("maps")).ok()?;
+    // Most processes map nothing of ours: one substring search each before parsing lines.
+    if !prefixes.iter().any(|p| maps.contains(p.as_str())) {
+        return None;
+    }
     maps.lines().find_map(|l| {
         let path = Path::new(l.splitn(6, ' ').nth(5)?.trim_start());
         inside(path).then(|| ("mapping", path.to_path_buf()))
@@ -130,4 +139,21 @@ pub fn set_mount_readonly(target: &Path, readonly: bool) -> Result<()> {
 /// Whether making a mount read-only failed because a file is open for writing through it.
 pub fn is_busy(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::EBUSY))
+}
+
+/// Whether anything uses the mount at `target` (a cwd, a root, an open file, a mapping: any
+/// reference to it), asked of the kernel in one call: `umount2(MNT_EXPIRE)` answers EBUSY for
+/// a mount in use and EAGAIN for one not in use, which it marks expired. Only for mounts that
+/// are to go anyway (an overlay set aside): a second call on an expired mount nobody touched
+/// since unmounts it. `false` also when it is not mounted any more.
+pub fn set_aside_in_use(target: &Path) -> bool {
+    use nix::mount::{umount2, MntFlags};
+    match umount2(target, MntFlags::MNT_EXPIRE) {
+        Err(nix::errno::Errno::EBUSY) => true,
+        Ok(()) | Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINVAL) => false,
+        Err(e) => {
+            log::debug!("asking whether {} is in use: {e}", target.display());
+            true
+        }
+    }
 }

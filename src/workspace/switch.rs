@@ -17,7 +17,7 @@ use crate::util::{check_name, now_ns};
 
 use super::checkpoint::{checkpoint_locked, dirty, first_change, is_dirty, Hold};
 use super::fold::{detach_and_remove, drop_recorded_upper};
-use super::holders::{holders, is_busy, set_mount_readonly, Holder};
+use super::holders::{holders, is_busy, set_aside_in_use, set_mount_readonly, Holder};
 use super::mount::{mount_roots, plan_roots, MountOptions};
 use super::state::{
     read_json, require_branch, source_name, state, upper_base, write_json, write_mount_state,
@@ -96,20 +96,30 @@ pub fn left_behind(store: &Store) -> Result<Vec<LeftBehind>> {
             .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
         out.push(LeftBehind {
             branch: branch.to_string(),
-            holders: holders(std::slice::from_ref(&m.mountpoint)),
+            holders: Vec::new(),
             at: m.mountpoint,
             readonly,
         });
+    }
+    // One scan of the processes for all of them.
+    let all: Vec<PathBuf> = out.iter().map(|l| l.at.clone()).collect();
+    for h in holders(&all) {
+        if let Some(l) = out.iter_mut().find(|l| h.path.starts_with(&l.at)) {
+            l.holders.push(h);
+        }
     }
     Ok(out)
 }
 
 /// Detaches (in the background) the trees set aside that nobody is inside any more.
 pub(super) fn reap_unused_detached(store: &Store) -> Result<()> {
-    let unused: Vec<PathBuf> = left_behind(store)?
+    let [_, legacy] = store.legacy_mount_dirs();
+    let dirs = [store.detached_dir(), legacy];
+    let unused: Vec<PathBuf> = crate::mountinfo::mounts()?
         .into_iter()
-        .filter(|l| l.holders.is_empty())
-        .map(|l| l.at)
+        .filter(|m| m.fstype == "overlay" && dirs.iter().any(|d| m.mountpoint.starts_with(d)))
+        .map(|m| m.mountpoint)
+        .filter(|mp| !set_aside_in_use(mp))
         .collect();
     if !unused.is_empty() {
         detach_and_remove(&unused, None);
@@ -366,7 +376,8 @@ pub fn switch(
                 }
             }
         }
-        let left_behind = if switched.is_ok() {
+        // The kernel says at once whether anyone is left; only then are they looked for.
+        let left_behind = if switched.is_ok() && moved.iter().any(|a| set_aside_in_use(a)) {
             holders(&moved)
         } else {
             Vec::new()
