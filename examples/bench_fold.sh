@@ -21,7 +21,7 @@ python3 "$GEN" gen "$T/room" --scale "$SCALE" >/dev/null
 "$B" capture "$T/store" -m initial >/dev/null
 "$B" mount "$T/store" --branch main >/dev/null
 echo "room: $(find "$T/room" -type f | wc -l) files, $(du -sh "$T/room" | cut -f1)"
-echo "turn  mode        checkpoint+fold ms  folded  upper KiB after"
+echo "turn  mode   checkpoint ms  command ms (checkpoint+fold)  folded  upper KiB after"
 i=0
 while [ $i -lt "$TURNS" ]; do
   i=$((i + 1))
@@ -34,8 +34,10 @@ while [ $i -lt "$TURNS" ]; do
     t0=$(date +%s%N)
     out=$("$B" checkpoint "$T/room" -m "turn $i $mode" --json)
     dt=$(ms "$t0")
-    folded=$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["fold"]["folded"])')
-    printf '%-5s %-11s %18s  %-6s  %s\n' "$i" "$mode" "$dt" "$folded" "$(upper)"
+    read -r ck folded <<EOT
+$(printf '%s' "$out" | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["elapsed_ms"], j["fold"]["folded"])')
+EOT
+    printf '%-5s %-6s %13s  %28s  %-6s  %s\n' "$i" "$mode" "$ck" "$dt" "$folded" "$(upper)"
     if [ $mode = held ]; then kill "$HOLD"; wait "$HOLD" 2>/dev/null || true; HOLD=; fi
   done
 done
@@ -45,4 +47,6 @@ for k in 1 2 3; do
   t0=$(date +%s%N); "$B" switch "$T/room" --to main >/dev/null; b=$(ms "$t0")
   echo "switch main->other $a ms, other->main $b ms"
 done
-echo "store: $(du -sh "$T/store" | cut -f1) (du -sx: $(du -sxh "$T/store" | cut -f1))"
+# The fold's background remover may still be at work: wait for it before measuring.
+while [ -n "$(ls -A "$T/store/upper/.folded" 2>/dev/null)" ]; do sleep 0.2; done
+echo "store: $(du -sh "$T/store" | cut -f1) (du -sx: $(du -sxh "$T/store" | cut -f1)); room: $(du -sh "$T/room" | cut -f1)"
