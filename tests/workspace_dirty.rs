@@ -131,6 +131,10 @@ fn read_only_git_commands_leave_the_workspace_clean() {
     assert_eq!(r["recorded"], true, "{r}");
     assert_ne!(r["id"], head.as_str());
     assert_eq!(log_ids(&w.store, &[]).len(), before + 1);
+    // umount agrees too: nothing left un-checkpointed.
+    git(&w.room, &["status"]);
+    let out = ok(["umount", w.room()]);
+    assert!(!out.contains("un-checkpointed"), "{out}");
 }
 
 fn head_of(w: &Workspace) -> String {
@@ -174,4 +178,6 @@ fn status_branch_list_switch_and_checkpoint_agree_on_changes() {
     write(&w.room.join("big.bin"), &vec![7u8; 4 << 20]);
     let err = fails(1, ["switch", w.room(), "--to", "other"]);
     assert!(err.contains("ws/big.bin"), "{err}");
+    let out = ok(["umount", w.room()]);
+    assert!(out.contains("un-checkpointed changes"), "{out}");
 }

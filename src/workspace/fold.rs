@@ -112,7 +112,8 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         return Ok(report);
     }
     if !is_live(store, &st)? {
-        return Ok(not("not mounted", report));
+        // The next mount drops an upper its head records (see `mount`).
+        return Ok(not("not mounted", FoldReport::default()));
     }
     if !report.holders.is_empty() {
         return Ok(report);
@@ -252,6 +253,7 @@ pub(super) fn drop_recorded_upper(store: &Store, branch: &str) -> Result<Option<
     if !upper.exists() || first_excluded(store, branch)?.is_some() || is_dirty(store, branch)? {
         return Ok(None);
     }
+    reap_folded(store);
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)

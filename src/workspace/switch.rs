@@ -49,6 +49,9 @@ pub struct SwitchReport {
     /// A file open for writing kept the tree left behind writable: what its process writes
     /// goes to the un-checkpointed changes of the branch left (see `status`).
     pub left_behind_writable: bool,
+    /// The upper layer of the branch left was all in its head, and went (a fold): that
+    /// branch's base is now its head.
+    pub folded_left: bool,
     pub elapsed_ms: u64,
 }
 
@@ -418,6 +421,7 @@ pub fn switch(
                 .map(|h| shown_at(h, &phase.moved))
                 .collect(),
             left_behind_writable: !all_readonly,
+            folded_left: folded.is_some(),
             elapsed_ms: t0.elapsed().as_millis() as u64,
         };
         let summary = serde_json::to_value(&report).unwrap_or_default();
