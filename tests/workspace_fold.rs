@@ -90,6 +90,21 @@ fn a_checkpoint_with_nobody_inside_leaves_no_recorded_bytes_in_the_upper() {
     let id = w.checkpoint("next");
     assert_eq!(w.cat(&id, "sub/big.bin"), b"small now\n");
     assert_eq!(files_under(&upper), (0, 0));
+    // Folds back to back, nothing touching the workspace in between (the kernel's "in use?"
+    // answer marks an unused mount expired: a second ask with no use between would unmount
+    // it): it stays mounted.
+    for i in 0..3 {
+        let r = ok_json([
+            "checkpoint",
+            w.room(),
+            "-m",
+            &format!("empty {i}"),
+            "--allow-empty",
+        ]);
+        assert_eq!(r["fold"]["folded"], true, "{r}");
+        assert!(mounted(&w.room), "fold {i} left the workspace unmounted");
+    }
+    assert_eq!(fs::read(w.path("sub/big.bin")).unwrap(), b"small now\n");
     // Nothing is left mounted aside once the old overlays are detached.
     eventually("the old overlays are detached", || {
         mounts_under(&detached_dir(&w.store)).is_empty()

@@ -37,7 +37,7 @@ use crate::store::Store;
 use crate::util::now_ns;
 
 use super::checkpoint::{first_excluded, is_dirty, Hold};
-use super::holders::{holders, is_busy, set_mount_readonly, Holder};
+use super::holders::{holders, is_busy, mount_in_use, set_mount_readonly, Holder};
 use super::mount::{plan_roots, MountOptions};
 use super::state::{
     is_live, require_branch, source_name, state, write_json, write_mount_state, UpperBase,
@@ -93,6 +93,20 @@ pub fn waiting(store: &Store, st: &WorkspaceState) -> Result<FoldReport> {
     })
 }
 
+/// As [`waiting`], without the scan of who is inside (the fold does its own).
+fn waiting_bytes(store: &Store, st: &WorkspaceState) -> Result<FoldReport> {
+    let (_, head) = require_branch(store, &st.branch)?;
+    if st.base == head {
+        return Ok(FoldReport::default());
+    }
+    let (upper_files, upper_bytes) = upper_usage(store, &st.branch);
+    Ok(FoldReport {
+        upper_files,
+        upper_bytes,
+        ..FoldReport::default()
+    })
+}
+
 fn mountpoints(st: &WorkspaceState) -> Vec<PathBuf> {
     st.roots.values().map(|r| r.mountpoint.clone()).collect()
 }
@@ -106,7 +120,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
     let Some(st) = state(store, branch)? else {
         return Ok(not("not mounted", FoldReport::default()));
     };
-    let mut report = waiting(store, &st)?;
+    let mut report = waiting_bytes(store, &st)?;
     let (_, head) = require_branch(store, branch)?;
     if st.base == head {
         return Ok(report);
@@ -115,10 +129,21 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         // The next mount drops an upper its head records (see `mount`).
         return Ok(not("not mounted", FoldReport::default()));
     }
+    let mps = mountpoints(&st);
+    // The kernel tells at once whether anyone uses the overlays; /proc is scanned only then
+    // (to name them, and since this process's own cwd counts for the kernel, not for us).
+    let anyone = |mps: &[PathBuf]| -> Result<Vec<Holder>> {
+        for mp in mps {
+            if mount_in_use(mp)? {
+                return Ok(holders(mps));
+            }
+        }
+        Ok(Vec::new())
+    };
+    report.holders = anyone(&mps)?;
     if !report.holders.is_empty() {
         return Ok(report);
     }
-    let mps = mountpoints(&st);
     let writable_again = |done: &[&PathBuf]| {
         for mp in done {
             if let Err(e) = set_mount_readonly(mp, false) {
@@ -141,7 +166,13 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         }
     }
     // Who got in between the scan and the remount can no longer write, but waits for no one.
-    report.holders = holders(&mps);
+    report.holders = match anyone(&mps) {
+        Ok(h) => h,
+        Err(e) => {
+            writable_again(&done);
+            return Err(e);
+        }
+    };
     if !report.holders.is_empty() {
         writable_again(&done);
         return Ok(report);

@@ -142,18 +142,37 @@ pub fn is_busy(e: &Error) -> bool {
 }
 
 /// Whether anything uses the mount at `target` (a cwd, a root, an open file, a mapping: any
-/// reference to it), asked of the kernel in one call: `umount2(MNT_EXPIRE)` answers EBUSY for
-/// a mount in use and EAGAIN for one not in use, which it marks expired. Only for mounts that
-/// are to go anyway (an overlay set aside): a second call on an expired mount nobody touched
-/// since unmounts it. `false` also when it is not mounted any more.
-pub fn set_aside_in_use(target: &Path) -> bool {
+/// reference to it), asked of the kernel: `umount2(MNT_EXPIRE)` answers EBUSY for a mount in
+/// use and EAGAIN for one not in use, which it marks expired; a second call with no use in
+/// between would unmount it. Any use clears the mark (the kernel's `mntput`), so after an
+/// EAGAIN this stats the mountpoint, leaving the mount as it was. `Ok(false)` also when it is
+/// not mounted any more.
+///
+/// # Errors
+/// `Conflict` when the call unmounted it (something else had marked it expired and nothing
+/// used it since).
+pub fn mount_in_use(target: &Path) -> Result<bool> {
     use nix::mount::{umount2, MntFlags};
     match umount2(target, MntFlags::MNT_EXPIRE) {
-        Err(nix::errno::Errno::EBUSY) => true,
-        Ok(()) | Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINVAL) => false,
+        Err(nix::errno::Errno::EBUSY) => Ok(true),
+        Err(nix::errno::Errno::EAGAIN) => {
+            // Clears the expiry mark (a lookup through the mount puts a reference to it).
+            let _ignored = fs::metadata(target);
+            Ok(false)
+        }
+        Err(nix::errno::Errno::EINVAL) => Ok(false),
+        Ok(()) => Err(Error::Conflict(format!(
+            "{} was unmounted (it was marked expired and unused); mount it again",
+            target.display()
+        ))),
         Err(e) => {
             log::debug!("asking whether {} is in use: {e}", target.display());
-            true
+            Ok(true)
         }
     }
+}
+
+/// [`mount_in_use`] for a mount set aside, which is to go anyway: unmounted is not in use.
+pub fn set_aside_in_use(target: &Path) -> bool {
+    mount_in_use(target).unwrap_or(false)
 }
