@@ -375,3 +375,69 @@ fn a_fold_interrupted_at_any_step_loses_nothing() {
         }
     }
 }
+
+#[test]
+fn a_workspace_mounted_elsewhere_is_not_folded_from_under_it() {
+    let w = Workspace::new(populate);
+    // A bind mount of the room (as a container given it would have): what is done through
+    // it is out of the fold's reach, so the upper it shows stays.
+    let bind = w.tmp.path().join("bind");
+    fs::create_dir_all(&bind).unwrap();
+    let o = std::process::Command::new("mount")
+        .args(["--bind", w.room(), s(&bind)])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}",
+        describe_output("mount --bind", &o)
+    );
+    fs::write(w.path("notes.md"), "# notes\nbound\n").unwrap();
+    let r = w.checkpoint_json("bound");
+    assert_eq!(r["fold"]["folded"], false, "{r}");
+    assert!(
+        r["fold"]["reason"].as_str().unwrap().contains(s(&bind)),
+        "{r}"
+    );
+    assert_eq!(
+        fs::read_to_string(bind.join("notes.md")).unwrap(),
+        "# notes\nbound\n"
+    );
+    let o = std::process::Command::new("umount")
+        .arg(&bind)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", describe_output("umount", &o));
+    // A private copy in another mount namespace (unshare -m) holds it too, naming its process.
+    let mut ns = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "echo ready; exec sleep 600",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(ns.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let ns = KillOnDrop(ns);
+    let r = ok_json(["checkpoint", w.room(), "-m", "again", "--allow-empty"]);
+    assert_eq!(r["fold"]["folded"], false, "{r}");
+    assert!(
+        r["fold"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pid {}", ns.0.id())),
+        "{r}"
+    );
+    drop(ns);
+    let r = ok_json(["checkpoint", w.room(), "-m", "free", "--allow-empty"]);
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+}

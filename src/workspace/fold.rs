@@ -37,7 +37,9 @@ use crate::store::Store;
 use crate::util::now_ns;
 
 use super::checkpoint::{first_excluded, is_dirty, Hold};
-use super::holders::{holders, is_busy, mount_in_use, set_mount_readonly, Holder};
+use super::holders::{
+    holders, is_busy, mount_in_use, mounted_elsewhere, set_mount_readonly, Holder,
+};
 use super::mount::{plan_roots, MountOptions};
 use super::state::{
     is_live, require_branch, source_name, state, write_json, write_mount_state, UpperBase,
@@ -143,6 +145,15 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
     report.holders = anyone(&mps)?;
     if !report.holders.is_empty() {
         return Ok(report);
+    }
+    if let Some((pid, at)) = mounted_elsewhere(&mps) {
+        return Ok(not(
+            &format!(
+                "the workspace is also mounted at {} (as pid {pid} sees it)",
+                at.display()
+            ),
+            report,
+        ));
     }
     let writable_again = |done: &[&PathBuf]| {
         for mp in done {

@@ -176,3 +176,76 @@ pub fn mount_in_use(target: &Path) -> Result<bool> {
 pub fn set_aside_in_use(target: &Path) -> bool {
     mount_in_use(target).unwrap_or(false)
 }
+
+/// Another mount of the filesystem mounted at one of `ours` that a fold or a switch cannot
+/// reach (its processes are not found by our paths, and the kernel counts its users apart):
+/// a bind mount of a workspace here, or in another mount namespace (a container given the
+/// room). `(pid, mountpoint as that process sees it)`. A copy the kernel propagated into a
+/// namespace that receives this one's mounts (`shared:`/`master:` in its mountinfo: systemd's
+/// private-tmp services) counts only while a process of that namespace is inside it. Each
+/// mount namespace is read once.
+pub fn mounted_elsewhere(ours: &[PathBuf]) -> Option<(u32, PathBuf)> {
+    let mine = crate::mountinfo::mounts().ok()?;
+    let devs: Vec<String> = mine
+        .iter()
+        .filter(|m| ours.contains(&m.mountpoint))
+        .map(|m| m.dev.clone())
+        .collect();
+    if devs.is_empty() {
+        return None;
+    }
+    if let Some(m) = mine
+        .iter()
+        .find(|m| devs.contains(&m.dev) && !ours.contains(&m.mountpoint))
+    {
+        return Some((std::process::id(), m.mountpoint.clone()));
+    }
+    let own_ns = fs::read_link("/proc/self/ns/mnt").ok();
+    // Namespace -> its processes; the first one's mountinfo stands for all.
+    let mut spaces: std::collections::HashMap<PathBuf, Vec<(u32, PathBuf)>> =
+        std::collections::HashMap::new();
+    for e in fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(ns) = fs::read_link(e.path().join("ns/mnt")) else {
+            continue;
+        };
+        if Some(&ns) != own_ns.as_ref() {
+            spaces.entry(ns).or_default().push((pid, e.path()));
+        }
+    }
+    for procs in spaces.values() {
+        let Some((pid, dir)) = procs.first() else {
+            continue;
+        };
+        let Ok(text) = fs::read_to_string(dir.join("mountinfo")) else {
+            continue;
+        };
+        for line in text.lines() {
+            let Some(m) = crate::mountinfo::parse_mountinfo(line).pop() else {
+                continue;
+            };
+            if !devs.contains(&m.dev) {
+                continue;
+            }
+            let propagated = line.split(" - ").next().is_some_and(|l| {
+                l.split(' ')
+                    .skip(6)
+                    .any(|t| t.starts_with("shared:") || t.starts_with("master:"))
+            });
+            if !propagated {
+                return Some((*pid, m.mountpoint));
+            }
+            let inside = |p: &Path| p.starts_with(&m.mountpoint);
+            let prefix = [m.mountpoint.display().to_string()];
+            if let Some((pid, _)) = procs
+                .iter()
+                .find(|(_, d)| held_by(d, &inside, &prefix).is_some())
+            {
+                return Some((*pid, m.mountpoint));
+            }
+        }
+    }
+    None
+}

@@ -17,7 +17,9 @@ use crate::util::{check_name, now_ns};
 
 use super::checkpoint::{checkpoint_locked, dirty, first_change, is_dirty, Hold};
 use super::fold::{detach_and_remove, drop_recorded_upper};
-use super::holders::{holders, is_busy, set_aside_in_use, set_mount_readonly, Holder};
+use super::holders::{
+    holders, is_busy, mounted_elsewhere, set_aside_in_use, set_mount_readonly, Holder,
+};
 use super::mount::{mount_roots, plan_roots, MountOptions};
 use super::state::{
     read_json, require_branch, source_name, state, upper_base, write_json, write_mount_state,
@@ -391,6 +393,7 @@ pub fn switch(
         if switched.is_ok()
             && all_readonly
             && left_behind.is_empty()
+            && mounted_elsewhere(&moved).is_none()
             && to_branch_differs(&phase)
             && !discard_upper
         {
