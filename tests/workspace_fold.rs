@@ -408,26 +408,29 @@ fn a_workspace_mounted_elsewhere_is_not_folded_from_under_it() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", describe_output("umount", &o));
-    // A private copy in another mount namespace (unshare -m) holds it too, naming its process.
-    let mut ns = std::process::Command::new("unshare")
-        .args([
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            "echo ready; exec sleep 600",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
+    // A copy in another mount namespace (unshare -m copies every mount) holds it only while
+    // a process there is inside it, and is then named.
+    let in_ns = |cd: &str| {
+        let script = format!("{cd}echo ready; exec sleep 600");
+        let mut c = std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(c.stdout.take().unwrap()),
+            &mut line,
+        )
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(ns.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let ns = KillOnDrop(ns);
+        assert_eq!(line, "ready\n");
+        KillOnDrop(c)
+    };
+    let idle = in_ns("");
+    let r = ok_json(["checkpoint", w.room(), "-m", "idle copy", "--allow-empty"]);
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+    drop(idle);
+    let ns = in_ns(&format!("cd {}/sub && ", w.room()));
     let r = ok_json(["checkpoint", w.room(), "-m", "again", "--allow-empty"]);
     assert_eq!(r["fold"]["folded"], false, "{r}");
     assert!(

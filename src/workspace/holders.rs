@@ -179,11 +179,11 @@ pub fn set_aside_in_use(target: &Path) -> bool {
 
 /// Another mount of the filesystem mounted at one of `ours` that a fold or a switch cannot
 /// reach (its processes are not found by our paths, and the kernel counts its users apart):
-/// a bind mount of a workspace here, or in another mount namespace (a container given the
-/// room). `(pid, mountpoint as that process sees it)`. A copy the kernel propagated into a
-/// namespace that receives this one's mounts (`shared:`/`master:` in its mountinfo: systemd's
-/// private-tmp services) counts only while a process of that namespace is inside it. Each
-/// mount namespace is read once.
+/// a bind mount of a workspace here, or one at another path in another mount namespace (a
+/// container given the room). `(pid, mountpoint as that process sees it)`. A copy at the
+/// same path in another namespace (what `unshare -m` or a sandboxed service copies, or the
+/// kernel propagates, of every mount) counts only while a process of that namespace is inside
+/// it. Each mount namespace is read once.
 pub fn mounted_elsewhere(ours: &[PathBuf]) -> Option<(u32, PathBuf)> {
     let mine = crate::mountinfo::mounts().ok()?;
     let devs: Vec<String> = mine
@@ -229,12 +229,8 @@ pub fn mounted_elsewhere(ours: &[PathBuf]) -> Option<(u32, PathBuf)> {
             if !devs.contains(&m.dev) {
                 continue;
             }
-            let propagated = line.split(" - ").next().is_some_and(|l| {
-                l.split(' ')
-                    .skip(6)
-                    .any(|t| t.starts_with("shared:") || t.starts_with("master:"))
-            });
-            if !propagated {
+            // Mounted at another path there: given to it (a container's bind mount).
+            if !ours.contains(&m.mountpoint) {
                 return Some((*pid, m.mountpoint));
             }
             let inside = |p: &Path| p.starts_with(&m.mountpoint);
