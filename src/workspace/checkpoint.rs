@@ -630,9 +630,8 @@ pub(super) fn checkpoint_locked(
         return Ok(unrecorded(
             head,
             head_c,
-            files_read,
-            bytes_read,
-            dirs_merged,
+            (files_read, bytes_read, bytes_unread, dirs_merged),
+            held,
             t0,
         ));
     }
@@ -660,9 +659,8 @@ pub(super) fn checkpoint_locked(
             return Ok(unrecorded(
                 head,
                 head_c,
-                files_read,
-                bytes_read,
-                dirs_merged,
+                (files_read, bytes_read, bytes_unread, dirs_merged),
+                held,
                 t0,
             ));
         }
@@ -706,24 +704,25 @@ pub(super) fn checkpoint_locked(
 }
 
 /// The report of a checkpoint that found nothing new: the head stands for the workspace.
+/// `counts`: files and bytes read, bytes known unchanged, directories merged.
 fn unrecorded(
     head: ObjectId,
     head_c: Checkpoint,
-    files_read: u64,
-    bytes_read: u64,
-    dirs_merged: u64,
+    counts: (u64, u64, u64, u64),
+    held: Option<Held>,
     t0: std::time::Instant,
 ) -> CheckpointReport {
+    let (files_read, bytes_read, bytes_unread, dirs_merged) = counts;
     CheckpointReport {
         id: head,
         checkpoint: head_c,
         recorded: false,
         files_read,
         bytes_read,
-        bytes_unread: 0,
+        bytes_unread,
         dirs_merged,
         elapsed_ms: t0.elapsed().as_millis() as u64,
-        held: None,
+        held,
     }
 }
 
