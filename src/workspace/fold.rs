@@ -276,9 +276,28 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         },
     )
     .map_err(resume)?;
+    drop_head_caches(store, &head, &opts.roots);
     detach_and_remove(&asides, Some(&trash));
     report.folded = true;
     Ok(report)
+}
+
+/// Removes the stat and upper caches saved with `head` for `roots`: they describe the upper
+/// layer a fold took away (its file and whiteout names too), and a checkpoint on a base that
+/// is its head never reads them. Best effort: they are caches.
+fn drop_head_caches(store: &Store, head: &crate::id::ObjectId, roots: &[String]) {
+    for name in roots {
+        let p = store.statcache_path(head, name);
+        let mut upper = p.clone().into_os_string();
+        upper.push(".upper");
+        for c in [p, PathBuf::from(upper)] {
+            if let Err(e) = fs::remove_file(&c) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!("{}: {e}", c.display());
+                }
+            }
+        }
+    }
 }
 
 /// `upper/.folded/`: upper layers a fold (or a switch) took out of their branch, being
@@ -304,6 +323,10 @@ pub(super) fn drop_recorded_upper(store: &Store, branch: &str) -> Result<Option<
     let trash = folded_dir(store).join(format!("{branch}-{}", now_ns()));
     fsio::rename(&upper, &trash)?;
     fsio::sync_path(&store.upper_base_dir())?;
+    if let Some(head) = store.read_branch(branch)?.and_then(|b| b.head) {
+        let roots: Vec<String> = store.config().roots.keys().cloned().collect();
+        drop_head_caches(store, &head, &roots);
+    }
     Ok(Some(trash))
 }
 
