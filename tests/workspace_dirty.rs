@@ -55,8 +55,11 @@ fn branch_dirty(w: &Workspace, name: &str) -> bool {
 /// Brings the workspace to a checkpoint that records git's index as the workspace shows it:
 /// a `git status` in a new place refreshes the index's stat data (a real change), and so may
 /// the first after a fold, which shows the files from the new checkpoint.
+/// git also rewrites an index whose entries are "racily clean" (changed in the second the
+/// index was written) on every status until that second is over: hence the pause.
 fn settle(w: &Workspace) -> String {
-    for _ in 0..4 {
+    for _ in 0..8 {
+        std::thread::sleep(std::time::Duration::from_millis(400));
         git(&w.room, &["status", "--short"]);
         let r = w.checkpoint_json("settled");
         if r["recorded"] == false {
