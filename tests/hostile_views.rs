@@ -6,7 +6,7 @@
 //! - `--allow-other` lets them read what the captured modes allow, and no more;
 //! - a workspace, whose lower layer is the store's private browse view, serves its agent
 //!   through the overlay (read, write, create, mmap, exec) while that agent is refused on
-//!   `STORE/run/lower` itself.
+//!   the store's lower view itself (`/run/ckptfs/<id>/lower`).
 
 mod support;
 
@@ -56,7 +56,7 @@ impl Drop for Fixture {
         // Workspaces first (their umount also releases the lower view), deepest first; each
         // by `ckptfs umount`, then lazily.
         let mut points = mounts_under(self.tmp.path());
-        points.sort_by_key(|p| p.starts_with(self.store.join("run")));
+        points.sort_by_key(|p| p.starts_with(store_mounts_dir(&self.store)));
         for m in points {
             drop(MountGuard::new(&m));
         }
@@ -141,12 +141,13 @@ fn a_workspace_over_the_private_lower_view_serves_its_agent() {
         std::os::unix::fs::lchown(room.join("pub/secret.txt"), Some(0), Some(0)).unwrap();
     });
     ok(["mount", s(&f.store), "--branch", "main"]);
-    let lower = f.store.join("run/lower");
+    let lower = lower_view(&f.store);
     let opts = mount_options(&lower).expect("lower view mounted");
     assert!(!opts.contains("allow_other"), "{opts}");
-    // Let nobody reach run/lower, so what refuses it below is the view itself.
-    chmod(&f.store, 0o711);
-    chmod(&f.store.join("run"), 0o711);
+    // Let nobody reach the lower view's mountpoint (root's 0700 directories, which the next
+    // workspace mount makes 0700 again), so what refuses it below is the view itself.
+    chmod(Path::new("/run/ckptfs"), 0o711);
+    chmod(&store_mounts_dir(&f.store), 0o711);
 
     let r = s(&f.room);
     // Read and mmap of a lower file nobody has opened yet (so READs reach the lower view).

@@ -617,9 +617,23 @@ fn step(h: &Harness, m: &mut Model, rng: &mut Rng, log: &mut Vec<String>) {
             let (b, mut tree) = m.mounted.take().unwrap();
             log.push(format!("checkpoint workspace of {b}"));
             edit(rng, &h.room, &mut tree, log);
-            let id = id_of(&ok_json(["checkpoint", s(&h.room), "-m", "turn"]));
+            let r = ok_json(["checkpoint", s(&h.room), "-m", "turn"]);
+            let id = id_of(&r);
             log.push(format!("  -> {}", &id[..12]));
-            m.add(&id, tree.clone(), &b);
+            // A workspace as its head records it makes no checkpoint (docs/workspaces.md).
+            if r["recorded"] == true {
+                m.add(&id, tree.clone(), &b);
+            } else {
+                assert_eq!(id, m.heads[&b], "{r}");
+                assert_eq!(
+                    tree,
+                    *m.tree_of_head(&b),
+                    "nothing recorded, yet it differs: {r}"
+                );
+            }
+            // Nobody is inside: the upper is folded, the base is the head.
+            assert_eq!(r["fold"]["folded"] == true, m.bases[&b] != id, "fold: {r}");
+            m.bases.insert(b.clone(), id.clone());
             m.mounted = Some((b, tree));
         }
         // switch the workspace to another branch or to a checkpoint no branch is at, after
@@ -682,6 +696,9 @@ fn step(h: &Harness, m: &mut Model, rng: &mut Rng, log: &mut Vec<String>) {
                 None => target,
             };
             assert_eq!(r["to_branch"], to.as_str(), "{r}");
+            // The upper of the branch left is all in its head and nobody is inside: it goes.
+            assert_eq!(r["folded_left"], true, "{r}");
+            m.bases.remove(&from);
             // A branch keeps the base its upper layer was made on; a new upper stands on the
             // head.
             if !m.bases.contains_key(&to) {

@@ -57,7 +57,7 @@ fn checkpoint_records_changes_and_keeps_untouched_subtrees() {
     // An unchanged big file is neither re-read nor re-stored on the next checkpoint.
     let v: serde_json::Value = ok_json(["show", w.store(), &id]);
     assert_eq!(v["checkpoint"]["stats"]["files"], 4); // a.py, notes.md, big.bin, new/file.txt
-    let before = ok(["checkpoint", w.room(), "--json"]);
+    let before = ok(["checkpoint", w.room(), "--json", "--allow-empty"]);
     let b: serde_json::Value = serde_json::from_str(&before).unwrap();
     assert_eq!(b["checkpoint"]["stats"]["new_objects"], 0, "{before}");
     assert!(ok(["verify", w.store()]).contains("0 findings"));
@@ -146,7 +146,10 @@ fn switch_refuses_dirty_state_unless_told() {
 #[test]
 fn forks_are_independent() {
     let w = Workspace::new(populate);
-    let base = w.checkpoint("base");
+    let base = ok_json(["checkpoint", w.room(), "-m", "base", "--allow-empty"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     ok(["fork", w.store(), &base, "--name", "f1"]);
     fs::write(w.path("notes.md"), "main after fork\n").unwrap();
     w.checkpoint("main moves on");
@@ -365,7 +368,7 @@ fn checkpoints_keep_user_xattrs_and_no_overlay_ones() {
         xattr::set(upper.join(rel), "trusted.overlay.origin", b"\0\xfb\x21").unwrap();
     }
     let id = w.checkpoint("xattrs");
-    let view = w.store.join(format!("run/lower/checkpoints/{id}/ws"));
+    let view = lower_view(&w.store).join(format!("checkpoints/{id}/ws"));
     for rel in ["notes.md", "src", "src/pkg", "src/pkg/a.py", "src/pkg/b.py"] {
         let names: Vec<String> = xattr::list(view.join(rel))
             .unwrap()
@@ -594,6 +597,8 @@ fn a_deletion_leaves_directories_with_older_whiteouts_unmerged() {
             }
         }
     });
+    // A shell inside holds the fold: the upper (and its whiteouts) stays across checkpoints.
+    let _inside = InsideShell::start(&w.room);
     let checkpoint = |msg: &str| -> serde_json::Value {
         // Past the racy window, so the checkpoint caches what it merged.
         std::thread::sleep(std::time::Duration::from_millis(60));

@@ -1,7 +1,10 @@
 //! Reflink snapshots, with the store on XFS or btrfs (an image on a loop device): a checkpoint
 //! after a small change to big files reads only the changed parts and records exactly the
 //! files' bytes; a file rewritten in place without pause is captured at one instant without
-//! holding its writer; one snapshot per big file is kept, and `status` keeps none.
+//! holding its writer; one snapshot per big file is kept, and `status` keeps none. Snapshots
+//! serve an upper layer that lives across checkpoints, as it does while a process is inside
+//! the workspace (with nobody inside, a checkpoint folds the upper away: docs/workspaces.md),
+//! so each test keeps a shell inside.
 
 mod support;
 
@@ -83,6 +86,7 @@ fn reads_only_the_changed_parts(fs_type: &str) {
     }) else {
         return;
     };
+    let _inside = InsideShell::start(&w.room);
     let (log, db) = (w.path("log.jsonl"), w.path("db.bin"));
     // First change: nothing to compare with yet, so both files are read whole, and a
     // snapshot of each is kept.
@@ -159,6 +163,7 @@ fn on_xfs_a_file_rewritten_in_many_places_is_read_whole_from_then_on() {
     }) else {
         return;
     };
+    let _inside = InsideShell::start(&w.room);
     let db = w.path("db.bin");
     let scatter = |seed: u64| {
         for k in 0..40u64 {
@@ -199,6 +204,7 @@ fn captured_at_one_instant(fs_type: &str) {
     }) else {
         return;
     };
+    let _inside = InsideShell::start(&w.room);
     let path = w.path("db.bin");
     let writer = KillOnDrop(
         Command::new("python3")
@@ -251,6 +257,7 @@ fn on_xfs_gc_removes_the_snapshots_of_a_failed_checkpoint() {
     }) else {
         return;
     };
+    let _inside = InsideShell::start(&w.room);
     let (log, db) = (w.path("log.jsonl"), w.path("db.bin"));
     append(&log, &noise_lines(8, 1000));
     overwrite(&db, 1 << 20, b"first in-place edit");
@@ -322,6 +329,7 @@ fn on_xfs_a_file_no_writer_holds_is_read_from_the_page_cache_not_its_clone() {
     }) else {
         return;
     };
+    let _inside = InsideShell::start(&w.room);
     let log = w.path("log.jsonl");
     let only_snapshot = |w: &Workspace| {
         let s = snapshots(w);

@@ -347,9 +347,14 @@ pub enum Command {
     ///
     /// Examples: `ckptfs man /usr/local/share/man/man1 && mandb`; `ckptfs man | man -l -`.
     Man(shell::ManArgs),
-    /// Internal: detach a moved-aside workspace overlay and remove its directory.
+    /// Internal: detach moved-aside workspace overlays, remove their directories, then the
+    /// folded upper layer given with --remove.
     #[command(hide = true)]
-    InternalDetach { target: PathBuf },
+    InternalDetach {
+        targets: Vec<PathBuf>,
+        #[arg(long)]
+        remove: Option<PathBuf>,
+    },
 }
 
 pub(crate) fn split_kv<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str)> {
@@ -409,7 +414,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Status(a) => workspace::status(&a.place, a.json, a.short),
         Command::Completions(a) => shell::run_completions(a),
         Command::Man(a) => shell::run_man(a),
-        Command::InternalDetach { target } => run_internal_detach(&target),
+        Command::InternalDetach { targets, remove } => run_internal_detach(&targets, remove),
     }
 }
 
@@ -428,18 +433,7 @@ fn run_mount(a: view::MountArgs) -> Result<i32> {
     let s = ckptfs::Store::open(&a.store)?;
     fingerprint::check_resume(&s, &branch, "mount", a.accept_runtime_change)?;
     drop(s);
-    workspace::mount_branch(
-        &a.store,
-        &branch,
-        &a.roots,
-        a.at.as_deref(),
-        a.relocate,
-        &ckptfs::workspace::Hold {
-            cgroups: a.freeze_cgroups.clone(),
-            filesystem: a.freeze_fs,
-        },
-        a.json,
-    )
+    workspace::mount_branch(&a, &branch)
 }
 
 /// `ckptfs umount`: a workspace, else a read-only view.
@@ -450,9 +444,15 @@ fn run_umount(a: view::UmountArgs) -> Result<i32> {
     }
 }
 
-/// Detaches a moved-aside workspace overlay and removes its directory once empty.
-fn run_internal_detach(target: &std::path::Path) -> Result<i32> {
-    ckptfs::workspace::overlay::detach(target)?;
-    let _ignored = std::fs::remove_dir(target);
+/// Detaches moved-aside workspace overlays and removes their directories once empty, then
+/// the folded upper layer `remove` (see `workspace::fold`).
+fn run_internal_detach(targets: &[PathBuf], remove: Option<PathBuf>) -> Result<i32> {
+    for target in targets {
+        ckptfs::workspace::overlay::detach(target)?;
+        let _ignored = std::fs::remove_dir(target);
+    }
+    if let Some(dir) = remove {
+        ckptfs::workspace::remove_folded(&dir)?;
+    }
     Ok(0)
 }

@@ -30,15 +30,18 @@ pub struct MountArgs {
     #[arg(long, value_name = "DIR")]
     pub at: Option<PathBuf>,
     /// Stay attached and serve in this process (logs on stderr) instead of daemonizing.
+    /// Not with --branch (a workspace is a kernel overlay, with no daemon of its own).
     #[arg(long)]
     pub foreground: bool,
     /// Memory for decoded trees and file chunks (e.g. 128M, 1G; K, M, G, T are powers of
-    /// 1024, also written KB/KiB, MB/MiB...).
+    /// 1024, also written KB/KiB, MB/MiB...). With --branch: of the store's lower view, which
+    /// every workspace of the store shares; it applies when the first one is mounted (another
+    /// size while it runs is refused).
     #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = size_arg)]
     pub cache_size: u64,
     /// Disk space (in STORE/cache/, unnamed files freed on exit) for whole copies of files of
     /// 1 MiB or more, which the kernel then reads directly (FUSE passthrough); 0 turns it off.
-    /// Units as for --cache-size.
+    /// Units as for --cache-size. Not with --branch (a workspace's lower view keeps none).
     #[arg(long, value_name = "BYTES", default_value = "4G", value_parser = size_arg)]
     pub file_cache_size: u64,
     /// Let every local user in. By default the view is private: only root can list or read
@@ -61,7 +64,7 @@ pub struct MountArgs {
     /// With --branch: mount only this root (repeatable).
     #[arg(long = "root", value_name = "NAME", requires = "branch")]
     pub roots: Vec<String>,
-    /// With --branch --at: confirm mounting a root away from its recorded path.
+    /// With --branch --at: confirm mounting a root away from its recorded path (needs --at).
     #[arg(long, requires = "branch")]
     pub relocate: bool,
     /// With --branch: every checkpoint of this workspace (also `switch --checkpoint-first`)

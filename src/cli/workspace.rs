@@ -50,6 +50,12 @@ pub struct CheckpointArgs {
     /// unless excluded. Repeatable.
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
+    /// Record a checkpoint even when the workspace holds nothing new (nothing a checkpoint
+    /// would record differently from the branch head but directory mtimes, which `git
+    /// status` and other read-only tools touch). Without it such a checkpoint says so and
+    /// records nothing (`"recorded": false` in --json). --label implies it.
+    #[arg(long)]
+    pub allow_empty: bool,
     #[command(flatten)]
     pub meta: super::turn::MetaArgs,
     #[command(flatten)]
@@ -90,7 +96,9 @@ pub struct SwitchArgs {
     /// Set un-checkpointed changes aside under STORE/displaced/ (never deleted).
     #[arg(long)]
     pub discard: bool,
-    /// Name of the branch created when the target is not a branch head.
+    /// Show the target as a new branch NAME (forked from the branch, label or checkpoint
+    /// given). Without it, a branch `from-<id>` is made only when the target is not a branch
+    /// and not the head of exactly one branch.
     #[arg(long)]
     pub name: Option<String>,
     #[command(flatten)]
@@ -150,23 +158,10 @@ pub fn run_branch(c: BranchCommand) -> Result<i32> {
 /// `ckptfs checkpoint`.
 pub fn run_checkpoint(a: CheckpointArgs) -> Result<i32> {
     let hold = Hold {
-        cgroups: a.freeze_cgroup,
+        cgroups: a.freeze_cgroup.clone(),
         filesystem: a.freeze_fs,
     };
-    let ann = ckptfs::store::checkpoint::Annotations {
-        meta: a.meta.to_map()?,
-        ..Default::default()
-    };
-    checkpoint(
-        &a.place,
-        a.branch.as_deref(),
-        a.label.as_deref(),
-        &a.message,
-        &hold,
-        &a.exclude,
-        &ann,
-        a.json.json,
-    )
+    checkpoint(&a, &hold)
 }
 
 /// `ckptfs exec`.
@@ -199,16 +194,43 @@ pub fn run_fork(a: ForkArgs) -> Result<i32> {
     fork(&a.store, &a.checkpoint, &name)
 }
 
-/// `mount STORE --branch B [--root NAME]... [--at DIR --relocate]`.
-pub fn mount_branch(
-    store: &Path,
-    branch: &str,
-    roots: &[String],
-    at: Option<&Path>,
-    relocate: bool,
-    hold: &Hold,
-    json: bool,
-) -> Result<i32> {
+/// `mount STORE --branch B [--root NAME]... [--at DIR --relocate]`. The read-only view's
+/// options either apply to the store's lower view (`--cache-size`, when it starts) or are
+/// refused, naming the option: a workspace has no daemon of its own to keep in the
+/// foreground, and its lower view keeps no file copies.
+pub fn mount_branch(a: &super::view::MountArgs, branch: &str) -> Result<i32> {
+    let refuse = |what: &str| Err(Error::Usage(format!("mount --branch: {what}")));
+    if a.foreground {
+        return refuse(
+            "--foreground is for read-only views; a workspace is a kernel overlay with no \
+             daemon of its own to keep attached",
+        );
+    }
+    if a.file_cache_size != ckptfs::view::materialize::DEFAULT_FILE_CACHE_BYTES {
+        return refuse(
+            "--file-cache-size does not apply: a workspace's lower view keeps no file copies \
+             (overlayfs reads its lower files itself)",
+        );
+    }
+    if a.mount_source.is_some() {
+        return refuse("--mount-source is for read-only views mounted by mount.ckptfs");
+    }
+    if a.relocate && a.at.is_none() {
+        return refuse("--relocate confirms --at DIR; give --at too");
+    }
+    let lower_cache_bytes =
+        (a.cache_size != ckptfs::view::DEFAULT_CACHE_BYTES).then_some(a.cache_size);
+    let hold = Hold {
+        cgroups: a.freeze_cgroups.clone(),
+        filesystem: a.freeze_fs,
+    };
+    let (store, roots, at, relocate, json) = (
+        a.store.as_path(),
+        a.roots.as_slice(),
+        a.at.as_deref(),
+        a.relocate,
+        a.json,
+    );
     let s = Store::open(store)?;
     let mut reloc = BTreeMap::new();
     if let Some(at) = at {
@@ -232,7 +254,8 @@ pub fn mount_branch(
             branch: branch.to_string(),
             roots: roots.to_vec(),
             relocate: reloc,
-            hold: hold.clone(),
+            hold,
+            lower_cache_bytes,
         },
     )?;
     if json {
@@ -372,24 +395,48 @@ fn exec_failure_code(program: &Path, err: &std::io::Error) -> i32 {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn checkpoint(
-    place: &Path,
-    branch: Option<&str>,
-    label: Option<&str>,
-    message: &str,
-    hold: &Hold,
-    exclude: &[String],
-    ann: &ckptfs::store::checkpoint::Annotations,
-    json: bool,
-) -> Result<i32> {
-    let (s, b) = target(place, branch)?;
-    let r = workspace::checkpoint_annotated(&s, &b, label, message, hold, exclude, ann, None)?;
-    if json {
-        let mut v = serde_json::to_value(&r).unwrap_or_default();
+pub fn checkpoint(a: &CheckpointArgs, hold: &Hold) -> Result<i32> {
+    let (s, b) = target(&a.place, a.branch.as_deref())?;
+    let ann = ckptfs::store::checkpoint::Annotations {
+        meta: a.meta.to_map()?,
+        ..Default::default()
+    };
+    let r = workspace::checkpoint_annotated(
+        &s,
+        &b,
+        a.label.as_deref(),
+        &a.message,
+        hold,
+        &a.exclude,
+        a.allow_empty,
+        &ann,
+        None,
+    )?;
+    // The upper layer's recorded bytes leave it now if nobody is inside (see docs/workspaces.md).
+    let fold = workspace::fold(&s, &b)?;
+    if a.json.json {
+        let mut v =
+            serde_json::to_value(&r).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
         super::json::fix_checkpoint(&mut v["checkpoint"]);
         v["labels"] = super::json::labels_of(&s.list_labels()?, &r.id).into();
+        v["fold"] = serde_json::to_value(&fold)
+            .map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
         print_json(&v)?;
+        return Ok(0);
+    }
+    print_checkpoint(&b, &r);
+    print_fold(&fold);
+    Ok(0)
+}
+
+/// The text report of a checkpoint.
+fn print_checkpoint(b: &str, r: &workspace::CheckpointReport) {
+    if !r.recorded {
+        println!(
+            "nothing new on {b}: checkpoint {} already records the workspace; nothing recorded \
+             (--allow-empty records one anyway)",
+            r.id.short()
+        );
     } else {
         let st = &r.checkpoint.stats;
         let unread = if r.bytes_unread > 0 {
@@ -422,7 +469,40 @@ pub fn checkpoint(
             );
         }
     }
-    Ok(0)
+}
+
+/// The text report of a fold (nothing when there was nothing to fold).
+fn print_fold(f: &workspace::FoldReport) {
+    if f.folded {
+        println!(
+            "folded the upper layer into the checkpoint: {} files ({}) now only in the store",
+            f.upper_files,
+            human_bytes(f.upper_bytes)
+        );
+    } else if f.upper_bytes > 0 || !f.holders.is_empty() {
+        let why = match (&f.reason, f.holders.first()) {
+            (_, Some(h)) => format!(
+                "pid {} ({}) is inside ({} {}){}",
+                h.pid,
+                h.command,
+                h.how,
+                h.path.display(),
+                if f.holders.len() > 1 {
+                    format!(" and {} more", f.holders.len() - 1)
+                } else {
+                    String::new()
+                }
+            ),
+            (Some(r), None) => r.clone(),
+            (None, None) => "not folded".into(),
+        };
+        println!(
+            "upper layer: {} files ({}) waiting to be folded: {why}; folded at the next \
+             checkpoint with nobody inside, or at the next switch",
+            f.upper_files,
+            human_bytes(f.upper_bytes)
+        );
+    }
 }
 
 pub fn switch(
@@ -470,9 +550,34 @@ pub fn switch(
             r.checkpoint.short(),
             r.elapsed_ms
         );
-        println!("a shell whose cwd is inside still sees the old tree until it runs `cd \"$PWD\"`");
+        print_left_behind(&r);
     }
     Ok(0)
+}
+
+/// Who a switch left inside the tree it took away, and what their writes do.
+fn print_left_behind(r: &workspace::SwitchReport) {
+    for h in &r.left_behind {
+        println!(
+            "pid {} ({}) is still in the tree of {} left behind ({} {}): {}; `cd \"$PWD\"` \
+             brings a shell to {}",
+            h.pid,
+            h.command,
+            r.from_branch,
+            h.how,
+            h.path.display(),
+            if r.left_behind_writable {
+                format!(
+                    "a file open for writing keeps that tree writable, and what is written \
+                     there goes to {}'s un-checkpointed changes",
+                    r.from_branch
+                )
+            } else {
+                "its writes there fail (read-only)".to_string()
+            },
+            r.to_branch
+        );
+    }
 }
 
 pub fn fork(store: &Path, checkpoint: &str, name: &str) -> Result<i32> {
@@ -487,6 +592,8 @@ pub fn umount(mountpoint: &Path) -> Result<Option<i32>> {
     let Ok((s, st)) = find_workspace(mountpoint) else {
         return Ok(None);
     };
+    // The same definition of dirty as status and switch (an error telling it is not fatal).
+    let dirty = workspace::is_dirty(&s, &st.branch).unwrap_or(true);
     for (p, how) in workspace::umount(&s, &st.branch)? {
         match how {
             workspace::overlay::Unmounted::Clean => println!("unmounted {}", p.display()),
@@ -495,6 +602,15 @@ pub fn umount(mountpoint: &Path) -> Result<Option<i32>> {
                 p.display()
             ),
         }
+    }
+    if dirty {
+        println!(
+            "branch {} has un-checkpointed changes: they stay in {} (`ckptfs mount {} --branch {}` resumes them)",
+            st.branch,
+            s.upper_branch_dir(&st.branch).display(),
+            s.root().display(),
+            st.branch
+        );
     }
     Ok(Some(0))
 }
@@ -526,6 +642,9 @@ struct WorkspaceStatus {
     /// A turn running on it, or the failed turn whose writes it holds (`ckptfs turn`).
     #[serde(skip_serializing_if = "Option::is_none")]
     turn: Option<serde_json::Value>,
+    /// The upper layer's bytes that the last checkpoint recorded, waiting to be folded (see
+    /// docs/workspaces.md), and the processes inside that hold them: zero once folded.
+    fold_waiting: workspace::FoldReport,
 }
 
 /// Status of the workspaces of a store (or of the one a path is in).
@@ -560,7 +679,13 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
         } else {
             Vec::new()
         };
+        let fold_waiting = if live {
+            workspace::waiting(&s, &st).unwrap_or_default()
+        } else {
+            workspace::FoldReport::default()
+        };
         let ws = WorkspaceStatus {
+            fold_waiting,
             live,
             branch: st.branch.clone(),
             base: st.base,
@@ -633,6 +758,28 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
         }
         if w["freeze_fs"].as_bool() == Some(true) {
             println!("  checkpoints freeze the store's filesystem");
+        }
+        let f = &w["fold_waiting"];
+        if f["upper_bytes"].as_u64().unwrap_or(0) > 0 {
+            println!(
+                "  upper layer: {} files ({}) recorded, waiting to be folded{}",
+                f["upper_files"],
+                human_bytes(f["upper_bytes"].as_u64().unwrap_or(0)),
+                if f["holders"].as_array().is_some_and(|h| !h.is_empty()) {
+                    " while these are inside:"
+                } else {
+                    " (at the next checkpoint or switch)"
+                }
+            );
+            for h in f["holders"].as_array().into_iter().flatten() {
+                println!(
+                    "    pid {} ({}) {} {}",
+                    h["pid"],
+                    h["command"].as_str().unwrap_or(""),
+                    h["how"].as_str().unwrap_or(""),
+                    h["path"].as_str().unwrap_or("")
+                );
+            }
         }
         for p in w["unheld_writers"].as_array().into_iter().flatten() {
             println!(
@@ -796,9 +943,12 @@ pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
         r["mountpoint"] = first.unwrap_or_default();
     }
     let is_store = place.join(ckptfs::store::CONFIG_FILE).is_file();
+    let left = left_behind_rows(&s)?;
     if !json {
         print_workspace_status(&rows);
+        print_left_behind_rows(&left);
     }
+    rows.extend(left);
     if is_store {
         for mut v in super::view::status_views(&s, json)? {
             v["kind"] = "view".into();
@@ -811,4 +961,42 @@ pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
         println!("no live mounts of {}", s.root().display());
     }
     Ok(0)
+}
+
+/// Status rows (`"kind": "left-behind"`) of the trees a switch or a fold set aside that are
+/// still mounted because processes are inside: `branch`, `at`, `readonly`, `holders`.
+fn left_behind_rows(s: &Store) -> Result<Vec<serde_json::Value>> {
+    let mut rows = Vec::new();
+    for l in workspace::left_behind(s)? {
+        let mut v =
+            serde_json::to_value(&l).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
+        v["kind"] = "left-behind".into();
+        rows.push(v);
+    }
+    Ok(rows)
+}
+
+fn print_left_behind_rows(rows: &[serde_json::Value]) {
+    for l in rows {
+        println!(
+            "left behind: a tree of branch {} at {} ({})",
+            l["branch"].as_str().unwrap_or(""),
+            l["at"].as_str().unwrap_or(""),
+            if l["readonly"].as_bool() == Some(true) {
+                "read-only: writes into it fail"
+            } else {
+                "writable: a file open for writing there; what is written goes to that branch's \
+                 un-checkpointed changes"
+            }
+        );
+        for h in l["holders"].as_array().into_iter().flatten() {
+            println!(
+                "  pid {} ({}) {} {}",
+                h["pid"],
+                h["command"].as_str().unwrap_or(""),
+                h["how"].as_str().unwrap_or(""),
+                h["path"].as_str().unwrap_or("")
+            );
+        }
+    }
 }

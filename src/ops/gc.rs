@@ -842,7 +842,10 @@ fn collect_garbage(
     }
     for p in list_dir(&store.upper_base_dir())? {
         let name = file_name(&p);
+        // `.folded/`: uppers a fold took out of their branch, removed by the fold's own
+        // background process (see `workspace::fold`), which would race with gc.
         if !p.is_dir()
+            || name == ".folded"
             || retention.live_branches.contains(&name)
             || retention.pinned_branches.contains(&name)
             || inventory::in_use_by_mount(&mounted, &p)

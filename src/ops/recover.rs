@@ -72,6 +72,11 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
                     .extend(crate::workspace::roll_back_switch(store, &phase)?);
             }
         }
+        if m.op == "fold" {
+            report
+                .actions
+                .extend(crate::workspace::roll_back_fold(store, &m.args)?);
+        }
         // A turn's marker names what its held checkpoint froze too (`Store::run_claimed`).
         if m.op == "checkpoint" || m.op == "switch" || m.op == "turn" {
             let cgroups: Vec<std::path::PathBuf> = m

@@ -404,6 +404,8 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
             &message,
             &Hold::default(),
             &[],
+            // A completed turn is one checkpoint, also when it wrote nothing.
+            true,
             &ann,
             Some(&mut claim),
         ) {
@@ -421,6 +423,18 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
         "signal": report.signal, "checkpoint": report.checkpoint, "started": report.started,
         "ended": report.ended, "error": report.error});
     store.release_claim(&claim, &outcome_line(&args_json, ok, result))?;
+    // Between turns nobody is inside: the upper layer's recorded bytes leave it (a fold, see
+    // docs/workspaces.md). Not folding is never a turn's failure: the checkpoint stands and
+    // the next checkpoint or switch folds.
+    if ok {
+        match workspace::fold(store, b) {
+            Ok(f) if f.folded => {
+                log::info!("turn {turn}: folded {} B of the upper layer", f.upper_bytes)
+            }
+            Ok(_) => {}
+            Err(e) => log::warn!("turn {turn}: upper layer not folded: {e}"),
+        }
+    }
     Ok(report)
 }
 

@@ -24,8 +24,10 @@
 //!   upper/B/.work-ROOT/   overlayfs work dir;  upper/B/base.json: checkpoint the upper applies to
 //!   upper/B/.snapshots-ROOT/  reflink clones of big changed files as the last checkpoint
 //!                         read them (XFS, btrfs; named in its stat cache, see `snapshot`)
-//!   run/mounts/B.json     a mounted workspace (mountpoints, lower dirs); run/lower/: the store's
-//!                         read-only view, mounted for overlay lower layers
+//!   run/mounts/B.json     a mounted workspace (mountpoints, lower dirs)
+//!
+//! No mount is inside the store: the workspaces' lower view and the overlays a switch sets
+//! aside are under `/run/ckptfs/<id>/` (see [`Store::mounts_dir`]).
 //!   displaced/            directories set aside by restore/switch (never deleted silently)
 //!   cache/                rebuildable only: stat/<id>-<root> caches for incremental capture
 //!                         (and <id>-<root>.upper: a workspace's upper directories, see
@@ -82,6 +84,8 @@ pub const FORMAT_VERSION: u32 = 3;
 pub const CONFIG_FILE: &str = "STORE.json";
 /// The largest STORE.json read (roots and their exclude rules; real ones are a few KiB).
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// Where stores keep their mounts (see [`Store::mounts_dir`]).
+pub const MOUNTS_BASE: &str = "/run/ckptfs";
 
 /// What a top-level entry of the store is, for [`TOP_LEVEL`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -842,13 +846,33 @@ impl Store {
     pub fn workspace_state_path(&self, branch: &str) -> PathBuf {
         self.workspace_states_dir().join(format!("{branch}.json"))
     }
-    /// `run/detached/`: old workspace overlays moved out of the way by `switch`, being detached.
-    pub fn detached_dir(&self) -> PathBuf {
-        self.run_dir().join("detached")
+    /// `/run/ckptfs/<id>/`: where the store's own mounts live (the workspaces' lower view, the
+    /// old overlays a switch set aside), outside the store, so that nothing walking the store
+    /// (`du`, `find`, `tar`, a backup) enters a mount. `<id>` is the first 16 hex digits of
+    /// the SHA-256 of the store's path. `/run` is emptied at boot, as mounts are; nothing
+    /// durable is there. See docs/workspaces.md.
+    pub fn mounts_dir(&self) -> PathBuf {
+        let id = ObjectId::of(self.root.as_os_str().as_encoded_bytes()).to_hex();
+        Path::new(MOUNTS_BASE).join(&id[..16])
     }
-    /// `run/lower/`: where the store's read-only view is mounted for overlay lower layers.
+    /// `/run/ckptfs/<id>/detached/`: old workspace overlays moved out of the way by `switch`
+    /// and by a fold, detached once nobody uses them.
+    pub fn detached_dir(&self) -> PathBuf {
+        self.mounts_dir().join("detached")
+    }
+    /// `/run/ckptfs/<id>/lower/`: where the store's read-only view is mounted for overlay
+    /// lower layers.
     pub fn lower_view_dir(&self) -> PathBuf {
-        self.run_dir().join("lower")
+        self.mounts_dir().join("lower")
+    }
+    /// `run/lower/` and `run/detached/` in the store: where builds before `mounts_dir` put
+    /// the lower view and the old overlays. Still found (to unmount, reap and diagnose them),
+    /// never used for new mounts.
+    pub fn legacy_mount_dirs(&self) -> [PathBuf; 2] {
+        [
+            self.run_dir().join("lower"),
+            self.run_dir().join("detached"),
+        ]
     }
     /// File name prefix of a branch's snapshot directories: `upper/B/.snapshots-ROOT/`.
     const SNAPSHOT_DIR_PREFIX: &'static str = ".snapshots-";

@@ -13,7 +13,7 @@ use crate::store::refs::Branch;
 use crate::store::Store;
 use crate::util::{check_name, now_ns};
 
-use super::checkpoint::dirty;
+use super::checkpoint::is_dirty;
 use super::state::is_mounted;
 use super::switch::displace_upper;
 
@@ -82,7 +82,7 @@ pub fn delete_branch(store: &Store, branch: &str, force: bool) -> Result<Option<
         if is_mounted(store, branch)? {
             return Err(Error::Conflict(format!("branch {branch} is mounted; unmount it first")));
         }
-        if store.upper_branch_dir(branch).exists() && !force && dirty(store, branch)?.dirty {
+        if store.upper_branch_dir(branch).exists() && !force && is_dirty(store, branch)? {
             return Err(Error::Conflict(format!(
                 "branch {branch} has un-checkpointed changes in its workspace; checkpoint them or use --force"
             )));

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -128,8 +128,13 @@ fn kind_name(k: Kind) -> &'static str {
 /// What a checkpoint did.
 #[derive(Clone, Debug, Serialize)]
 pub struct CheckpointReport {
+    /// The new checkpoint; when nothing was recorded, the branch head, which already records
+    /// the workspace.
     pub id: ObjectId,
     pub checkpoint: Checkpoint,
+    /// False when the workspace held nothing new (see [`dirty`]) and no empty checkpoint was
+    /// asked for: nothing was recorded and the branch did not move.
+    pub recorded: bool,
     pub files_read: u64,
     pub bytes_read: u64,
     /// Bytes of the files read that reflink snapshots showed unchanged since the last
@@ -366,16 +371,196 @@ pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
         ..DirtyReport::default()
     };
     for (name, r) in &live.roots {
-        let same = head_c
-            .roots
-            .get(name)
-            .is_some_and(|h| h.tree == r.tree && (h.mode, h.uid, h.gid) == (r.mode, r.uid, r.gid));
-        if !same {
+        let prefix = format!("{name}/");
+        let changed = !same_root_meta(head_c.roots.get(name), r)
+            || report
+                .changes
+                .iter()
+                .any(|c| c.path == *name || c.path.starts_with(&prefix));
+        if changed {
             report.roots_changed.push(name.clone());
         }
     }
     report.dirty = !report.roots_changed.is_empty() || !report.special_files.is_empty();
     Ok(report)
+}
+
+/// Whether a root's own record (what its directory is, not its entries) is the same, but for
+/// its mtime, which creating and removing an entry (`git status`'s `index.lock`) changes.
+fn same_root_meta(head: Option<&RootRecord>, now: &RootRecord) -> bool {
+    head.is_some_and(|h| {
+        (h.mode, h.uid, h.gid, &h.xattrs) == (now.mode, now.uid, now.gid, &now.xattrs)
+    })
+}
+
+/// Whether `branch`'s workspace is dirty, as [`dirty`] says, answered cheaply when it is:
+/// [`first_change`] looks for a change in the metadata of the upper layers alone (no file
+/// read); only when it finds none does the dry-run merge of [`dirty`] decide.
+///
+/// # Errors
+/// As [`dirty`].
+pub fn is_dirty(store: &Store, branch: &str) -> Result<bool> {
+    if first_change(store, branch)?.is_some() {
+        return Ok(true);
+    }
+    Ok(dirty(store, branch)?.dirty)
+}
+
+/// A change a checkpoint now would surely record (`ROOT/PATH`), told from the stat of the
+/// upper layers' entries against the branch head's trees, without reading a file: an entry
+/// the head lacks or holds as another type, a file whose size, mtime, mode or owner differ,
+/// a directory whose mode or owner differ, a symlink with another target, a whiteout of an
+/// entry the head has, a special file. Directory mtimes are not compared (see [`dirty`]).
+/// `None` proves nothing: a file rewritten to the same size and mtime, an xattr, or a
+/// removal of what only the upper held are left to [`dirty`]'s merge. Excluded paths are
+/// skipped as checkpoints skip them. The upper layers are the agent's: walked through held
+/// directory fds, symlinks never followed (see `safe`).
+///
+/// # Errors
+/// The branch has no checkpoint; an upper layer or a head tree that does not read.
+pub fn first_change(store: &Store, branch: &str) -> Result<Option<String>> {
+    let (_, head) = require_branch(store, branch)?;
+    let head_c = store.read_checkpoint(&head)?;
+    for (name, rec) in &head_c.roots {
+        let upper = store.upper_dir(branch, name);
+        if !upper.is_dir() {
+            continue;
+        }
+        let rules = store
+            .config()
+            .roots
+            .get(name)
+            .map(|rc| rc.exclude.clone())
+            .unwrap_or_default();
+        let walk = ChangeWalk {
+            store,
+            exclude: crate::store::exclude::Excluder::compile(name, &rules)?,
+        };
+        let top = crate::safe::Dir::open(&upper)?;
+        let top_meta = top.stat_self()?;
+        if (top_meta.mode & 0o7777, top_meta.uid, top_meta.gid) != (rec.mode, rec.uid, rec.gid) {
+            return Ok(Some(name.clone()));
+        }
+        let tree = store.read_tree(&rec.tree)?;
+        if let Some(p) = walk.first_in(&top, Path::new(""), &tree)? {
+            return Ok(Some(format!("{name}/{}", p.display())));
+        }
+    }
+    Ok(None)
+}
+
+/// The first entry (`ROOT/PATH`) in `branch`'s upper layers that the roots' exclude rules
+/// match (a whiteout aside): what no checkpoint records, so what only the upper holds. A
+/// fold, or a mount's rebase, keeps an upper that holds one. The walk is the agent's tree:
+/// through held directory fds, symlinks never followed (see `safe`).
+///
+/// # Errors
+/// An upper layer that does not read.
+pub(super) fn first_excluded(store: &Store, branch: &str) -> Result<Option<String>> {
+    fn walk(
+        ex: &crate::store::exclude::Excluder,
+        dir: &crate::safe::Dir,
+        rel: &Path,
+    ) -> Result<Option<PathBuf>> {
+        for name in dir.entries()? {
+            let path = rel.join(&name);
+            let Some(m) = dir.stat(&name)? else { continue };
+            if m.kind() == Kind::CharDevice && m.rdev == 0 {
+                continue;
+            }
+            if ex.excluded(&path, &name) {
+                return Ok(Some(path));
+            }
+            if m.is_dir() {
+                let Ok(sub) = dir.open_dir(&name) else {
+                    continue;
+                };
+                if let Some(p) = walk(ex, &sub, &path)? {
+                    return Ok(Some(p));
+                }
+            }
+        }
+        Ok(None)
+    }
+    for (name, rc) in &store.config().roots {
+        let upper = store.upper_dir(branch, name);
+        if rc.exclude.is_empty() || !upper.is_dir() {
+            continue;
+        }
+        let ex = crate::store::exclude::Excluder::compile(name, &rc.exclude)?;
+        if let Some(p) = walk(&ex, &crate::safe::Dir::open(&upper)?, Path::new(""))? {
+            return Ok(Some(format!("{name}/{}", p.display())));
+        }
+    }
+    Ok(None)
+}
+
+struct ChangeWalk<'a> {
+    store: &'a Store,
+    exclude: crate::store::exclude::Excluder,
+}
+
+impl ChangeWalk<'_> {
+    /// The first entry under the upper directory `dir` (at `rel`) that surely differs from
+    /// `head`, the head's tree of the same directory.
+    fn first_in(
+        &self,
+        dir: &crate::safe::Dir,
+        rel: &Path,
+        head: &crate::store::tree::Tree,
+    ) -> Result<Option<PathBuf>> {
+        use crate::store::tree::EntryKind;
+        for name in dir.entries()? {
+            let path = rel.join(&name);
+            if self.exclude.excluded(&path, &name) {
+                continue;
+            }
+            // Gone since listed: whatever replaced it is the merge's to judge.
+            let Some(m) = dir.stat(&name)? else { continue };
+            let h = head.get(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str()));
+            let owner = |e: &crate::store::tree::Entry| {
+                (m.mode & 0o7777, m.uid, m.gid) != (e.mode, e.uid, e.gid)
+            };
+            let differs = match (m.kind(), h) {
+                // A whiteout: a change only where the head has the entry.
+                (Kind::CharDevice, _) if m.rdev == 0 => h.is_some(),
+                (Kind::Dir, Some(e)) => match &e.kind {
+                    EntryKind::Dir { tree, .. } => {
+                        if owner(e) {
+                            true
+                        } else {
+                            // Replaced since the stat: the merge's to judge.
+                            let Ok(sub) = dir.open_dir(&name) else {
+                                continue;
+                            };
+                            let t = self.store.read_tree(tree)?;
+                            if let Some(p) = self.first_in(&sub, &path, &t)? {
+                                return Ok(Some(p));
+                            }
+                            false
+                        }
+                    }
+                    _ => true,
+                },
+                (Kind::File, Some(e)) => match &e.kind {
+                    EntryKind::File { .. } => {
+                        owner(e) || m.size != e.size || crate::meta::mtime_ns(&m) != e.mtime_ns
+                    }
+                    _ => true,
+                },
+                (Kind::Symlink, Some(e)) => match &e.kind {
+                    EntryKind::Symlink { target } => dir.read_link(&name)? != *target,
+                    _ => true,
+                },
+                // New, or a special file (which no checkpoint records).
+                _ => true,
+            };
+            if differs {
+                return Ok(Some(path));
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// Records a checkpoint of `branch`'s workspace (mounted or not), leaving out what `exclude`
@@ -387,12 +572,23 @@ pub(super) fn checkpoint_locked(
     message: &str,
     hold: &Hold,
     exclude: &[String],
+    allow_empty: bool,
 ) -> Result<CheckpointReport> {
     let ann = Annotations::default();
-    checkpoint_locked_with(store, branch, label, message, hold, exclude, &ann)
+    checkpoint_locked_with(
+        store,
+        branch,
+        label,
+        message,
+        hold,
+        exclude,
+        allow_empty,
+        &ann,
+    )
 }
 
 /// As `checkpoint_locked`, recording `ann` (meta, runtime, turn) in the record.
+#[allow(clippy::too_many_arguments)]
 fn checkpoint_locked_with(
     store: &Store,
     branch: &str,
@@ -400,6 +596,7 @@ fn checkpoint_locked_with(
     message: &str,
     hold: &Hold,
     exclude: &[String],
+    allow_empty: bool,
     ann: &Annotations,
 ) -> Result<CheckpointReport> {
     let t0 = std::time::Instant::now();
@@ -444,11 +641,55 @@ fn checkpoint_locked_with(
         special: _,
     } = all;
     let merged = t0.elapsed();
+    let head_c = store.read_checkpoint(&head)?;
+    let same_trees = roots.len() == head_c.roots.len()
+        && roots.iter().all(|(n, r)| {
+            head_c
+                .roots
+                .get(n)
+                .is_some_and(|h| h.tree == r.tree && same_root_meta(Some(h), r))
+        });
+    // A label names a new checkpoint: asked for, it is recorded as `allow_empty` is.
+    let forced = allow_empty || label.is_some();
+    if same_trees && !forced {
+        return Ok(unrecorded(
+            head,
+            head_c,
+            (files_read, bytes_read, bytes_unread, dirs_merged),
+            held,
+            t0,
+        ));
+    }
     batch.commit()?;
     log::debug!(
         "checkpoint of {branch}: merged in {merged:?}, objects durable in {:?}",
         t0.elapsed() - merged
     );
+    // Trees that differ from the head's only in directory mtimes hold nothing new (a few
+    // tree objects stay unreferenced, for gc).
+    if !forced && !same_trees {
+        let metas_same = roots
+            .iter()
+            .all(|(n, r)| same_root_meta(head_c.roots.get(n), r));
+        let new_side = crate::ops::diff::Side {
+            roots: roots.iter().map(|(n, r)| (n.clone(), r.tree)).collect(),
+            ..Default::default()
+        };
+        let head_side = crate::ops::diff::Side::checkpoint(&head_c);
+        let opts = crate::ops::diff::DiffOptions::default();
+        if metas_same
+            && roots.len() == head_c.roots.len()
+            && crate::ops::diff::diff_sides(store, &head_side, &new_side, &opts)?.is_empty()
+        {
+            return Ok(unrecorded(
+                head,
+                head_c,
+                (files_read, bytes_read, bytes_unread, dirs_merged),
+                held,
+                t0,
+            ));
+        }
+    }
     stats.new_objects = batch.new_objects();
     stats.new_bytes = batch.new_bytes();
     let c = Checkpoint {
@@ -478,6 +719,7 @@ fn checkpoint_locked_with(
     Ok(CheckpointReport {
         id,
         checkpoint: c,
+        recorded: true,
         files_read,
         bytes_read,
         bytes_unread,
@@ -485,6 +727,29 @@ fn checkpoint_locked_with(
         elapsed_ms: t0.elapsed().as_millis() as u64,
         held,
     })
+}
+
+/// The report of a checkpoint that found nothing new: the head stands for the workspace.
+/// `counts`: files and bytes read, bytes known unchanged, directories merged.
+fn unrecorded(
+    head: ObjectId,
+    head_c: Checkpoint,
+    counts: (u64, u64, u64, u64),
+    held: Option<Held>,
+    t0: std::time::Instant,
+) -> CheckpointReport {
+    let (files_read, bytes_read, bytes_unread, dirs_merged) = counts;
+    CheckpointReport {
+        id: head,
+        checkpoint: head_c,
+        recorded: false,
+        files_read,
+        bytes_read,
+        bytes_unread,
+        dirs_merged,
+        elapsed_ms: t0.elapsed().as_millis() as u64,
+        held,
+    }
 }
 
 /// The frozen pass of a checkpoint that holds the writers (`hold`), starting from the caches
@@ -555,7 +820,9 @@ fn second_pass(
 
 /// `ckptfs checkpoint`: a checkpoint of the workspace of `branch`. What `hold` names is
 /// frozen while the upper layers are read (see `freeze`); what `exclude` matches (globs as in
-/// STORE.json's rules, see `store::exclude`) is left out, besides the roots' own rules.
+/// STORE.json's rules, see `store::exclude`) is left out, besides the roots' own rules. A
+/// workspace that holds nothing new (see [`dirty`]) records nothing (`recorded: false`)
+/// unless `allow_empty` or a label asks for a checkpoint anyway.
 ///
 /// # Errors
 /// `Invalid` naming a special file (FIFO, socket, device) that no rule excludes, or a file
@@ -567,9 +834,20 @@ pub fn checkpoint(
     message: &str,
     hold: &Hold,
     exclude: &[String],
+    allow_empty: bool,
 ) -> Result<CheckpointReport> {
     let ann = Annotations::default();
-    checkpoint_annotated(store, branch, label, message, hold, exclude, &ann, None)
+    checkpoint_annotated(
+        store,
+        branch,
+        label,
+        message,
+        hold,
+        exclude,
+        allow_empty,
+        &ann,
+        None,
+    )
 }
 
 /// As [`checkpoint`], recording `ann` in the record (`--meta`; a turn's runtime and turn),
@@ -587,6 +865,7 @@ pub fn checkpoint_annotated(
     message: &str,
     hold: &Hold,
     exclude: &[String],
+    allow_empty: bool,
     ann: &Annotations,
     claim: Option<&mut crate::store::lock::RunningMarker>,
 ) -> Result<CheckpointReport> {
@@ -608,8 +887,17 @@ pub fn checkpoint_annotated(
         serde_json::json!({"branch": branch, "label": label, "exclude": exclude}),
     );
     let run = || {
-        let r = checkpoint_locked_with(store, branch, label, message, hold, exclude, ann)?;
-        let summary = serde_json::json!({"checkpoint": r.id, "files_read": r.files_read,
+        let r = checkpoint_locked_with(
+            store,
+            branch,
+            label,
+            message,
+            hold,
+            exclude,
+            allow_empty,
+            ann,
+        )?;
+        let summary = serde_json::json!({"checkpoint": r.id, "recorded": r.recorded, "files_read": r.files_read,
             "new_objects": r.checkpoint.stats.new_objects, "new_bytes": r.checkpoint.stats.new_bytes});
         Ok((r, summary))
     };

@@ -1,6 +1,9 @@
 //! The lower layers of workspaces: the store's read-only browse view, mounted once per store
-//! at `STORE/run/lower` by its own daemon; a checkpoint root is then the directory
-//! `run/lower/checkpoints/<id>/<root>`, read lazily from the store, which overlayfs stacks on.
+//! at `/run/ckptfs/<id>/lower` (outside the store, see `Store::mounts_dir`) by its own daemon;
+//! a checkpoint root is then the directory `lower/checkpoints/<id>/<root>`, read lazily from
+//! the store, which overlayfs stacks on. Stores mounted by builds before that keep their view
+//! at `STORE/run/lower` until their last workspace is unmounted (`release_view` detaches
+//! either).
 //!
 //! The view outlives the workspaces that use it only as long as the kernel needs it: when the
 //! last workspace is unmounted the view is detached lazily, so an overlay that a busy shell
@@ -9,7 +12,9 @@
 //! kernel holds (the bases of live overlays, attached or detached), so gc can prune the rest
 //! while workspaces are mounted.
 
-use std::path::PathBuf;
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -18,6 +23,17 @@ use crate::store::Store;
 /// Makes sure the lower view is mounted (starts its daemon if needed). Call without holding
 /// the store lock: the daemon takes it to register its pin.
 pub fn ensure_view(store: &Store) -> Result<()> {
+    ensure_view_sized(store, None)
+}
+
+/// As [`ensure_view`], with the view's memory for trees and chunks (`mount --branch
+/// --cache-size`; `None`: the default). The view is shared by every workspace of the store,
+/// so the size applies when it starts; asking another size of a running view is refused.
+///
+/// # Errors
+/// `Conflict` when the view already runs with another cache size; starting it.
+pub fn ensure_view_sized(store: &Store, cache_bytes: Option<u64>) -> Result<()> {
+    ensure_mounts_dir(store)?;
     let mp = store.lower_view_dir();
     // A view whose daemon died answers ENOTCONN until fusermount3's auto-unmount catches up:
     // detach it now so a fresh daemon can take its place.
@@ -32,14 +48,91 @@ pub fn ensure_view(store: &Store) -> Result<()> {
             log::debug!("detaching the dead view: {e} (already unmounted?)");
         }
     }
-    crate::daemon::ensure_browse(store, &mp)
+    let Some(want) = cache_bytes else {
+        return crate::daemon::ensure_browse(store, &mp);
+    };
+    let browse = crate::daemon::fsname(store, &crate::view::Namespace::Browse);
+    if crate::mountinfo::mount_at(&mp)?.is_some_and(|m| m.source == browse) {
+        let running = running_cache_bytes(store, &mp);
+        if running != Some(want) {
+            return Err(Error::Conflict(format!(
+                "the lower view of {} (shared by every workspace of the store) already runs \
+                 with --cache-size {}; a size applies when the first workspace is mounted",
+                store.root().display(),
+                running.map_or("unknown".to_string(), crate::util::human_bytes)
+            )));
+        }
+        return Ok(());
+    }
+    fs::create_dir_all(&mp).map_err(|e| Error::io(&mp, e))?;
+    // As `daemon::ensure_browse`: private, and no materialized copies under an overlay.
+    let opts = crate::daemon::StartOptions {
+        cache_bytes: Some(want),
+        file_cache_bytes: Some(0),
+        ..crate::daemon::StartOptions::default()
+    };
+    crate::daemon::start(store, &crate::view::Namespace::Browse, &mp, &opts).map(|_| ())
 }
 
-/// Detaches the lower view (when no workspace of the store is mounted any more).
+/// The cache size the view daemon serving `mp` was started with (its `--cache-size`, else
+/// the default), from its command line; `None` when it cannot be told.
+pub fn running_cache_bytes(store: &Store, mp: &Path) -> Option<u64> {
+    let views = crate::daemon::list(store).ok()?;
+    let pid = views
+        .iter()
+        .find(|v| v.mountpoint == mp)?
+        .state
+        .as_ref()?
+        .pid;
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    match args.iter().position(|a| *a == b"--cache-size") {
+        Some(i) => std::str::from_utf8(args.get(i + 1)?).ok()?.parse().ok(),
+        None => Some(crate::view::DEFAULT_CACHE_BYTES),
+    }
+}
+
+/// Makes `/run/ckptfs/<id>/` (see `Store::mounts_dir`): root's, 0700 all the way, so no
+/// other user reaches the lower view or the overlays set aside by path. A directory there
+/// that is not root's is refused (root alone can write `/run`, so it is not ours to trust).
+pub fn ensure_mounts_dir(store: &Store) -> Result<PathBuf> {
+    let dir = store.mounts_dir();
+    let base = Path::new(crate::store::MOUNTS_BASE);
+    for d in [base, dir.as_path()] {
+        match fs::DirBuilder::new().mode(0o700).create(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io(d, e)),
+        }
+        let m = fs::symlink_metadata(d).map_err(|e| Error::io(d, e))?;
+        if !m.is_dir() || m.uid() != 0 {
+            return Err(Error::Conflict(format!(
+                "{} is not a directory of root's; remove it (ckptfs keeps its mounts there)",
+                d.display()
+            )));
+        }
+        if m.mode() & 0o077 != 0 {
+            fs::set_permissions(d, fs::Permissions::from_mode(0o700))
+                .map_err(|e| Error::io(d, e))?;
+        }
+    }
+    Ok(dir)
+}
+
+/// Detaches the lower view (when no workspace of the store is mounted any more), and the one
+/// a previous build mounted inside the store (`STORE/run/lower`), if any; removes the then
+/// empty mount directories.
 pub fn release_view(store: &Store) -> Result<()> {
-    let mp = store.lower_view_dir();
-    if crate::mountinfo::mount_at(&mp)?.is_some() {
-        crate::workspace::overlay::detach(&mp)?;
+    let [legacy, _] = store.legacy_mount_dirs();
+    for mp in [store.lower_view_dir(), legacy] {
+        if crate::mountinfo::mount_at(&mp)?.is_some() {
+            crate::workspace::overlay::detach(&mp)?;
+        }
+    }
+    let dir = store.mounts_dir();
+    for d in [store.lower_view_dir(), store.detached_dir(), dir] {
+        // Best effort: one still in use (or holding an overlay set aside) stays.
+        let _ignored = fs::remove_dir(d);
     }
     Ok(())
 }

@@ -1,34 +1,40 @@
 //! Live workspaces: a branch's roots mounted writable at their recorded absolute paths.
 //!
 //! Each root is a kernel overlayfs mount: lower = the branch's base checkpoint, read lazily
-//! from the store's read-only view; upper = `STORE/upper/<branch>/<root>` (a plain directory,
-//! so writes run at native speed and survive any ckptfs process dying). `upper/<branch>/
-//! base.json` names the checkpoint the upper applies to.
+//! from the store's read-only view (mounted outside the store, at `/run/ckptfs/<id>/lower`);
+//! upper = `STORE/upper/<branch>/<root>` (a plain directory, so writes run at native speed and
+//! survive any ckptfs process dying). `upper/<branch>/base.json` names the checkpoint the
+//! upper applies to. docs/workspaces.md tells the upper layer's whole lifecycle.
 //!
+//! - Dirty has one definition ([`dirty`]): a checkpoint now would record something other than
+//!   directory mtimes. `status`, `branch list`, `switch` and `umount` use it; a checkpoint of
+//!   nothing new records nothing unless asked.
 //! - `checkpoint` merges the base tree with the upper layer (see [`merge`]): cost proportional
 //!   to what the upper holds; unchanged files are not re-read (stat cache); untouched lower
-//!   subtrees keep their ids. The overlay stays mounted: open files, cwds and mmaps stay valid.
-//! - `switch` detaches the overlay (lazily: a shell with its cwd inside does not make it fail)
-//!   and mounts the target branch's overlay at the same path; no file is copied. A workspace
-//!   with un-checkpointed changes is refused unless `--checkpoint-first` or `--discard` (which
-//!   moves the upper aside to `displaced/`, never deleting it).
-//! - On `mount` (not on `switch`, which must stay fast), an upper whose contents are all in
-//!   the branch head is dropped and the head becomes the new base, so uppers do not grow
-//!   forever.
+//!   subtrees keep their ids. Then, when nobody is inside, the fold ([`fold`]) remounts the
+//!   workspace over the new head with an empty upper, so recorded bytes are stored once.
+//! - `switch` moves the overlay aside (a shell with its cwd inside does not make it fail),
+//!   makes it read-only (that shell's writes fail with EROFS) and mounts the target branch's
+//!   overlay at the same path; no file is copied. A workspace with un-checkpointed changes is
+//!   refused unless `--checkpoint-first` or `--discard` (which moves the upper aside to
+//!   `displaced/`, never deleting it). [`holders`] finds who is still inside a tree.
+//! - On `mount`, an upper whose contents are all in the branch head is dropped and the head
+//!   becomes the new base.
 //!
 //! The module is split by concern: `state` (the recorded mount state and upper bases),
 //! `checkpoint` (dirty checks and checkpoints, with the freeze passes), `mount` (mount, umount),
-//! `switch` and `branch` (fork, archive, delete); each uses only those listed before it.
-//! [`merge`] turns an upper layer into trees, [`overlay`] and [`lower`] make the mounts, and
-//! [`freeze`] holds writers still.
+//! `branch` (fork, archive, delete), `fold`, and `switch`; [`merge`] turns an upper layer into
+//! trees, [`overlay`] and [`lower`] make the mounts, and [`freeze`] holds writers still.
 
 pub mod freeze;
+pub mod holders;
 pub mod lower;
 pub mod merge;
 pub mod overlay;
 
 mod branch;
 mod checkpoint;
+mod fold;
 mod mount;
 mod state;
 mod switch;
@@ -36,11 +42,14 @@ mod switch;
 pub use branch::{delete_branch, fork, set_archived, upper_usage};
 pub(crate) use checkpoint::unused_snapshots;
 pub use checkpoint::{
-    checkpoint, checkpoint_annotated, dirty, live_tree, CheckpointReport, DirtyReport, Held, Hold,
-    LiveTree, SpecialFile,
+    checkpoint, checkpoint_annotated, dirty, first_change, is_dirty, live_tree, CheckpointReport,
+    DirtyReport, Held, Hold, LiveTree, SpecialFile,
 };
+pub use fold::{fold, remove_folded, roll_back_fold, waiting, FoldReport};
 pub use mount::{agent_cgroup, mount, reap_detached, umount, MountOptions};
 pub use state::{
     find_by_path, is_live, is_mounted, state, states, MountedRoot, UpperBase, WorkspaceState,
 };
-pub use switch::{roll_back_switch, switch, DirtyPolicy, SwitchPhase, SwitchReport};
+pub use switch::{
+    left_behind, roll_back_switch, switch, DirtyPolicy, LeftBehind, SwitchPhase, SwitchReport,
+};

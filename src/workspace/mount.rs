@@ -1,7 +1,7 @@
 //! Mounting and unmounting a workspace: one overlayfs per root, with the lower view's
 //! directory of the base checkpoint as the lower layer and `upper/B/ROOT` as the upper.
 //! `switch` mounts through `plan_roots` and `mount_roots` too; the last `umount` reaps
-//! the old overlays a failed switch left under `run/detached/` (`reap_detached`).
+//! the old overlays a failed switch left under `/run/ckptfs/<id>/detached/` (`reap_detached`).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -16,7 +16,7 @@ use crate::store::checkpoint::RootRecord;
 use crate::store::Store;
 use crate::util::{check_name, now_ns};
 
-use super::checkpoint::{dirty, Hold};
+use super::checkpoint::{first_excluded, is_dirty, Hold};
 use super::state::{
     answers, is_live, require_branch, source_name, state, states, upper_base, write_json,
     write_mount_state, MountedRoot, UpperBase, WorkspaceState,
@@ -33,6 +33,9 @@ pub struct MountOptions {
     pub relocate: BTreeMap<String, PathBuf>,
     /// What every checkpoint of the workspace holds still (see `freeze`).
     pub hold: Hold,
+    /// Memory of the store's lower view for trees and chunks (`--cache-size`), when it
+    /// starts; `None`: the default (see `lower::ensure_view_sized`).
+    pub lower_cache_bytes: Option<u64>,
 }
 
 /// Creates the upper directories of `branch` for `root` (the root dir takes the lower root's
@@ -76,7 +79,8 @@ fn rebase_if_clean(store: &Store, branch: &str, head: ObjectId) -> Result<Object
     if base == head {
         return Ok(head);
     }
-    if dirty(store, branch)?.dirty {
+    // Excluded files are in no checkpoint: an upper holding one is kept.
+    if first_excluded(store, branch)?.is_some() || is_dirty(store, branch)? {
         return Ok(base);
     }
     // The agent's trees: removed through held fds, never following what it linked in (a
@@ -189,7 +193,7 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
     let args =
         serde_json::json!({"branch": opts.branch, "roots": opts.roots, "relocate": opts.relocate});
     // The lower view is its own daemon, which takes the store lock to pin: start it first.
-    lower::ensure_view(store)?;
+    lower::ensure_view_sized(store, opts.lower_cache_bytes)?;
     store.mutate("mount", args, |_| {
         let (b, head) = require_branch(store, &opts.branch)?;
         if b.state == "archived" {
@@ -274,24 +278,33 @@ pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmo
     if states(store)?.is_empty() {
         reap_detached(store)?;
         lower::release_view(store)?;
+    } else {
+        super::switch::reap_unused_detached(store)?;
     }
     Ok(out)
 }
 
-/// Detaches every old overlay left under `run/detached/` (by a switch that failed after it had
+/// Detaches every old overlay left under `detached/` (see `Store::detached_dir`, and the
+/// store's own `run/detached/` of older builds) (by a switch that failed after it had
 /// mounted the new overlays) and removes the empty directories. Returns how many.
 pub fn reap_detached(store: &Store) -> Result<usize> {
-    let dir = store.detached_dir();
+    let [_, legacy] = store.legacy_mount_dirs();
     let mut n = 0;
-    for m in crate::mountinfo::mounts()? {
-        if m.mountpoint.starts_with(&dir) && m.mountpoint != dir {
-            overlay::detach(&m.mountpoint)?;
-            n += 1;
+    for dir in [store.detached_dir(), legacy] {
+        for m in crate::mountinfo::mounts()? {
+            if m.mountpoint.starts_with(&dir) && m.mountpoint != dir {
+                // A background detach may have got there first (EINVAL: not mounted now).
+                match nix::mount::umount2(&m.mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+                    Ok(()) => n += 1,
+                    Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
+                    Err(e) => return Err(Error::io(&m.mountpoint, std::io::Error::from(e))),
+                }
+            }
         }
-    }
-    if let Ok(rd) = fs::read_dir(&dir) {
-        for e in rd.flatten() {
-            let _ignored = fs::remove_dir(e.path());
+        if let Ok(rd) = fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                let _ignored = fs::remove_dir(e.path());
+            }
         }
     }
     Ok(n)

@@ -15,7 +15,11 @@ use crate::store::refs::Branch;
 use crate::store::Store;
 use crate::util::{check_name, now_ns};
 
-use super::checkpoint::{checkpoint_locked, dirty, Hold};
+use super::checkpoint::{checkpoint_locked, dirty, first_change, is_dirty, Hold};
+use super::fold::{detach_and_remove, drop_recorded_upper};
+use super::holders::{
+    holders, is_busy, mounted_elsewhere, set_aside_in_use, set_mount_readonly, Holder,
+};
 use super::mount::{mount_roots, plan_roots, MountOptions};
 use super::state::{
     read_json, require_branch, source_name, state, upper_base, write_json, write_mount_state,
@@ -40,7 +44,92 @@ pub struct SwitchReport {
     pub created_branch: bool,
     pub checkpointed: Option<ObjectId>,
     pub displaced: Option<PathBuf>,
+    /// Processes still inside the tree left behind (their cwd, an open file...), with the
+    /// path where the workspace showed it. Their writes there fail with EROFS, unless
+    /// `left_behind_writable`.
+    pub left_behind: Vec<Holder>,
+    /// A file open for writing kept the tree left behind writable: what its process writes
+    /// goes to the un-checkpointed changes of the branch left (see `status`).
+    pub left_behind_writable: bool,
+    /// The upper layer of the branch left was all in its head, and went (a fold): that
+    /// branch's base is now its head.
+    pub folded_left: bool,
     pub elapsed_ms: u64,
+}
+
+fn to_branch_differs(p: &SwitchPhase) -> bool {
+    p.from.branch != p.to_branch
+}
+
+/// `h` with its path where the workspace showed it, not where its tree was set aside.
+fn shown_at(mut h: Holder, moved: &[(PathBuf, PathBuf)]) -> Holder {
+    for (mountpoint, aside) in moved {
+        if let Ok(rest) = h.path.strip_prefix(aside) {
+            h.path = mountpoint.join(rest);
+            break;
+        }
+    }
+    h
+}
+
+/// A tree a switch or a fold set aside that is still mounted because someone is inside.
+#[derive(Clone, Debug, Serialize)]
+pub struct LeftBehind {
+    /// The branch whose tree it is.
+    pub branch: String,
+    /// Where it is mounted now (under `Store::detached_dir`).
+    pub at: PathBuf,
+    /// Writes into it fail with EROFS; false when a file open for writing kept it writable.
+    pub readonly: bool,
+    pub holders: Vec<Holder>,
+}
+
+/// The old overlays of `store` set aside and still mounted, with who is inside each.
+pub fn left_behind(store: &Store) -> Result<Vec<LeftBehind>> {
+    let prefix = format!("ckptfs:{}:", store.root().display());
+    let [_, legacy] = store.legacy_mount_dirs();
+    let dirs = [store.detached_dir(), legacy];
+    let mut out = Vec::new();
+    for m in crate::mountinfo::mounts()? {
+        if m.fstype != "overlay" || !dirs.iter().any(|d| m.mountpoint.starts_with(d)) {
+            continue;
+        }
+        let Some(branch) = m.source.strip_prefix(&prefix) else {
+            continue;
+        };
+        let readonly = nix::sys::statvfs::statvfs(&m.mountpoint)
+            .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
+        out.push(LeftBehind {
+            branch: branch.to_string(),
+            holders: Vec::new(),
+            at: m.mountpoint,
+            readonly,
+        });
+    }
+    // One scan of the processes for all of them.
+    let all: Vec<PathBuf> = out.iter().map(|l| l.at.clone()).collect();
+    for h in holders(&all) {
+        if let Some(l) = out.iter_mut().find(|l| h.path.starts_with(&l.at)) {
+            l.holders.push(h);
+        }
+    }
+    Ok(out)
+}
+
+/// Detaches (in the background) the trees set aside that nobody is inside any more.
+pub(super) fn reap_unused_detached(store: &Store) -> Result<()> {
+    let [_, legacy] = store.legacy_mount_dirs();
+    let dirs = [store.detached_dir(), legacy];
+    let unused: Vec<PathBuf> = crate::mountinfo::mounts()?
+        .into_iter()
+        .filter(|m| m.fstype == "overlay" && dirs.iter().any(|d| m.mountpoint.starts_with(d)))
+        .map(|m| m.mountpoint)
+        .filter(|mp| !set_aside_in_use(mp))
+        .collect();
+    if !unused.is_empty() {
+        detach_and_remove(&unused, None);
+    }
+    Ok(())
 }
 
 /// Progress of a switch, kept in the RUNNING marker for `recover`.
@@ -81,6 +170,9 @@ pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
         }
         if crate::mountinfo::mount_at(aside)?.is_some() {
             overlay::move_mount(aside, mountpoint)?;
+            if let Err(e) = set_mount_readonly(mountpoint, false) {
+                log::warn!("{e}");
+            }
             actions.push(format!(
                 "moved the {} workspace back to {}",
                 p.from.branch,
@@ -155,35 +247,55 @@ pub fn switch(
         serde_json::json!({"from": from_branch, "to": target, "name": new_name}),
     );
     lower::ensure_view(store)?;
-    let (report, moved) = store.mutate_live("switch", args, |m| {
+    let report = store.mutate_live("switch", args, |m| {
+        reap_unused_detached(store)?;
         let st = state(store, from_branch)?
             .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {from_branch}")))?;
         let mut checkpointed = None;
         let mut displaced = None;
-        let d = dirty(store, from_branch)?;
-        if d.dirty {
-            match policy {
-                DirtyPolicy::Refuse if !d.special_files.is_empty() => {
+        // One definition of dirty (see `checkpoint::dirty`): a change that the upper's stat
+        // alone shows refuses at once, without reading any file; otherwise the dry-run merge
+        // decides. `--checkpoint-first` of a clean workspace records nothing.
+        let mut discard_upper = false;
+        match policy {
+            DirtyPolicy::Refuse => {
+                let refuse = |what: String| {
+                    Err(Error::Conflict(format!(
+                        "workspace of branch {from_branch} has un-checkpointed changes ({what}); use --checkpoint-first or --discard"
+                    )))
+                };
+                if let Some(p) = first_change(store, from_branch)? {
+                    return refuse(format!("{p} changed"));
+                }
+                let d = dirty(store, from_branch)?;
+                if let Some(f) = d.special_files.first() {
                     return Err(Error::Conflict(format!(
                         "workspace of branch {from_branch} holds what no checkpoint can record ({}); remove it, or use --discard",
-                        d.special_files[0].describe()
-                    )))
+                        f.describe()
+                    )));
                 }
-                DirtyPolicy::Refuse => {
-                    return Err(Error::Conflict(format!(
-                        "workspace of branch {from_branch} has un-checkpointed changes ({} files changed in {}); use --checkpoint-first or --discard",
-                        d.files_changed,
-                        d.roots_changed.join(", ")
-                    )))
+                if d.dirty {
+                    let what = d.changes.first().map_or_else(
+                        || d.roots_changed.join(", "),
+                        |c| format!("{} {}", c.path, c.change),
+                    );
+                    return refuse(what);
                 }
-                DirtyPolicy::CheckpointFirst => {
-                    // The cgroups the marker names, so `recover` thaws what this froze.
-                    let c =
-                        checkpoint_locked(store, from_branch, None, "before switch", &hold, &[])?;
-                    checkpointed = Some(c.id);
-                }
-                DirtyPolicy::Discard => {}
             }
+            DirtyPolicy::CheckpointFirst => {
+                // The cgroups the marker names, so `recover` thaws what this froze.
+                let c = checkpoint_locked(
+                    store,
+                    from_branch,
+                    None,
+                    "before switch",
+                    &hold,
+                    &[],
+                    false,
+                )?;
+                checkpointed = c.recorded.then_some(c.id);
+            }
+            DirtyPolicy::Discard => discard_upper = is_dirty(store, from_branch)?,
         }
         let (to_branch, created) = resolve_target(store, target, new_name)?;
         if to_branch == from_branch && policy != DirtyPolicy::Discard {
@@ -215,7 +327,7 @@ pub fn switch(
             }
             fs::remove_file(store.workspace_state_path(from_branch))
                 .map_err(|e| Error::io(store.workspace_state_path(from_branch), e))?;
-            if policy == DirtyPolicy::Discard && d.dirty {
+            if discard_upper {
                 displaced = displace_upper(store, from_branch)?;
             }
             // No rebase here (it deletes the upper, O(upper)): mount rebases; switch stays O(1).
@@ -233,6 +345,7 @@ pub fn switch(
                     cgroups: st.freeze_cgroups.clone(),
                     filesystem: st.freeze_fs,
                 },
+                lower_cache_bytes: None,
             };
             let roots = plan_roots(store, &to_branch, &base, &opts)?;
             // Durable, but only when new: switching back to a branch finds it already there
@@ -253,6 +366,42 @@ pub fn switch(
             write_mount_state(store, &new_state)?;
             Ok(displaced.take())
         })();
+        // The trees left behind: read-only from now on, so a process still inside (a shell
+        // whose cwd was there) gets EROFS instead of writing silently into the branch it
+        // left. One with a file open for writing there keeps it writable (the kernel
+        // refuses): the report and `status` name it.
+        let mut all_readonly = true;
+        if switched.is_ok() {
+            for a in &moved {
+                if let Err(e) = set_mount_readonly(a, true) {
+                    if !is_busy(&e) {
+                        log::warn!("{e}");
+                    }
+                    all_readonly = false;
+                }
+            }
+        }
+        // The kernel says at once whether anyone is left; only then are they looked for.
+        let left_behind = if switched.is_ok() && moved.iter().any(|a| set_aside_in_use(a)) {
+            holders(&moved)
+        } else {
+            Vec::new()
+        };
+        // Nothing can write the branch left any more: when its head records all its upper
+        // holds, the upper goes (a fold: no bytes kept twice) and its base is its head.
+        let mut folded = None;
+        if switched.is_ok()
+            && all_readonly
+            && left_behind.is_empty()
+            && mounted_elsewhere(&moved).is_none()
+            && to_branch_differs(&phase)
+            && !discard_upper
+        {
+            match drop_recorded_upper(store, from_branch) {
+                Ok(t) => folded = t,
+                Err(e) => log::warn!("keeping the upper of {from_branch}: {e}"),
+            }
+        }
         let displaced = match switched {
             Ok(v) => v,
             Err(e) => {
@@ -270,14 +419,23 @@ pub fn switch(
             created_branch: created,
             checkpointed,
             displaced,
+            left_behind: left_behind
+                .into_iter()
+                .map(|h| shown_at(h, &phase.moved))
+                .collect(),
+            left_behind_writable: !all_readonly,
+            folded_left: folded.is_some(),
             elapsed_ms: t0.elapsed().as_millis() as u64,
         };
         let summary = serde_json::to_value(&report).unwrap_or_default();
-        Ok(((report, moved), summary))
+        Ok(((report, moved, folded), summary))
     })?;
+    let (report, moved, folded) = report;
     // Only once the switch is recorded as done: `recover` may still need the old overlays.
-    for aside in &moved {
-        overlay::detach_in_background(aside);
+    // Trees someone is still in stay mounted (set aside, read-only) until they leave: the
+    // next switch, fold or umount detaches them, and `status` names who is inside.
+    if report.left_behind.is_empty() {
+        detach_and_remove(&moved, folded.as_deref());
     }
     Ok(report)
 }

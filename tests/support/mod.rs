@@ -28,6 +28,7 @@
 //! - `runner`: `ckptfs turn` in a `Workspace` (`turn`, `turn_json`, `turns_can_run`), the
 //!   audit log, `log --turns`, `record_of`, and `CgroupKiller` for what a killed runner left.
 //! - `pty`: `on_terminal`, the binary under a pseudo-terminal (`script`).
+//! - `life`: where a store keeps its mounts (`store_mounts_dir`, `lower_view`, `detached_dir`).
 //! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
 //!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).
 //!
@@ -40,6 +41,7 @@ pub mod conv;
 pub mod fault;
 pub mod garage;
 pub mod hostile;
+pub mod life;
 pub mod mount;
 pub mod pty;
 pub mod runner;
@@ -51,6 +53,6 @@ pub mod workspace;
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
 pub use {
-    cli::*, conv::*, fault::*, garage::*, hostile::*, mount::*, pty::*, runner::*, store::*,
-    tree::*, view::*, workspace::*,
+    cli::*, conv::*, fault::*, garage::*, hostile::*, life::*, mount::*, pty::*, runner::*,
+    store::*, tree::*, view::*, workspace::*,
 };

@@ -79,11 +79,14 @@ pub fn mounted(path: &Path) -> bool {
 }
 
 /// Every mountpoint at or below `dir`, deepest first (the order to unmount them in).
+/// Mounts of a ckptfs store below `dir` count too, wherever they are (the store's own mounts
+/// are under /run/ckptfs).
 pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let ours = format!("ckptfs:{}/", dir.display());
     let mut points: Vec<PathBuf> = mounts()
         .into_iter()
+        .filter(|(mp, src)| mp.starts_with(dir) || src.starts_with(&ours))
         .map(|(mp, _)| mp)
-        .filter(|mp| mp.starts_with(dir))
         .collect();
     points.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
     points.dedup();

@@ -1,0 +1,480 @@
+//! Folding a workspace's upper layer into its base while it stays mounted, so the bytes a
+//! checkpoint recorded are not kept twice (in the upper layer and in the store) for the rest
+//! of a session (see docs/workspaces.md).
+//!
+//! After a checkpoint the upper layer holds only what the new head records. When no process
+//! is inside the workspace (no cwd, root, open file or mapping under a mountpoint: see
+//! [`holders`](super::holders)), the fold remounts each root with the head as the lower
+//! layer and an empty upper, at the cost of a switch:
+//!
+//! 1. every overlay is made read-only in place (a process that got in since the scan and
+//!    opened a file for writing makes this fail: the fold waits), and the scan is repeated;
+//! 2. the upper layers are checked to hold nothing but what the head records (the dry-run
+//!    merge of `dirty`, cheap right after a checkpoint: its stat caches are fresh);
+//! 3. one rename takes `upper/B` (every root's upper, and `base.json`) to
+//!    `upper/.folded/B-<ns>`: the commit point. Before it the workspace is as it was; after
+//!    it, with no `upper/B`, the branch's base is its head, so a crash leaves a workspace
+//!    that `umount` and `mount --branch B` resume with nothing lost;
+//! 4. fresh empty uppers are made over the head, each old overlay is moved aside (under
+//!    `Store::detached_dir`) and the new one mounted at the mountpoint;
+//! 5. a background process detaches the old overlays and removes `upper/.folded/B-<ns>`
+//!    (gc removes one a crash left, as an upper of no branch).
+//!
+//! While someone is inside, nothing is folded and `status` reports the upper layer's bytes
+//! waiting, and who holds them; the fold happens at the next checkpoint with nobody inside,
+//! or when the workspace switches away from the branch (the upper of the branch left behind
+//! is then dropped if its head records all of it, see `switch`).
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::store::fsio;
+use crate::store::Store;
+use crate::util::now_ns;
+
+use super::checkpoint::{first_excluded, is_dirty, Hold};
+use super::holders::{
+    holders, is_busy, mount_in_use, mounted_elsewhere, set_mount_readonly, Holder,
+};
+use super::mount::{plan_roots, MountOptions};
+use super::state::{
+    is_live, require_branch, source_name, state, write_json, write_mount_state, UpperBase,
+    WorkspaceState,
+};
+use super::{branch::upper_usage, overlay};
+
+/// What a fold did, or why it waits.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FoldReport {
+    /// The upper layer was folded into the base: it is empty now, the base is the head.
+    pub folded: bool,
+    /// Files and bytes of the upper layer folded (`folded`) or waiting to be.
+    pub upper_files: u64,
+    pub upper_bytes: u64,
+    /// Who is inside, when the fold waits for them.
+    pub holders: Vec<Holder>,
+    /// Why nothing was folded, when it was not for `holders`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Folds `branch`'s mounted workspace (see the module doc); a workspace whose base is its
+/// head has nothing to fold.
+///
+/// A failure before the commit point leaves the workspace as it was and is reported as the
+/// `reason` nothing was folded.
+///
+/// # Errors
+/// Reading the workspace's state; a failure after the commit point (the workspace is then
+/// read-only, nothing is lost, and the error says how to resume it).
+pub fn fold(store: &Store, branch: &str) -> Result<FoldReport> {
+    store.mutate_live("fold", serde_json::json!({ "branch": branch }), |_| {
+        let r = fold_locked(store, branch)?;
+        let summary = serde_json::json!({"folded": r.folded, "upper_bytes": r.upper_bytes});
+        Ok((r, summary))
+    })
+}
+
+/// The bytes of `branch`'s upper layer a fold would drop, and who holds them: what `status`
+/// reports for a workspace whose base is not its head.
+pub fn waiting(store: &Store, st: &WorkspaceState) -> Result<FoldReport> {
+    let (_, head) = require_branch(store, &st.branch)?;
+    if st.base == head {
+        return Ok(FoldReport::default());
+    }
+    let (upper_files, upper_bytes) = upper_usage(store, &st.branch);
+    Ok(FoldReport {
+        upper_files,
+        upper_bytes,
+        holders: holders(&mountpoints(st)),
+        ..FoldReport::default()
+    })
+}
+
+/// As [`waiting`], without the scan of who is inside (the fold does its own).
+fn waiting_bytes(store: &Store, st: &WorkspaceState) -> Result<FoldReport> {
+    let (_, head) = require_branch(store, &st.branch)?;
+    if st.base == head {
+        return Ok(FoldReport::default());
+    }
+    let (upper_files, upper_bytes) = upper_usage(store, &st.branch);
+    Ok(FoldReport {
+        upper_files,
+        upper_bytes,
+        ..FoldReport::default()
+    })
+}
+
+fn mountpoints(st: &WorkspaceState) -> Vec<PathBuf> {
+    st.roots.values().map(|r| r.mountpoint.clone()).collect()
+}
+
+/// [`fold`], with the store lock held.
+pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
+    let not = |reason: &str, r: FoldReport| FoldReport {
+        reason: Some(reason.to_string()),
+        ..r
+    };
+    let Some(st) = state(store, branch)? else {
+        return Ok(not("not mounted", FoldReport::default()));
+    };
+    let mut report = waiting_bytes(store, &st)?;
+    let (_, head) = require_branch(store, branch)?;
+    if st.base == head {
+        return Ok(report);
+    }
+    if !is_live(store, &st)? {
+        // The next mount drops an upper its head records (see `mount`).
+        return Ok(not("not mounted", FoldReport::default()));
+    }
+    let mps = mountpoints(&st);
+    // The kernel tells at once whether anyone uses the overlays; /proc is scanned only then
+    // (to name them, and since this process's own cwd counts for the kernel, not for us).
+    let anyone = |mps: &[PathBuf]| -> Result<Vec<Holder>> {
+        for mp in mps {
+            if mount_in_use(mp)? {
+                return Ok(holders(mps));
+            }
+        }
+        Ok(Vec::new())
+    };
+    report.holders = anyone(&mps)?;
+    if !report.holders.is_empty() {
+        return Ok(report);
+    }
+    if let Some((pid, at)) = mounted_elsewhere(&mps) {
+        return Ok(not(
+            &format!(
+                "the workspace is also mounted at {} (as pid {pid} sees it)",
+                at.display()
+            ),
+            report,
+        ));
+    }
+    let writable_again = |done: &[&PathBuf]| {
+        for mp in done {
+            if let Err(e) = set_mount_readonly(mp, false) {
+                log::warn!("{e}");
+            }
+        }
+    };
+    let mut done: Vec<&PathBuf> = Vec::new();
+    for mp in &mps {
+        match set_mount_readonly(mp, true) {
+            Ok(()) => done.push(mp),
+            Err(e) => {
+                writable_again(&done);
+                if is_busy(&e) {
+                    report.holders = holders(&mps);
+                    return Ok(not("a file is open for writing", report));
+                }
+                return Ok(not(&e.to_string(), report));
+            }
+        }
+    }
+    // Who got in between the scan and the remount can no longer write, but waits for no one.
+    report.holders = match anyone(&mps) {
+        Ok(h) => h,
+        Err(e) => {
+            writable_again(&done);
+            return Err(e);
+        }
+    };
+    if !report.holders.is_empty() {
+        writable_again(&done);
+        return Ok(report);
+    }
+    match first_excluded(store, branch) {
+        Ok(None) => {}
+        Ok(Some(p)) => {
+            writable_again(&done);
+            return Ok(not(
+                &format!("{p} is excluded from checkpoints, so only the upper layer holds it"),
+                report,
+            ));
+        }
+        Err(e) => {
+            writable_again(&done);
+            return Ok(not(&e.to_string(), report));
+        }
+    }
+    match is_dirty(store, branch) {
+        Ok(false) => {}
+        Ok(true) => {
+            writable_again(&done);
+            return Ok(not("changed since the checkpoint", report));
+        }
+        Err(e) => {
+            writable_again(&done);
+            return Ok(not(&e.to_string(), report));
+        }
+    }
+    reap_folded(store);
+    let now = now_ns();
+    let trash = folded_dir(store).join(format!("{branch}-{now}"));
+    let taken = (|| {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(folded_dir(store))
+            .map_err(|e| Error::io(folded_dir(store), e))?;
+        fsio::rename(&store.upper_branch_dir(branch), &trash)
+    })();
+    if let Err(e) = taken {
+        writable_again(&done);
+        return Ok(not(&e.to_string(), report));
+    }
+    // From here the base is the head (see the module doc): failures say how to resume.
+    let resume = |e: Error| {
+        Error::Invalid(format!(
+            "folding the workspace of branch {branch} failed half-way ({e}); it is read-only \
+             and nothing is lost: run `ckptfs umount` and `ckptfs mount --branch {branch}`"
+        ))
+    };
+    fsio::sync_path(&store.upper_base_dir()).map_err(resume)?;
+    write_json(&store.upper_base_path(branch), &UpperBase { base: head }).map_err(resume)?;
+    let opts = MountOptions {
+        branch: branch.to_string(),
+        roots: st.roots.keys().cloned().collect(),
+        relocate: st
+            .roots
+            .iter()
+            .map(|(n, r)| (n.clone(), r.mountpoint.clone()))
+            .collect(),
+        hold: Hold {
+            cgroups: st.freeze_cgroups.clone(),
+            filesystem: st.freeze_fs,
+        },
+        lower_cache_bytes: None,
+    };
+    let roots = plan_roots(store, branch, &head, &opts).map_err(resume)?;
+    let src = source_name(store, branch);
+    let mut asides = Vec::new();
+    for (name, r) in &roots {
+        let aside = store.detached_overlay_path(branch, name, now);
+        fs::create_dir_all(&aside).map_err(|e| resume(Error::io(&aside, e)))?;
+        overlay::move_mount(&r.mountpoint, &aside).map_err(resume)?;
+        if let Err(e) = overlay::mount_overlay(&src, &r.mountpoint, &r.lower, &r.upper, &r.work) {
+            // Put the old (read-only) tree back rather than leave the path empty.
+            if let Err(m) = overlay::move_mount(&aside, &r.mountpoint) {
+                log::warn!("{m}");
+            }
+            return Err(resume(e));
+        }
+        asides.push(aside);
+    }
+    write_mount_state(
+        store,
+        &WorkspaceState {
+            base: head,
+            roots,
+            ..st
+        },
+    )
+    .map_err(resume)?;
+    drop_head_caches(store, &head, &opts.roots);
+    detach_and_remove(&asides, Some(&trash));
+    report.folded = true;
+    Ok(report)
+}
+
+/// Removes the stat and upper caches saved with `head` for `roots`: they describe the upper
+/// layer a fold took away (its file and whiteout names too), and a checkpoint on a base that
+/// is its head never reads them. Best effort: they are caches.
+fn drop_head_caches(store: &Store, head: &crate::id::ObjectId, roots: &[String]) {
+    for name in roots {
+        let p = store.statcache_path(head, name);
+        let mut upper = p.clone().into_os_string();
+        upper.push(".upper");
+        for c in [p, PathBuf::from(upper)] {
+            if let Err(e) = fs::remove_file(&c) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    log::warn!("{}: {e}", c.display());
+                }
+            }
+        }
+    }
+}
+
+/// `upper/.folded/`: upper layers a fold (or a switch) took out of their branch, being
+/// removed. Not a branch name (those never start with `.`).
+pub(super) fn folded_dir(store: &Store) -> PathBuf {
+    store.upper_base_dir().join(".folded")
+}
+
+/// Takes `branch`'s upper layers out of the branch (into `upper/.folded/`) when its head
+/// records all of them and nothing can write them any more (its overlays are detached or
+/// read-only): the branch's base becomes its head. Returns where they went.
+pub(super) fn drop_recorded_upper(store: &Store, branch: &str) -> Result<Option<PathBuf>> {
+    let upper = store.upper_branch_dir(branch);
+    if !upper.exists() || first_excluded(store, branch)?.is_some() || is_dirty(store, branch)? {
+        return Ok(None);
+    }
+    reap_folded(store);
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(folded_dir(store))
+        .map_err(|e| Error::io(folded_dir(store), e))?;
+    let trash = folded_dir(store).join(format!("{branch}-{}", now_ns()));
+    fsio::rename(&upper, &trash)?;
+    fsio::sync_path(&store.upper_base_dir())?;
+    if let Some(head) = store.read_branch(branch)?.and_then(|b| b.head) {
+        let roots: Vec<String> = store.config().roots.keys().cloned().collect();
+        drop_head_caches(store, &head, &roots);
+    }
+    Ok(Some(trash))
+}
+
+/// Detaches the old overlays `asides` and then removes `trash` (a directory under
+/// `upper/.folded/`), in a child process that is not waited for: the caller returns at once,
+/// whatever the teardown costs (detaching syncs the upper's filesystem).
+pub(super) fn detach_and_remove(asides: &[PathBuf], trash: Option<&Path>) {
+    let exe = std::env::current_exe().unwrap_or_else(|_| "ckptfs".into());
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("internal-detach").args(asides);
+    if let Some(t) = trash {
+        cmd.arg("--remove").arg(t);
+    }
+    let spawned = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Err(e) = spawned {
+        log::warn!("detaching now ({e})");
+        for a in asides {
+            if let Err(e) = overlay::detach(a) {
+                log::warn!("could not detach {}: {e}", a.display());
+            }
+            let _ignored = fs::remove_dir(a);
+        }
+        if let Some(t) = trash {
+            if let Err(e) = remove_folded(t) {
+                log::warn!("{e}");
+            }
+        }
+    }
+}
+
+/// Removes `dir`, an upper layer a fold took out of its branch (`STORE/upper/.folded/X`):
+/// anything else is refused. The layers are the agent's trees: removed through held fds,
+/// never following what it linked in.
+///
+/// # Errors
+/// `dir` is not under a `.folded` directory; removing it.
+pub fn remove_folded(dir: &Path) -> Result<()> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(Error::Usage(format!("{}: no parent", dir.display())));
+    };
+    if parent.file_name().and_then(|n| n.to_str()) != Some(".folded") {
+        return Err(Error::Usage(format!(
+            "{} is not a folded upper layer",
+            dir.display()
+        )));
+    }
+    let parent = crate::safe::Dir::open(parent)?;
+    // Held while removing, so `reap_folded` tells a removal in progress from one a crash
+    // left (a second remover waits, then finds it gone).
+    let Some(lock) = lock_folded(&parent, name, true)? else {
+        return Ok(());
+    };
+    let removed = parent.remove_all(name);
+    drop(lock);
+    removed
+}
+
+/// The flock of `.folded/NAME` (waiting for it, or `None` when `wait` is false and another
+/// process holds it, or when it is gone).
+fn lock_folded(
+    parent: &crate::safe::Dir,
+    name: &std::ffi::OsStr,
+    wait: bool,
+) -> Result<Option<nix::fcntl::Flock<std::os::fd::OwnedFd>>> {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::os::fd::AsFd;
+    let Some(d) = parent.try_open_dir(name)? else {
+        return Ok(None);
+    };
+    let d = d
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| Error::io(parent.display_path(name), e))?;
+    let arg = if wait {
+        FlockArg::LockExclusive
+    } else {
+        FlockArg::LockExclusiveNonblock
+    };
+    match Flock::lock(d, arg) {
+        Ok(l) => Ok(Some(l)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(Error::io(
+            parent.display_path(name),
+            std::io::Error::from(e),
+        )),
+    }
+}
+
+/// Removes (in the background) what a crash left in `upper/.folded/`: the entries no remover
+/// holds. Under the store lock, so no fold is adding one.
+fn reap_folded(store: &Store) {
+    let dir = folded_dir(store);
+    let Ok(parent) = crate::safe::Dir::open(&dir) else {
+        return;
+    };
+    for name in parent.entries().unwrap_or_default() {
+        if let Ok(Some(lock)) = lock_folded(&parent, &name, false) {
+            drop(lock);
+            detach_and_remove(&[], Some(&dir.join(&name)));
+        }
+    }
+}
+
+/// What `recover` does after a fold was interrupted (its RUNNING marker's `args`): before the
+/// commit point (the branch still has its upper), the overlays made read-only are made
+/// writable again; after it, a read-only overlay stands on an upper the fold took, so it
+/// stays read-only and the action says how to resume (nothing is lost either way).
+///
+/// # Errors
+/// Reading the workspace's state; remounting.
+pub fn roll_back_fold(store: &Store, args: &serde_json::Value) -> Result<Vec<String>> {
+    let Some(branch) = args.get("branch").and_then(|b| b.as_str()) else {
+        return Ok(Vec::new());
+    };
+    let Some(st) = state(store, branch)? else {
+        return Ok(Vec::new());
+    };
+    let recorded = super::state::read_json::<UpperBase>(&store.upper_base_path(branch))?;
+    let before_commit = recorded.is_some_and(|b| b.base == st.base);
+    let src = source_name(store, branch);
+    let mut actions = Vec::new();
+    for r in st.roots.values() {
+        let ours = crate::mountinfo::mount_at(&r.mountpoint)?.is_some_and(|m| m.source == src);
+        let readonly = nix::sys::statvfs::statvfs(&r.mountpoint)
+            .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
+        if !ours || !readonly {
+            continue;
+        }
+        if before_commit {
+            set_mount_readonly(&r.mountpoint, false)?;
+            actions.push(format!(
+                "made the workspace at {} writable again (its fold was interrupted)",
+                r.mountpoint.display()
+            ));
+        } else {
+            actions.push(format!(
+                "the workspace at {} stays read-only (its fold was interrupted after taking \
+                 the upper layer, which its checkpoint records): run `ckptfs umount {}` and \
+                 `ckptfs mount {} --branch {branch}`",
+                r.mountpoint.display(),
+                r.mountpoint.display(),
+                store.root().display()
+            ));
+        }
+    }
+    Ok(actions)
+}
