@@ -273,10 +273,26 @@ command("capture", "capture", obj("CaptureReport", {
     "labels": LABELS,
 }), "The checkpoint recorded.", "ckptfs capture STORE --json")
 
+HOLDER = obj("Holder", {
+    "pid": t(U, "process id"),
+    "command": t(STR, "its command name (/proc/PID/comm)"),
+    "how": t(enum("cwd", "root", "open file", "open for writing", "mapping"), "what of it is inside"),
+    "path": t(PATH, "the path inside, as the workspace shows it"),
+})
+FOLD = obj("FoldReport", {
+    "folded": t(BOOL, "the upper layer was folded into the base: it is empty now, the base is the head"),
+    "upper_files": t(U, "files of the upper layer folded (`folded`) or waiting to be"),
+    "upper_bytes": t(BYTES, "their bytes"),
+    "holders": t(arr(HOLDER), "who is inside, when the fold waits for them"),
+    "reason": t(STR, "why nothing was folded, when it was not for `holders`"),
+}, optional=["reason"], text="A fold of a workspace's upper layer into its base (docs/workspaces.md).")
+
 command("checkpoint", "checkpoint", obj("WorkspaceCheckpoint", {
-    "id": t(ID, "the new checkpoint"),
+    "id": t(ID, "the new checkpoint, or the head that already records the workspace"),
+    "recorded": t(BOOL, "a checkpoint was recorded (false: nothing new, none recorded without --allow-empty)"),
     "checkpoint": t(RECORD, "its record"),
     "labels": LABELS,
+    "fold": t(FOLD, "the fold that followed it"),
     "files_read": t(U, "files read (changed since the last checkpoint)"),
     "bytes_read": t(BYTES, "their bytes"),
     "bytes_unread": t(BYTES, "bytes reflink snapshots showed unchanged, so not read"),
@@ -465,6 +481,9 @@ command("switch", "switch", obj("SwitchReport", {
     "created_branch": t(BOOL, "a new branch was started (switch to a non-head checkpoint)"),
     "checkpointed": t(null(ID), "with --checkpoint-first: the checkpoint taken first"),
     "displaced": t(null(PATH), "with --discard: where the changes were set aside"),
+    "left_behind": t(arr(HOLDER), "processes still inside the tree left behind, at the path the workspace showed"),
+    "left_behind_writable": t(BOOL, "a file open for writing kept the tree left behind writable (its writes go to the branch left)"),
+    "folded_left": t(BOOL, "the upper layer of the branch left was all in its head and went (a fold)"),
     "elapsed_ms": t(U, "time taken"),
 }), "What switch did.", "ckptfs switch ROOM --to B --json")
 
@@ -609,7 +628,15 @@ WORKSPACE_ROW = obj("WorkspaceStatus", {
         "time": t(TIME, "for `failed`: when it ended (or was found crashed)"),
     }, optional=["outcome", "exit_status", "time"]),
         "a turn running on its branch, or the failed turn whose writes it holds (absent when neither)"),
+    "fold_waiting": t(FOLD, "the upper layer's bytes the last checkpoint recorded, waiting to be folded, and who holds them (zero once folded)"),
 }, optional=["error", "turn"])
+LEFT_BEHIND_ROW = obj("LeftBehindStatus", {
+    "kind": t(const("left-behind"), "a tree a switch or a fold set aside, still mounted because processes are inside"),
+    "branch": t(STR, "the branch whose tree it is"),
+    "at": t(PATH, "where it is mounted now"),
+    "readonly": t(BOOL, "writes into it fail with EROFS (false: a file open for writing kept it writable)"),
+    "holders": t(arr(HOLDER), "who is inside"),
+})
 VIEW_ROW = obj("ViewStatus", {
     "kind": t(const("view"), "a read-only view row"),
     "mountpoint": t(PATH, "where it is mounted"),
@@ -624,9 +651,9 @@ VIEW_ROW = obj("ViewStatus", {
         "started": t(TIME, "when the daemon started"),
     })), "the daemon's state (null for a mount without one)"),
 })
-command("status", "status", arr({"oneOf": [WORKSPACE_ROW, VIEW_ROW], "x-type": "WorkspaceStatus or ViewStatus"},
-                                "WorkspaceStatus or ViewStatus"),
-        "Live mounts: workspaces (`kind: \"workspace\"`), then read-only views (`kind: \"view\"`).",
+command("status", "status", arr({"oneOf": [WORKSPACE_ROW, LEFT_BEHIND_ROW, VIEW_ROW], "x-type": "WorkspaceStatus, LeftBehindStatus or ViewStatus"},
+                                "WorkspaceStatus, LeftBehindStatus or ViewStatus"),
+        "Live mounts: workspaces (`kind: \"workspace\"`), trees left behind by a switch (`kind: \"left-behind\"`), then read-only views (`kind: \"view\"`).",
         "ckptfs status STORE --json")
 
 # --- Output ---------------------------------------------------------------------------
