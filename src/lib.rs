@@ -29,6 +29,7 @@ pub mod ingest;
 pub mod meta;
 pub mod mountinfo;
 pub mod ops;
+pub mod remote;
 pub mod safe;
 pub mod store;
 pub mod sys;

@@ -105,6 +105,7 @@ pub const TOP_LEVEL: &[(&str, TopKind)] = &[
     ("cache", TopKind::Dir),
     ("lock", TopKind::File),
     ("audit.jsonl", TopKind::File),
+    ("remotes", TopKind::Dir),
 ];
 
 /// Content-defined chunking parameters (FastCDC 2020). Files up to `min` bytes are one object.
@@ -402,6 +403,29 @@ pub struct Store {
     config: Config,
     /// `objects/`, opened on first use; every object is opened beneath it (see `object`).
     objects_fd: std::sync::OnceLock<crate::safe::Dir>,
+    /// Where objects missing here come from (a remote, see `crate::remote`): looked up on the
+    /// first miss only, so a store without remotes never pays for it.
+    lazy: std::sync::OnceLock<Option<std::sync::Arc<dyn ObjectSource>>>,
+}
+
+/// A source of objects this store lacks: asked by [`Store::open_object_checked`] on a miss,
+/// it writes the object (checked against its id) into the store and says whether it did.
+pub trait ObjectSource: Send + Sync + std::fmt::Debug {
+    /// Fetches `id` into `store`; `Ok(false)` when the source does not have it either.
+    ///
+    /// # Errors
+    /// The source's own (server unreachable, object corrupt there).
+    fn fetch(&self, store: &Store, id: &ObjectId) -> Result<bool>;
+}
+
+/// Makes the [`ObjectSource`] of a store, if it has one (set once per process by the remote
+/// module; a library user without remotes never sets it).
+pub type ObjectSourceFactory = fn(&Store) -> Option<std::sync::Arc<dyn ObjectSource>>;
+static OBJECT_SOURCE_FACTORY: std::sync::OnceLock<ObjectSourceFactory> = std::sync::OnceLock::new();
+
+/// Installs the factory every opened store asks, on its first missing object, for a source.
+pub fn set_object_source_factory(f: ObjectSourceFactory) {
+    let _already_set = OBJECT_SOURCE_FACTORY.set(f);
 }
 
 /// System directories no root may be: a restore, switch or workspace mount at a root's path
@@ -618,6 +642,7 @@ impl Store {
             root,
             config,
             objects_fd: Default::default(),
+            lazy: Default::default(),
         };
         let mut dirs = Vec::new();
         let mut files = Vec::new();
@@ -683,11 +708,24 @@ impl Store {
             root,
             config,
             objects_fd: Default::default(),
+            lazy: Default::default(),
         })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The source of objects this store lacks, if it has one (see [`ObjectSource`]).
+    pub fn object_source(&self) -> Option<&std::sync::Arc<dyn ObjectSource>> {
+        self.lazy
+            .get_or_init(|| OBJECT_SOURCE_FACTORY.get().and_then(|f| f(self)))
+            .as_ref()
+    }
+
+    /// `remotes/`: one directory per remote (see `crate::remote`).
+    pub fn remotes_dir(&self) -> PathBuf {
+        self.root.join("remotes")
     }
 
     /// Checks that the store's own directories (the top-level ones, `refs/*`, the fan-outs

@@ -133,6 +133,17 @@ impl Store {
     /// socket, or is reached through a symlinked directory; I/O errors other than a missing
     /// file.
     pub fn open_object_checked(&self, id: &ObjectId) -> Result<Option<OpenedObject>> {
+        if let Some(found) = self.open_local_object(id)? {
+            return Ok(Some(found));
+        }
+        // Missing here: a clone fetches it from its remote (checked against `id`), once.
+        match self.object_source() {
+            Some(src) if src.fetch(self, id)? => self.open_local_object(id),
+            _ => Ok(None),
+        }
+    }
+
+    fn open_local_object(&self, id: &ObjectId) -> Result<Option<OpenedObject>> {
         let hex = id.to_hex();
         let dir = self.objects_dir_fd()?;
         for compressed in [self.compressed(), !self.compressed()] {

@@ -23,6 +23,8 @@
 //! - `garage`: real Garage S3 nodes on loopback (`Garage::start`, `Garage::cluster(3)`, `kill`,
 //!   `restart`, the AWS environment for a client: `env`, `apply_env`), and raw S3 requests
 //!   behind ckptfs's back (`s3_put`, `s3_get`, `s3_list`, `s3_delete`).
+//! - `remote`: ckptfs against a Garage (`rok`, `rok_json`, `rrun` with its AWS environment,
+//!   `key_file`, `reach`, `add_remote`, `clone_remote`).
 //! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
 //!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).
 //!
@@ -35,6 +37,7 @@ pub mod fault;
 pub mod garage;
 pub mod hostile;
 pub mod mount;
+pub mod remote;
 pub mod store;
 pub mod tree;
 pub mod view;
@@ -43,5 +46,6 @@ pub mod workspace;
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
 pub use {
-    cli::*, fault::*, garage::*, hostile::*, mount::*, store::*, tree::*, view::*, workspace::*,
+    cli::*, fault::*, garage::*, hostile::*, mount::*, remote::*, store::*, tree::*, view::*,
+    workspace::*,
 };
