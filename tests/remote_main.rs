@@ -123,7 +123,10 @@ fn push_clone_mount_workspace_push_pull_roundtrip() {
     let reference = dir.path().join("ref");
     rok(&g, ["restore", s(&b), &id, "--to", s(&reference)]);
     assert_trees_equal(&reference, &at);
-    assert_eq!(fs::read(at.join("turn/new.txt")).unwrap(), b"written on B\n");
+    assert_eq!(
+        fs::read(at.join("turn/new.txt")).unwrap(),
+        b"written on B\n"
+    );
     assert!(!at.join("f1.bin").exists());
     assert_eq!(contents(&room), contents(&at));
     rok(&g, ["umount", s(&at)]);

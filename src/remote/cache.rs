@@ -338,6 +338,10 @@ pub fn evict(store: &Store, target: u64) -> Result<u64> {
 static EVICTING: Mutex<()> = Mutex::new(());
 
 impl ObjectSource for RemoteSource {
+    fn prefetch(&self, store: &Store, ids: &[ObjectId]) {
+        self.enqueue(store, ids.to_vec());
+    }
+
     fn fetch(&self, store: &Store, id: &ObjectId) -> Result<bool> {
         debug_assert_eq!(store.root(), self.store_root);
         let Some(opened) = self.remote_for(store, id)? else {

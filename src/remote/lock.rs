@@ -47,6 +47,22 @@ fn holder() -> String {
     format!("{host} pid {}", std::process::id())
 }
 
+/// A lock held by a process of this host that is no longer running (a push killed, or one
+/// whose server died before it could take its lock back).
+fn holder_is_dead(h: &str) -> bool {
+    let me = holder();
+    let (Some((host, pid)), Some((my_host, _))) = (h.split_once(" pid "), me.split_once(" pid "))
+    else {
+        return false;
+    };
+    match pid.parse::<u32>() {
+        Ok(pid) => {
+            host == my_host && pid != std::process::id() && !crate::store::lock::pid_alive(pid)
+        }
+        Err(_) => false,
+    }
+}
+
 fn record(op: &str, created_ns: i64) -> LockRecord {
     let now = crate::util::now_ns();
     LockRecord {
@@ -89,9 +105,9 @@ pub fn acquire<'a>(remote: &'a Remote, op: &str) -> Result<RemoteLock<'a>> {
                 continue;
             };
             match serde_json::from_slice::<LockRecord>(&d) {
-                Ok(r) if r.expires_ns < crate::util::now_ns() => {
-                    log::warn!(
-                        "remote {}: removing the expired lock of {} ({k})",
+                Ok(r) if r.expires_ns < crate::util::now_ns() || holder_is_dead(&r.holder) => {
+                    log::info!(
+                        "remote {}: removing the stale lock of {} ({k})",
                         remote.name,
                         r.holder
                     );
@@ -198,7 +214,9 @@ impl Drop for RemoteLock<'_> {
         self.stop_renewer();
         if !self.key.is_empty() {
             if let Err(e) = self.remote.backend.delete(&self.key) {
-                log::warn!(
+                // The failure that brought us here was reported; this lock goes with its
+                // lease, or at once when the next locker on this host sees we are gone.
+                log::info!(
                     "remote {}: could not remove the lock {} ({e}); it expires with its lease",
                     self.remote.name,
                     self.key

@@ -27,6 +27,9 @@ use crate::store::{fsio, InitOptions, Store};
 
 /// Packs a push keeps in flight to the server at once.
 const PACKS_IN_FLIGHT: usize = 4;
+/// Test knob: milliseconds to wait before each upload of packs (so a test can kill a server
+/// or start a second push while one is in flight). Unset in normal use.
+const PACE_ENV: &str = "CKPTFS_REMOTE_PACE_MS";
 
 /// What `push` did.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -326,11 +329,18 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
     let mut entries: Vec<pack::IndexEntry> = Vec::new();
     let (tx, rx) = std::sync::mpsc::sync_channel::<(String, Vec<u8>)>(PACKS_IN_FLIGHT);
     let built: Result<()> = std::thread::scope(|s| {
+        let pace = std::env::var(PACE_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(std::time::Duration::from_millis);
         let uploader = s.spawn(move || -> Result<()> {
             let mut batch = Vec::new();
             for item in rx.iter() {
                 batch.push(item);
-                while batch.len() < PACKS_IN_FLIGHT {
+                if let Some(p) = pace {
+                    std::thread::sleep(p);
+                }
+                while batch.len() < PACKS_IN_FLIGHT && pace.is_none() {
                     match rx.try_recv() {
                         Ok(i) => batch.push(i),
                         Err(_) => break,

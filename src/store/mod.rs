@@ -416,6 +416,11 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// The source's own (server unreachable, object corrupt there).
     fn fetch(&self, store: &Store, id: &ObjectId) -> Result<bool>;
+
+    /// Queues `ids` to be fetched in the background (prefetch); never waits.
+    fn prefetch(&self, store: &Store, ids: &[ObjectId]) {
+        let _nothing_to_queue = (store, ids);
+    }
 }
 
 /// Makes the [`ObjectSource`] of a store, if it has one (set once per process by the remote

@@ -197,6 +197,22 @@ impl Store {
         Ok(None)
     }
 
+    /// As [`Store::open_object`], without waiting for a remote: an object missing here is
+    /// queued for the store's source to fetch in the background, and `None` is returned.
+    /// For readahead hints, which must not block a reader on the network.
+    ///
+    /// # Errors
+    /// As [`Store::open_object_checked`].
+    pub fn open_object_nowait(&self, id: &ObjectId) -> Result<Option<(fs::File, PathBuf, bool)>> {
+        let found = self.open_local_object(id)?;
+        if found.is_none() {
+            if let Some(src) = self.object_source() {
+                src.prefetch(self, std::slice::from_ref(id));
+            }
+        }
+        Ok(found.map(|o| (o.file, o.path, o.compressed)))
+    }
+
     /// As [`Store::open_object_checked`], as `(file, path, compressed)`.
     ///
     /// # Errors
