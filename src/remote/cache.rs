@@ -338,6 +338,36 @@ pub fn evict(store: &Store, target: u64) -> Result<u64> {
 static EVICTING: Mutex<()> = Mutex::new(());
 
 impl ObjectSource for RemoteSource {
+    fn repair(&self, store: &Store, id: &ObjectId) -> Result<bool> {
+        let Some(opened) = self.remote_for(store, id)? else {
+            return Ok(false);
+        };
+        let index = opened.index();
+        let mut got = opened.remote.fetch_objects(&index, &[*id]);
+        let data = got
+            .pop()
+            .unwrap_or_else(|| Err(Error::Invalid("no reply".into())))?;
+        let compressed = store.compressed();
+        let stored: std::borrow::Cow<[u8]> = if compressed {
+            zstd::bulk::compress(&data, 3)
+                .map_err(|e| Error::io_op(format!("compressing object {id}"), e))?
+                .into()
+        } else {
+            data.as_slice().into()
+        };
+        // Whichever form the bad copy had goes; the good one takes the store's form.
+        if let Some((p, _)) = store.locate_object(id) {
+            fsio::remove_file(&p)?;
+        }
+        let tmp = fsio::temp_path(&store.tmp_dir(), "repaired");
+        fsio::write_new(&tmp, &stored, 0o444)?;
+        fsio::sync_path(&tmp)?;
+        let published = fsio::publish_new(&tmp, &store.object_path(id, compressed));
+        let _ignored_cleanup = std::fs::remove_file(&tmp);
+        published?;
+        Ok(true)
+    }
+
     fn prefetch(&self, store: &Store, ids: &[ObjectId]) {
         self.enqueue(store, ids.to_vec());
     }

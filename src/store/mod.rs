@@ -417,6 +417,17 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
     /// The source's own (server unreachable, object corrupt there).
     fn fetch(&self, store: &Store, id: &ObjectId) -> Result<bool>;
 
+    /// Replaces this store's copy of `id`, which did not read back right (a fetched copy
+    /// cut short by a crash: cache entries are not synced), with the source's, checked
+    /// against `id`. `Ok(false)` when the source does not have it.
+    ///
+    /// # Errors
+    /// The source's own.
+    fn repair(&self, store: &Store, id: &ObjectId) -> Result<bool> {
+        let _cannot = (store, id);
+        Ok(false)
+    }
+
     /// Queues `ids` to be fetched in the background (prefetch); never waits.
     fn prefetch(&self, store: &Store, ids: &[ObjectId]) {
         let _nothing_to_queue = (store, ids);

@@ -264,6 +264,20 @@ impl Store {
     }
 
     fn read_expected(&self, id: &ObjectId, expect: Expect) -> Result<Vec<u8>> {
+        match self.read_expected_once(id, expect) {
+            // A bad local copy of an object a remote holds: replaced by the remote's, once.
+            Err(Error::Corrupt(m)) => match self.object_source() {
+                Some(src) if src.repair(self, id)? => {
+                    log::warn!("{m}: replaced by the remote's copy");
+                    self.read_expected_once(id, expect)
+                }
+                _ => Err(Error::Corrupt(m)),
+            },
+            other => other,
+        }
+    }
+
+    fn read_expected_once(&self, id: &ObjectId, expect: Expect) -> Result<Vec<u8>> {
         let OpenedObject {
             file,
             path,
