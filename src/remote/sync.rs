@@ -55,11 +55,13 @@ pub struct RefMove {
 }
 
 /// What to push.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct PushOptions {
     /// Branch names, label names or checkpoint specs; empty: every branch and label.
     pub what: Vec<String>,
     pub force: bool,
+    /// Called as objects are packed: (objects done, objects to do, bytes packed, seconds).
+    pub progress: Option<fn(u64, u64, u64, f64)>,
 }
 
 /// Local checkpoints reachable from `heads` through parents (those recorded here).
@@ -362,7 +364,22 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
                 tx.send((format!("packs/{}", crypto::hex(&hash)), bytes))
                     .map_err(|_| Error::Invalid("the upload stopped".into()))
             };
+            let started = std::time::Instant::now();
+            let mut shown = started;
+            let todo = objects.len() as u64;
             for (id, kind, len) in &objects {
+                if let Some(show) = opts.progress {
+                    if shown.elapsed() >= std::time::Duration::from_millis(200) {
+                        shown = std::time::Instant::now();
+                        let done = report.objects;
+                        show(
+                            done,
+                            todo,
+                            report.bytes + w.bytes.len() as u64,
+                            started.elapsed().as_secs_f64(),
+                        );
+                    }
+                }
                 let data = match kind {
                     Kind::Tree => {
                         store.read_object_bounded(id, crate::store::tree::MAX_TREE_BYTES)?
