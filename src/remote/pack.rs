@@ -340,3 +340,70 @@ pub fn open_blob(keys: &Keys, id: &ObjectId, loc: &Loc, sealed: &[u8]) -> Result
     }
     Ok(data)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Keys {
+        Keys::create(b"secret", 256, 1).expect("keys").0
+    }
+
+    #[test]
+    fn pack_index_and_trailer_round_trip_and_detect_tampering() {
+        let k = keys();
+        let mut w = PackWriter::default();
+        let a = vec![7u8; 10_000];
+        let b = b"tiny".to_vec();
+        let (ia, ib) = (ObjectId::of(&a), ObjectId::of(&b));
+        w.add(&k, ia, Kind::Data, &a).unwrap();
+        w.add(&k, ib, Kind::Tree, &b).unwrap();
+        let (bytes, hash, entries) = w.finish(&k).unwrap();
+        assert_eq!(hash, ObjectId::of(&bytes).0);
+        let trailer = parse_trailer(&k, &bytes, "p").unwrap();
+        assert_eq!(trailer, entries);
+        let idx_entries: Vec<IndexEntry> = entries
+            .iter()
+            .map(|(id, kind, off, len, raw)| (*id, hash, *kind, *off, *len, *raw))
+            .collect();
+        let sealed = seal_index(&k, &encode_index(&idx_entries)).unwrap();
+        let mut idx = Index::default();
+        idx.merge_encoded(&open_index(&k, &sealed, "i").unwrap())
+            .unwrap();
+        for (id, want) in [(ia, &a), (ib, &b)] {
+            let loc = idx.objects[&id];
+            let blob = &bytes[loc.offset as usize..(loc.offset + loc.len) as usize];
+            assert_eq!(&open_blob(&k, &id, &loc, blob).unwrap(), want);
+            // A flipped bit, or the blob passed off as another object: refused.
+            let mut bad = blob.to_vec();
+            bad[30] ^= 1;
+            assert!(matches!(
+                open_blob(&k, &id, &loc, &bad),
+                Err(Error::Corrupt(_))
+            ));
+            let other = if id == ia { ib } else { ia };
+            assert!(open_blob(&k, &other, &loc, blob).is_err());
+        }
+        // The compressible blob was compressed before sealing.
+        assert!(idx.objects[&ia].len < 1000);
+        // Another key opens nothing.
+        assert!(open_index(&keys(), &sealed, "i").is_err());
+    }
+
+    #[test]
+    fn key_records_open_only_with_their_secret() {
+        let (k, rec) = Keys::create(b"right", 256, 1).unwrap();
+        assert!(Keys::open_record(&rec, b"wrong").unwrap().is_none());
+        let k2 = Keys::open_record(&rec, b"right").unwrap().expect("opens");
+        let id = ObjectId::of(b"x");
+        assert_eq!(k.name_of(&id), k2.name_of(&id));
+        assert_ne!(
+            k.name_of(&id),
+            id.to_hex(),
+            "names must not be plaintext ids"
+        );
+        let sealed = k.seal(b"ref:branches/main", b"{}").unwrap();
+        assert_eq!(k2.open(b"ref:branches/main", &sealed, "r").unwrap(), b"{}");
+        assert!(k2.open(b"ref:branches/other", &sealed, "r").is_err());
+    }
+}
