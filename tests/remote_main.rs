@@ -307,3 +307,54 @@ fn lazy_cache_is_bounded_repairs_itself_and_serves_diff_and_browse() {
     );
     rok(&g, ["umount", s(&mp)]);
 }
+
+#[test]
+fn remote_list_remove_and_an_unencrypted_remote_on_purpose() {
+    let g = Garage::start();
+    let env = Env::new();
+    small_tree(env.ws());
+    let id = env.capture_id(&[]);
+    let mut args = vec![
+        "remote".to_string(),
+        "add".into(),
+        env.s(),
+        "plain".into(),
+        g.url("plain"),
+        "--endpoint".into(),
+        g.endpoint(),
+        "--region".into(),
+        GARAGE_REGION.into(),
+        "--no-encryption".into(),
+    ];
+    let added = rok_json(&g, &args);
+    assert_eq!(added["encrypted"], false);
+    // The same name again: refused, one line.
+    args.pop();
+    let o = rrun(&g, &args);
+    assert!(assert_error_output(&args, &o, 1).contains("exists"));
+    // A checkpoint by id: its record and objects go up, no ref moves.
+    let r = rok_json(&g, ["push", &env.s(), "plain", &id[..12]]);
+    assert_eq!(r["records"], 1, "{r}");
+    assert!(r["branches"].as_object().unwrap().is_empty());
+    assert!(g.s3_list("plain/refs/").is_empty());
+    rok(&g, ["push", &env.s()]);
+    let listed = rok_json(&g, ["remote", "list", &env.s()]);
+    assert_eq!(listed[0]["name"], "plain");
+    assert_eq!(listed[0]["branches"]["main"], id.as_str(), "{listed}");
+    // No secret in the remote's config; only the URL and endpoint.
+    let cfg = fs::read_to_string(env.store.join("remotes/plain/config.json")).unwrap();
+    assert!(
+        !cfg.contains(GARAGE_SECRET) && !cfg.contains(GARAGE_KEY_ID),
+        "{cfg}"
+    );
+    rok(&g, ["remote", "remove", &env.s(), "plain"]);
+    let listed = rok_json(&g, ["remote", "list", &env.s()]);
+    assert!(listed.as_array().unwrap().is_empty());
+    // Unknown remote: one clear line naming it.
+    let args: Vec<String> = ["push", &env.s(), "nosuch", "main"]
+        .map(String::from)
+        .into();
+    let o = rrun(&g, &args);
+    let err = assert_error_output(&args, &o, 1);
+    assert!(err.contains("nosuch"), "{err}");
+}
