@@ -76,6 +76,9 @@ fn push_clone_mount_workspace_push_pull_roundtrip() {
     let cloned = clone_remote(&g, "rooms/one", &b, &key);
     assert_eq!(cloned["records"], 1, "{cloned}");
     assert_eq!(object_count(&b), 0, "clone copied objects");
+    // doctor finds nothing wrong with objects that are on the remote.
+    let doc = rok_json(&g, ["doctor", s(&b)]);
+    assert!(!doc.to_string().contains("missing"), "{doc}");
     let first = ok(["log", s(&b), "--json"]);
     assert!(first.contains("first"), "{first}");
     // A read-only mount at the recorded path: exact, fetched lazily.

@@ -338,6 +338,10 @@ pub fn evict(store: &Store, target: u64) -> Result<u64> {
 static EVICTING: Mutex<()> = Mutex::new(());
 
 impl ObjectSource for RemoteSource {
+    fn holds(&self, store: &Store, id: &ObjectId) -> bool {
+        matches!(self.remote_for(store, id), Ok(Some(_)))
+    }
+
     fn repair(&self, store: &Store, id: &ObjectId) -> Result<bool> {
         let Some(opened) = self.remote_for(store, id)? else {
             return Ok(false);

@@ -428,6 +428,12 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
         Ok(false)
     }
 
+    /// Whether the source holds `id` (by its index; nothing is downloaded).
+    fn holds(&self, store: &Store, id: &ObjectId) -> bool {
+        let _unknown = (store, id);
+        false
+    }
+
     /// Queues `ids` to be fetched in the background (prefetch); never waits.
     fn prefetch(&self, store: &Store, ids: &[ObjectId]) {
         let _nothing_to_queue = (store, ids);

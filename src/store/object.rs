@@ -213,6 +213,12 @@ impl Store {
         Ok(found.map(|o| (o.file, o.path, o.compressed)))
     }
 
+    /// Whether an object missing here is on the store's remote (a clone's objects are, until
+    /// first read), by the remote's index.
+    pub fn remote_holds(&self, id: &ObjectId) -> bool {
+        self.object_source().is_some_and(|s| s.holds(self, id))
+    }
+
     /// As [`Store::open_object_checked`], as `(file, path, compressed)`.
     ///
     /// # Errors
