@@ -443,7 +443,19 @@ impl Remote {
         let mut locs = Vec::new();
         let mut out: Vec<Option<Result<Vec<u8>>>> = Vec::new();
         for id in ids {
+            let largest = crate::store::tree::MAX_TREE_BYTES
+                .max(u64::from(crate::store::tree::MAX_CHUNK_LEN));
             match idx.objects.get(id) {
+                // A hostile index cannot make a read allocate more than any object can be.
+                Some(loc)
+                    if u64::from(loc.raw_len) > largest
+                        || u64::from(loc.len) > zstd_bound(largest) + 64 =>
+                {
+                    out.push(Some(Err(Error::Corrupt(format!(
+                        "remote {}: index entry of object {id} claims {} bytes",
+                        self.name, loc.len
+                    )))));
+                }
                 Some(loc) => {
                     reqs.push((
                         idx.pack_key(loc.pack),
@@ -538,6 +550,10 @@ impl Remote {
         aad.extend_from_slice(&id.0);
         self.keys.seal(&aad, data)
     }
+}
+
+fn zstd_bound(len: u64) -> u64 {
+    zstd::zstd_safe::compress_bound(usize::try_from(len).unwrap_or(usize::MAX)) as u64
 }
 
 /// Installs the lazy-fetch hook: every store opened in this process fetches its missing
