@@ -81,7 +81,11 @@ for top in sys.argv[1:]:
 PY
 }
 # secs CMD...: wall seconds of CMD (its output discarded).
-secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}'; }
+secs() {
+    local t0 t1; t0=$(date +%s.%N)
+    if ! "$@" >/dev/null; then echo "FAILED: $*" >&2; echo fail; return; fi
+    t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}'
+}
 mbps() { awk -v b="$1" -v s="$2" 'BEGIN { if (s > 0) printf "%.0f", b / s / 1e6; else print "-" }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 # bucket_bytes BUCKET: the exact sum of its objects' sizes (ListObjectsV2 through curl's SigV4).
@@ -158,12 +162,12 @@ for SCALE in "${SCALES[@]}"; do
     restic -r "$RS" init >/dev/null 2>&1
     declare -A R=()
     R[ck_push1]=$(secs "$CKPTFS" push "$A")
-    R[rs_backup1]=$(secs restic -r "$RS" backup --no-scan -q "$ROOM")
+    R[rs_backup1]=$(secs restic -r "$RS" backup -q "$ROOM")
     ck0=$(bucket_bytes "ck-$SCALE"); rs0=$(bucket_bytes "rs-$SCALE")
     python3 "$GEN_ROOM" turn "$ROOM" --seed 1 >/dev/null
     R[ck_capture_turn]=$(secs "$CKPTFS" capture "$A")
     R[ck_push_turn]=$(secs "$CKPTFS" push "$A")
-    R[rs_backup_turn]=$(secs restic -r "$RS" backup --no-scan -q "$ROOM")
+    R[rs_backup_turn]=$(secs restic -r "$RS" backup -q "$ROOM")
     ck1=$(bucket_bytes "ck-$SCALE"); rs1=$(bucket_bytes "rs-$SCALE")
     R[ck_turn_bytes]=$((ck1 - ck0)); R[rs_turn_bytes]=$((rs1 - rs0))
     R[ck_total_bytes]=$ck1; R[rs_total_bytes]=$rs1
