@@ -361,3 +361,35 @@ fn remote_list_remove_and_an_unencrypted_remote_on_purpose() {
     let err = assert_error_output(&args, &o, 1);
     assert!(err.contains("nosuch"), "{err}");
 }
+
+#[test]
+fn a_cold_big_file_reads_its_first_bytes_without_fetching_the_rest() {
+    let g = Garage::start();
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "pw");
+    let src = dir.path().join("src");
+    let room = dir.path().join("room");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let big = random_bytes(5, 48 << 20);
+    write(&src.join("big.bin"), &big);
+    ok(["init", s(&a), "--root", &format!("work={}", room.display())]);
+    capture_from(&a, &src, None);
+    add_remote(&g, &a, "big", &key);
+    rok(&g, ["push", s(&a)]);
+    clone_remote(&g, "big", &b, &key);
+    let _m = MountGuard::new(&room);
+    rok(&g, ["mount", s(&b), "main:work"]);
+    let mut f = fs::File::open(room.join("big.bin")).unwrap();
+    let mut head = vec![0u8; 4096];
+    std::io::Read::read_exact(&mut f, &mut head).unwrap();
+    assert_eq!(head, big[..4096]);
+    // Lazily: the first chunks and a readahead window, not the file (about 190 chunks).
+    let held = dir_bytes(&b.join("objects"));
+    assert!(held < 24 << 20, "{held} bytes fetched for a 4 KiB read");
+    // And sequentially to the end, exact.
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut f, &mut rest).unwrap();
+    assert!(rest == big[4096..], "wrong bytes");
+    drop(f);
+    rok(&g, ["umount", s(&room)]);
+}

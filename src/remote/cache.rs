@@ -188,7 +188,16 @@ impl RemoteSource {
     }
 
     /// Fetches `ids` (all on `opened`'s remote) into the store; queues what they lead to.
-    fn fetch_batch(&self, store: &Store, opened: &Opened, ids: &[ObjectId]) -> Vec<Result<()>> {
+    /// Only a `demand` fetch (a reader waiting) queues the chunks after it: prefetched chunks
+    /// queuing more would cascade to the end of every file touched. A reader's view keeps
+    /// the window moving (its readahead hints queue what it lacks).
+    fn fetch_batch(
+        &self,
+        store: &Store,
+        opened: &Opened,
+        ids: &[ObjectId],
+        demand: bool,
+    ) -> Vec<Result<()>> {
         let index = opened.index();
         let kinds: Vec<Option<Kind>> = ids
             .iter()
@@ -206,8 +215,10 @@ impl RemoteSource {
                 }
                 self.keep(store, id, &data)
             }));
-            if let Some(next) = lock(&self.next_chunks).get(id) {
-                ahead.extend(next.iter().copied());
+            if demand {
+                if let Some(next) = lock(&self.next_chunks).get(id) {
+                    ahead.extend(next.iter().copied());
+                }
             }
         }
         self.enqueue(store, ahead);
@@ -381,7 +392,7 @@ impl ObjectSource for RemoteSource {
         let Some(opened) = self.remote_for(store, id)? else {
             return Ok(false);
         };
-        let mut r = self.fetch_batch(store, &opened, &[*id]);
+        let mut r = self.fetch_batch(store, &opened, &[*id], true);
         r.pop().unwrap_or(Ok(()))?;
         Ok(true)
     }
@@ -412,7 +423,7 @@ fn prefetch_worker(root: std::path::PathBuf, src: Arc<RemoteSource>) {
         };
         match src.remote_for(&store, first) {
             Ok(Some(opened)) => {
-                for r in src.fetch_batch(&store, &opened, &missing) {
+                for r in src.fetch_batch(&store, &opened, &missing, false) {
                     if let Err(e) = r {
                         log::debug!("prefetch: {e}");
                     }
