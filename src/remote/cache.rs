@@ -27,6 +27,9 @@ use crate::store::{fsio, ObjectSource, Store};
 
 /// Objects a chunk fetch queues ahead of a sequential read.
 const READ_AHEAD_CHUNKS: usize = 8;
+/// Chunks after a demanded one fetched in the same request (adjacent in their pack: one
+/// ranged GET of about 1 MiB).
+const DEMAND_CHUNKS_AHEAD: usize = 3;
 /// Threads fetching queued objects.
 const PREFETCH_THREADS: usize = 2;
 /// The index is re-read from the remote for an object it lacks at most this often.
@@ -37,6 +40,9 @@ pub const FETCHED_LIST: &str = "remote-fetched";
 
 struct Opened {
     remote: Remote,
+    /// Held while the trees of a pack are fetched, so concurrent walkers do not download
+    /// the same pack at once (the second finds its tree here after waiting).
+    tree_fetch: Mutex<()>,
     index: std::sync::RwLock<Arc<Index>>,
     refreshed: Mutex<Instant>,
 }
@@ -116,6 +122,7 @@ impl RemoteSource {
                         let index = r.cached_index(store)?;
                         Ok(Opened {
                             remote: r,
+                            tree_fetch: Mutex::new(()),
                             index: std::sync::RwLock::new(Arc::new(index)),
                             refreshed: Mutex::new(Instant::now() - INDEX_REFRESH),
                         })
@@ -392,7 +399,37 @@ impl ObjectSource for RemoteSource {
         let Some(opened) = self.remote_for(store, id)? else {
             return Ok(false);
         };
-        let mut r = self.fetch_batch(store, &opened, &[*id], true);
+        let index = opened.index();
+        let Some(loc) = index.objects.get(id).copied() else {
+            return Ok(false);
+        };
+        // What else one request can bring: every tree of a tree's pack (they sit side by
+        // side, and a walk needs them all), or the next chunks of a file.
+        let mut batch = vec![*id];
+        let _one_pack_at_a_time;
+        if loc.kind == Kind::Tree {
+            _one_pack_at_a_time = lock(&opened.tree_fetch);
+            if store.has_object(id) {
+                return Ok(true);
+            }
+            batch.extend(
+                index
+                    .objects
+                    .iter()
+                    .filter(|(i, l)| l.pack == loc.pack && l.kind == Kind::Tree && *i != id)
+                    .map(|(i, _)| *i)
+                    .filter(|i| !store.has_object(i)),
+            );
+        } else if let Some(next) = lock(&self.next_chunks).get(id) {
+            batch.extend(
+                next.iter()
+                    .take(DEMAND_CHUNKS_AHEAD)
+                    .filter(|i| !store.has_object(i))
+                    .copied(),
+            );
+        }
+        let mut r = self.fetch_batch(store, &opened, &batch, true);
+        r.truncate(1);
         r.pop().unwrap_or(Ok(()))?;
         Ok(true)
     }

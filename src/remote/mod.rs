@@ -470,8 +470,55 @@ impl Remote {
                 ))))),
             }
         }
-        let got = self.backend.get_ranges(&reqs);
-        for ((slot, id, loc), r) in locs.into_iter().zip(got) {
+        // Adjacent blobs of one pack (a file's chunks, a pack's trees) in one ranged GET.
+        let mut order: Vec<usize> = (0..locs.len()).collect();
+        order.sort_by_key(|&i| (locs[i].2.pack, locs[i].2.offset));
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        let mut merged: Vec<(String, std::ops::Range<u64>)> = Vec::new();
+        for i in order {
+            let r = reqs[i].1.clone();
+            match (groups.last_mut(), merged.last_mut()) {
+                (Some((_, members)), Some((key, range)))
+                    if *key == reqs[i].0
+                        && range.end == r.start
+                        && range.end - range.start < 16 << 20 =>
+                {
+                    range.end = r.end;
+                    members.push(i);
+                }
+                _ => {
+                    groups.push((merged.len(), vec![i]));
+                    merged.push(reqs[i].clone());
+                }
+            }
+        }
+        let got = self.backend.get_ranges(&merged);
+        let mut per: Vec<Option<Result<Vec<u8>>>> = (0..locs.len()).map(|_| None).collect();
+        for ((g, members), r) in groups.into_iter().zip(got) {
+            let start = merged[g].1.start;
+            match r {
+                Ok(bytes) => {
+                    for m in members {
+                        let (a, b) = (reqs[m].1.start - start, reqs[m].1.end - start);
+                        per[m] = Some(Ok(bytes[a as usize..b as usize].to_vec()));
+                    }
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    for m in members {
+                        per[m] = Some(Err(match &e {
+                            Error::Io { .. } => Error::io_op(
+                                msg.clone(),
+                                std::io::Error::other("remote read failed"),
+                            ),
+                            _ => Error::Corrupt(msg.clone()),
+                        }));
+                    }
+                }
+            }
+        }
+        for ((slot, id, loc), r) in locs.into_iter().zip(per) {
+            let r = r.unwrap_or_else(|| Err(Error::Invalid("range left unread".into())));
             out[slot] = Some(r.and_then(|sealed| pack::open_blob(&self.keys, &id, &loc, &sealed)));
         }
         out.into_iter()

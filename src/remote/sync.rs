@@ -353,7 +353,10 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
             Ok(())
         });
         let mut fill = || -> Result<()> {
+            // Trees and data in separate packs (as restic): a lazy walk then fetches a
+            // pack's trees in one ranged GET (see `cache`).
             let mut w = PackWriter::default();
+            let mut wt = PackWriter::default();
             let mut send = |w: PackWriter, report: &mut PushReport| -> Result<()> {
                 let (bytes, hash, list) = w.finish(&remote.keys)?;
                 report.packs += 1;
@@ -375,7 +378,7 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
                         show(
                             done,
                             todo,
-                            report.bytes + w.bytes.len() as u64,
+                            report.bytes + (w.bytes.len() + wt.bytes.len()) as u64,
                             started.elapsed().as_secs_f64(),
                         );
                     }
@@ -388,14 +391,17 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
                         store.read_chunk(&crate::store::tree::Chunk { id: *id, len: *len })?
                     }
                 };
-                w.add(&remote.keys, *id, *kind, &data)?;
+                let into = if *kind == Kind::Tree { &mut wt } else { &mut w };
+                into.add(&remote.keys, *id, *kind, &data)?;
                 report.objects += 1;
-                if w.is_full() {
-                    send(std::mem::take(&mut w), &mut report)?;
+                if into.is_full() {
+                    send(std::mem::take(into), &mut report)?;
                 }
             }
-            if !w.is_empty() {
-                send(w, &mut report)?;
+            for last in [w, wt] {
+                if !last.is_empty() {
+                    send(last, &mut report)?;
+                }
             }
             Ok(())
         };
