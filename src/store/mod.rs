@@ -30,6 +30,9 @@
 //!                         (and <id>-<root>.upper: a workspace's upper directories, see
 //!                         `statcache`); materialized/: unnamed (O_TMPFILE) copies of big files
 //!                         a view daemon passes through
+//!   remotes/NAME/         a remote (`crate::remote`): config.json (no secrets), refs.json (its
+//!                         refs as last seen), index/ (copies of its pack indexes); objects a
+//!                         clone fetched lazily are listed in cache/remote-fetched for eviction
 //!   audit.jsonl           append-only, one JSON line per operation, synced per line (switch:
 //!                         written, left to writeback; it only rearranges live mounts)
 //!   lock                  flock: exclusive while a mutating command runs
