@@ -25,6 +25,10 @@ pub struct VerifyArgs {
     /// Verify every checkpoint (the default when none is given).
     #[arg(long)]
     pub all: bool,
+    /// Check what remote NAME holds instead: every object its refs reach is downloaded and
+    /// checked (tag, length, SHA-256); findings name the paths that use a bad object.
+    #[arg(long, value_name = "NAME")]
+    pub remote: Option<String>,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -79,6 +83,10 @@ pub struct GcArgs {
     /// and what would be freed. The report is the one gc prints when it applies the plan.
     #[arg(long)]
     pub dry_run: bool,
+    /// Collect remote NAME instead: records and packs no remote ref reaches (under the
+    /// remote's lock; never while a push from any machine is in flight).
+    #[arg(long, value_name = "NAME")]
+    pub remote: Option<String>,
     /// Keep the N newest checkpoints of each branch.
     #[arg(long, value_name = "N")]
     pub keep_last: Option<u32>,
@@ -172,6 +180,9 @@ pub struct DoctorArgs {
 
 /// `ckptfs verify`: exit 1 on any finding.
 pub fn run_verify(a: VerifyArgs) -> Result<i32> {
+    if let Some(r) = &a.remote {
+        return super::remote::run_verify_remote(&a.store, r, a.json.json);
+    }
     let s = Store::open(&a.store)?;
     if a.all && !a.checkpoints.is_empty() {
         return Err(Error::Usage("give checkpoints or --all, not both".into()));
@@ -314,6 +325,9 @@ fn print_decisions(r: &GcReport) {
 
 /// `ckptfs gc`.
 pub fn run_gc(a: GcArgs) -> Result<i32> {
+    if let Some(r) = &a.remote {
+        return super::remote::run_gc_remote(&a.store, r, a.dry_run, a.json.json);
+    }
     let s = Store::open(&a.store)?;
     if let Some(t) = a.keep_tag.first() {
         return Err(Error::Usage(format!(

@@ -19,6 +19,7 @@ mod health;
 mod history;
 mod json;
 mod label;
+mod remote;
 mod shell;
 mod stats;
 mod store;
@@ -347,6 +348,27 @@ pub enum Command {
     ///
     /// Examples: `ckptfs man /usr/local/share/man/man1 && mandb`; `ckptfs man | man -l -`.
     Man(shell::ManArgs),
+    /// Remotes: S3-compatible storage (AWS, Garage...) holding history for other machines,
+    /// encrypted on this one: add, list, remove. See push, clone, fetch, pull.
+    #[command(subcommand)]
+    Remote(remote::RemoteCommand),
+    /// Upload to a remote what it lacks (objects packed, then records, then refs) and move
+    /// its branches. A remote branch that moved elsewhere is refused (--force overwrites);
+    /// labels never move. Refused while another push or gc holds the remote's lock.
+    ///
+    /// Example: ckptfs push /var/lib/ckpt origin main
+    Push(remote::PushArgs),
+    /// Make a new store from a remote: refs and records now, objects lazily when first read
+    /// (mount, browse, cat, diff, restore and workspaces all work at once).
+    ///
+    /// Example: ckptfs clone s3://ckpt/rooms/a /var/lib/ckpt --endpoint http://127.0.0.1:3900
+    Clone(remote::CloneArgs),
+    /// Bring a remote's refs, records and index (objects stay there until read); branches
+    /// and labels this store lacks are created.
+    Fetch(remote::FetchArgs),
+    /// Fetch, then fast-forward local branches to the remote's heads (exit 1 if one could
+    /// not be: diverged, or mounted as a workspace).
+    Pull(remote::FetchArgs),
     /// Internal: detach moved-aside workspace overlays, remove their directories, then the
     /// folded upper layer given with --remove.
     #[command(hide = true)]
@@ -382,6 +404,7 @@ pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<()> {
 /// Runs a parsed command; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     let store_flag = cli.store_flag;
+    ckptfs::remote::install_lazy_fetch();
     match cli.command {
         Command::Init(a) => store::run_init(a),
         Command::Capture(a) => store::run_capture(a),
@@ -414,6 +437,11 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Status(a) => workspace::status(&a.place, a.json, a.short),
         Command::Completions(a) => shell::run_completions(a),
         Command::Man(a) => shell::run_man(a),
+        Command::Remote(c) => remote::run_remote(c),
+        Command::Push(a) => remote::run_push(a),
+        Command::Clone(a) => remote::run_clone(a),
+        Command::Fetch(a) => remote::run_fetch(a),
+        Command::Pull(a) => remote::run_pull(a),
         Command::InternalDetach { targets, remove } => run_internal_detach(&targets, remove),
     }
 }

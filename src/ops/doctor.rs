@@ -600,6 +600,8 @@ fn check_objects(
             continue;
         }
         let problem = match store.locate_object(&id) {
+            // A clone's objects stay on its remote until first read.
+            None if store.remote_holds(&id) => None,
             None => Some("missing".to_string()),
             Some((p, compressed)) => match object_len(&p, compressed) {
                 Ok(n) if n == u64::from(len) => None,

@@ -33,6 +33,9 @@
 //!                         (and <id>-<root>.upper: a workspace's upper directories, see
 //!                         `statcache`); materialized/: unnamed (O_TMPFILE) copies of big files
 //!                         a view daemon passes through
+//!   remotes/NAME/         a remote (`crate::remote`): config.json (no secrets), refs.json (its
+//!                         refs as last seen), index/ (copies of its pack indexes); objects a
+//!                         clone fetched lazily are listed in cache/remote-fetched for eviction
 //!   audit.jsonl           append-only, one JSON line per operation, synced per line (switch:
 //!                         written, left to writeback; it only rearranges live mounts)
 //!   lock                  flock: exclusive while a mutating command runs
@@ -113,6 +116,7 @@ pub const TOP_LEVEL: &[(&str, TopKind)] = &[
     ("cache", TopKind::Dir),
     ("lock", TopKind::File),
     ("audit.jsonl", TopKind::File),
+    ("remotes", TopKind::Dir),
 ];
 
 /// Content-defined chunking parameters (FastCDC 2020). Files up to `min` bytes are one object.
@@ -414,6 +418,51 @@ pub struct Store {
     config: Config,
     /// `objects/`, opened on first use; every object is opened beneath it (see `object`).
     objects_fd: std::sync::OnceLock<crate::safe::Dir>,
+    /// Where objects missing here come from (a remote, see `crate::remote`): looked up on the
+    /// first miss only, so a store without remotes never pays for it.
+    lazy: std::sync::OnceLock<Option<std::sync::Arc<dyn ObjectSource>>>,
+}
+
+/// A source of objects this store lacks: asked by [`Store::open_object_checked`] on a miss,
+/// it writes the object (checked against its id) into the store and says whether it did.
+pub trait ObjectSource: Send + Sync + std::fmt::Debug {
+    /// Fetches `id` into `store`; `Ok(false)` when the source does not have it either.
+    ///
+    /// # Errors
+    /// The source's own (server unreachable, object corrupt there).
+    fn fetch(&self, store: &Store, id: &ObjectId) -> Result<bool>;
+
+    /// Replaces this store's copy of `id`, which did not read back right (a fetched copy
+    /// cut short by a crash: cache entries are not synced), with the source's, checked
+    /// against `id`. `Ok(false)` when the source does not have it.
+    ///
+    /// # Errors
+    /// The source's own.
+    fn repair(&self, store: &Store, id: &ObjectId) -> Result<bool> {
+        let _cannot = (store, id);
+        Ok(false)
+    }
+
+    /// Whether the source holds `id` (by its index; nothing is downloaded).
+    fn holds(&self, store: &Store, id: &ObjectId) -> bool {
+        let _unknown = (store, id);
+        false
+    }
+
+    /// Queues `ids` to be fetched in the background (prefetch); never waits.
+    fn prefetch(&self, store: &Store, ids: &[ObjectId]) {
+        let _nothing_to_queue = (store, ids);
+    }
+}
+
+/// Makes the [`ObjectSource`] of a store, if it has one (set once per process by the remote
+/// module; a library user without remotes never sets it).
+pub type ObjectSourceFactory = fn(&Store) -> Option<std::sync::Arc<dyn ObjectSource>>;
+static OBJECT_SOURCE_FACTORY: std::sync::OnceLock<ObjectSourceFactory> = std::sync::OnceLock::new();
+
+/// Installs the factory every opened store asks, on its first missing object, for a source.
+pub fn set_object_source_factory(f: ObjectSourceFactory) {
+    let _already_set = OBJECT_SOURCE_FACTORY.set(f);
 }
 
 /// System directories no root may be: a restore, switch or workspace mount at a root's path
@@ -631,6 +680,7 @@ impl Store {
             root,
             config,
             objects_fd: Default::default(),
+            lazy: Default::default(),
         };
         let mut dirs = Vec::new();
         let mut files = Vec::new();
@@ -696,11 +746,24 @@ impl Store {
             root,
             config,
             objects_fd: Default::default(),
+            lazy: Default::default(),
         })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The source of objects this store lacks, if it has one (see [`ObjectSource`]).
+    pub fn object_source(&self) -> Option<&std::sync::Arc<dyn ObjectSource>> {
+        self.lazy
+            .get_or_init(|| OBJECT_SOURCE_FACTORY.get().and_then(|f| f(self)))
+            .as_ref()
+    }
+
+    /// `remotes/`: one directory per remote (see `crate::remote`).
+    pub fn remotes_dir(&self) -> PathBuf {
+        self.root.join("remotes")
     }
 
     /// Checks that the store's own directories (the top-level ones, `refs/*`, the fan-outs

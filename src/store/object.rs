@@ -133,6 +133,17 @@ impl Store {
     /// socket, or is reached through a symlinked directory; I/O errors other than a missing
     /// file.
     pub fn open_object_checked(&self, id: &ObjectId) -> Result<Option<OpenedObject>> {
+        if let Some(found) = self.open_local_object(id)? {
+            return Ok(Some(found));
+        }
+        // Missing here: a clone fetches it from its remote (checked against `id`), once.
+        match self.object_source() {
+            Some(src) if src.fetch(self, id)? => self.open_local_object(id),
+            _ => Ok(None),
+        }
+    }
+
+    fn open_local_object(&self, id: &ObjectId) -> Result<Option<OpenedObject>> {
         let hex = id.to_hex();
         let dir = self.objects_dir_fd()?;
         for compressed in [self.compressed(), !self.compressed()] {
@@ -186,6 +197,28 @@ impl Store {
         Ok(None)
     }
 
+    /// As [`Store::open_object`], without waiting for a remote: an object missing here is
+    /// queued for the store's source to fetch in the background, and `None` is returned.
+    /// For readahead hints, which must not block a reader on the network.
+    ///
+    /// # Errors
+    /// As [`Store::open_object_checked`].
+    pub fn open_object_nowait(&self, id: &ObjectId) -> Result<Option<(fs::File, PathBuf, bool)>> {
+        let found = self.open_local_object(id)?;
+        if found.is_none() {
+            if let Some(src) = self.object_source() {
+                src.prefetch(self, std::slice::from_ref(id));
+            }
+        }
+        Ok(found.map(|o| (o.file, o.path, o.compressed)))
+    }
+
+    /// Whether an object missing here is on the store's remote (a clone's objects are, until
+    /// first read), by the remote's index.
+    pub fn remote_holds(&self, id: &ObjectId) -> bool {
+        self.object_source().is_some_and(|s| s.holds(self, id))
+    }
+
     /// As [`Store::open_object_checked`], as `(file, path, compressed)`.
     ///
     /// # Errors
@@ -237,6 +270,20 @@ impl Store {
     }
 
     fn read_expected(&self, id: &ObjectId, expect: Expect) -> Result<Vec<u8>> {
+        match self.read_expected_once(id, expect) {
+            // A bad local copy of an object a remote holds: replaced by the remote's, once.
+            Err(Error::Corrupt(m)) => match self.object_source() {
+                Some(src) if src.repair(self, id)? => {
+                    log::warn!("{m}: replaced by the remote's copy");
+                    self.read_expected_once(id, expect)
+                }
+                _ => Err(Error::Corrupt(m)),
+            },
+            other => other,
+        }
+    }
+
+    fn read_expected_once(&self, id: &ObjectId, expect: Expect) -> Result<Vec<u8>> {
         let OpenedObject {
             file,
             path,

@@ -537,7 +537,13 @@ impl Filesystem for ViewFs {
             Ok(size) => size,
             Err(e) => return reply.error(fail("open", ino.0, &e)),
         };
-        match self.opens.mode(&self.view, size) {
+        let mode = match self.opens.mode(&self.view, size) {
+            // A clone's big file whose chunks are still on the remote: FUSE reads, fetched
+            // chunk by chunk (a whole copy would make the first byte wait for all of them).
+            OpenMode::Big if !self.view.chunks_local(ino.0) => OpenMode::Small,
+            m => m,
+        };
+        match mode {
             // No passthrough (--file-cache-size 0, overlay lower layers, a kernel that refused
             // it): answer ENOSYS once the file is checked. The kernel counts that as success,
             // stops sending OPEN and RELEASE for the rest of the mount (one round trip each

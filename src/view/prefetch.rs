@@ -32,7 +32,8 @@ impl View {
     /// Asks the kernel to start reading an object's file (readahead across chunk files,
     /// which are separate files the kernel cannot know belong together).
     fn advise(&self, id: &ObjectId) {
-        match self.store.open_object(id) {
+        // Not waiting for a remote: a clone's missing object is queued for its fetcher.
+        match self.store.open_object_nowait(id) {
             Ok(Some((f, path, _))) => {
                 use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
                 if let Err(e) = posix_fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_WILLNEED) {

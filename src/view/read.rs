@@ -242,6 +242,16 @@ impl View {
         self.file_by_ino(ino).map(|f| f.size)
     }
 
+    /// Whether every chunk of a file is in the store (always, but for a clone whose objects
+    /// come from a remote on first read; see `crate::remote::cache`).
+    pub fn chunks_local(&self, ino: Ino) -> bool {
+        if self.store.object_source().is_none() {
+            return true;
+        }
+        self.file_by_ino(ino)
+            .is_ok_and(|f| f.chunks.iter().all(|c| self.store.has_object(&c.id)))
+    }
+
     /// Whether a file of this size is worth a materialized copy (big enough, fits the budget).
     pub fn wants_copy(&self, size: u64) -> bool {
         size >= materialize::PASSTHROUGH_MIN_BYTES && self.copies.accepts(size)

@@ -29,6 +29,8 @@
 //!   audit log, `log --turns`, `record_of`, and `CgroupKiller` for what a killed runner left.
 //! - `pty`: `on_terminal`, the binary under a pseudo-terminal (`script`).
 //! - `life`: where a store keeps its mounts (`store_mounts_dir`, `lower_view`, `detached_dir`).
+//! - `remote`: ckptfs against a Garage (`rok`, `rok_json`, `rrun` with its AWS environment,
+//!   `key_file`, `reach`, `add_remote`, `clone_remote`).
 //! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
 //!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).
 //!
@@ -44,6 +46,7 @@ pub mod hostile;
 pub mod life;
 pub mod mount;
 pub mod pty;
+pub mod remote;
 pub mod runner;
 pub mod store;
 pub mod tree;
@@ -53,6 +56,6 @@ pub mod workspace;
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
 pub use {
-    cli::*, conv::*, fault::*, garage::*, hostile::*, life::*, mount::*, pty::*, runner::*,
-    store::*, tree::*, view::*, workspace::*,
+    cli::*, conv::*, fault::*, garage::*, hostile::*, life::*, mount::*, pty::*, remote::*,
+    runner::*, store::*, tree::*, view::*, workspace::*,
 };

@@ -1,0 +1,483 @@
+//! CLI of remotes: `remote add|list|remove`, `push`, `clone`, `fetch`, `pull`, and the
+//! `--remote` forms of `verify` and `gc` (see `ckptfs::remote`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use ckptfs::remote::{self, health, sync, InitRemote, Remote, RemoteConfig};
+use ckptfs::{Error, Result, Store};
+
+use super::{print_json, split_kv, JsonFlag};
+
+/// How to reach and open a remote: shared by `remote add` and `clone`.
+#[derive(Args, Debug, Clone)]
+pub struct ReachArgs {
+    /// S3 endpoint URL (e.g. http://127.0.0.1:3900 for a local Garage); default: AWS.
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+    /// S3 region (default: AWS_REGION, else us-east-1).
+    #[arg(long, value_name = "R")]
+    pub region: Option<String>,
+    /// An AWS-format credentials file to read the access key from (else the AWS_*
+    /// environment). Only its path is recorded, never its contents.
+    #[arg(long, value_name = "FILE")]
+    pub credentials: Option<PathBuf>,
+    /// The file whose bytes open the remote's key (else CKPTFS_PASSPHRASE or
+    /// CKPTFS_PASSPHRASE_FILE). Only its path is recorded.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Bytes of lazily fetched objects kept in the store before the oldest are evicted
+    /// (e.g. 2G; default 10G).
+    #[arg(long, value_name = "SIZE", value_parser = super::size_arg)]
+    pub cache_size: Option<u64>,
+}
+
+impl ReachArgs {
+    fn config(&self, url: &str) -> Result<RemoteConfig> {
+        remote::backend::parse_s3_url(url)?;
+        let abs = |p: &PathBuf| ckptfs::store::absolute(p);
+        Ok(RemoteConfig {
+            url: url.to_string(),
+            endpoint: self.endpoint.clone(),
+            region: self.region.clone(),
+            credentials: self.credentials.as_ref().map(abs).transpose()?,
+            key_file: self.key_file.as_ref().map(abs).transpose()?,
+            cache_bytes: self.cache_size.unwrap_or(remote::DEFAULT_CACHE_BYTES),
+        })
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RemoteCommand {
+    /// Add a remote: S3-compatible storage (AWS, Garage, MinIO...) at s3://BUCKET/PREFIX.
+    ///
+    /// An empty prefix is made a ckptfs remote: a random master key, wrapped under the key
+    /// file or passphrase through argon2id, encrypts everything on this machine before it
+    /// leaves (XChaCha20-Poly1305). An existing remote must open with the key given.
+    /// Credentials come from the AWS_* environment or --credentials FILE; neither they nor the
+    /// key are stored (only file paths).
+    ///
+    /// Example: CKPTFS_PASSPHRASE=... ckptfs remote add /var/lib/ckpt origin
+    /// s3://ckpt/rooms/a --endpoint http://127.0.0.1:3900 --region garage
+    Add(RemoteAddArgs),
+    /// List the store's remotes with what was last seen of their branches.
+    List(RemoteListArgs),
+    /// Forget a remote here (its refs and index copies; nothing on the remote changes).
+    Remove(RemoteRemoveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RemoteAddArgs {
+    pub store: PathBuf,
+    pub name: String,
+    /// s3://BUCKET/PREFIX
+    pub url: String,
+    #[command(flatten)]
+    pub reach: ReachArgs,
+    /// Make a new remote without encryption: anyone who can read the bucket reads the
+    /// history, and object names there are plaintext SHA-256 ids. Only on purpose.
+    #[arg(long)]
+    pub no_encryption: bool,
+    /// argon2id memory in KiB for a new key record (default 65536).
+    #[arg(long, value_name = "KIB")]
+    pub kdf_memory: Option<u32>,
+    /// argon2id passes for a new key record (default 3).
+    #[arg(long, value_name = "N")]
+    pub kdf_passes: Option<u32>,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoteListArgs {
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoteRemoveArgs {
+    pub store: PathBuf,
+    pub name: String,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `push` arguments.
+#[derive(Args, Debug)]
+pub struct PushArgs {
+    pub store: PathBuf,
+    /// The remote (default: the only one, or `origin`).
+    pub remote: Option<String>,
+    /// Branches, labels or checkpoints to push (default: every branch and label).
+    pub what: Vec<String>,
+    /// Move remote branches even when their head is not an ancestor of ours (what the
+    /// remote had there stays in its history only if another ref reaches it).
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `clone` arguments.
+#[derive(Args, Debug)]
+pub struct CloneArgs {
+    /// s3://BUCKET/PREFIX of a remote some store pushed to.
+    pub url: String,
+    /// The new store directory (missing or empty).
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub reach: ReachArgs,
+    /// Record root NAME at /PATH instead of the path the remote's store has (repeatable).
+    #[arg(long = "root", value_name = "NAME=/PATH")]
+    pub roots: Vec<String>,
+    /// Name of the remote in the new store.
+    #[arg(long, default_value = "origin")]
+    pub name: String,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// `fetch` / `pull` arguments.
+#[derive(Args, Debug)]
+pub struct FetchArgs {
+    pub store: PathBuf,
+    /// The remote (default: the only one, or `origin`).
+    pub remote: Option<String>,
+    #[command(flatten)]
+    pub json: JsonFlag,
+}
+
+/// The remote a command means: the one named, else the only one, else `origin`.
+fn pick_remote(store: &Store, name: Option<&str>) -> Result<String> {
+    if let Some(n) = name {
+        remote::check_remote_name(n)?;
+        return Ok(n.to_string());
+    }
+    let all = remote::list_configs(store)?;
+    match all.as_slice() {
+        [] => Err(Error::NotFound(format!(
+            "remote: store {} has none (ckptfs remote add)",
+            store.root().display()
+        ))),
+        [(n, _)] => Ok(n.clone()),
+        _ if all.iter().any(|(n, _)| n == "origin") => Ok("origin".into()),
+        _ => Err(Error::Usage(format!(
+            "which remote? the store has {}",
+            all.iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+pub fn run_remote(c: RemoteCommand) -> Result<i32> {
+    match c {
+        RemoteCommand::Add(a) => {
+            let store = Store::open(&a.store)?;
+            remote::check_remote_name(&a.name)?;
+            if remote::read_config(&store, &a.name).is_ok() {
+                return Err(Error::Conflict(format!(
+                    "remote {} exists (ckptfs remote remove it first)",
+                    a.name
+                )));
+            }
+            let cfg = a.reach.config(&a.url)?;
+            let init = InitRemote {
+                no_encryption: a.no_encryption,
+                kdf_memory_kib: a.kdf_memory,
+                kdf_passes: a.kdf_passes,
+            };
+            let r = Remote::open(&a.name, cfg.clone(), Some((&init, store.config())))?;
+            remote::write_config(&store, &a.name, &cfg)?;
+            store.append_audit(&serde_json::json!({
+                "op": "remote add", "remote": a.name, "url": cfg.url,
+                "endpoint": cfg.endpoint, "time_ns": ckptfs::util::now_ns(),
+            }))?;
+            if a.json.json {
+                print_json(&serde_json::json!({
+                    "name": a.name, "url": cfg.url, "endpoint": cfg.endpoint,
+                    "region": cfg.region, "encrypted": r.keys.encrypted(),
+                }))?;
+            } else {
+                println!(
+                    "remote {} -> {} ({})",
+                    a.name,
+                    cfg.url,
+                    if r.keys.encrypted() {
+                        "encrypted"
+                    } else {
+                        "NOT encrypted"
+                    }
+                );
+            }
+            Ok(0)
+        }
+        RemoteCommand::List(a) => {
+            let store = Store::open(&a.store)?;
+            let mut out = Vec::new();
+            for (name, cfg) in remote::list_configs(&store)? {
+                let refs = remote::read_refs(&store, &name)?;
+                out.push(serde_json::json!({
+                    "name": name, "url": cfg.url, "endpoint": cfg.endpoint,
+                    "region": cfg.region, "cache_bytes": cfg.cache_bytes,
+                    "branches": refs.branches, "labels": refs.labels,
+                }));
+                if !a.json.json {
+                    let ep = cfg.endpoint.map(|e| format!(" ({e})")).unwrap_or_default();
+                    println!("{name}\t{}{ep}", cfg.url);
+                    for (b, id) in &refs.branches {
+                        println!("  {b}\t{}", id.short());
+                    }
+                }
+            }
+            if a.json.json {
+                print_json(&out)?;
+            }
+            Ok(0)
+        }
+        RemoteCommand::Remove(a) => {
+            let store = Store::open(&a.store)?;
+            remote::read_config(&store, &a.name)?;
+            let dir = remote::remote_dir(&store, &a.name);
+            ckptfs::store::fsio::remove_dir_all(&dir)?;
+            store.append_audit(&serde_json::json!({
+                "op": "remote remove", "remote": a.name, "time_ns": ckptfs::util::now_ns(),
+            }))?;
+            if a.json.json {
+                print_json(&serde_json::json!({ "removed": a.name }))?;
+            } else {
+                println!("removed remote {}", a.name);
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// One progress line on a terminal: objects, bytes, rate, ETA.
+fn show_progress(done: u64, todo: u64, bytes: u64, secs: f64) {
+    let rate = if secs > 0.0 { bytes as f64 / secs } else { 0.0 };
+    let eta = if done > 0 {
+        secs * (todo.saturating_sub(done)) as f64 / done as f64
+    } else {
+        0.0
+    };
+    eprint!(
+        "\r\x1b[Kpushing: {done}/{todo} objects, {:.1} MiB, {:.1} MiB/s, ETA {eta:.0}s",
+        bytes as f64 / (1 << 20) as f64,
+        rate / (1 << 20) as f64
+    );
+}
+
+fn short(id: &Option<ckptfs::id::ObjectId>) -> String {
+    id.map_or("(new)".into(), |i| i.short())
+}
+
+pub fn run_push(a: PushArgs) -> Result<i32> {
+    let store = Store::open(&a.store)?;
+    // `push STORE BRANCH` with the only remote: a first word that is no remote is a ref.
+    let (name, what) = match &a.remote {
+        Some(r) if remote::read_config(&store, r).is_err() && a.what.is_empty() => {
+            let mut w = vec![r.clone()];
+            w.extend(a.what.clone());
+            (pick_remote(&store, None)?, w)
+        }
+        r => (pick_remote(&store, r.as_deref())?, a.what.clone()),
+    };
+    let r = Remote::open_named(&store, &name)?;
+    let _shared = store.lock_shared()?;
+    let started = std::time::Instant::now();
+    let rep = sync::push(
+        &store,
+        &r,
+        &sync::PushOptions {
+            what,
+            force: a.force,
+            progress: std::io::IsTerminal::is_terminal(&std::io::stderr()).then_some(show_progress),
+        },
+    )?;
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        eprint!("\r\x1b[K");
+    }
+    store.append_audit(&serde_json::json!({
+        "op": "push", "remote": name, "objects": rep.objects, "bytes": rep.bytes,
+        "records": rep.records, "branches": rep.branches, "labels": rep.labels,
+        "time_ns": ckptfs::util::now_ns(),
+    }))?;
+    if a.json.json {
+        print_json(&rep)?;
+    } else {
+        println!(
+            "pushed to {name}: {} objects in {} packs ({} bytes), {} records{} in {:.2}s",
+            rep.objects,
+            rep.packs,
+            rep.bytes,
+            rep.records,
+            if rep.recovered > 0 {
+                format!(
+                    ", {} objects recovered from an interrupted push",
+                    rep.recovered
+                )
+            } else {
+                String::new()
+            },
+            started.elapsed().as_secs_f64()
+        );
+        for (b, m) in &rep.branches {
+            println!("  branch {b}: {} -> {}", short(&m.old), m.new.short());
+        }
+        for l in &rep.labels {
+            println!("  label {l}");
+        }
+        if rep.branches.is_empty() && rep.labels.is_empty() && rep.records == 0 {
+            println!("  everything up to date");
+        }
+    }
+    Ok(0)
+}
+
+fn print_fetch(rep: &sync::FetchReport) {
+    println!(
+        "fetched from {}: {} records, {} branches, {} labels ({} objects on the remote, fetched when read)",
+        rep.remote,
+        rep.records,
+        rep.branches.len(),
+        rep.labels.len(),
+        rep.remote_objects
+    );
+    for b in &rep.created_branches {
+        println!("  new branch {b}");
+    }
+    for l in &rep.created_labels {
+        println!("  new label {l}");
+    }
+}
+
+pub fn run_clone(a: CloneArgs) -> Result<i32> {
+    let cfg = a.reach.config(&a.url)?;
+    remote::check_remote_name(&a.name)?;
+    let mut roots = BTreeMap::new();
+    for r in &a.roots {
+        let (k, v) = split_kv("--root", r)?;
+        roots.insert(k.to_string(), PathBuf::from(v));
+    }
+    let (store, rep) = sync::clone(
+        &a.store,
+        &sync::CloneOptions {
+            config: cfg,
+            roots,
+            name: a.name.clone(),
+        },
+    )?;
+    store.append_audit(&serde_json::json!({
+        "op": "clone", "url": a.url, "records": rep.records, "time_ns": ckptfs::util::now_ns(),
+    }))?;
+    if a.json.json {
+        print_json(&rep)?;
+    } else {
+        println!("cloned {} into {}", a.url, store.root().display());
+        print_fetch(&rep);
+    }
+    Ok(0)
+}
+
+pub fn run_fetch(a: FetchArgs) -> Result<i32> {
+    let store = Store::open(&a.store)?;
+    let name = pick_remote(&store, a.remote.as_deref())?;
+    let r = Remote::open_named(&store, &name)?;
+    let _x = store.lock_exclusive()?;
+    let rep = sync::fetch(&store, &r)?;
+    store.append_audit(&serde_json::json!({
+        "op": "fetch", "remote": name, "records": rep.records, "time_ns": ckptfs::util::now_ns(),
+    }))?;
+    if a.json.json {
+        print_json(&rep)?;
+    } else {
+        print_fetch(&rep);
+    }
+    Ok(0)
+}
+
+pub fn run_pull(a: FetchArgs) -> Result<i32> {
+    let store = Store::open(&a.store)?;
+    let name = pick_remote(&store, a.remote.as_deref())?;
+    let r = Remote::open_named(&store, &name)?;
+    let _x = store.lock_exclusive()?;
+    let rep = sync::pull(&store, &r)?;
+    store.append_audit(&serde_json::json!({
+        "op": "pull", "remote": name, "forwarded": rep.forwarded,
+        "time_ns": ckptfs::util::now_ns(),
+    }))?;
+    if a.json.json {
+        print_json(&rep)?;
+    } else {
+        print_fetch(&rep.fetch);
+        for (b, m) in &rep.forwarded {
+            println!("  branch {b}: {} -> {}", short(&m.old), m.new.short());
+        }
+        for (b, why) in &rep.skipped {
+            println!("  branch {b} left alone: {why}");
+        }
+    }
+    Ok(if rep.skipped.is_empty() { 0 } else { 1 })
+}
+
+/// `verify --remote NAME`.
+pub fn run_verify_remote(store: &std::path::Path, name: &str, json: bool) -> Result<i32> {
+    let store = Store::open(store)?;
+    let r = Remote::open_named(&store, name)?;
+    let rep = health::verify(&store, &r)?;
+    if json {
+        print_json(&rep)?;
+    } else {
+        for f in &rep.findings {
+            println!("{}: {}", f.object, f.problem);
+            for p in &f.paths {
+                println!("  used by {p}");
+            }
+        }
+        println!(
+            "remote {name}: {} checkpoints, {} objects ({} bytes) checked, {} findings",
+            rep.checkpoints,
+            rep.objects,
+            rep.bytes,
+            rep.findings.len()
+        );
+    }
+    Ok(if rep.findings.is_empty() { 0 } else { 1 })
+}
+
+/// `gc --remote NAME [--dry-run]`.
+pub fn run_gc_remote(
+    store: &std::path::Path,
+    name: &str,
+    dry_run: bool,
+    json: bool,
+) -> Result<i32> {
+    let store = Store::open(store)?;
+    let r = Remote::open_named(&store, name)?;
+    let plan = health::gc(&store, &r, dry_run)?;
+    if json {
+        print_json(&plan)?;
+    } else {
+        println!(
+            "remote {name}: {} {} records and {} packs ({} bytes) no ref reaches; {} index \
+             files into one; {} unreached objects kept in packs still in use; {} objects reached",
+            if plan.applied {
+                "removed"
+            } else {
+                "would remove"
+            },
+            plan.records.len(),
+            plan.packs.len(),
+            plan.pack_bytes,
+            plan.index_files_replaced,
+            plan.kept_unreached,
+            plan.reached_objects
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,329 @@
+//! Where a remote's bytes live: the [`Backend`] trait (put, get, ranged get, list, delete of
+//! whole keys) and its S3 implementation over the `object_store` crate.
+//!
+//! `object_store` is async; the rest of ckptfs is synchronous, so [`S3Backend`] owns a small
+//! tokio runtime and blocks on it at this trait's boundary. Batches (`put_many`,
+//! `get_ranges`) keep several requests in flight on that runtime.
+//!
+//! Credentials: the standard AWS environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+//! `AWS_SESSION_TOKEN`, `AWS_REGION`...) or a credentials file in the AWS format named on
+//! the command line (`--credentials FILE`, its `[default]` or `[PROFILE]` section). They are
+//! handed to the client and never written anywhere by ckptfs: the store keeps at most the
+//! file's *path*.
+
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjPath;
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
+
+use crate::error::{Error, Result};
+
+/// Requests a batch keeps in flight at once.
+pub const IN_FLIGHT: usize = 8;
+
+/// The operations ckptfs needs of an object store. Keys are relative to the remote's
+/// prefix. Every object is written whole and never rewritten in place, except refs and locks
+/// (which are small and replaced whole).
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// Writes `data` at `key` (replacing it).
+    fn put(&self, key: &str, data: Vec<u8>) -> Result<()>;
+    /// Writes several keys, [`IN_FLIGHT`] at a time; stops at the first error.
+    fn put_many(&self, items: Vec<(String, Vec<u8>)>) -> Result<()>;
+    /// The whole object, or `None` when there is no such key.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+    /// Byte ranges of objects, [`IN_FLIGHT`] at a time, in the order asked.
+    fn get_ranges(&self, reqs: &[(String, Range<u64>)]) -> Vec<Result<Vec<u8>>>;
+    /// Every key under `prefix` with its size.
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>>;
+    /// Removes `key` (a missing key is success).
+    fn delete(&self, key: &str) -> Result<()>;
+    /// What to call it in messages (`s3://bucket/prefix`).
+    fn describe(&self) -> String;
+}
+
+/// How to reach an S3 bucket.
+#[derive(Clone, Debug, Default)]
+pub struct S3Options {
+    pub bucket: String,
+    pub prefix: String,
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// An AWS-format credentials file (else the environment).
+    pub credentials: Option<std::path::PathBuf>,
+    /// A profile in that file (default `default`).
+    pub profile: Option<String>,
+}
+
+/// Splits `s3://BUCKET/PREFIX` into bucket and prefix (no leading or trailing `/`).
+///
+/// # Errors
+/// `Usage` naming the URL when it is not of that form.
+pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
+    let rest = url
+        .strip_prefix("s3://")
+        .ok_or_else(|| Error::Usage(format!("remote URL {url:?}: expected s3://BUCKET/PREFIX")))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let prefix = prefix.trim_matches('/');
+    let ok_bucket = !bucket.is_empty()
+        && bucket
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    let ok_prefix = prefix
+        .split('/')
+        .all(|p| !p.is_empty() && p != "." && p != "..")
+        || prefix.is_empty();
+    if !ok_bucket || !ok_prefix || prefix.contains(|c: char| c.is_control()) {
+        return Err(Error::Usage(format!(
+            "remote URL {url:?}: expected s3://BUCKET/PREFIX (bucket of a-z 0-9 . -, prefix of \
+             non-empty path parts)"
+        )));
+    }
+    Ok((bucket.to_string(), prefix.to_string()))
+}
+
+/// An S3 bucket (and prefix) through `object_store`, blocking on its own runtime.
+pub struct S3Backend {
+    store: AmazonS3,
+    rt: tokio::runtime::Runtime,
+    prefix: String,
+    url: String,
+}
+
+impl std::fmt::Debug for S3Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the client (it holds the credentials).
+        write!(f, "S3Backend({})", self.url)
+    }
+}
+
+/// Reads `aws_access_key_id`, `aws_secret_access_key` and `aws_session_token` of `profile`
+/// from an AWS-format credentials file.
+fn read_credentials_file(path: &Path, profile: &str) -> Result<(String, String, Option<String>)> {
+    let data = crate::store::object::read_regular_file(path, 1 << 20, true, "credentials file")?
+        .ok_or_else(|| Error::NotFound(format!("credentials file {}", path.display())))?;
+    let text = String::from_utf8_lossy(&data);
+    let mut section = String::new();
+    let (mut id, mut secret, mut token) = (None, None, None);
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = s.trim().trim_start_matches("profile ").to_string();
+            continue;
+        }
+        if section != profile {
+            continue;
+        }
+        if let Some((k, v)) = line.split_once('=') {
+            let v = v.trim().to_string();
+            match k.trim() {
+                "aws_access_key_id" => id = Some(v),
+                "aws_secret_access_key" => secret = Some(v),
+                "aws_session_token" => token = Some(v),
+                _ => {}
+            }
+        }
+    }
+    match (id, secret) {
+        (Some(i), Some(s)) => Ok((i, s, token)),
+        _ => Err(Error::Invalid(format!(
+            "credentials file {}: no aws_access_key_id and aws_secret_access_key in [{profile}]",
+            path.display()
+        ))),
+    }
+}
+
+fn s3_error(what: &str, url: &str, e: object_store::Error) -> Error {
+    // object_store's messages name the request, never the credentials.
+    let msg = e.to_string();
+    let short = msg.lines().next().unwrap_or(&msg).to_string();
+    Error::io_op(format!("{what} {url}"), std::io::Error::other(short))
+}
+
+impl S3Backend {
+    /// Builds the client (no request is made).
+    ///
+    /// # Errors
+    /// `Invalid` for options `object_store` refuses; errors reading a credentials file.
+    pub fn new(o: &S3Options) -> Result<S3Backend> {
+        let mut b = AmazonS3Builder::from_env().with_bucket_name(&o.bucket);
+        if let Some(e) = &o.endpoint {
+            b = b
+                .with_endpoint(e)
+                .with_allow_http(e.starts_with("http://"))
+                .with_virtual_hosted_style_request(false);
+        }
+        if let Some(r) = &o.region {
+            b = b.with_region(r);
+        } else if std::env::var_os("AWS_REGION").is_none()
+            && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+        {
+            b = b.with_region("us-east-1");
+        }
+        if let Some(path) = &o.credentials {
+            let profile = o.profile.as_deref().unwrap_or("default");
+            let (id, secret, token) = read_credentials_file(path, profile)?;
+            b = b.with_access_key_id(id).with_secret_access_key(secret);
+            if let Some(t) = token {
+                b = b.with_token(t);
+            }
+        }
+        // Few, quick retries: a lazy read behind a dead server must fail (EIO) in seconds,
+        // not after object_store's default three minutes.
+        let retry = RetryConfig {
+            max_retries: 3,
+            retry_timeout: Duration::from_secs(10),
+            ..Default::default()
+        };
+        let client = ClientOptions::new()
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_timeout(Duration::from_secs(60))
+            .with_allow_http(
+                o.endpoint
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("http://")),
+            );
+        b = b.with_retry(retry).with_client_options(client);
+        let url = if o.prefix.is_empty() {
+            format!("s3://{}", o.bucket)
+        } else {
+            format!("s3://{}/{}", o.bucket, o.prefix)
+        };
+        let store = b
+            .build()
+            .map_err(|e| Error::Invalid(format!("remote {url}: {}", first_line(&e.to_string()))))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ckptfs-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io_op("starting the S3 client runtime", e))?;
+        Ok(S3Backend {
+            store,
+            rt,
+            prefix: o.prefix.clone(),
+            url,
+        })
+    }
+
+    fn path(&self, key: &str) -> ObjPath {
+        if self.prefix.is_empty() {
+            ObjPath::from(key)
+        } else {
+            ObjPath::from(format!("{}/{key}", self.prefix))
+        }
+    }
+
+    fn strip<'a>(&self, full: &'a str) -> &'a str {
+        if self.prefix.is_empty() {
+            full
+        } else {
+            full.strip_prefix(&self.prefix)
+                .and_then(|r| r.strip_prefix('/'))
+                .unwrap_or(full)
+        }
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or(s).to_string()
+}
+
+impl Backend for S3Backend {
+    fn put(&self, key: &str, data: Vec<u8>) -> Result<()> {
+        let p = self.path(key);
+        self.rt
+            .block_on(self.store.put(&p, PutPayload::from(data)))
+            .map(|_| ())
+            .map_err(|e| s3_error("writing", &format!("{}/{key}", self.url), e))
+    }
+
+    fn put_many(&self, items: Vec<(String, Vec<u8>)>) -> Result<()> {
+        let store = &self.store;
+        let jobs = items.into_iter().map(|(k, d)| {
+            let p = self.path(&k);
+            async move { store.put(&p, PutPayload::from(d)).await.map_err(|e| (k, e)) }
+        });
+        self.rt.block_on(async {
+            let mut s = futures::stream::iter(jobs).buffer_unordered(IN_FLIGHT);
+            while let Some(r) = s.next().await {
+                if let Err((k, e)) = r {
+                    return Err(s3_error("writing", &format!("{}/{k}", self.url), e));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let p = self.path(key);
+        self.rt.block_on(async {
+            match self.store.get(&p).await {
+                Ok(r) => r
+                    .bytes()
+                    .await
+                    .map(|b| Some(b.to_vec()))
+                    .map_err(|e| s3_error("reading", &format!("{}/{key}", self.url), e)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(s3_error("reading", &format!("{}/{key}", self.url), e)),
+            }
+        })
+    }
+
+    fn get_ranges(&self, reqs: &[(String, Range<u64>)]) -> Vec<Result<Vec<u8>>> {
+        let store = &self.store;
+        let jobs = reqs.iter().map(|(k, r)| {
+            let p = self.path(k);
+            let r = r.clone();
+            async move {
+                let want = r.end - r.start;
+                store
+                    .get_range(&p, r)
+                    .await
+                    .map_err(|e| s3_error("reading", &format!("{}/{k}", self.url), e))
+                    .and_then(|b| {
+                        if b.len() as u64 == want {
+                            Ok(b.to_vec())
+                        } else {
+                            Err(Error::Corrupt(format!(
+                                "remote object {}/{k} is shorter than its index says",
+                                self.url
+                            )))
+                        }
+                    })
+            }
+        });
+        self.rt.block_on(
+            futures::stream::iter(jobs)
+                .buffered(IN_FLIGHT)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        let p = self.path(prefix.trim_end_matches('/'));
+        let metas: Vec<object_store::ObjectMeta> = self
+            .rt
+            .block_on(self.store.list(Some(&p)).try_collect())
+            .map_err(|e| s3_error("listing", &format!("{}/{prefix}", self.url), e))?;
+        Ok(metas
+            .into_iter()
+            .map(|m| (self.strip(m.location.as_ref()).to_string(), m.size))
+            .collect())
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        let p = self.path(key);
+        match self.rt.block_on(self.store.delete(&p)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(s3_error("deleting", &format!("{}/{key}", self.url), e)),
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.url.clone()
+    }
+}

@@ -1,0 +1,473 @@
+//! Lazy fetching: the [`ObjectSource`] a store with remotes gets, which brings a missing
+//! object from the remote on first need, checks it against its id (AEAD tag, length,
+//! SHA-256), and keeps it in `objects/` like any other object.
+//!
+//! Prefetch: a fetched tree queues its subdirectories' trees, and a fetched chunk queues the
+//! next chunks of its file (known from the trees fetched so far), for a small pool of
+//! threads that fetch them [`backend::IN_FLIGHT`] at a time; a walk or a sequential read
+//! then finds them local.
+//!
+//! The cache bound: every lazily fetched object is appended to `cache/remote-fetched`
+//! (`<hex> <bytes>` lines). When what that list holds passes the remote's `cache_bytes`,
+//! the oldest fetched objects are removed until it is under 90% of it (first fetched, first
+//! evicted). Only objects listed there are ever evicted: they came from the remote and can
+//! come again; objects this store made itself are never touched. A view that has an
+//! evicted object open keeps reading it; the next open fetches it again.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::remote::pack::{Index, Kind};
+use crate::remote::{backend, list_configs, Remote};
+use crate::store::tree::{EntryKind, Tree};
+use crate::store::{fsio, ObjectSource, Store};
+
+/// Objects a chunk fetch queues ahead of a sequential read.
+const READ_AHEAD_CHUNKS: usize = 8;
+/// Chunks after a demanded one fetched in the same request (adjacent in their pack: one
+/// ranged GET of about 1 MiB).
+const DEMAND_CHUNKS_AHEAD: usize = 3;
+/// Threads fetching queued objects.
+const PREFETCH_THREADS: usize = 2;
+/// The index is re-read from the remote for an object it lacks at most this often.
+const INDEX_REFRESH: Duration = Duration::from_secs(5);
+
+/// Name of the eviction list in `cache/`.
+pub const FETCHED_LIST: &str = "remote-fetched";
+
+struct Opened {
+    remote: Remote,
+    /// Held while the trees of a pack are fetched, so concurrent walkers do not download
+    /// the same pack at once (the second finds its tree here after waiting).
+    tree_fetch: Mutex<()>,
+    index: std::sync::RwLock<Arc<Index>>,
+    refreshed: Mutex<Instant>,
+}
+
+impl Opened {
+    fn index(&self) -> Arc<Index> {
+        self.index.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// The lazy source of one store: its remotes, opened on first need.
+pub struct RemoteSource {
+    store_root: std::path::PathBuf,
+    names: Vec<String>,
+    cache_bytes: u64,
+    opened: Mutex<Option<Arc<Opened>>>,
+    /// Chunk -> the chunks after it in its file.
+    next_chunks: Mutex<HashMap<ObjectId, Vec<ObjectId>>>,
+    queue: Arc<(Mutex<VecDeque<ObjectId>>, Condvar)>,
+    queued: Mutex<HashSet<ObjectId>>,
+    workers_started: std::sync::Once,
+    fetched_bytes: Mutex<Option<u64>>,
+    me: std::sync::Weak<RemoteSource>,
+}
+
+impl std::fmt::Debug for RemoteSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RemoteSource({:?})", self.names)
+    }
+}
+
+/// The factory [`crate::store::set_object_source_factory`] is given: a source for a store
+/// with at least one remote.
+pub fn source_for(store: &Store) -> Option<Arc<dyn ObjectSource>> {
+    let configs = match list_configs(store) {
+        Ok(c) if !c.is_empty() => c,
+        Ok(_) => return None,
+        Err(e) => {
+            log::warn!("reading the store's remotes: {e}");
+            return None;
+        }
+    };
+    let cache_bytes = configs
+        .iter()
+        .map(|(_, c)| c.cache_bytes)
+        .min()
+        .unwrap_or(0);
+    Some(Arc::new_cyclic(|me| RemoteSource {
+        store_root: store.root().to_path_buf(),
+        names: configs.into_iter().map(|(n, _)| n).collect(),
+        cache_bytes,
+        opened: Mutex::new(None),
+        next_chunks: Mutex::new(HashMap::new()),
+        queue: Arc::new((Mutex::new(VecDeque::new()), Condvar::new())),
+        queued: Mutex::new(HashSet::new()),
+        workers_started: std::sync::Once::new(),
+        fetched_bytes: Mutex::new(None),
+        me: me.clone(),
+    }))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl RemoteSource {
+    /// The opened remote holding `id` (opening the remotes on first use, re-reading the
+    /// index when it lacks `id` and was read more than [`INDEX_REFRESH`] ago).
+    fn remote_for(&self, store: &Store, id: &ObjectId) -> Result<Option<Arc<Opened>>> {
+        let shared = {
+            let mut g = lock(&self.opened);
+            if g.is_none() {
+                // The first remote that opens (a clone has one: origin).
+                let mut last_err = None;
+                for n in &self.names {
+                    match Remote::open_named(store, n).and_then(|r| {
+                        let index = r.cached_index(store)?;
+                        Ok(Opened {
+                            remote: r,
+                            tree_fetch: Mutex::new(()),
+                            index: std::sync::RwLock::new(Arc::new(index)),
+                            refreshed: Mutex::new(Instant::now() - INDEX_REFRESH),
+                        })
+                    }) {
+                        Ok(o) => {
+                            *g = Some(Arc::new(o));
+                            break;
+                        }
+                        Err(e) => last_err = Some(e),
+                    }
+                }
+                if g.is_none() {
+                    return Err(
+                        last_err.unwrap_or_else(|| Error::NotFound("no remote opens".into()))
+                    );
+                }
+            }
+            g.clone()
+        };
+        let Some(shared) = shared else {
+            return Ok(None);
+        };
+        if !shared.index().contains(id) {
+            let mut r = lock(&shared.refreshed);
+            if r.elapsed() >= INDEX_REFRESH {
+                *r = Instant::now();
+                let fresh = shared.remote.sync_index(store)?;
+                *shared.index.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
+            }
+        }
+        let has = shared.index().contains(id);
+        Ok(has.then_some(shared))
+    }
+
+    fn start_workers(&self, store: &Store) {
+        self.workers_started.call_once(|| {
+            for _ in 0..PREFETCH_THREADS {
+                let Some(me) = self.me.upgrade() else { return };
+                let root = store.root().to_path_buf();
+                let _spawned = std::thread::Builder::new()
+                    .name("ckptfs-prefetch".into())
+                    .spawn(move || prefetch_worker(root, me));
+            }
+        });
+    }
+
+    fn enqueue(&self, store: &Store, ids: Vec<ObjectId>) {
+        let mut fresh = Vec::new();
+        {
+            let mut queued = lock(&self.queued);
+            for id in ids {
+                if queued.len() > 100_000 {
+                    queued.clear();
+                }
+                if queued.insert(id) && !has_local(store, &id) {
+                    fresh.push(id);
+                }
+            }
+        }
+        if fresh.is_empty() {
+            return;
+        }
+        self.start_workers(store);
+        let (q, cv) = &*self.queue;
+        let mut g = lock(q);
+        for id in fresh {
+            g.push_back(id);
+        }
+        cv.notify_all();
+    }
+
+    /// Fetches `ids` (all on `opened`'s remote) into the store; queues what they lead to.
+    /// Only a `demand` fetch (a reader waiting) queues the chunks after it: prefetched chunks
+    /// queuing more would cascade to the end of every file touched. A reader's view keeps
+    /// the window moving (its readahead hints queue what it lacks).
+    fn fetch_batch(
+        &self,
+        store: &Store,
+        opened: &Opened,
+        ids: &[ObjectId],
+        demand: bool,
+    ) -> Vec<Result<()>> {
+        let index = opened.index();
+        let kinds: Vec<Option<Kind>> = ids
+            .iter()
+            .map(|i| index.objects.get(i).map(|l| l.kind))
+            .collect();
+        let results = opened.remote.fetch_objects(&index, ids);
+        let mut ahead = Vec::new();
+        let mut out = Vec::new();
+        for ((id, r), kind) in ids.iter().zip(results).zip(kinds) {
+            out.push(r.and_then(|data| {
+                if kind == Some(Kind::Tree) {
+                    if let Ok(t) = Tree::decode_object(id, &data) {
+                        ahead.extend(self.learn_tree(&t));
+                    }
+                }
+                self.keep(store, id, &data)
+            }));
+            if demand {
+                if let Some(next) = lock(&self.next_chunks).get(id) {
+                    ahead.extend(next.iter().copied());
+                }
+            }
+        }
+        self.enqueue(store, ahead);
+        out
+    }
+
+    /// Records a tree's files' chunk sequences; returns its subdirectories' trees.
+    fn learn_tree(&self, t: &Tree) -> Vec<ObjectId> {
+        let mut subtrees = Vec::new();
+        let mut nc = lock(&self.next_chunks);
+        if nc.len() > 1_000_000 {
+            nc.clear();
+        }
+        for e in &t.entries {
+            match &e.kind {
+                EntryKind::Dir { tree, .. } => subtrees.push(*tree),
+                EntryKind::File { chunks } if chunks.len() > 1 => {
+                    for (i, c) in chunks.iter().enumerate() {
+                        let next: Vec<ObjectId> = chunks[i + 1..]
+                            .iter()
+                            .take(READ_AHEAD_CHUNKS)
+                            .map(|c| c.id)
+                            .collect();
+                        if !next.is_empty() {
+                            nc.insert(c.id, next);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        subtrees
+    }
+
+    /// Writes a fetched object into the store (not synced: it is a cache entry the remote
+    /// can give again) and accounts it for eviction.
+    fn keep(&self, store: &Store, id: &ObjectId, data: &[u8]) -> Result<()> {
+        let compressed = store.compressed();
+        let stored: std::borrow::Cow<[u8]> = if compressed {
+            zstd::bulk::compress(data, 3)
+                .map_err(|e| Error::io_op(format!("compressing object {id}"), e))?
+                .into()
+        } else {
+            data.into()
+        };
+        let dest = store.object_path(id, compressed);
+        let tmp = fsio::temp_path(&store.tmp_dir(), "fetched");
+        fsio::write_new(&tmp, &stored, 0o444)?;
+        let published = fsio::publish_new(&tmp, &dest);
+        let _ignored_cleanup = std::fs::remove_file(&tmp);
+        if !published? {
+            return Ok(());
+        }
+        let list = store.cache_dir().join(FETCHED_LIST);
+        fsio::append_line_with(&list, &format!("{} {}", id.to_hex(), stored.len()), false)?;
+        let over = {
+            let mut fb = lock(&self.fetched_bytes);
+            let total = fb.get_or_insert_with(|| listed_bytes(&list));
+            *total += stored.len() as u64;
+            *total > self.cache_bytes
+        };
+        if over {
+            let left = evict(store, self.cache_bytes / 10 * 9)?;
+            *lock(&self.fetched_bytes) = Some(left);
+        }
+        Ok(())
+    }
+}
+
+fn has_local(store: &Store, id: &ObjectId) -> bool {
+    store.has_object(id)
+}
+
+fn listed_bytes(list: &std::path::Path) -> u64 {
+    std::fs::read_to_string(list)
+        .map(|s| {
+            s.lines()
+                .filter_map(|l| l.split_once(' ').and_then(|(_, n)| n.parse::<u64>().ok()))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Removes the oldest lazily fetched objects until those listed hold at most `target`
+/// bytes; returns what they hold then.
+///
+/// # Errors
+/// I/O on the list.
+pub fn evict(store: &Store, target: u64) -> Result<u64> {
+    let list = store.cache_dir().join(FETCHED_LIST);
+    let _guard = EVICTING.lock();
+    let text = match std::fs::read_to_string(&list) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io(&list, e)),
+    };
+    let entries: Vec<(ObjectId, u64)> = text
+        .lines()
+        .filter_map(|l| {
+            let (h, n) = l.split_once(' ')?;
+            Some((ObjectId::parse(h).ok()?, n.parse().ok()?))
+        })
+        .collect();
+    let mut total: u64 = entries.iter().map(|e| e.1).sum();
+    let mut keep_from = 0;
+    for (i, (id, n)) in entries.iter().enumerate() {
+        if total <= target {
+            keep_from = i;
+            break;
+        }
+        keep_from = i + 1;
+        if let Some((p, _)) = store.locate_object(id) {
+            if let Err(e) = std::fs::remove_file(&p) {
+                log::warn!("evicting {}: {e}", p.display());
+            }
+        }
+        total -= n;
+    }
+    let rest: String = entries[keep_from..]
+        .iter()
+        .map(|(id, n)| format!("{} {n}\n", id.to_hex()))
+        .collect();
+    fsio::write_atomic_replace_volatile(&list, rest.as_bytes(), 0o600)?;
+    log::info!("evicted {keep_from} lazily fetched objects ({total} bytes remain)");
+    Ok(total)
+}
+
+static EVICTING: Mutex<()> = Mutex::new(());
+
+impl ObjectSource for RemoteSource {
+    fn holds(&self, store: &Store, id: &ObjectId) -> bool {
+        matches!(self.remote_for(store, id), Ok(Some(_)))
+    }
+
+    fn repair(&self, store: &Store, id: &ObjectId) -> Result<bool> {
+        let Some(opened) = self.remote_for(store, id)? else {
+            return Ok(false);
+        };
+        let index = opened.index();
+        let mut got = opened.remote.fetch_objects(&index, &[*id]);
+        let data = got
+            .pop()
+            .unwrap_or_else(|| Err(Error::Invalid("no reply".into())))?;
+        let compressed = store.compressed();
+        let stored: std::borrow::Cow<[u8]> = if compressed {
+            zstd::bulk::compress(&data, 3)
+                .map_err(|e| Error::io_op(format!("compressing object {id}"), e))?
+                .into()
+        } else {
+            data.as_slice().into()
+        };
+        // Whichever form the bad copy had goes; the good one takes the store's form.
+        if let Some((p, _)) = store.locate_object(id) {
+            fsio::remove_file(&p)?;
+        }
+        let tmp = fsio::temp_path(&store.tmp_dir(), "repaired");
+        fsio::write_new(&tmp, &stored, 0o444)?;
+        fsio::sync_path(&tmp)?;
+        let published = fsio::publish_new(&tmp, &store.object_path(id, compressed));
+        let _ignored_cleanup = std::fs::remove_file(&tmp);
+        published?;
+        Ok(true)
+    }
+
+    fn prefetch(&self, store: &Store, ids: &[ObjectId]) {
+        self.enqueue(store, ids.to_vec());
+    }
+
+    fn fetch(&self, store: &Store, id: &ObjectId) -> Result<bool> {
+        debug_assert_eq!(store.root(), self.store_root);
+        let Some(opened) = self.remote_for(store, id)? else {
+            return Ok(false);
+        };
+        let index = opened.index();
+        let Some(loc) = index.objects.get(id).copied() else {
+            return Ok(false);
+        };
+        // What else one request can bring: every tree of a tree's pack (they sit side by
+        // side, and a walk needs them all), or the next chunks of a file.
+        let mut batch = vec![*id];
+        let _one_pack_at_a_time;
+        if loc.kind == Kind::Tree {
+            _one_pack_at_a_time = lock(&opened.tree_fetch);
+            if store.has_object(id) {
+                return Ok(true);
+            }
+            batch.extend(
+                index
+                    .objects
+                    .iter()
+                    .filter(|(i, l)| l.pack == loc.pack && l.kind == Kind::Tree && *i != id)
+                    .map(|(i, _)| *i)
+                    .filter(|i| !store.has_object(i)),
+            );
+        } else if let Some(next) = lock(&self.next_chunks).get(id) {
+            batch.extend(
+                next.iter()
+                    .take(DEMAND_CHUNKS_AHEAD)
+                    .filter(|i| !store.has_object(i))
+                    .copied(),
+            );
+        }
+        let mut r = self.fetch_batch(store, &opened, &batch, true);
+        r.truncate(1);
+        r.pop().unwrap_or(Ok(()))?;
+        Ok(true)
+    }
+}
+
+/// A prefetch thread: takes up to a batch of queued ids and fetches those still missing.
+fn prefetch_worker(root: std::path::PathBuf, src: Arc<RemoteSource>) {
+    let store = match Store::open(&root) {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("prefetch: {e}");
+            return;
+        }
+    };
+    loop {
+        let batch: Vec<ObjectId> = {
+            let (m, cv) = &*src.queue;
+            let mut g = lock(m);
+            while g.is_empty() {
+                g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            let n = g.len().min(backend::IN_FLIGHT * 2);
+            g.drain(..n).collect()
+        };
+        let missing: Vec<ObjectId> = batch.into_iter().filter(|i| !store.has_object(i)).collect();
+        let Some(first) = missing.first() else {
+            continue;
+        };
+        match src.remote_for(&store, first) {
+            Ok(Some(opened)) => {
+                for r in src.fetch_batch(&store, &opened, &missing, false) {
+                    if let Err(e) = r {
+                        log::debug!("prefetch: {e}");
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => log::debug!("prefetch: {e}"),
+        }
+    }
+}
