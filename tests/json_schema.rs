@@ -438,6 +438,94 @@ fn turn_outputs_match_their_schemas() {
     assert!(text.contains(" +05:30 "), "{text}");
 }
 
+/// As `check_code`, with `g`'s AWS environment (a remote command).
+fn rcheck_code(g: &Garage, code: i32, name: &str, args: &[&str]) -> Value {
+    let mut args: Vec<&str> = args.to_vec();
+    args.push("--json");
+    let o = rrun(g, &args);
+    let what = describe_output(&format!("ckptfs {}", args.join(" ")), &o);
+    assert_eq!(o.status.code(), Some(code), "{what}");
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {what}"));
+    validate(name, &v, &format!("ckptfs {}", args.join(" ")));
+    v
+}
+
+fn rcheck(g: &Garage, name: &str, args: &[&str]) -> Value {
+    rcheck_code(g, 0, name, args)
+}
+
+#[test]
+fn remote_commands_match_their_schemas() {
+    let g = Garage::start();
+    let (env, c1, c2) = two_root_store();
+    let st = env.s();
+    let key = key_file(env.tmp.path(), "json schema");
+    let url = g.url("json/a");
+    let mut add = vec!["remote", "add", &st, "origin", &url];
+    let r = reach(&g, 0, &key);
+    add.extend(r.iter().map(String::as_str));
+    add.extend(FAST_KDF);
+    let v = rcheck(&g, "remote-add", &add);
+    assert_eq!(v["encrypted"], true, "{v}");
+    assert_eq!(v["region"], "garage", "{v}");
+
+    let v = rcheck(&g, "push", &["push", &st]);
+    assert!(v["objects"].as_u64().unwrap_or(0) > 0, "{v}");
+    assert_eq!(v["branches"]["main"]["old"], Value::Null, "{v}");
+    assert_eq!(v["branches"]["main"]["new"], c2.as_str(), "{v}");
+    assert_eq!(v["labels"][0], "first", "{v}");
+    // The second push has nothing to upload: the schema holds for empty maps and zeros.
+    let v = rcheck(&g, "push", &["push", &st, "origin"]);
+    assert_eq!(v["objects"], 0, "{v}");
+    assert_eq!(v["records"], 0, "{v}");
+    assert!(
+        v["branches"].as_object().is_some_and(|m| m.is_empty()),
+        "{v}"
+    );
+
+    let v = rcheck(&g, "remote-list", &["remote", "list", &st]);
+    assert_eq!(v[0]["name"], "origin", "{v}");
+    assert_eq!(v[0]["branches"]["main"], c2.as_str(), "{v}");
+    assert_eq!(v[0]["labels"]["first"], c1.as_str(), "{v}");
+
+    // A second store: clone, then a new checkpoint on A, pushed, fetched and pulled into B.
+    let b = env.tmp.path().join("b");
+    let bs = s(&b).to_string();
+    let mut clone = vec!["clone", &url, &bs];
+    clone.extend(r.iter().map(String::as_str));
+    let v = rcheck(&g, "clone", &clone);
+    assert_eq!(v["records"], 2, "{v}");
+    assert_eq!(v["branches"]["main"], c2.as_str(), "{v}");
+    write(&env.root("ws").join("a.txt"), b"three\n");
+    let c3 = env.capture_id(&["-m", "three"]);
+    let v = rcheck(&g, "push", &["push", &st]);
+    assert_eq!(v["branches"]["main"]["old"], c2.as_str(), "{v}");
+    let v = rcheck(&g, "fetch", &["fetch", &bs]);
+    assert_eq!(v["records"], 1, "{v}");
+    assert_eq!(v["branches"]["main"], c3.as_str(), "{v}");
+    let v = rcheck(&g, "pull", &["pull", &bs, "origin"]);
+    assert_eq!(v["fetch"]["remote"], "origin", "{v}");
+    assert_eq!(v["forwarded"]["main"]["new"], c3.as_str(), "{v}");
+
+    let v = rcheck(&g, "verify", &["verify", &st, "--remote", "origin"]);
+    assert_eq!(v["checkpoints"], 3, "{v}");
+    assert!(
+        v["findings"].as_array().is_some_and(|f| f.is_empty()),
+        "{v}"
+    );
+    let v = rcheck(&g, "gc", &["gc", &st, "--remote", "origin", "--dry-run"]);
+    assert_eq!(v["applied"], false, "{v}");
+    let v = rcheck(&g, "gc", &["gc", &st, "--remote", "origin"]);
+    assert_eq!(v["applied"], true, "{v}");
+    assert!(v["reached_objects"].as_u64().unwrap_or(0) > 0, "{v}");
+
+    let v = rcheck(&g, "remote-remove", &["remote", "remove", &bs, "origin"]);
+    assert_eq!(v["removed"], "origin", "{v}");
+    let v = rcheck(&g, "remote-list", &["remote", "list", &bs]);
+    assert_eq!(v, serde_json::json!([]), "{v}");
+}
+
 /// The subcommands (as `a b` for nested ones) whose help lists a `--json` option.
 fn commands_with_json() -> BTreeSet<String> {
     fn subcommands(help: &str) -> Vec<String> {
@@ -510,9 +598,11 @@ fn every_schema_is_exercised() {
         "branch-list",
         "capture",
         "checkpoint",
+        "clone",
         "diff",
         "doctor",
         "export",
+        "fetch",
         "find",
         "find-history",
         "fingerprint",
@@ -524,7 +614,12 @@ fn every_schema_is_exercised() {
         "log-turns",
         "ls",
         "mount",
+        "pull",
+        "push",
         "recover",
+        "remote-add",
+        "remote-list",
+        "remote-remove",
         "restore",
         "show",
         "stats",

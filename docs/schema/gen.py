@@ -487,7 +487,7 @@ command("switch", "switch", obj("SwitchReport", {
     "elapsed_ms": t(U, "time taken"),
 }), "What switch did.", "ckptfs switch ROOM --to B --json")
 
-command("verify", "verify", obj("VerifyReport", {
+VERIFY = obj("VerifyReport", {
     "checkpoints": t(U, "checkpoints verified"),
     "trees": t(U, "trees decoded"),
     "objects": t(U, "objects re-hashed (trees and chunks)"),
@@ -499,9 +499,37 @@ command("verify", "verify", obj("VerifyReport", {
         "used_by": t(arr(STR), "`CHECKPOINT:ROOT/PATH` of entries that use it (at most 20)"),
         "used_by_count": t(U, "how many use it"),
     })), "every problem found (exit 1 when any)"),
-}), "What verify checked and found.", "ckptfs verify STORE --json")
+})
+REMOTE_VERIFY = obj("RemoteVerifyReport", {
+    "remote": t(STR, "the remote verified"),
+    "checkpoints": t(U, "checkpoints its refs reach, read from its records"),
+    "objects": t(U, "objects fetched, opened and re-hashed"),
+    "bytes": t(BYTES, "their bytes (plaintext)"),
+    "findings": t(arr(obj("RemoteFinding", {
+        "object": t(STR, "the object (hex id), or `record ID`, `tree ID`, or the ref at fault"),
+        "problem": t(STR, "what is wrong (the error, or `missing on the remote`)"),
+        "paths": t(arr(STR), "`CHECKPOINT:ROOT/PATH` of entries that use it (at most 10)"),
+    })), "every problem found (exit 1 when any)"),
+}, text="What `verify --remote NAME` checked on the remote and found.")
 
-command("gc", "gc", GC, "The same report for `gc --dry-run` (the plan) and `gc` (done).", "ckptfs gc STORE --keep-last 10 --dry-run --json")
+command("verify", "verify", {"oneOf": [VERIFY, REMOTE_VERIFY], "x-type": "VerifyReport or RemoteVerifyReport"},
+        "What verify checked and found: a VerifyReport of the store, or with `--remote NAME` a RemoteVerifyReport of the remote.",
+        "ckptfs verify STORE --json")
+
+REMOTE_GC = obj("RemoteGcPlan", {
+    "remote": t(STR, "the remote"),
+    "records": t(arr(STR, "key"), "object keys of the checkpoint records no remote ref reaches (removed, or to be)"),
+    "packs": t(arr(STR, "key"), "object keys of the packs that hold no reached object (removed, or to be)"),
+    "pack_bytes": t(BYTES, "those packs' bytes"),
+    "kept_unreached": t(U, "unreached objects kept because their pack holds reached ones too (no repacking)"),
+    "index_files_replaced": t(U, "index files merged into one"),
+    "reached_objects": t(U, "objects the remote's refs reach"),
+    "applied": t(BOOL, "false with --dry-run (the plan), true when done"),
+}, text="What `gc --remote NAME` removes (`--dry-run`) or removed on the remote.")
+
+command("gc", "gc", {"oneOf": [GC, REMOTE_GC], "x-type": "GcReport or RemoteGcPlan"},
+        "The same report for `gc --dry-run` (the plan) and `gc` (done): a GcReport of the store, or with `--remote NAME` a RemoteGcPlan of the remote.",
+        "ckptfs gc STORE --keep-last 10 --dry-run --json")
 
 command("export", "export", obj("ExportReport", {
     "file": t(PATH, "the archive written"),
@@ -655,6 +683,66 @@ command("status", "status", arr({"oneOf": [WORKSPACE_ROW, LEFT_BEHIND_ROW, VIEW_
                                 "WorkspaceStatus, LeftBehindStatus or ViewStatus"),
         "Live mounts: workspaces (`kind: \"workspace\"`), trees left behind by a switch (`kind: \"left-behind\"`), then read-only views (`kind: \"view\"`).",
         "ckptfs status STORE --json")
+
+# --- Remotes (docs/remote.md) ---------------------------------------------------------
+
+BRANCH_HEADS = mapof(ID, "id")
+command("remote-add", "remote add", obj("RemoteAdded", {
+    "name": t(STR, "the remote's name in this store"),
+    "url": t(STR, "`s3://BUCKET/PREFIX`"),
+    "endpoint": t(null(STR), "`--endpoint` (null: AWS)"),
+    "region": t(null(STR), "`--region` (null: AWS_REGION, else us-east-1)"),
+    "encrypted": t(BOOL, "the remote is encrypted (false only for one made with --no-encryption)"),
+}), "The remote added.", "ckptfs remote add STORE origin s3://ckpt/rooms/a --endpoint http://127.0.0.1:3900 --region garage --json")
+
+command("remote-list", "remote list", arr(obj("RemoteRow", {
+    "name": t(STR, "the remote's name"),
+    "url": t(STR, "`s3://BUCKET/PREFIX`"),
+    "endpoint": t(null(STR), "`--endpoint` (null: AWS)"),
+    "region": t(null(STR), "`--region` (null: the default)"),
+    "cache_bytes": t(BYTES, "bytes of lazily fetched objects kept before the oldest are evicted"),
+    "branches": t(BRANCH_HEADS, "the remote's branches and their heads, as last seen (push, fetch)"),
+    "labels": t(BRANCH_HEADS, "the remote's labels and their checkpoints, as last seen"),
+})), "The store's remotes, by name.", "ckptfs remote list STORE --json")
+
+command("remote-remove", "remote remove", obj("RemoteRemoved", {
+    "removed": t(STR, "the remote forgotten here (nothing on the remote changed)"),
+}), "The remote removed.", "ckptfs remote remove STORE origin --json")
+
+REF_MOVE = obj("RefMove", {
+    "old": t(null(ID), "the head before (null: a new branch)"),
+    "new": t(ID, "the head now"),
+}, text="A branch moved from one head to another.")
+
+command("push", "push", obj("PushReport", {
+    "remote": t(STR, "the remote pushed to"),
+    "objects": t(U, "objects uploaded (0: the remote had them all)"),
+    "bytes": t(BYTES, "bytes uploaded in packs (compressed, sealed)"),
+    "packs": t(U, "packs uploaded"),
+    "records": t(U, "checkpoint records uploaded"),
+    "branches": t(mapof(REF_MOVE), "remote branches moved, by name"),
+    "labels": t(arr(STR, "name"), "labels created on the remote"),
+    "recovered": t(U, "objects indexed from packs an interrupted push left without an index"),
+}), "What push uploaded and moved; a push with nothing new has zero counts and empty `branches` and `labels`.", "ckptfs push STORE origin --json")
+
+FETCH = obj("FetchReport", {
+    "remote": t(STR, "the remote fetched from"),
+    "records": t(U, "checkpoint records brought into the store"),
+    "branches": t(BRANCH_HEADS, "the remote's branches and their heads"),
+    "labels": t(BRANCH_HEADS, "the remote's labels and their checkpoints"),
+    "created_branches": t(arr(STR, "name"), "local branches created for remote branches the store did not have"),
+    "created_labels": t(arr(STR, "name"), "local labels created"),
+    "remote_objects": t(U, "objects the remote holds (fetched lazily, when read)"),
+}, text="What a clone or fetch brought: refs and records; objects stay on the remote until read.")
+
+command("clone", "clone", FETCH, "What clone brought into the new store.",
+        "ckptfs clone s3://ckpt/rooms/a STORE --endpoint http://127.0.0.1:3900 --region garage --json")
+command("fetch", "fetch", FETCH, "The same report as clone's.", "ckptfs fetch STORE origin --json")
+command("pull", "pull", obj("PullReport", {
+    "fetch": t(FETCH, "the fetch pull starts with"),
+    "forwarded": t(mapof(REF_MOVE), "local branches fast-forwarded to the remote's head, by name"),
+    "skipped": t(mapof(STR, "string"), "local branches left alone, with why (exit 1 when any)"),
+}), "What pull fetched and fast-forwarded.", "ckptfs pull STORE origin --json")
 
 # --- Output ---------------------------------------------------------------------------
 
