@@ -277,11 +277,7 @@ fn log_table(
 ) -> Vec<String> {
     let mut t = Table::new().right(&[4, 5]);
     for (id, c) in items {
-        let ls: Vec<&str> = labels
-            .iter()
-            .filter(|(_, l)| l == id)
-            .map(|(n, _)| n.as_str())
-            .collect();
+        let ls = history::labels_of(labels, id);
         t.row(vec![
             id.short(),
             format_local(c.time_ns),

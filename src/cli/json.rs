@@ -4,7 +4,6 @@
 use serde_json::Value;
 
 use ckptfs::store::checkpoint::Checkpoint;
-use ckptfs::ObjectId;
 
 /// A checkpoint record as JSON shows it: its fields, each root's `mode` as four octal digits
 /// (`"0755"`, as `ls`, `find` and `diff` give modes) and `time_rfc3339` beside `time_ns`.
@@ -47,14 +46,7 @@ pub(crate) fn rfc3339_of_utc(s: &str) -> String {
     }
 }
 
-/// The labels naming `id` now, as `log` and `show` list them.
-pub(crate) fn labels_of(labels: &[(String, ObjectId)], id: &ObjectId) -> Vec<String> {
-    labels
-        .iter()
-        .filter(|(_, l)| l == id)
-        .map(|(n, _)| n.clone())
-        .collect()
-}
+pub(crate) use ckptfs::ops::history::labels_of;
 
 #[cfg(test)]
 mod tests {

@@ -401,17 +401,15 @@ pub fn checkpoint(a: &CheckpointArgs, hold: &Hold) -> Result<i32> {
         meta: a.meta.to_map()?,
         ..Default::default()
     };
-    let r = workspace::checkpoint_annotated(
-        &s,
-        &b,
-        a.label.as_deref(),
-        &a.message,
+    let o = workspace::CheckpointOptions {
+        label: a.label.as_deref(),
+        message: &a.message,
         hold,
-        &a.exclude,
-        a.allow_empty,
-        &ann,
-        None,
-    )?;
+        exclude: &a.exclude,
+        allow_empty: a.allow_empty,
+        annotations: &ann,
+    };
+    let r = workspace::checkpoint(&s, &b, &o, None)?;
     // The upper layer's recorded bytes leave it now if nobody is inside (see docs/workspaces.md).
     let fold = workspace::fold(&s, &b)?;
     if a.json.json {

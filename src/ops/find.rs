@@ -153,11 +153,7 @@ fn reference(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> Ch
         branch: c.branch.clone(),
         time_ns: c.time_ns,
         time_rfc3339: crate::util::format_rfc3339(c.time_ns),
-        labels: labels
-            .iter()
-            .filter(|(_, l)| l == id)
-            .map(|(n, _)| n.clone())
-            .collect(),
+        labels: crate::ops::history::labels_of(labels, id),
     }
 }
 

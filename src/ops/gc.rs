@@ -686,11 +686,7 @@ fn decide(
                 branch: c.branch.clone(),
                 time: crate::util::format_rfc3339(c.time_ns),
                 label: c.label.clone(),
-                labels: labels
-                    .iter()
-                    .filter(|(_, l)| l == id)
-                    .map(|(n, _)| n.clone())
-                    .collect(),
+                labels: crate::ops::history::labels_of(labels, id),
                 message: c.message.lines().next().unwrap_or("").to_string(),
                 kept: reasons,
                 pruned,

@@ -153,12 +153,13 @@ pub fn names_lenient(store: &Store, with_branches: bool) -> Result<(Vec<NamedId>
     Ok((names, problems))
 }
 
-/// The labels (`(name, checkpoint)` pairs) naming `id`, in their order.
-fn labels_of<'a>(labels: &'a [(String, ObjectId)], id: &ObjectId) -> Vec<&'a str> {
+/// The names of the labels (`(name, checkpoint)` pairs, as `Store::list_labels` gives them)
+/// that name `id`, in their order: what every listing shows as a checkpoint's `labels`.
+pub fn labels_of(labels: &[(String, ObjectId)], id: &ObjectId) -> Vec<String> {
     labels
         .iter()
         .filter(|(_, l)| l == id)
-        .map(|(n, _)| n.as_str())
+        .map(|(n, _)| n.clone())
         .collect()
 }
 

@@ -335,11 +335,7 @@ pub fn stats(store: &Store, scope: &StatsScope) -> Result<StatsReport> {
                 branch: c.branch.clone(),
                 time_ns: c.time_ns,
                 time_rfc3339: crate::util::format_rfc3339(c.time_ns),
-                labels: labels
-                    .iter()
-                    .filter(|(_, l)| l == id)
-                    .map(|(n, _)| n.clone())
-                    .collect(),
+                labels: crate::ops::history::labels_of(&labels, id),
                 files: files(c),
                 logical_bytes: logical(c),
                 unique_bytes: ck_content.get(&i).copied().unwrap_or(0),

@@ -397,18 +397,16 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
         } else {
             opts.message.clone()
         };
-        match workspace::checkpoint_annotated(
-            store,
-            b,
-            opts.label.as_deref(),
-            &message,
-            &Hold::default(),
-            &[],
+        let o = workspace::CheckpointOptions {
+            label: opts.label.as_deref(),
+            message: &message,
+            hold: &Hold::default(),
+            exclude: &[],
             // A completed turn is one checkpoint, also when it wrote nothing.
-            true,
-            &ann,
-            Some(&mut claim),
-        ) {
+            allow_empty: true,
+            annotations: &ann,
+        };
+        match workspace::checkpoint(store, b, &o, Some(&mut claim)) {
             Ok(r) => report.checkpoint = Some(r.id),
             Err(e) => {
                 report.outcome = "checkpoint-failed".into();

@@ -563,42 +563,37 @@ impl ChangeWalk<'_> {
     }
 }
 
-/// Records a checkpoint of `branch`'s workspace (mounted or not), leaving out what `exclude`
-/// matches besides the roots' rules. Caller holds the lock.
+/// What a checkpoint of a workspace records besides the workspace itself, and how.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckpointOptions<'a> {
+    /// A label for it (immutable; asks for a checkpoint even when nothing is new).
+    pub label: Option<&'a str>,
+    pub message: &'a str,
+    /// What is frozen while the upper layers are read (see `freeze`).
+    pub hold: &'a Hold,
+    /// Globs left out besides the roots' own rules (as in STORE.json, see `store::exclude`).
+    pub exclude: &'a [String],
+    /// Record one even when the workspace holds nothing new (see [`dirty`]).
+    pub allow_empty: bool,
+    /// Meta, runtime and turn for the record.
+    pub annotations: &'a Annotations,
+}
+
+/// Records a checkpoint of `branch`'s workspace (mounted or not) as `o` says. Caller holds
+/// the lock.
 pub(super) fn checkpoint_locked(
     store: &Store,
     branch: &str,
-    label: Option<&str>,
-    message: &str,
-    hold: &Hold,
-    exclude: &[String],
-    allow_empty: bool,
+    o: &CheckpointOptions,
 ) -> Result<CheckpointReport> {
-    let ann = Annotations::default();
-    checkpoint_locked_with(
-        store,
-        branch,
+    let CheckpointOptions {
         label,
         message,
         hold,
         exclude,
         allow_empty,
-        &ann,
-    )
-}
-
-/// As `checkpoint_locked`, recording `ann` (meta, runtime, turn) in the record.
-#[allow(clippy::too_many_arguments)]
-fn checkpoint_locked_with(
-    store: &Store,
-    branch: &str,
-    label: Option<&str>,
-    message: &str,
-    hold: &Hold,
-    exclude: &[String],
-    allow_empty: bool,
-    ann: &Annotations,
-) -> Result<CheckpointReport> {
+        annotations: ann,
+    } = *o;
     let t0 = std::time::Instant::now();
     if let Some(l) = label {
         check_name("label", l)?;
@@ -818,60 +813,27 @@ fn second_pass(
     Ok((m, held))
 }
 
-/// `ckptfs checkpoint`: a checkpoint of the workspace of `branch`. What `hold` names is
-/// frozen while the upper layers are read (see `freeze`); what `exclude` matches (globs as in
-/// STORE.json's rules, see `store::exclude`) is left out, besides the roots' own rules. A
-/// workspace that holds nothing new (see [`dirty`]) records nothing (`recorded: false`)
-/// unless `allow_empty` or a label asks for a checkpoint anyway.
+/// `ckptfs checkpoint`: a checkpoint of the workspace of `branch`, as `o` says. What the
+/// workspace's mount holds (`mount --freeze-cgroup`, `--freeze-fs`) is held too. A workspace
+/// that holds nothing new (see [`dirty`]) records nothing (`recorded: false`) unless
+/// `allow_empty` or a label asks for a checkpoint anyway. With `claim`, it runs as a step of
+/// the long operation that claimed the store (`ckptfs turn`, see `Store::claim`) instead of a
+/// mutation of its own.
 ///
 /// # Errors
 /// `Invalid` naming a special file (FIFO, socket, device) that no rule excludes, or a file
-/// that kept changing; `Usage` for a bad exclude glob; `Conflict` for an existing label.
+/// that kept changing; `Usage` for a bad exclude glob or bad meta; `Conflict` for an existing
+/// label, or when `claim` no longer holds the store.
 pub fn checkpoint(
     store: &Store,
     branch: &str,
-    label: Option<&str>,
-    message: &str,
-    hold: &Hold,
-    exclude: &[String],
-    allow_empty: bool,
-) -> Result<CheckpointReport> {
-    let ann = Annotations::default();
-    checkpoint_annotated(
-        store,
-        branch,
-        label,
-        message,
-        hold,
-        exclude,
-        allow_empty,
-        &ann,
-        None,
-    )
-}
-
-/// As [`checkpoint`], recording `ann` in the record (`--meta`; a turn's runtime and turn),
-/// and, with `claim`, as a step of the long operation that claimed the store (`ckptfs turn`,
-/// see `Store::claim`) instead of a mutation of its own.
-///
-/// # Errors
-/// Those of [`checkpoint`]; `Usage` for bad meta; `Conflict` when `claim` no longer holds
-/// the store.
-#[allow(clippy::too_many_arguments)]
-pub fn checkpoint_annotated(
-    store: &Store,
-    branch: &str,
-    label: Option<&str>,
-    message: &str,
-    hold: &Hold,
-    exclude: &[String],
-    allow_empty: bool,
-    ann: &Annotations,
+    o: &CheckpointOptions,
     claim: Option<&mut crate::store::lock::RunningMarker>,
 ) -> Result<CheckpointReport> {
+    let (label, exclude, ann) = (o.label, o.exclude, o.annotations);
     crate::store::checkpoint::check_meta(&ann.meta)?;
     // What the workspace's mount records (`mount --freeze-cgroup`, `--freeze-fs`) is held too.
-    let mut hold = hold.clone();
+    let mut hold = o.hold.clone();
     if let Some(st) = state(store, branch)? {
         let recorded = Hold::recorded(st);
         hold.filesystem |= recorded.filesystem;
@@ -886,17 +848,9 @@ pub fn checkpoint_annotated(
         store,
         serde_json::json!({"branch": branch, "label": label, "exclude": exclude}),
     );
+    let o = CheckpointOptions { hold, ..*o };
     let run = || {
-        let r = checkpoint_locked_with(
-            store,
-            branch,
-            label,
-            message,
-            hold,
-            exclude,
-            allow_empty,
-            ann,
-        )?;
+        let r = checkpoint_locked(store, branch, &o)?;
         let summary = serde_json::json!({"checkpoint": r.id, "recorded": r.recorded, "files_read": r.files_read,
             "new_objects": r.checkpoint.stats.new_objects, "new_bytes": r.checkpoint.stats.new_bytes});
         Ok((r, summary))

@@ -42,7 +42,7 @@ mod switch;
 pub use branch::{delete_branch, fork, set_archived, upper_usage};
 pub(crate) use checkpoint::unused_snapshots;
 pub use checkpoint::{
-    checkpoint, checkpoint_annotated, dirty, first_change, is_dirty, live_tree, CheckpointReport,
+    checkpoint, dirty, first_change, is_dirty, live_tree, CheckpointOptions, CheckpointReport,
     DirtyReport, Held, Hold, LiveTree, SpecialFile,
 };
 pub use fold::{fold, remove_folded, roll_back_fold, waiting, FoldReport};

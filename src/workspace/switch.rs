@@ -287,11 +287,14 @@ pub fn switch(
                 let c = checkpoint_locked(
                     store,
                     from_branch,
-                    None,
-                    "before switch",
-                    &hold,
-                    &[],
-                    false,
+                    &super::CheckpointOptions {
+                        label: None,
+                        message: "before switch",
+                        hold: &hold,
+                        exclude: &[],
+                        allow_empty: false,
+                        annotations: &Default::default(),
+                    },
                 )?;
                 checkpointed = c.recorded.then_some(c.id);
             }
