@@ -257,21 +257,6 @@ pub fn run_remote(c: RemoteCommand) -> Result<i32> {
     }
 }
 
-/// One progress line on a terminal: objects, bytes, rate, ETA.
-fn show_progress(done: u64, todo: u64, bytes: u64, secs: f64) {
-    let rate = if secs > 0.0 { bytes as f64 / secs } else { 0.0 };
-    let eta = if done > 0 {
-        secs * (todo.saturating_sub(done)) as f64 / done as f64
-    } else {
-        0.0
-    };
-    eprint!(
-        "\r\x1b[Kpushing: {done}/{todo} objects, {:.1} MiB, {:.1} MiB/s, ETA {eta:.0}s",
-        bytes as f64 / (1 << 20) as f64,
-        rate / (1 << 20) as f64
-    );
-}
-
 fn short(id: &Option<ckptfs::id::ObjectId>) -> String {
     id.map_or("(new)".into(), |i| i.short())
 }
@@ -296,12 +281,8 @@ pub fn run_push(a: PushArgs) -> Result<i32> {
         &sync::PushOptions {
             what,
             force: a.force,
-            progress: std::io::IsTerminal::is_terminal(&std::io::stderr()).then_some(show_progress),
         },
     )?;
-    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        eprint!("\r\x1b[K");
-    }
     store.append_audit(&serde_json::json!({
         "op": "push", "remote": name, "objects": rep.objects, "bytes": rep.bytes,
         "records": rep.records, "branches": rep.branches, "labels": rep.labels,

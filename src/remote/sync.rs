@@ -60,8 +60,6 @@ pub struct PushOptions {
     /// Branch names, label names or checkpoint specs; empty: every branch and label.
     pub what: Vec<String>,
     pub force: bool,
-    /// Called as objects are packed: (objects done, objects to do, bytes packed, seconds).
-    pub progress: Option<fn(u64, u64, u64, f64)>,
 }
 
 /// Local checkpoints reachable from `heads` through parents (those recorded here).
@@ -367,22 +365,10 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
                 tx.send((format!("packs/{}", crypto::hex(&hash)), bytes))
                     .map_err(|_| Error::Invalid("the upload stopped".into()))
             };
-            let started = std::time::Instant::now();
-            let mut shown = started;
-            let todo = objects.len() as u64;
+            // On a terminal, the shared bar (`crate::progress`: off with --quiet and --json).
+            let progress =
+                crate::progress::Progress::items("push", "objects", Some(objects.len() as u64));
             for (id, kind, len) in &objects {
-                if let Some(show) = opts.progress {
-                    if shown.elapsed() >= std::time::Duration::from_millis(200) {
-                        shown = std::time::Instant::now();
-                        let done = report.objects;
-                        show(
-                            done,
-                            todo,
-                            report.bytes + (w.bytes.len() + wt.bytes.len()) as u64,
-                            started.elapsed().as_secs_f64(),
-                        );
-                    }
-                }
                 let data = match kind {
                     Kind::Tree => {
                         store.read_object_bounded(id, crate::store::tree::MAX_TREE_BYTES)?
@@ -394,6 +380,8 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
                 let into = if *kind == Kind::Tree { &mut wt } else { &mut w };
                 into.add(&remote.keys, *id, *kind, &data)?;
                 report.objects += 1;
+                progress.add_items(1);
+                progress.add_bytes(data.len() as u64);
                 if into.is_full() {
                     send(std::mem::take(into), &mut report)?;
                 }
