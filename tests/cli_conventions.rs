@@ -9,8 +9,6 @@ mod support;
 use std::fs;
 use std::path::Path;
 
-use ckptfs::id::ObjectId;
-use ckptfs::Store;
 use serde_json::Value;
 use support::*;
 
@@ -457,30 +455,9 @@ fn fork_takes_the_name_as_label_does() {
     fails(2, ["fork", &env.s(), &id]);
 }
 
-/// A store with checkpoints at `times` (records rewritten from one capture), newest first
-/// in `log`; returns it and their ids.
-fn store_at(times: &[i64]) -> (Env, Vec<String>) {
-    let env = Env::new();
-    small_tree(env.ws());
-    let first = env.capture_id(&[]);
-    let store = Store::open(&env.store).unwrap();
-    let base = store
-        .read_checkpoint(&ObjectId::parse(&first).unwrap())
-        .unwrap();
-    let mut ids = Vec::new();
-    for (i, t) in times.iter().enumerate() {
-        let mut c = base.clone();
-        c.time_ns = *t;
-        c.message = format!("at {i}");
-        ids.push(store.write_checkpoint(&c).unwrap().to_hex());
-    }
-    fs::remove_file(env.store.join("checkpoints").join(&first)).unwrap();
-    (env, ids)
-}
-
 #[test]
 fn text_shows_local_time_with_its_offset_and_json_stays_utc() {
-    let (env, ids) = store_at(&[WINTER, SUMMER]);
+    let (env, ids) = store_at_times(&[WINTER, SUMMER]);
     let d = env.tmp.path();
     let cases = [
         (

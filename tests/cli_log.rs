@@ -6,8 +6,6 @@ mod support;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ckptfs::id::ObjectId;
-use ckptfs::Store;
 use serde_json::Value;
 use support::*;
 
@@ -23,29 +21,6 @@ fn now_ns() -> i64 {
             .as_nanos(),
     )
     .unwrap()
-}
-
-/// A store whose records were taken at the given times (ns), one captured and the rest
-/// written as copies of it with other times and messages `at N`; returns the env and the
-/// ids in the order given.
-fn store_at_times(times: &[i64]) -> (Env, Vec<String>) {
-    let env = Env::new();
-    small_tree(env.ws());
-    let first = env.capture_id(&[]);
-    let store = Store::open(&env.store).unwrap();
-    let base = store
-        .read_checkpoint(&ObjectId::parse(&first).unwrap())
-        .unwrap();
-    let mut ids = Vec::new();
-    for (i, t) in times.iter().enumerate() {
-        let mut c = base.clone();
-        c.time_ns = *t;
-        c.message = format!("at {i}");
-        ids.push(store.write_checkpoint(&c).unwrap().to_hex());
-    }
-    // The captured one is not part of the test: move it far into the past.
-    std::fs::remove_file(env.store.join("checkpoints").join(&first)).unwrap();
-    (env, ids)
 }
 
 fn log_ids(env: &Env, extra: &[&str]) -> Vec<String> {

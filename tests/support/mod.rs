@@ -11,7 +11,8 @@
 //!   alone, `inodes`).
 //! - `store`: temp stores (`Env`, `tempdir` on tmpfs), queries by store path (`init`,
 //!   `capture`, `head`, `log_ids`, `show`, `tree_of`, `checkpoints`, `record`),
-//!   `recover_and_verify`, and raw writes into a store for corruption tests.
+//!   `recover_and_verify`, `store_at_times` (records at chosen times), and raw writes into a
+//!   store for corruption tests.
 //! - `mount`: mountinfo (`mounts`, `mount_source`, `mount_options`, `mounted`, `mounts_under`),
 //!   `MountGuard`, `unmount_all_under`, `mount_image` (loop devices), `wait_for` and
 //!   `eventually`.

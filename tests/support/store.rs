@@ -273,3 +273,26 @@ pub fn put_checkpoint_with_tree(store: &Path, template: &str, root: &str, tree: 
     fs::write(store.join("checkpoints").join(&id), &bytes).expect("write record");
     id
 }
+
+/// A store whose records were taken at the given times (ns), one captured and the rest
+/// written as copies of it with other times and messages `at N`; returns the env and the
+/// ids in the order given.
+pub fn store_at_times(times: &[i64]) -> (Env, Vec<String>) {
+    let env = Env::new();
+    super::tree::small_tree(env.ws());
+    let first = env.capture_id(&[]);
+    let store = ckptfs::Store::open(&env.store).unwrap();
+    let base = store
+        .read_checkpoint(&ckptfs::id::ObjectId::parse(&first).unwrap())
+        .unwrap();
+    let mut ids = Vec::new();
+    for (i, t) in times.iter().enumerate() {
+        let mut c = base.clone();
+        c.time_ns = *t;
+        c.message = format!("at {i}");
+        ids.push(store.write_checkpoint(&c).unwrap().to_hex());
+    }
+    // The captured one is not part of the test: move it far into the past.
+    std::fs::remove_file(env.store.join("checkpoints").join(&first)).unwrap();
+    (env, ids)
+}
