@@ -211,3 +211,52 @@ fn a_fifo_fails_only_the_checkpoints_that_do_not_exclude_it_and_the_branch_still
     assert_eq!(fs::read(w.room.join("a.txt")).unwrap(), b"two");
     assert!(!w.room.join("gone.txt").exists());
 }
+
+/// The agent (`nobody`) keeps a shell in its room across a switch and a fold: the fold waits
+/// for it, naming it, and after the switch its writes fail with EROFS in the tree left
+/// behind, never landing in the branch it left or the one now shown; `status` names the tree.
+#[test]
+fn an_agent_left_inside_cannot_write_into_a_branch_it_was_switched_away_from() {
+    let w = Workspace::for_nobody(&[], |room| {
+        write(&room.join("sub/a.txt"), b"a\n");
+    });
+    ok(["fork", w.store(), "main", "--name", "other"]);
+    let mut sh = InsideShell::start_as_nobody(&w.path("sub"));
+    assert_eq!(sh.run("echo turn >> a.txt && echo ok"), "ok\n");
+    // A checkpoint with the agent inside records its write but cannot fold: it says who.
+    let r = w.checkpoint_json("with the agent inside");
+    assert_eq!(r["fold"]["folded"], false, "{r}");
+    let held_by_shell = r["fold"]["holders"]
+        .as_array()
+        .is_some_and(|h| h.iter().any(|x| x["pid"] == sh.pid()));
+    assert!(held_by_shell, "{r}");
+    let r = ok_json(["switch", w.room(), "--to", "other", "--json"]);
+    assert_eq!(r["left_behind_writable"], false, "{r}");
+    let out = sh.run("echo stray > stray.txt && echo wrote");
+    assert!(out.contains("Read-only file system"), "{out}");
+    let out = sh.run("echo more >> a.txt && echo wrote");
+    assert!(out.contains("Read-only file system"), "{out}");
+    let rows = ok_json(["status", w.store(), "--json"]);
+    let named = rows.as_array().is_some_and(|rows| {
+        rows.iter().any(|l| {
+            l["kind"] == "left-behind"
+                && l["branch"] == "main"
+                && l["holders"]
+                    .as_array()
+                    .is_some_and(|h| h.iter().any(|x| x["pid"] == sh.pid()))
+        })
+    });
+    assert!(named, "{rows}");
+    // Neither branch got the stray writes.
+    assert!(!w.path("sub/stray.txt").exists());
+    assert_eq!(fs::read(w.path("sub/a.txt")).unwrap(), b"a\n");
+    let main = ok(["cat", w.store(), "main:ws/sub/a.txt"]);
+    assert_eq!(main, "a\nturn\n");
+    assert!(
+        run(["cat", w.store(), "main:ws/sub/stray.txt"])
+            .status
+            .code()
+            != Some(0)
+    );
+    drop(sh);
+}

@@ -33,7 +33,16 @@ pub struct InsideShell {
 
 impl InsideShell {
     pub fn start(dir: &Path) -> InsideShell {
-        let mut child = std::process::Command::new("sh")
+        InsideShell::spawn(std::process::Command::new("sh"), dir)
+    }
+
+    /// As [`InsideShell::start`], the shell running as `nobody` (an agent that is not root).
+    pub fn start_as_nobody(dir: &Path) -> InsideShell {
+        InsideShell::spawn(super::hostile::nobody_command(&["sh"]), dir)
+    }
+
+    fn spawn(mut c: std::process::Command, dir: &Path) -> InsideShell {
+        let mut child = c
             .current_dir(dir)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
