@@ -117,9 +117,15 @@ fn workspace_numbers_survive_cache_drops_copy_ups_remounts_and_switches() {
     // Switch away (another checkpoint) and back.
     let first = log_ids(&w.store, &[]).last().cloned().unwrap();
     ok(["fork", w.store(), &first, "--name", "alt"]);
-    ok(["switch", w.room(), "--to", "alt"]);
+    let away = ok_json(["switch", w.room(), "--to", "alt", "--json"]);
     assert!(w.path("src/m2").is_dir(), "alt is the first checkpoint");
     ok(["switch", w.room(), "--to", "main"]);
+    // A switch away that folded the upper layer of main (`folded_left`: done when nobody is
+    // inside) gives the root a new upper directory on the way back, as a remount does
+    // (above); everything below it keeps its number.
+    if away["folded_left"] == true {
+        expect.insert(PathBuf::from("."), numbers(&w.room)[Path::new(".")]);
+    }
     assert_same(&w, &expect, "a switch away and back");
 }
 
