@@ -469,6 +469,27 @@ impl Dir {
         Ok(out)
     }
 
+    /// The names of the subdirectories in this directory, by the type its listing gives
+    /// (`d_type`; an entry of unknown type is left out), in listing order, and how many
+    /// entries it has in all (without `.` and `..`). One pass of `getdents`, no `stat`.
+    pub fn subdirs(&self) -> Result<(Vec<OsString>, usize)> {
+        let mut out = Vec::new();
+        let mut all = 0;
+        let dir = rustix::fs::Dir::read_from(&self.fd).map_err(|e| io_err(&self.path, e))?;
+        for ent in dir {
+            let ent = ent.map_err(|e| io_err(&self.path, e))?;
+            let name = ent.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            all += 1;
+            if ent.file_type() == rustix::fs::FileType::Directory {
+                out.push(OsString::from_vec(name.to_vec()));
+            }
+        }
+        Ok((out, all))
+    }
+
     /// The target of the symlink `name` in this directory.
     pub fn read_link(&self, name: &OsStr) -> Result<Vec<u8>> {
         check_name(name)?;

@@ -39,6 +39,9 @@
 //!   itself (KEEP_CACHE, CACHE_DIR) with no OPENDIR/RELEASEDIR round trips, and reads them
 //!   by inode;
 //! - several worker threads (`n_threads`, `clone_fd`), since handlers block on disk reads;
+//! - the workspaces' lower view lists every directory of a checkpoint root in the background
+//!   when the kernel first looks the root up, so the kernel holds every entry's dentry before
+//!   a `git status` asks for them one LOOKUP at a time (`warm.rs`);
 //! - every write-side request answers EROFS (the mount is also `ro`); a missing xattr is
 //!   ENODATA, never ENOSYS (which would disable xattrs for the whole mount).
 
@@ -62,7 +65,8 @@ use fuser::{
 
 use crate::error::Error;
 use crate::view::backing::{self, OpenMode, OpenPlan, Opens};
-use crate::view::{Attr, Kind, Namespace, Node, View};
+use crate::view::warm::Warmer;
+use crate::view::{Attr, Content, Kind, Namespace, Node, View};
 
 /// TTL of immutable entries and attributes.
 const LONG_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -111,8 +115,10 @@ impl MountedView {
 pub struct ViewFs {
     view: Arc<View>,
     opens: Opens<BackingId>,
-    /// Where it is mounted (for [`ViewFs::connect`]).
+    /// Where it is mounted (for [`ViewFs::connect`] and the warm-ups).
     mountpoint: Option<PathBuf>,
+    /// The lower view's warm-ups of checkpoint roots ([`crate::view::warm`]).
+    warmer: Warmer,
 }
 
 /// How long a file-handle lookup waits for [`ViewFs::connect`].
@@ -144,6 +150,7 @@ impl ViewFs {
             view,
             opens: Opens::new(),
             mountpoint: None,
+            warmer: Warmer::default(),
         }
     }
 
@@ -172,6 +179,20 @@ impl ViewFs {
                 Ok(Err(e)) => log::debug!("connecting node {ino}: {e}"),
                 Err(_) => log::debug!("connecting node {ino}: no answer in {CONNECT_WAIT:?}"),
             }
+        }
+    }
+
+    /// After the lookup of `node` in `parent`: in the workspaces' lower view, a checkpoint
+    /// root (what an overlay stacks on) starts its warm-up ([`crate::view::warm`]).
+    fn warm_if_root(&self, parent: u64, node: &Node) {
+        if !self.view.is_lower() || node.attr.kind != Kind::Dir {
+            return;
+        }
+        if !matches!(self.view.node(parent), Ok(p) if matches!(p.content, Content::Checkpoint(_))) {
+            return;
+        }
+        if let (Some(mp), Some(rel)) = (&self.mountpoint, self.view.path_below(node.attr.ino)) {
+            self.warmer.root_looked_up(node.attr.ino, mp.join(rel));
         }
     }
 
@@ -437,6 +458,10 @@ fn fail(op: &str, ino: u64, e: &Error) -> Errno {
 }
 
 impl Filesystem for ViewFs {
+    fn destroy(&mut self) {
+        self.warmer.stop();
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // EXPORT_SUPPORT: the kernel may look up "." (and "..") in a node id to decode a file
         // handle, so overlayfs can follow `trusted.overlay.origin` from a copied-up file to
@@ -482,7 +507,8 @@ impl Filesystem for ViewFs {
             Ok(node) => {
                 let t = ttl(&node);
                 let attr = file_attr(&node.attr);
-                reply.entry_with_nodeid(INodeNo(node.attr.ino), &t, &t, &attr, Generation(0))
+                reply.entry_with_nodeid(INodeNo(node.attr.ino), &t, &t, &attr, Generation(0));
+                self.warm_if_root(parent.0, &node);
             }
             Err(Error::NotFound(_)) if name.as_bytes() == b"." || name.as_bytes() == b".." => {
                 // A file handle of a node this daemon no longer knows: stale.

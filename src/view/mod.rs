@@ -44,6 +44,7 @@ mod inodes;
 mod pin;
 mod prefetch;
 mod read;
+pub mod warm;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

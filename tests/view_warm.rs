@@ -1,0 +1,113 @@
+//! The workspaces' lower view warms a checkpoint root in the background (src/view/warm.rs):
+//! once a workspace is mounted, its daemon lists every directory of the base, and the kernel
+//! then holds the dentry of every entry, so `lstat`s of every path of the workspace, without a
+//! listing (what a first `git status` does), send the daemon no LOOKUP at all. Counted in the daemon's own request log (fuser's
+//! debug lines), on real FUSE and overlay mounts.
+
+mod support;
+use support::*;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const DIRS: usize = 12;
+const SUBDIRS: usize = 4;
+const FILES: usize = 9;
+
+fn populate(room: &Path) {
+    for d in 0..DIRS {
+        for s in 0..SUBDIRS {
+            for f in 0..FILES {
+                write(&room.join(format!("d{d}/s{s}/f{f}.txt")), b"x\n");
+            }
+        }
+    }
+}
+
+/// The text of every view daemon log of the store.
+fn view_logs(store: &Path) -> String {
+    let mut all = String::new();
+    if let Ok(rd) = fs::read_dir(store.join("run/views")) {
+        for e in rd.flatten() {
+            if e.path().extension().is_some_and(|x| x == "log") {
+                all.push_str(&fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    all
+}
+
+/// Every path `populate` made, parents first: what a `git status` `lstat`s, from its index,
+/// without listing any directory.
+fn paths(room: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for d in 0..DIRS {
+        out.push(room.join(format!("d{d}")));
+        for s in 0..SUBDIRS {
+            out.push(room.join(format!("d{d}/s{s}")));
+            for f in 0..FILES {
+                out.push(room.join(format!("d{d}/s{s}/f{f}.txt")));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_workspace_walk_after_the_warm_up_sends_the_lower_view_no_lookup() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let w = Workspace {
+        store: tmp.path().join("store"),
+        room: tmp.path().join("room"),
+        tmp,
+    };
+    fs::create_dir_all(&w.room).unwrap();
+    populate(&w.room);
+    ok(["init", w.store(), "--root", &format!("ws={}", w.room())]);
+    ok(["capture", w.store(), "-m", "initial"]);
+    let out = run_env(
+        ["mount", w.store(), "--branch", "main"],
+        &[("RUST_LOG", "ckptfs::view::warm=info,fuser::request=debug")],
+    );
+    assert!(out.status.success(), "mount: {}", stderr(&out));
+
+    // The warm-up reports what it listed: every directory and every entry of the base.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let line = loop {
+        let logs = view_logs(&w.store);
+        if let Some(l) = logs.lines().find(|l| l.contains("warmed ")) {
+            break l.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no warm-up reported in the lower view's log:\n{logs}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let dirs = 1 + DIRS + DIRS * SUBDIRS;
+    let entries = DIRS + DIRS * SUBDIRS + DIRS * SUBDIRS * FILES;
+    assert!(
+        line.contains(&format!(": {dirs} directories, {entries} entries listed")),
+        "{line}"
+    );
+    assert!(!line.contains("stopped early"), "{line}");
+
+    // The request log works: the overlay's own lookup of the root is in it.
+    let before = view_logs(&w.store);
+    assert!(before.contains(" LOOKUP name \"ws\""), "{before}");
+    let all = paths(&w.room);
+    assert_eq!(all.len(), entries);
+    for p in &all {
+        fs::symlink_metadata(p).expect("lstat");
+    }
+    let after = view_logs(&w.store);
+    let new = after.get(before.len()..).unwrap_or_default();
+    let lookups: Vec<&str> = new.lines().filter(|l| l.contains(" LOOKUP ")).collect();
+    assert!(
+        lookups.is_empty(),
+        "{} lookups reached the lower view after its warm-up, e.g. {:?}",
+        lookups.len(),
+        lookups.first()
+    );
+}
