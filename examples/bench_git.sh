@@ -11,8 +11,9 @@
 # and measures, in each, `git status` (first after mounting, steady = median of 5), `git status
 # -uno`, `git status` with core.untrackedCache (first and steady), `git add -A && git commit`
 # of a 100-file change, `find . | wc -l` and `du -s`, warm page cache unless said otherwise;
-# for ckptfs also the first `git status` after `switch` away and back, and the daemon's
-# request counts are in the lower view's log. Prints a Markdown table (seconds).
+# for ckptfs also the first `git status` after `switch` away and back, and after a remount
+# and after a fold once the lower view's background warm-up (src/view/warm.rs) is done.
+# Prints a Markdown table (seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FILES=${1:-100000}
@@ -97,6 +98,32 @@ ck_remount() {
 }
 measure ckptfs "$C/repo" "ck_remount"
 
+# Once the lower view has warmed the base (src/view/warm.rs: it lists every directory in the
+# background after a mount, a fold or a switch to another checkpoint): after a checkpoint, an
+# unmount and a mount, and after a checkpoint that folded a 100-file edit into a new base.
+warmed() { cat "$C"/store/run/views/*.log 2>/dev/null | grep -c 'warmed ' || true; }
+wait_warm() { # the count of "warmed" lines before
+    local t0; t0=$(now)
+    until [ "$(warmed)" -gt "$1" ]; do sleep 0.1; done
+    W+=("$(secs "$t0" "$(now)")")
+}
+W=()
+git -C "$C/repo" config core.untrackedCache false
+"$B" checkpoint "$C/repo" -m settle >/dev/null 2>&1 || true
+"$B" umount "$C/repo" >/dev/null
+n=$(warmed)
+RUST_LOG=ckptfs::view::warm=info "$B" mount "$C/store" --branch main >/dev/null
+wait_warm "$n"
+R[ckptfs,warm_first]=$(timeit git -C "$C/repo" status)
+git -C "$C/repo" ls-files | awk 'NR % 991 == 0' | head -100 >"$BASE/fold.edit"
+while read -r f; do echo "// folded" >>"$C/repo/$f"; done <"$BASE/fold.edit"
+git -C "$C/repo" status >/dev/null
+n=$(warmed)
+"$B" checkpoint "$C/repo" -m "a 100-file edit, folded" >/dev/null
+wait_warm "$n"
+R[ckptfs,fold]=$(timeit git -C "$C/repo" status)
+git -C "$C/repo" config core.untrackedCache true
+
 # After a switch away and back (same checkpoint).
 "$B" checkpoint "$C/repo" -m committed >/dev/null 2>&1 || true
 head=$("$B" log "$C/store" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
@@ -120,8 +147,12 @@ row "git status, steady" steady
 row "git status -uno, steady" uno
 row "git status, untrackedCache, first after mount" uc_first
 row "git status, untrackedCache, steady" uc_steady
+row "git status, first after mount, once the lower view is warm" warm_first
+row "git status, first after a checkpoint that folded a 100-file edit, once warm" fold
 row "git status, first after switch away and back" switch
 row "git status, cold page cache" cold
 row "git add -A && git commit, 100 files changed" commit
 row "find . \| wc -l" find
 row "du -s" du
+echo
+echo "lower view warm-ups waited for: ${W[*]} s (after the mount, after the fold)"
