@@ -122,6 +122,54 @@ fn switch_back_and_forth_with_a_shell_inside() {
 }
 
 #[test]
+fn switch_refuses_a_branch_mounted_elsewhere() {
+    let w = Workspace::new(populate);
+    ok(["fork", w.store(), "main", "other"]);
+    let elsewhere = w.tmp.path().join("elsewhere");
+    fs::create_dir_all(&elsewhere).unwrap();
+    ok([
+        "mount",
+        w.store(),
+        "--branch",
+        "other",
+        "--at",
+        s(&elsewhere),
+        "--relocate",
+    ]);
+    fs::write(elsewhere.join("notes.md"), "written in other\n").unwrap();
+    ok(["checkpoint", s(&elsewhere), "-m", "other's own"]);
+    // Two overlays on other's one upper layer would corrupt it: refused, naming where.
+    let head = ok_json(["log", w.store(), "-b", "other", "-n", "1", "--json"])[0]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    for target in ["other", &head] {
+        let o = run(["switch", w.room(), "--to", target, "--checkpoint-first"]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "switch to {target}: {}",
+            stderr(&o)
+        );
+        let err = stderr(&o);
+        assert!(err.contains("branch other is already mounted at"), "{err}");
+        assert!(err.contains(s(&elsewhere)), "{err}");
+    }
+    // Nothing moved: main still here, other still there with its change.
+    assert_eq!(fs::read_to_string(w.path("notes.md")).unwrap(), "# notes\n");
+    assert_eq!(
+        fs::read_to_string(elsewhere.join("notes.md")).unwrap(),
+        "written in other\n"
+    );
+    ok(["umount", s(&elsewhere)]);
+    ok(["switch", w.room(), "--to", "other", "--checkpoint-first"]);
+    assert_eq!(
+        fs::read_to_string(w.path("notes.md")).unwrap(),
+        "written in other\n"
+    );
+}
+
+#[test]
 fn switch_refuses_dirty_state_unless_told() {
     let w = Workspace::new(populate);
     ok(["fork", w.store(), "main", "--name", "other"]);

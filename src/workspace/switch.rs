@@ -189,25 +189,52 @@ pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
 
 /// Resolves a switch target: an existing branch, or a checkpoint (which gets a new branch
 /// unless it is the head of exactly one branch).
-fn resolve_target(store: &Store, target: &str, new_name: Option<&str>) -> Result<(String, bool)> {
-    if check_name("branch", target).is_ok()
-        && store.read_branch(target)?.is_some()
-        && new_name.is_none()
-    {
-        return Ok((target.to_string(), false));
+/// The existing branch `target` names (a branch, or a checkpoint that exactly one branch has
+/// as its head), when no new branch is asked for.
+fn existing_target(store: &Store, target: &str, new_name: Option<&str>) -> Result<Option<String>> {
+    if new_name.is_some() {
+        return Ok(None);
+    }
+    if check_name("branch", target).is_ok() && store.read_branch(target)?.is_some() {
+        return Ok(Some(target.to_string()));
     }
     let id = store.resolve(target)?;
-    if new_name.is_none() {
-        let heads: Vec<String> = store
-            .list_branches()?
-            .into_iter()
-            .filter(|(_, b)| b.head == Some(id))
-            .map(|(n, _)| n)
-            .collect();
-        if heads.len() == 1 {
-            return Ok((heads[0].clone(), false));
-        }
+    let heads: Vec<String> = store
+        .list_branches()?
+        .into_iter()
+        .filter(|(_, b)| b.head == Some(id))
+        .map(|(n, _)| n)
+        .collect();
+    Ok((heads.len() == 1).then(|| heads[0].clone()))
+}
+
+/// Refuses a switch to `branch` while it is mounted elsewhere (two overlays on one upper
+/// layer would corrupt it; git refuses a branch checked out in another worktree the same way).
+fn refuse_if_mounted(store: &Store, branch: &str) -> Result<()> {
+    let Some(st) = state(store, branch)? else {
+        return Ok(());
+    };
+    if !super::state::is_live(store, &st)? {
+        return Ok(());
     }
+    let at: Vec<String> = st
+        .roots
+        .values()
+        .map(|r| r.mountpoint.display().to_string())
+        .collect();
+    Err(Error::Conflict(format!(
+        "branch {branch} is already mounted at {}; unmount it there first (`ckptfs umount {}`), \
+         or switch to a new branch forked from it (`--name NEW`)",
+        at.join(", "),
+        at.first().map_or("", String::as_str)
+    )))
+}
+
+fn resolve_target(store: &Store, target: &str, new_name: Option<&str>) -> Result<(String, bool)> {
+    if let Some(b) = existing_target(store, target, new_name)? {
+        return Ok((b, false));
+    }
+    let id = store.resolve(target)?;
     let name = new_name.map_or_else(|| format!("from-{}", id.short()), str::to_string);
     check_name("branch", &name)?;
     if store.read_branch(&name)?.is_some() {
@@ -251,6 +278,11 @@ pub fn switch(
         reap_unused_detached(store)?;
         let st = state(store, from_branch)?
             .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {from_branch}")))?;
+        if let Some(b) = existing_target(store, target, new_name)? {
+            if b != from_branch {
+                refuse_if_mounted(store, &b)?;
+            }
+        }
         let mut checkpointed = None;
         let mut displaced = None;
         // One definition of dirty (see `checkpoint::dirty`): a change that the upper's stat
