@@ -87,6 +87,11 @@ pub struct GcArgs {
     /// remote's lock; never while a push from any machine is in flight).
     #[arg(long, value_name = "NAME")]
     pub remote: Option<String>,
+    /// With --remote: repack packs partly garbage (live objects into new packs, then the old
+    /// packs go) until at most LIMIT of the remote's pack bytes is unused: a percent (default
+    /// 5%, as restic's prune), a size (100M), or `unlimited` (never repack).
+    #[arg(long, value_name = "LIMIT", requires = "remote")]
+    pub max_unused: Option<String>,
     /// Keep the N newest checkpoints of each branch.
     #[arg(long, value_name = "N")]
     pub keep_last: Option<u32>,
@@ -326,7 +331,13 @@ fn print_decisions(r: &GcReport) {
 /// `ckptfs gc`.
 pub fn run_gc(a: GcArgs) -> Result<i32> {
     if let Some(r) = &a.remote {
-        return super::remote::run_gc_remote(&a.store, r, a.dry_run, a.json.json);
+        return super::remote::run_gc_remote(
+            &a.store,
+            r,
+            a.dry_run,
+            a.max_unused.as_deref(),
+            a.json.json,
+        );
     }
     let s = Store::open(&a.store)?;
     if let Some(t) = a.keep_tag.first() {

@@ -1,0 +1,514 @@
+//! `gc --remote`: collect a remote, repacking packs that are mostly garbage (restic's
+//! `prune`), planned by [`plan`], carried out by [`apply`]; both give the same
+//! [`RemoteGcPlan`], so `--dry-run` prints what the real run then does.
+//!
+//! **Plan** (under the remote lock, from the remote's own refs, records, tombstones and
+//! index): the store's forgets the remote lacks are counted as published (see
+//! [`crate::remote::forgotten`]); the history is walked (forgotten checkpoints stepped over)
+//! and every reached tree and chunk marked; then, per pack, its *live* bytes (the sealed
+//! blobs of reached objects the index places there) and its *unused* bytes (the rest:
+//! unreached or duplicate blobs, the trailer). Records no ref reaches go; packs with no live
+//! byte (and packs no index names: a dead push's) go; of the packs holding both, the most
+//! unused for their live bytes are **repacked** until what unused space is left is at most
+//! `--max-unused` (default 5%, as restic: of the remote's pack bytes after gc; or a size, or
+//! `unlimited` for no repacking). The live objects of repacked packs are planned into new
+//! packs (trees and data apart, in their old order, closed at the pack target), so the plan
+//! knows the new packs' count and bytes before anything is written.
+//!
+//! **Apply**, in an order that leaves the remote complete (every index entry pointing at a
+//! blob that is there) if it stops anywhere:
+//! 1. the pending tombstones are uploaded;
+//! 2. the live blobs of each repacked pack are downloaded and each checked (tag, length,
+//!    SHA-256) before it is copied, still sealed, into a new pack; the new packs are uploaded
+//!    (a stop here leaves packs no index names: the next gc removes them);
+//! 3. one new index of every kept object (reached objects at their new places; unreached
+//!    data blobs of packs kept whole; never an unreached tree, whose index entry would promise
+//!    a subtree gc may have removed) is uploaded; then the old index files are deleted (any
+//!    mix of old and new index files names only blobs that are still there);
+//! 4. last, the packs that go (unused and repacked) and the records no ref reaches.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::progress::Progress;
+use crate::remote::forgotten::{self, Forgotten};
+use crate::remote::health::{remote_history, walk_remote};
+use crate::remote::pack::{self, Index, Kind, Loc, PackWriter};
+use crate::remote::{crypto, lock, Remote};
+use crate::store::refs::Tombstone;
+use crate::store::Store;
+
+/// How much unused space gc leaves in packs it keeps (restic's `--max-unused`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MaxUnused {
+    /// Percent of the remote's pack bytes after gc (0 repacks every pack with unused bytes).
+    Percent(f64),
+    Bytes(u64),
+    /// Never repack.
+    Unlimited,
+}
+
+impl Default for MaxUnused {
+    fn default() -> Self {
+        MaxUnused::Percent(5.0)
+    }
+}
+
+impl FromStr for MaxUnused {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<MaxUnused> {
+        let bad = || {
+            Error::Usage(format!(
+                "--max-unused {s:?}: expected a percent below 100 (5%), a size (100M) or unlimited"
+            ))
+        };
+        if s == "unlimited" {
+            return Ok(MaxUnused::Unlimited);
+        }
+        if let Some(p) = s.strip_suffix('%') {
+            let p: f64 = p.trim().parse().map_err(|_| bad())?;
+            if !(0.0..100.0).contains(&p) {
+                return Err(bad());
+            }
+            return Ok(MaxUnused::Percent(p));
+        }
+        crate::util::parse_size(s)
+            .map(MaxUnused::Bytes)
+            .map_err(|_| bad())
+    }
+}
+
+impl fmt::Display for MaxUnused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MaxUnused::Percent(p) => write!(f, "{p}%"),
+            MaxUnused::Bytes(b) => write!(f, "{b}"),
+            MaxUnused::Unlimited => write!(f, "unlimited"),
+        }
+    }
+}
+
+impl MaxUnused {
+    /// The unused bytes allowed when `live` bytes stay (`None`: no limit).
+    fn allowed(&self, live: u64) -> Option<u64> {
+        match self {
+            MaxUnused::Percent(p) => Some((live as f64 * p / (100.0 - p)) as u64),
+            MaxUnused::Bytes(b) => Some(*b),
+            MaxUnused::Unlimited => None,
+        }
+    }
+}
+
+/// One pack a repack rewrites.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct RepackedPack {
+    pub pack: String,
+    pub bytes: u64,
+    pub live_bytes: u64,
+    pub live_objects: u64,
+}
+
+/// What `gc --remote` does (`--dry-run`: would do) to a remote: the same value for both.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RemoteGcPlan {
+    pub remote: String,
+    /// Keys of the records no ref reaches (forgotten checkpoints' among them).
+    pub records: Vec<String>,
+    /// Checkpoints forgotten on the remote that its history steps over.
+    pub forgotten: Vec<ObjectId>,
+    /// Of those, forgotten in this store and published to the remote by this gc.
+    pub forgets_published: u64,
+    /// Keys of the packs that hold no reached object (removed whole).
+    pub packs: Vec<String>,
+    pub pack_bytes: u64,
+    /// Packs rewritten: their live objects copied into new packs, then removed.
+    pub repacked: Vec<RepackedPack>,
+    pub repacked_pack_bytes: u64,
+    /// Live bytes copied into new packs (trailers aside).
+    pub repacked_live_bytes: u64,
+    pub repacked_objects: u64,
+    pub new_packs: u64,
+    /// The limit: `5%`, a byte count, or `unlimited`.
+    pub max_unused: String,
+    /// The unused bytes it allows after gc (`None`: unlimited).
+    pub max_unused_bytes: Option<u64>,
+    pub pack_bytes_before: u64,
+    pub pack_bytes_after: u64,
+    pub bytes_freed: u64,
+    pub unused_bytes_before: u64,
+    pub unused_bytes_after: u64,
+    /// Unreached objects left in packs kept whole.
+    pub kept_unreached: u64,
+    pub index_files_replaced: u64,
+    pub reached_objects: u64,
+    pub applied: bool,
+}
+
+/// Options of `gc --remote`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RemoteGcOptions {
+    pub dry_run: bool,
+    pub max_unused: MaxUnused,
+}
+
+/// A plan and what applying it needs.
+pub struct Planned {
+    pub report: RemoteGcPlan,
+    idx: Index,
+    reached: HashSet<ObjectId>,
+    pending: Vec<Tombstone>,
+    /// Numbers (in `idx`) of the packs that go whole or are repacked.
+    gone_packs: HashSet<u32>,
+    /// The new packs: each a list of objects with their old places.
+    groups: Vec<Vec<(ObjectId, Loc)>>,
+    old_indexes: Vec<String>,
+}
+
+/// Plans a remote gc (the remote lock must be held).
+///
+/// # Errors
+/// Server errors; a finding in the reached history, or a reached object in a pack that is not
+/// there (gc refuses to collect a remote that is missing something: run verify --remote).
+pub fn plan(store: &Store, remote: &Remote, max_unused: MaxUnused) -> Result<Planned> {
+    let idx = remote.sync_index(store)?;
+    let on_remote = forgotten::list(remote)?;
+    let records: Vec<String> = remote
+        .backend
+        .list("records/")?
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let record_set: HashSet<String> = records.iter().cloned().collect();
+    let heads = forgotten::ref_heads(remote)?;
+    let pending = forgotten::pending(store, remote, &on_remote, &record_set, &heads)?;
+    let all_forgotten: Forgotten = forgotten::with(on_remote, remote, &pending);
+    let mut findings = Vec::new();
+    let history = remote_history(remote, &all_forgotten, &mut findings)?;
+    let mut users = HashMap::new();
+    let reached_map = walk_remote(
+        store,
+        remote,
+        &idx,
+        &history.checkpoints,
+        &mut findings,
+        &mut users,
+    )?;
+    if let Some(f) = findings.first() {
+        return Err(Error::Corrupt(format!(
+            "remote {}: {} {} (run verify --remote); nothing collected",
+            remote.name, f.object, f.problem
+        )));
+    }
+    let reached: HashSet<ObjectId> = reached_map.keys().copied().collect();
+    let mut report = RemoteGcPlan {
+        remote: remote.name.clone(),
+        reached_objects: reached.len() as u64,
+        forgotten: history.forgotten.clone(),
+        forgets_published: pending.len() as u64,
+        max_unused: max_unused.to_string(),
+        ..Default::default()
+    };
+    let keep_records: HashSet<String> = history
+        .checkpoints
+        .iter()
+        .map(|(i, _)| remote.record_key(i))
+        .collect();
+    report.records = records
+        .into_iter()
+        .filter(|k| !keep_records.contains(k))
+        .collect();
+    report.records.sort();
+
+    // Live bytes per pack: the reached objects the index places there.
+    let mut live: HashMap<u32, (u64, u64)> = HashMap::new();
+    for (id, loc) in &idx.objects {
+        if reached.contains(id) {
+            let e = live.entry(loc.pack).or_default();
+            e.0 += u64::from(loc.len);
+            e.1 += 1;
+        }
+    }
+    let number: HashMap<String, u32> = (0..idx.packs.len() as u32)
+        .map(|n| (idx.pack_key(n), n))
+        .collect();
+    let mut listed: Vec<(String, u64)> = remote.backend.list("packs/")?;
+    listed.sort();
+    let listed_numbers: HashSet<u32> = listed
+        .iter()
+        .filter_map(|(k, _)| number.get(k).copied())
+        .collect();
+    if let Some(n) = live.keys().find(|n| !listed_numbers.contains(n)) {
+        return Err(Error::Corrupt(format!(
+            "remote {}: {} holds reached objects and is not there (run verify --remote); \
+             nothing collected",
+            remote.name,
+            idx.pack_key(*n)
+        )));
+    }
+    let mut gone_packs = HashSet::new();
+    // (key, pack number, size, live bytes, live objects)
+    let mut candidates: Vec<(String, u32, u64, u64, u64)> = Vec::new();
+    let mut total_live = 0u64;
+    for (key, size) in &listed {
+        report.pack_bytes_before += size;
+        match number.get(key).and_then(|n| live.get(n).map(|l| (*n, *l))) {
+            None => {
+                report.packs.push(key.clone());
+                report.pack_bytes += size;
+                if let Some(n) = number.get(key) {
+                    gone_packs.insert(*n);
+                }
+            }
+            Some((n, (lb, lo))) => {
+                total_live += lb;
+                if *size > lb {
+                    candidates.push((key.clone(), n, *size, lb, lo));
+                }
+            }
+        }
+    }
+    report.unused_bytes_before = report.pack_bytes_before - total_live;
+    // Most unused for their live bytes first (restic's order); ties by key.
+    candidates.sort_by(|a, b| {
+        let (ua, ub) = (u128::from(a.2 - a.3), u128::from(b.2 - b.3));
+        (ub * u128::from(a.3))
+            .cmp(&(ua * u128::from(b.3)))
+            .then_with(|| a.0.cmp(&b.0))
+    });
+    let allowed = max_unused.allowed(total_live);
+    report.max_unused_bytes = allowed;
+    let mut unused_left: u64 = candidates.iter().map(|c| c.2 - c.3).sum();
+    let mut repack: Vec<(String, u32)> = Vec::new();
+    for (key, n, size, lb, lo) in &candidates {
+        match allowed {
+            Some(a) if unused_left > a => {}
+            _ => break,
+        }
+        unused_left -= size - lb;
+        report.repacked.push(RepackedPack {
+            pack: key.clone(),
+            bytes: *size,
+            live_bytes: *lb,
+            live_objects: *lo,
+        });
+        report.repacked_pack_bytes += size;
+        report.repacked_live_bytes += lb;
+        report.repacked_objects += lo;
+        gone_packs.insert(*n);
+        repack.push((key.clone(), *n));
+    }
+    report.unused_bytes_after = unused_left;
+    report.repacked.sort_by(|a, b| a.pack.cmp(&b.pack));
+    report.pack_bytes_after = report.pack_bytes_before
+        - report.pack_bytes
+        - report.repacked_pack_bytes
+        + report.repacked_live_bytes;
+    report.bytes_freed = report.pack_bytes_before - report.pack_bytes_after;
+
+    // The new packs: live objects of each repacked pack in their old order, trees and data
+    // apart, each closed once it reaches the pack target (as a push fills them).
+    repack.sort();
+    let repack_numbers: HashSet<u32> = repack.iter().map(|r| r.1).collect();
+    let mut moved: Vec<(ObjectId, Loc)> = idx
+        .objects
+        .iter()
+        .filter(|(id, l)| repack_numbers.contains(&l.pack) && reached.contains(id))
+        .map(|(id, l)| (*id, *l))
+        .collect();
+    let order: HashMap<u32, usize> = repack.iter().enumerate().map(|(i, r)| (r.1, i)).collect();
+    moved.sort_by_key(|(id, l)| (order[&l.pack], l.offset, id.0));
+    let target = pack::pack_target() as u64;
+    let mut groups = Vec::new();
+    let mut open: [(Vec<(ObjectId, Loc)>, u64); 2] = [(Vec::new(), 0), (Vec::new(), 0)];
+    for (id, l) in moved {
+        let slot = &mut open[l.kind as usize];
+        slot.0.push((id, l));
+        slot.1 += u64::from(l.len);
+        if slot.1 >= target {
+            groups.push(std::mem::take(&mut slot.0));
+            slot.1 = 0;
+        }
+    }
+    for (g, _) in open {
+        if !g.is_empty() {
+            groups.push(g);
+        }
+    }
+    report.new_packs = groups.len() as u64;
+
+    for (id, loc) in &idx.objects {
+        if !reached.contains(id) && !gone_packs.contains(&loc.pack) {
+            report.kept_unreached += 1;
+        }
+    }
+    let mut old_indexes: Vec<String> = remote
+        .backend
+        .list("index/")?
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    old_indexes.sort();
+    report.index_files_replaced = old_indexes.len() as u64;
+    Ok(Planned {
+        report,
+        idx,
+        reached,
+        pending,
+        gone_packs,
+        groups,
+        old_indexes,
+    })
+}
+
+/// Downloads the sealed blobs `objs` (adjacent ones of a pack in one ranged GET) and checks
+/// each opens as its object; returns them sealed, in order.
+fn download_checked(
+    remote: &Remote,
+    idx: &Index,
+    objs: &[(ObjectId, Loc)],
+    progress: &Progress,
+) -> Result<Vec<Vec<u8>>> {
+    let mut reqs: Vec<(String, std::ops::Range<u64>)> = Vec::new();
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    for (i, (_, l)) in objs.iter().enumerate() {
+        let key = idx.pack_key(l.pack);
+        let r = u64::from(l.offset)..u64::from(l.offset) + u64::from(l.len);
+        match reqs.last_mut() {
+            Some((k, range)) if *k == key && range.end == r.start => {
+                range.end = r.end;
+                if let Some(m) = members.last_mut() {
+                    m.push(i);
+                }
+            }
+            _ => {
+                reqs.push((key, r));
+                members.push(vec![i]);
+            }
+        }
+    }
+    let mut out: Vec<Vec<u8>> = vec![Vec::new(); objs.len()];
+    for ((req, got), m) in reqs.iter().zip(remote.backend.get_ranges(&reqs)).zip(members) {
+        let bytes = got?;
+        for i in m {
+            let (id, l) = &objs[i];
+            let a = (u64::from(l.offset) - req.1.start) as usize;
+            let sealed = bytes[a..a + l.len as usize].to_vec();
+            pack::open_blob(&remote.keys, id, l, &sealed).map_err(|e| {
+                Error::Corrupt(format!(
+                    "{e}; nothing collected (run verify --remote to see which paths use it)"
+                ))
+            })?;
+            progress.add_items(1);
+            progress.add_bytes(u64::from(l.len));
+            out[i] = sealed;
+        }
+    }
+    Ok(out)
+}
+
+/// Applies a plan (see the module doc for the order); returns its report, `applied`.
+///
+/// # Errors
+/// Server errors (the remote stays complete; a rerun finishes); a live object that fails
+/// its check (before anything is deleted).
+pub fn apply(store: &Store, remote: &Remote, p: Planned) -> Result<RemoteGcPlan> {
+    let Planned {
+        mut report,
+        idx,
+        reached,
+        pending,
+        gone_packs,
+        groups,
+        old_indexes,
+    } = p;
+    forgotten::publish(remote, &pending)?;
+
+    let pace = std::env::var(crate::remote::sync::PACE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(std::time::Duration::from_millis);
+    let progress = Progress::bytes("repack", "objects", Some(report.repacked_live_bytes));
+    let mut new_loc: HashMap<ObjectId, pack::IndexEntry> = HashMap::new();
+    for g in &groups {
+        let sealed = download_checked(remote, &idx, g, &progress)?;
+        let mut w = PackWriter::default();
+        for ((id, l), s) in g.iter().zip(&sealed) {
+            w.add_sealed(*id, l.kind, s, l.raw_len);
+        }
+        let (bytes, hash, list) = w.finish(&remote.keys)?;
+        if let Some(d) = pace {
+            std::thread::sleep(d);
+        }
+        remote
+            .backend
+            .put(&format!("packs/{}", crypto::hex(&hash)), bytes)?;
+        for (id, kind, off, len, raw) in list {
+            new_loc.insert(id, (id, hash, kind, off, len, raw));
+        }
+    }
+    progress.finish();
+
+    let mut entries: Vec<pack::IndexEntry> = Vec::new();
+    for (id, loc) in &idx.objects {
+        if let Some(e) = new_loc.get(id) {
+            entries.push(*e);
+        } else if !gone_packs.contains(&loc.pack)
+            && (reached.contains(id) || loc.kind == Kind::Data)
+        {
+            entries.push((
+                *id,
+                idx.packs[loc.pack as usize],
+                loc.kind,
+                loc.offset,
+                loc.len,
+                loc.raw_len,
+            ));
+        }
+    }
+    entries.sort_by_key(|e| e.0 .0);
+    let sealed = pack::seal_index(&remote.keys, &pack::encode_index(&entries))?;
+    let new_key = format!("index/{}", crypto::hex(&ObjectId::of(&sealed).0));
+    if !entries.is_empty() {
+        remote.backend.put(&new_key, sealed)?;
+    }
+    for k in &old_indexes {
+        if *k != new_key {
+            remote.backend.delete(k)?;
+        }
+    }
+    let repacked: Vec<&String> = report.repacked.iter().map(|r| &r.pack).collect();
+    for k in report
+        .packs
+        .iter()
+        .chain(repacked)
+        .chain(report.records.iter())
+    {
+        remote.backend.delete(k)?;
+    }
+    remote.sync_index(store)?;
+    report.applied = true;
+    Ok(report)
+}
+
+/// Plans and, unless `dry_run`, applies a remote gc, under the remote lock (never while a
+/// push from any machine is in flight).
+///
+/// # Errors
+/// The remote locked (naming its holder); those of [`plan`] and [`apply`].
+pub fn gc(store: &Store, remote: &Remote, opts: &RemoteGcOptions) -> Result<RemoteGcPlan> {
+    let lock = lock::acquire(remote, "gc")?;
+    let planned = plan(store, remote, opts.max_unused)?;
+    let report = if opts.dry_run {
+        planned.report
+    } else {
+        apply(store, remote, planned)?
+    };
+    lock.release()?;
+    Ok(report)
+}
