@@ -500,7 +500,10 @@ fn print_gc_plan(name: &str, p: &prune::RemoteGcPlan) {
             " ({} checkpoints forgotten{})",
             p.forgotten.len(),
             if p.forgets_published > 0 {
-                format!(", {} forgets published from this store", p.forgets_published)
+                format!(
+                    ", {} forgets published from this store",
+                    p.forgets_published
+                )
             } else {
                 String::new()
             }

@@ -64,7 +64,10 @@ pub(crate) fn remote_history(
         if !seen.insert(id) {
             continue;
         }
-        if let Some(t) = forgotten.get(remote, &id).filter(|_| !ref_heads.contains(&id)) {
+        if let Some(t) = forgotten
+            .get(remote, &id)
+            .filter(|_| !ref_heads.contains(&id))
+        {
             heads.extend(t.parents.iter().copied());
             gone.push(id);
             continue;

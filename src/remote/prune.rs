@@ -305,10 +305,9 @@ pub fn plan(store: &Store, remote: &Remote, max_unused: MaxUnused) -> Result<Pla
     }
     report.unused_bytes_after = unused_left;
     report.repacked.sort_by(|a, b| a.pack.cmp(&b.pack));
-    report.pack_bytes_after = report.pack_bytes_before
-        - report.pack_bytes
-        - report.repacked_pack_bytes
-        + report.repacked_live_bytes;
+    report.pack_bytes_after =
+        report.pack_bytes_before - report.pack_bytes - report.repacked_pack_bytes
+            + report.repacked_live_bytes;
     report.bytes_freed = report.pack_bytes_before - report.pack_bytes_after;
 
     // The new packs: live objects of each repacked pack in their old order, trees and data
@@ -393,7 +392,11 @@ fn download_checked(
         }
     }
     let mut out: Vec<Vec<u8>> = vec![Vec::new(); objs.len()];
-    for ((req, got), m) in reqs.iter().zip(remote.backend.get_ranges(&reqs)).zip(members) {
+    for ((req, got), m) in reqs
+        .iter()
+        .zip(remote.backend.get_ranges(&reqs))
+        .zip(members)
+    {
         let bytes = got?;
         for i in m {
             let (id, l) = &objs[i];

@@ -20,7 +20,8 @@ use crate::id::ObjectId;
 use crate::progress::Progress;
 use crate::remote::pack::{self, Index, Kind, PackWriter};
 use crate::remote::{
-    crypto, forgotten, lock, read_refs, write_config, write_refs, RefValue, Remote, RemoteConfig, RemoteRefs,
+    crypto, forgotten, lock, read_refs, write_config, write_refs, RefValue, Remote, RemoteConfig,
+    RemoteRefs,
 };
 use crate::store::checkpoint::Checkpoint;
 use crate::store::tree::EntryKind;
