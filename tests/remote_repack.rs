@@ -191,6 +191,7 @@ fn forget_then_gc_remote_repacks_and_shrinks_the_remote_exactly_as_planned() {
     assert!(again["packs"].as_array().unwrap().is_empty(), "{again}");
     assert!(again["repacked"].as_array().unwrap().is_empty(), "{again}");
     assert_eq!(again["forgets_published"], 0, "{again}");
+    assert!(again["forgotten"].as_array().unwrap().is_empty(), "{again}");
     let p = rok_json(&g, ["push", s(&early)]);
     assert_eq!(p["records"], 0, "{p}");
     assert_eq!(p["objects"], 0, "{p}");

@@ -519,7 +519,7 @@ command("verify", "verify", {"oneOf": [VERIFY, REMOTE_VERIFY], "x-type": "Verify
 REMOTE_GC = obj("RemoteGcPlan", {
     "remote": t(STR, "the remote"),
     "records": t(arr(STR, "key"), "object keys of the checkpoint records no remote ref reaches, forgotten ones among them (removed, or to be)"),
-    "forgotten": t(arr(ID), "checkpoints forgotten on the remote (tombstones), which its history steps over"),
+    "forgotten": t(arr(ID), "checkpoints forgotten on the remote (tombstones, which its history steps over) whose records this gc removes"),
     "forgets_published": t(U, "of those, forgotten in this store and published to the remote by this gc"),
     "packs": t(arr(STR, "key"), "object keys of the packs that hold no reached object (removed whole, or to be)"),
     "pack_bytes": t(BYTES, "those packs' bytes"),

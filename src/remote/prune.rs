@@ -43,6 +43,9 @@ use crate::remote::{crypto, lock, Remote};
 use crate::store::refs::Tombstone;
 use crate::store::Store;
 
+/// New packs a repack keeps in flight to the server at once (as push).
+const PACKS_IN_FLIGHT: usize = 4;
+
 /// How much unused space gc leaves in packs it keeps (restic's `--max-unused`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MaxUnused {
@@ -120,7 +123,7 @@ pub struct RemoteGcPlan {
     pub remote: String,
     /// Keys of the records no ref reaches (forgotten checkpoints' among them).
     pub records: Vec<String>,
-    /// Checkpoints forgotten on the remote that its history steps over.
+    /// Checkpoints forgotten on the remote whose records this gc removes.
     pub forgotten: Vec<ObjectId>,
     /// Of those, forgotten in this store and published to the remote by this gc.
     pub forgets_published: u64,
@@ -206,10 +209,24 @@ pub fn plan(store: &Store, remote: &Remote, max_unused: MaxUnused) -> Result<Pla
         )));
     }
     let reached: HashSet<ObjectId> = reached_map.keys().copied().collect();
+    if let Some(id) = reached.iter().find(|id| !idx.contains(id)) {
+        return Err(Error::Corrupt(format!(
+            "remote {}: object {id} is reached and no index names it (run verify --remote); \
+             nothing collected",
+            remote.name
+        )));
+    }
+    // The forgotten checkpoints whose records this gc removes (older ones are long gone).
+    let forgotten_now: Vec<ObjectId> = history
+        .forgotten
+        .iter()
+        .filter(|id| record_set.contains(&remote.record_key(id)))
+        .copied()
+        .collect();
     let mut report = RemoteGcPlan {
         remote: remote.name.clone(),
         reached_objects: reached.len() as u64,
-        forgotten: history.forgotten.clone(),
+        forgotten: forgotten_now,
         forgets_published: pending.len() as u64,
         max_unused: max_unused.to_string(),
         ..Default::default()
@@ -438,21 +455,25 @@ pub fn apply(store: &Store, remote: &Remote, p: Planned) -> Result<RemoteGcPlan>
         .map(std::time::Duration::from_millis);
     let progress = Progress::bytes("repack", "objects", Some(report.repacked_live_bytes));
     let mut new_loc: HashMap<ObjectId, pack::IndexEntry> = HashMap::new();
-    for g in &groups {
+    // Packs go up PACKS_IN_FLIGHT at a time (one at a time when paced, for the tests).
+    let batch_len = if pace.is_some() { 1 } else { PACKS_IN_FLIGHT };
+    let mut batch: Vec<(String, Vec<u8>)> = Vec::new();
+    for (n, g) in groups.iter().enumerate() {
         let sealed = download_checked(remote, &idx, g, &progress)?;
         let mut w = PackWriter::default();
         for ((id, l), s) in g.iter().zip(&sealed) {
             w.add_sealed(*id, l.kind, s, l.raw_len);
         }
         let (bytes, hash, list) = w.finish(&remote.keys)?;
-        if let Some(d) = pace {
-            std::thread::sleep(d);
-        }
-        remote
-            .backend
-            .put(&format!("packs/{}", crypto::hex(&hash)), bytes)?;
+        batch.push((format!("packs/{}", crypto::hex(&hash)), bytes));
         for (id, kind, off, len, raw) in list {
             new_loc.insert(id, (id, hash, kind, off, len, raw));
+        }
+        if batch.len() >= batch_len || n + 1 == groups.len() {
+            if let Some(d) = pace {
+                std::thread::sleep(d);
+            }
+            remote.backend.put_many(std::mem::take(&mut batch))?;
         }
     }
     progress.finish();
