@@ -373,3 +373,67 @@ fn clone_fetch_pull_and_repack_draw_progress_on_a_terminal() {
     assert_eq!(code, 0, "{out}");
     assert!(!out.contains("elapsed"), "{out}");
 }
+
+/// Starts `gc STORE --remote origin --max-unused 0%` waiting `pace_ms` before each change it
+/// makes to the remote.
+fn spawn_paced_gc(g: &Garage, store: &Path, pace_ms: u64) -> KillOnDrop {
+    let mut c = cmd(["gc", s(store), "--remote", "origin", "--max-unused", "0%"]);
+    g.apply_env(&mut c)
+        .env("CKPTFS_REMOTE_PACE_MS", pace_ms.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    KillOnDrop(c.spawn().expect("gc"))
+}
+
+#[test]
+fn a_gc_killed_between_any_two_steps_leaves_a_complete_remote() {
+    let g = Garage::start();
+    let h = history(&g, "steps", 12);
+    let verify_clean = |when: &str| {
+        let v = rok_json(&g, ["verify", s(&h.a), "--remote", "origin"]);
+        assert!(v["findings"].as_array().unwrap().is_empty(), "{when}: {v}");
+        assert_eq!(v["checkpoints"], 2, "{when}: {v}");
+    };
+    let packs_at_start = g.s3_list("steps/packs/");
+    // 1. Killed once the forget is published (before any pack is written).
+    let p = spawn_paced_gc(&g, &h.a, 700);
+    eventually("the tombstone published", || {
+        !g.s3_list("steps/forgotten/").is_empty()
+    });
+    drop(p);
+    verify_clean("after the tombstone");
+    assert_eq!(g.s3_list("steps/packs/"), packs_at_start);
+    // 2. Killed with the new index up and the old one not yet deleted: two index files.
+    let p = spawn_paced_gc(&g, &h.a, 700);
+    eventually("the new index beside the old", || {
+        g.s3_list("steps/index/").len() >= 2
+    });
+    drop(p);
+    verify_clean("with old and new index files");
+    // 3. Killed once packs are being deleted, before the records go.
+    let packs = g.s3_list("steps/packs/").len();
+    let p = spawn_paced_gc(&g, &h.a, 700);
+    eventually("a first pack deleted", || {
+        g.s3_list("steps/packs/").len() < packs
+    });
+    drop(p);
+    assert_eq!(
+        g.s3_list("steps/records/").len(),
+        3,
+        "records went before packs"
+    );
+    verify_clean("with packs half deleted");
+    // A last run finishes the job: the forgotten record and every old pack gone.
+    let done = rok_json(
+        &g,
+        ["gc", s(&h.a), "--remote", "origin", "--max-unused", "0%"],
+    );
+    assert_eq!(done["applied"], true);
+    assert_eq!(g.s3_list("steps/records/").len(), 2);
+    let end = g.s3_list("steps/packs/");
+    for k in &packs_at_start {
+        assert!(!end.contains(k), "{k} left");
+    }
+    assert_eq!(g.s3_list("steps/index/").len(), 1);
+    assert_remote_exact(&g, &h, "steps", &h.dir.path().join("b"), 2);
+}

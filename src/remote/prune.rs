@@ -447,12 +447,22 @@ pub fn apply(store: &Store, remote: &Remote, p: Planned) -> Result<RemoteGcPlan>
         groups,
         old_indexes,
     } = p;
-    forgotten::publish(remote, &pending)?;
-
+    // The test knob of push: a wait before each change to the remote, so a test can kill
+    // the server or this process between any two.
     let pace = std::env::var(crate::remote::sync::PACE_ENV)
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .map(std::time::Duration::from_millis);
+    let step = || {
+        if let Some(d) = pace {
+            std::thread::sleep(d);
+        }
+    };
+    if !pending.is_empty() {
+        step();
+        forgotten::publish(remote, &pending)?;
+    }
+
     let progress = Progress::bytes("repack", "objects", Some(report.repacked_live_bytes));
     let mut new_loc: HashMap<ObjectId, pack::IndexEntry> = HashMap::new();
     // Packs go up PACKS_IN_FLIGHT at a time (one at a time when paced, for the tests).
@@ -470,9 +480,7 @@ pub fn apply(store: &Store, remote: &Remote, p: Planned) -> Result<RemoteGcPlan>
             new_loc.insert(id, (id, hash, kind, off, len, raw));
         }
         if batch.len() >= batch_len || n + 1 == groups.len() {
-            if let Some(d) = pace {
-                std::thread::sleep(d);
-            }
+            step();
             remote.backend.put_many(std::mem::take(&mut batch))?;
         }
     }
@@ -499,10 +507,12 @@ pub fn apply(store: &Store, remote: &Remote, p: Planned) -> Result<RemoteGcPlan>
     let sealed = pack::seal_index(&remote.keys, &pack::encode_index(&entries))?;
     let new_key = format!("index/{}", crypto::hex(&ObjectId::of(&sealed).0));
     if !entries.is_empty() {
+        step();
         remote.backend.put(&new_key, sealed)?;
     }
     for k in &old_indexes {
         if *k != new_key {
+            step();
             remote.backend.delete(k)?;
         }
     }
@@ -513,6 +523,7 @@ pub fn apply(store: &Store, remote: &Remote, p: Planned) -> Result<RemoteGcPlan>
         .chain(repacked)
         .chain(report.records.iter())
     {
+        step();
         remote.backend.delete(k)?;
     }
     remote.sync_index(store)?;
