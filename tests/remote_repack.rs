@@ -177,8 +177,21 @@ fn forget_then_gc_remote_repacks_and_shrinks_the_remote_exactly_as_planned() {
     assert_eq!(g.s3_list("rp/index/").len(), 1);
 
     assert_remote_exact(&g, &h, "rp", &h.dir.path().join("b"), 2);
-    // The clone made before: after a fetch (its index copies were the old ones) it reads
-    // every byte, and it learnt the forget.
+    // The clone made before still has the old index copies: a read of an object that moved
+    // fails, naming the way out, and never gives wrong bytes.
+    for (spec, want) in [("mid", &h.ref_mid), ("main", &h.ref_last)] {
+        let o = rrun(
+            &g,
+            ["cat", s(&early), &format!("{spec}:work/small/kept.txt")],
+        );
+        let kept = fs::read(want.join("small/kept.txt")).unwrap();
+        if o.status.success() {
+            assert_eq!(o.stdout, kept);
+        } else {
+            assert!(stderr(&o).contains("ckptfs fetch"), "{}", stderr(&o));
+        }
+    }
+    // After a fetch it reads every byte, and it learnt the forget.
     let f = rok_json(&g, ["fetch", s(&early)]);
     assert_eq!(f["forgotten"], 1, "{f}");
     let to = h.dir.path().join("early-main");
