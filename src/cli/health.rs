@@ -92,6 +92,14 @@ pub struct GcArgs {
     /// 5%, as restic's prune), a size (100M), or `unlimited` (never repack).
     #[arg(long, value_name = "LIMIT", requires = "remote")]
     pub max_unused: Option<String>,
+    /// With --remote: also merge packs under half the pack target (4 MiB) into full ones,
+    /// as restic's prune --repack-small (many small pushes leave many small packs).
+    #[arg(long, requires = "remote")]
+    pub repack_small: bool,
+    /// With --remote: repack at most SIZE of packs in this run (e.g. 1G), as restic's
+    /// --max-repack-size; the rest waits for the next gc.
+    #[arg(long, value_name = "SIZE", requires = "remote", value_parser = super::size_arg)]
+    pub max_repack_size: Option<u64>,
     /// Keep the N newest checkpoints of each branch.
     #[arg(long, value_name = "N")]
     pub keep_last: Option<u32>,
@@ -331,13 +339,7 @@ fn print_decisions(r: &GcReport) {
 /// `ckptfs gc`.
 pub fn run_gc(a: GcArgs) -> Result<i32> {
     if let Some(r) = &a.remote {
-        return super::remote::run_gc_remote(
-            &a.store,
-            r,
-            a.dry_run,
-            a.max_unused.as_deref(),
-            a.json.json,
-        );
+        return super::remote::run_gc_remote(&a, r);
     }
     let s = Store::open(&a.store)?;
     if let Some(t) = a.keep_tag.first() {

@@ -447,26 +447,23 @@ pub fn run_verify_remote(store: &std::path::Path, name: &str, json: bool) -> Res
     Ok(if rep.findings.is_empty() { 0 } else { 1 })
 }
 
-/// `gc --remote NAME [--dry-run] [--max-unused LIMIT]`.
-pub fn run_gc_remote(
-    store: &std::path::Path,
-    name: &str,
-    dry_run: bool,
-    max_unused: Option<&str>,
-    json: bool,
-) -> Result<i32> {
-    let max_unused = match max_unused {
+/// `gc --remote NAME [--dry-run] [--max-unused LIMIT] [--repack-small] [--max-repack-size SIZE]`.
+pub fn run_gc_remote(a: &super::health::GcArgs, name: &str) -> Result<i32> {
+    let max_unused = match &a.max_unused {
         Some(m) => m.parse::<prune::MaxUnused>()?,
         None => prune::MaxUnused::default(),
     };
-    let store = Store::open(store)?;
+    let json = a.json.json;
+    let store = Store::open(&a.store)?;
     let r = Remote::open_named(&store, name)?;
     let plan = prune::gc(
         &store,
         &r,
         &prune::RemoteGcOptions {
-            dry_run,
+            dry_run: a.dry_run,
             max_unused,
+            repack_small: a.repack_small,
+            max_repack_bytes: a.max_repack_size,
         },
     )?;
     // A dry run changes nothing and leaves no audit line.
@@ -518,6 +515,16 @@ fn print_gc_plan(name: &str, p: &prune::RemoteGcPlan) {
     let limit = match p.max_unused_bytes {
         Some(b) => format!("{} = {}", p.max_unused, hb(b)),
         None => p.max_unused.clone(),
+    };
+    let limit = match p.max_repack_bytes {
+        Some(m) => format!("{limit}, max-repack-size {}", hb(m)),
+        None => limit,
+    };
+    let small = p.repacked.iter().filter(|r| r.reason == "small").count();
+    let limit = if small > 0 {
+        format!("{limit}; {small} of them small")
+    } else {
+        limit
     };
     if p.repacked.is_empty() {
         println!("  repack: none needed (max-unused {limit})");

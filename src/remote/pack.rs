@@ -294,6 +294,16 @@ impl PackWriter {
     }
 }
 
+/// Bytes the trailer of a pack of `n` objects takes, with its length field.
+pub fn trailer_len(keys: &Keys, n: u64) -> u64 {
+    let seal = if keys.encrypted() {
+        crate::remote::crypto::OVERHEAD as u64
+    } else {
+        0
+    };
+    n * ENTRY_LEN as u64 + seal + 4
+}
+
 /// Parses a pack's trailer (`tail`: its last bytes, at least the trailer and its length).
 ///
 /// # Errors

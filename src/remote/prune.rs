@@ -112,6 +112,8 @@ impl MaxUnused {
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct RepackedPack {
     pub pack: String,
+    /// `unused` (over the --max-unused limit) or `small` (--repack-small).
+    pub reason: String,
     pub bytes: u64,
     pub live_bytes: u64,
     pub live_objects: u64,
@@ -141,6 +143,8 @@ pub struct RemoteGcPlan {
     pub max_unused: String,
     /// The unused bytes it allows after gc (`None`: unlimited).
     pub max_unused_bytes: Option<u64>,
+    /// --max-repack-size: at most these bytes of packs repacked (`None`: no bound).
+    pub max_repack_bytes: Option<u64>,
     pub pack_bytes_before: u64,
     pub pack_bytes_after: u64,
     pub bytes_freed: u64,
@@ -158,6 +162,21 @@ pub struct RemoteGcPlan {
 pub struct RemoteGcOptions {
     pub dry_run: bool,
     pub max_unused: MaxUnused,
+    /// Also merge packs under half the pack target (restic's `--repack-small`).
+    pub repack_small: bool,
+    /// Repack at most this many bytes of packs (restic's `--max-repack-size`).
+    pub max_repack_bytes: Option<u64>,
+}
+
+/// A pack that holds live objects.
+struct Candidate {
+    key: String,
+    number: u32,
+    size: u64,
+    live: u64,
+    objects: u64,
+    /// Bytes repacking it would free: its size less what its live objects need.
+    unused: u64,
 }
 
 /// A plan and what applying it needs.
@@ -178,7 +197,7 @@ pub struct Planned {
 /// # Errors
 /// Server errors; a finding in the reached history, or a reached object in a pack that is not
 /// there (gc refuses to collect a remote that is missing something: run verify --remote).
-pub fn plan(store: &Store, remote: &Remote, max_unused: MaxUnused) -> Result<Planned> {
+pub fn plan(store: &Store, remote: &Remote, opts: &RemoteGcOptions) -> Result<Planned> {
     let idx = remote.sync_index(store)?;
     let on_remote = forgotten::list(remote)?;
     let records: Vec<String> = remote
@@ -228,7 +247,7 @@ pub fn plan(store: &Store, remote: &Remote, max_unused: MaxUnused) -> Result<Pla
         reached_objects: reached.len() as u64,
         forgotten: forgotten_now,
         forgets_published: pending.len() as u64,
-        max_unused: max_unused.to_string(),
+        max_unused: opts.max_unused.to_string(),
         ..Default::default()
     };
     let keep_records: HashSet<String> = history
@@ -268,10 +287,12 @@ pub fn plan(store: &Store, remote: &Remote, max_unused: MaxUnused) -> Result<Pla
             idx.pack_key(*n)
         )));
     }
+    // What a pack's live objects need in a pack of their own: their blobs and trailer.
+    let need =
+        |live_bytes: u64, objects: u64| live_bytes + pack::trailer_len(&remote.keys, objects);
     let mut gone_packs = HashSet::new();
-    // (key, pack number, size, live bytes, live objects)
-    let mut candidates: Vec<(String, u32, u64, u64, u64)> = Vec::new();
-    let mut total_live = 0u64;
+    let mut kept: Vec<Candidate> = Vec::new();
+    let mut total_needed = 0u64;
     for (key, size) in &listed {
         report.pack_bytes_before += size;
         match number.get(key).and_then(|n| live.get(n).map(|l| (*n, *l))) {
@@ -283,49 +304,79 @@ pub fn plan(store: &Store, remote: &Remote, max_unused: MaxUnused) -> Result<Pla
                 }
             }
             Some((n, (lb, lo))) => {
-                total_live += lb;
-                if *size > lb {
-                    candidates.push((key.clone(), n, *size, lb, lo));
-                }
+                let needed = need(lb, lo);
+                total_needed += needed;
+                kept.push(Candidate {
+                    key: key.clone(),
+                    number: n,
+                    size: *size,
+                    live: lb,
+                    objects: lo,
+                    unused: size.saturating_sub(needed),
+                });
             }
         }
     }
-    report.unused_bytes_before = report.pack_bytes_before - total_live;
-    // Most unused for their live bytes first (restic's order); ties by key.
-    candidates.sort_by(|a, b| {
-        let (ua, ub) = (u128::from(a.2 - a.3), u128::from(b.2 - b.3));
-        (ub * u128::from(a.3))
-            .cmp(&(ua * u128::from(b.3)))
-            .then_with(|| a.0.cmp(&b.0))
-    });
-    let allowed = max_unused.allowed(total_live);
+    report.unused_bytes_before = report.pack_bytes_before.saturating_sub(total_needed);
+    let allowed = opts.max_unused.allowed(total_needed);
     report.max_unused_bytes = allowed;
-    let mut unused_left: u64 = candidates.iter().map(|c| c.2 - c.3).sum();
+    report.max_repack_bytes = opts.max_repack_bytes;
+    let unused_left = std::cell::Cell::new(kept.iter().map(|c| c.unused).sum::<u64>());
     let mut repack: Vec<(String, u32)> = Vec::new();
-    for (key, n, size, lb, lo) in &candidates {
+    let mut choose = |c: &Candidate, reason: &str, report: &mut RemoteGcPlan| -> bool {
+        if opts
+            .max_repack_bytes
+            .is_some_and(|m| report.repacked_pack_bytes + c.size > m)
+        {
+            return false;
+        }
+        unused_left.set(unused_left.get() - c.unused);
+        report.repacked.push(RepackedPack {
+            pack: c.key.clone(),
+            reason: reason.to_string(),
+            bytes: c.size,
+            live_bytes: c.live,
+            live_objects: c.objects,
+        });
+        report.repacked_pack_bytes += c.size;
+        report.repacked_live_bytes += c.live;
+        report.repacked_objects += c.objects;
+        gone_packs.insert(c.number);
+        repack.push((c.key.clone(), c.number));
+        true
+    };
+    let target = pack::pack_target() as u64;
+    let mut chosen: HashSet<u32> = HashSet::new();
+    // With --repack-small: packs under half the target merged into full ones (two at least:
+    // one alone would come out as small).
+    let small: Vec<&Candidate> = kept.iter().filter(|c| c.size < target / 2).collect();
+    if opts.repack_small && small.len() >= 2 {
+        for c in small {
+            if choose(c, "small", &mut report) {
+                chosen.insert(c.number);
+            }
+        }
+    }
+    // Then the most unused for their live bytes first (restic's order; ties by key), until
+    // what is left unused is within the limit.
+    let mut by_unused: Vec<&Candidate> = kept
+        .iter()
+        .filter(|c| c.unused > 0 && !chosen.contains(&c.number))
+        .collect();
+    by_unused.sort_by(|a, b| {
+        (u128::from(b.unused) * u128::from(a.live))
+            .cmp(&(u128::from(a.unused) * u128::from(b.live)))
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    for c in by_unused {
         match allowed {
-            Some(a) if unused_left > a => {}
+            Some(a) if unused_left.get() > a => {}
             _ => break,
         }
-        unused_left -= size - lb;
-        report.repacked.push(RepackedPack {
-            pack: key.clone(),
-            bytes: *size,
-            live_bytes: *lb,
-            live_objects: *lo,
-        });
-        report.repacked_pack_bytes += size;
-        report.repacked_live_bytes += lb;
-        report.repacked_objects += lo;
-        gone_packs.insert(*n);
-        repack.push((key.clone(), *n));
+        choose(c, "unused", &mut report);
     }
-    report.unused_bytes_after = unused_left;
+    report.unused_bytes_after = unused_left.get();
     report.repacked.sort_by(|a, b| a.pack.cmp(&b.pack));
-    report.pack_bytes_after =
-        report.pack_bytes_before - report.pack_bytes - report.repacked_pack_bytes
-            + report.repacked_live_bytes;
-    report.bytes_freed = report.pack_bytes_before - report.pack_bytes_after;
 
     // The new packs: live objects of each repacked pack in their old order, trees and data
     // apart, each closed once it reaches the pack target (as a push fills them).
@@ -339,7 +390,6 @@ pub fn plan(store: &Store, remote: &Remote, max_unused: MaxUnused) -> Result<Pla
         .collect();
     let order: HashMap<u32, usize> = repack.iter().enumerate().map(|(i, r)| (r.1, i)).collect();
     moved.sort_by_key(|(id, l)| (order[&l.pack], l.offset, id.0));
-    let target = pack::pack_target() as u64;
     let mut groups = Vec::new();
     let mut open: [(Vec<(ObjectId, Loc)>, u64); 2] = [(Vec::new(), 0), (Vec::new(), 0)];
     for (id, l) in moved {
@@ -357,6 +407,17 @@ pub fn plan(store: &Store, remote: &Remote, max_unused: MaxUnused) -> Result<Pla
         }
     }
     report.new_packs = groups.len() as u64;
+    let new_trailers: u64 = groups
+        .iter()
+        .map(|g| pack::trailer_len(&remote.keys, g.len() as u64))
+        .sum();
+    report.pack_bytes_after =
+        report.pack_bytes_before - report.pack_bytes - report.repacked_pack_bytes
+            + report.repacked_live_bytes
+            + new_trailers;
+    report.bytes_freed = report
+        .pack_bytes_before
+        .saturating_sub(report.pack_bytes_after);
 
     for (id, loc) in &idx.objects {
         if !reached.contains(id) && !gone_packs.contains(&loc.pack) {
@@ -538,7 +599,7 @@ pub fn apply(store: &Store, remote: &Remote, p: Planned) -> Result<RemoteGcPlan>
 /// The remote locked (naming its holder); those of [`plan`] and [`apply`].
 pub fn gc(store: &Store, remote: &Remote, opts: &RemoteGcOptions) -> Result<RemoteGcPlan> {
     let lock = lock::acquire(remote, "gc")?;
-    let planned = plan(store, remote, opts.max_unused)?;
+    let planned = plan(store, remote, opts)?;
     let report = if opts.dry_run {
         planned.report
     } else {
