@@ -152,6 +152,30 @@ fn forget_then_gc_remote_repacks_and_shrinks_the_remote_exactly_as_planned() {
     assert_eq!(dry["max_unused"], "5%");
     let live = dry["repacked_live_bytes"].as_u64().unwrap();
     assert!(live > 0 && live < dry["repacked_pack_bytes"].as_u64().unwrap());
+    // Every pack is in the plan with its live and unused bytes and what happens to it.
+    let usage = dry["pack_usage"].as_array().unwrap();
+    let mut listed: Vec<String> = g
+        .s3_list("rp/packs/")
+        .iter()
+        .map(|k| k.trim_start_matches("rp/").to_string())
+        .collect();
+    listed.sort();
+    let planned: Vec<&str> = usage.iter().map(|u| u["pack"].as_str().unwrap()).collect();
+    assert_eq!(planned, listed, "{dry}");
+    let repack_live: u64 = usage
+        .iter()
+        .filter(|u| u["action"] == "repack")
+        .map(|u| u["live_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(repack_live, live, "{dry}");
+    for u in usage {
+        let (b, l, un) = (
+            u["bytes"].as_u64().unwrap(),
+            u["live_bytes"].as_u64().unwrap(),
+            u["unused_bytes"].as_u64().unwrap(),
+        );
+        assert!(l + un <= b, "{u}");
+    }
     // The text of the dry run says the same.
     let text = rok(&g, [&gc[..], &["--dry-run"]].concat());
     assert!(

@@ -544,6 +544,13 @@ REMOTE_GC = obj("RemoteGcPlan", {
     "unused_bytes_before": t(BYTES, "pack bytes no reached object needs (its blob and trailer entry), before gc"),
     "unused_bytes_after": t(BYTES, "unused bytes left in the packs kept whole"),
     "kept_unreached": t(U, "unreached objects left in packs kept whole"),
+    "pack_usage": t(arr(obj("PackUsage", {
+        "pack": t(STR, "the pack's object key"),
+        "bytes": t(BYTES, "its size"),
+        "live_bytes": t(BYTES, "sealed bytes of the reached objects the index places there"),
+        "unused_bytes": t(BYTES, "what repacking it would free: its size less what its live objects need (blobs and trailer entries)"),
+        "action": t(enum("keep", "repack", "remove"), "what gc does to it"),
+    }, text="One pack of the remote as gc --remote's plan sees it.")), "every pack on the remote before gc, by key"),
     "index_files_replaced": t(U, "index files merged into one"),
     "reached_objects": t(U, "objects the remote's refs reach"),
     "applied": t(BOOL, "false with --dry-run (the plan), true when done"),

@@ -119,6 +119,19 @@ pub struct RepackedPack {
     pub live_objects: u64,
 }
 
+/// One pack of the remote as the plan sees it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct PackUsage {
+    pub pack: String,
+    pub bytes: u64,
+    /// Sealed bytes of the reached objects the index places there.
+    pub live_bytes: u64,
+    /// What repacking it would free (its size less what its live objects need).
+    pub unused_bytes: u64,
+    /// `keep`, `repack` or `remove`.
+    pub action: String,
+}
+
 /// What `gc --remote` does (`--dry-run`: would do) to a remote: the same value for both.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RemoteGcPlan {
@@ -152,6 +165,9 @@ pub struct RemoteGcPlan {
     pub unused_bytes_after: u64,
     /// Unreached objects left in packs kept whole.
     pub kept_unreached: u64,
+    /// Every pack on the remote before gc, by key, with its live and unused bytes and what
+    /// gc does to it.
+    pub pack_usage: Vec<PackUsage>,
     pub index_files_replaced: u64,
     pub reached_objects: u64,
     pub applied: bool,
@@ -377,6 +393,28 @@ pub fn plan(store: &Store, remote: &Remote, opts: &RemoteGcOptions) -> Result<Pl
     }
     report.unused_bytes_after = unused_left.get();
     report.repacked.sort_by(|a, b| a.pack.cmp(&b.pack));
+    // Every pack with what gc does to it (`listed` is sorted by key).
+    let repacked_keys: HashSet<&String> = report.repacked.iter().map(|r| &r.pack).collect();
+    let by_key: HashMap<&String, &Candidate> = kept.iter().map(|c| (&c.key, c)).collect();
+    report.pack_usage = listed
+        .iter()
+        .map(|(key, size)| {
+            let (live_bytes, unused_bytes) =
+                by_key.get(key).map_or((0, *size), |c| (c.live, c.unused));
+            let action = match by_key.get(key) {
+                None => "remove",
+                Some(_) if repacked_keys.contains(key) => "repack",
+                Some(_) => "keep",
+            };
+            PackUsage {
+                pack: key.clone(),
+                bytes: *size,
+                live_bytes,
+                unused_bytes,
+                action: action.into(),
+            }
+        })
+        .collect();
 
     // The new packs: live objects of each repacked pack in their old order, trees and data
     // apart, each closed once it reaches the pack target (as a push fills them).
