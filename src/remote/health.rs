@@ -112,14 +112,15 @@ fn read_tree_any(store: &Store, remote: &Remote, idx: &Index, id: &ObjectId) -> 
 }
 
 /// Walks every checkpoint's trees: every tree and chunk they reach (once per object), with
-/// up to 10 paths that use each in `users`. Unreadable trees become findings.
+/// up to 10 paths that use each in `users` when given (verify names them; gc needs none).
+/// Unreadable trees become findings.
 pub(crate) fn walk_remote(
     store: &Store,
     remote: &Remote,
     idx: &Index,
     history: &[(ObjectId, Checkpoint)],
     findings: &mut Vec<RemoteFinding>,
-    users: &mut HashMap<ObjectId, Vec<String>>,
+    mut users: Option<&mut HashMap<ObjectId, Vec<String>>>,
 ) -> Result<BTreeMap<ObjectId, (Kind, u32)>> {
     let mut reached: BTreeMap<ObjectId, (Kind, u32)> = BTreeMap::new();
     let progress = Progress::items("remote walk", "trees", None);
@@ -127,13 +128,16 @@ pub(crate) fn walk_remote(
         for (root, r) in &c.roots {
             let mut stack = vec![(r.tree, format!("{}:{root}", cid.short()))];
             while let Some((t, path)) = stack.pop() {
-                let note = |users: &mut HashMap<ObjectId, Vec<String>>, id: ObjectId, p: &str| {
-                    let u = users.entry(id).or_default();
-                    if u.len() < 10 {
-                        u.push(p.to_string());
-                    }
-                };
-                note(users, t, &format!("{path}/"));
+                let note =
+                    |users: &mut Option<&mut HashMap<ObjectId, Vec<String>>>, id, p: &str| {
+                        if let Some(users) = users {
+                            let u = users.entry(id).or_default();
+                            if u.len() < 10 {
+                                u.push(p.to_string());
+                            }
+                        }
+                    };
+                note(&mut users, t, &format!("{path}/"));
                 if reached.contains_key(&t) {
                     continue;
                 }
@@ -157,7 +161,7 @@ pub(crate) fn walk_remote(
                         EntryKind::Dir { tree, .. } => stack.push((*tree, p)),
                         EntryKind::File { chunks } => {
                             for ch in chunks {
-                                note(users, ch.id, &p);
+                                note(&mut users, ch.id, &p);
                                 reached.entry(ch.id).or_insert((Kind::Data, ch.len));
                             }
                         }
@@ -181,7 +185,14 @@ pub fn verify(store: &Store, remote: &Remote) -> Result<RemoteVerifyReport> {
     let forgotten = forgotten::list(remote)?;
     let history = remote_history(remote, &forgotten, &mut findings)?.checkpoints;
     let mut users = HashMap::new();
-    let reached = walk_remote(store, remote, &idx, &history, &mut findings, &mut users)?;
+    let reached = walk_remote(
+        store,
+        remote,
+        &idx,
+        &history,
+        &mut findings,
+        Some(&mut users),
+    )?;
     let mut report = RemoteVerifyReport {
         remote: remote.name.clone(),
         checkpoints: history.len() as u64,

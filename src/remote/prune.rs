@@ -228,14 +228,13 @@ pub fn plan(store: &Store, remote: &Remote, opts: &RemoteGcOptions) -> Result<Pl
     let all_forgotten: Forgotten = forgotten::with(on_remote, remote, &pending);
     let mut findings = Vec::new();
     let history = remote_history(remote, &all_forgotten, &mut findings)?;
-    let mut users = HashMap::new();
     let reached_map = walk_remote(
         store,
         remote,
         &idx,
         &history.checkpoints,
         &mut findings,
-        &mut users,
+        None,
     )?;
     if let Some(f) = findings.first() {
         return Err(Error::Corrupt(format!(
@@ -552,7 +551,7 @@ pub fn apply(store: &Store, remote: &Remote, p: Planned) -> Result<RemoteGcPlan>
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .map(std::time::Duration::from_millis);
-    let step = || {
+    let step = move || {
         if let Some(d) = pace {
             std::thread::sleep(d);
         }
@@ -564,25 +563,51 @@ pub fn apply(store: &Store, remote: &Remote, p: Planned) -> Result<RemoteGcPlan>
 
     let progress = Progress::bytes("repack", "objects", Some(report.repacked_live_bytes));
     let mut new_loc: HashMap<ObjectId, pack::IndexEntry> = HashMap::new();
-    // Packs go up PACKS_IN_FLIGHT at a time (one at a time when paced, for the tests).
+    // New packs are built (downloads) on this thread and uploaded from a second one, up to
+    // PACKS_IN_FLIGHT at a time (one at a time when paced, for the tests), as push does.
     let batch_len = if pace.is_some() { 1 } else { PACKS_IN_FLIGHT };
-    let mut batch: Vec<(String, Vec<u8>)> = Vec::new();
-    for (n, g) in groups.iter().enumerate() {
-        let sealed = download_checked(remote, &idx, g, &progress)?;
-        let mut w = PackWriter::default();
-        for ((id, l), s) in g.iter().zip(&sealed) {
-            w.add_sealed(*id, l.kind, s, l.raw_len);
-        }
-        let (bytes, hash, list) = w.finish(&remote.keys)?;
-        batch.push((format!("packs/{}", crypto::hex(&hash)), bytes));
-        for (id, kind, off, len, raw) in list {
-            new_loc.insert(id, (id, hash, kind, off, len, raw));
-        }
-        if batch.len() >= batch_len || n + 1 == groups.len() {
-            step();
-            remote.backend.put_many(std::mem::take(&mut batch))?;
-        }
-    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(String, Vec<u8>)>(PACKS_IN_FLIGHT);
+    let moved: Result<()> = std::thread::scope(|scope| {
+        let uploader = scope.spawn(move || -> Result<()> {
+            let mut batch = Vec::new();
+            for item in rx.iter() {
+                batch.push(item);
+                while batch.len() < batch_len {
+                    match rx.try_recv() {
+                        Ok(i) => batch.push(i),
+                        Err(_) => break,
+                    }
+                }
+                step();
+                remote.backend.put_many(std::mem::take(&mut batch))?;
+            }
+            Ok(())
+        });
+        let mut build = || -> Result<()> {
+            for g in &groups {
+                let sealed = download_checked(remote, &idx, g, &progress)?;
+                let mut w = PackWriter::default();
+                for ((id, l), s) in g.iter().zip(&sealed) {
+                    w.add_sealed(*id, l.kind, s, l.raw_len);
+                }
+                let (bytes, hash, list) = w.finish(&remote.keys)?;
+                for (id, kind, off, len, raw) in list {
+                    new_loc.insert(id, (id, hash, kind, off, len, raw));
+                }
+                tx.send((format!("packs/{}", crypto::hex(&hash)), bytes))
+                    .map_err(|_| Error::Invalid("the upload stopped".into()))?;
+            }
+            Ok(())
+        };
+        let built = build();
+        drop(tx);
+        let uploaded = uploader
+            .join()
+            .unwrap_or_else(|_| Err(Error::Invalid("the upload thread panicked".into())));
+        // The server's error names the cause; the builder's names the object.
+        uploaded.and(built)
+    });
+    moved?;
     progress.finish();
 
     let mut entries: Vec<pack::IndexEntry> = Vec::new();
