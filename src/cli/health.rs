@@ -83,8 +83,10 @@ pub struct GcArgs {
     /// and what would be freed. The report is the one gc prints when it applies the plan.
     #[arg(long)]
     pub dry_run: bool,
-    /// Collect remote NAME instead: records and packs no remote ref reaches (under the
-    /// remote's lock; never while a push from any machine is in flight).
+    /// Collect remote NAME instead (under the remote's lock; never while a push from any
+    /// machine is in flight): publish this store's forgets there, remove the records and
+    /// packs no remote ref reaches, and repack packs partly unused (see --max-unused). The
+    /// dry run prints the same plan; a gc stopped anywhere leaves the remote complete.
     #[arg(long, value_name = "NAME")]
     pub remote: Option<String>,
     /// With --remote: repack packs partly garbage (live objects into new packs, then the old
