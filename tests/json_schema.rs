@@ -514,11 +514,16 @@ fn remote_commands_match_their_schemas() {
         v["findings"].as_array().is_some_and(|f| f.is_empty()),
         "{v}"
     );
-    let v = rcheck(&g, "gc", &["gc", &st, "--remote", "origin", "--dry-run"]);
+    // c2 forgotten on A: gc --remote publishes the forget and repacks what only c2 used.
+    ok(["forget", st.as_str(), c2.as_str()]);
+    let gc: [&str; 6] = ["gc", &st, "--remote", "origin", "--max-unused", "0%"];
+    let v = rcheck(&g, "gc", &[&gc[..], &["--dry-run"]].concat());
     assert_eq!(v["applied"], false, "{v}");
-    let v = rcheck(&g, "gc", &["gc", &st, "--remote", "origin"]);
+    assert_eq!(v["forgotten"][0], c2.as_str(), "{v}");
+    let v = rcheck(&g, "gc", &gc);
     assert_eq!(v["applied"], true, "{v}");
     assert!(v["reached_objects"].as_u64().unwrap_or(0) > 0, "{v}");
+    assert!(v["repacked"][0]["live_bytes"].as_u64().is_some(), "{v}");
 
     let v = rcheck(&g, "remote-remove", &["remote", "remove", &bs, "origin"]);
     assert_eq!(v["removed"], "origin", "{v}");

@@ -518,10 +518,39 @@ command("verify", "verify", {"oneOf": [VERIFY, REMOTE_VERIFY], "x-type": "Verify
 
 REMOTE_GC = obj("RemoteGcPlan", {
     "remote": t(STR, "the remote"),
-    "records": t(arr(STR, "key"), "object keys of the checkpoint records no remote ref reaches (removed, or to be)"),
-    "packs": t(arr(STR, "key"), "object keys of the packs that hold no reached object (removed, or to be)"),
+    "records": t(arr(STR, "key"), "object keys of the checkpoint records no remote ref reaches, forgotten ones among them (removed, or to be)"),
+    "forgotten": t(arr(ID), "checkpoints forgotten on the remote (tombstones, which its history steps over) whose records this gc removes"),
+    "forgets_published": t(U, "of those, forgotten in this store and published to the remote by this gc"),
+    "packs": t(arr(STR, "key"), "object keys of the packs that hold no reached object (removed whole, or to be)"),
     "pack_bytes": t(BYTES, "those packs' bytes"),
-    "kept_unreached": t(U, "unreached objects kept because their pack holds reached ones too (no repacking)"),
+    "repacked": t(arr(obj("RepackedPack", {
+        "pack": t(STR, "the pack's object key"),
+        "reason": t(enum("unused", "small"), "`unused`: repacked to bring unused bytes within max_unused; `small`: merged by --repack-small"),
+        "bytes": t(BYTES, "its size"),
+        "live_bytes": t(BYTES, "bytes of the reached objects in it, copied into new packs"),
+        "live_objects": t(U, "reached objects in it"),
+    }, text="A pack gc --remote rewrites: its live objects go into new packs, then it is removed.")),
+        "packs repacked (most unused for their live bytes first, until the unused bytes left are within max_unused)"),
+    "repacked_pack_bytes": t(BYTES, "bytes of the packs repacked"),
+    "repacked_live_bytes": t(BYTES, "live blob bytes downloaded, checked and uploaded again in new packs"),
+    "repacked_objects": t(U, "objects copied into new packs"),
+    "new_packs": t(U, "new packs the repack writes"),
+    "max_unused": t(STR, "the limit: a percent (`5%`), a byte count, or `unlimited`"),
+    "max_unused_bytes": t(null(BYTES), "the unused bytes that limit allows after gc (null: unlimited)"),
+    "max_repack_bytes": t(null(BYTES), "--max-repack-size: at most these bytes of packs repacked (null: no bound)"),
+    "pack_bytes_before": t(BYTES, "bytes of every pack on the remote before gc"),
+    "pack_bytes_after": t(BYTES, "bytes of the packs after gc"),
+    "bytes_freed": t(BYTES, "pack_bytes_before - pack_bytes_after"),
+    "unused_bytes_before": t(BYTES, "pack bytes no reached object needs (its blob and trailer entry), before gc"),
+    "unused_bytes_after": t(BYTES, "unused bytes left in the packs kept whole"),
+    "kept_unreached": t(U, "unreached objects left in packs kept whole"),
+    "pack_usage": t(arr(obj("PackUsage", {
+        "pack": t(STR, "the pack's object key"),
+        "bytes": t(BYTES, "its size"),
+        "live_bytes": t(BYTES, "sealed bytes of the reached objects the index places there"),
+        "unused_bytes": t(BYTES, "what repacking it would free: its size less what its live objects need (blobs and trailer entries)"),
+        "action": t(enum("keep", "repack", "remove"), "what gc does to it"),
+    }, text="One pack of the remote as gc --remote's plan sees it.")), "every pack on the remote before gc, by key"),
     "index_files_replaced": t(U, "index files merged into one"),
     "reached_objects": t(U, "objects the remote's refs reach"),
     "applied": t(BOOL, "false with --dry-run (the plan), true when done"),
@@ -723,6 +752,7 @@ command("push", "push", obj("PushReport", {
     "branches": t(mapof(REF_MOVE), "remote branches moved, by name"),
     "labels": t(arr(STR, "name"), "labels created on the remote"),
     "recovered": t(U, "objects indexed from packs an interrupted push left without an index"),
+    "forgotten": t(U, "checkpoints forgotten in this store whose tombstones this push published (gc --remote collects them)"),
 }), "What push uploaded and moved; a push with nothing new has zero counts and empty `branches` and `labels`.", "ckptfs push STORE origin --json")
 
 FETCH = obj("FetchReport", {
@@ -733,6 +763,7 @@ FETCH = obj("FetchReport", {
     "created_branches": t(arr(STR, "name"), "local branches created for remote branches the store did not have"),
     "created_labels": t(arr(STR, "name"), "local labels created"),
     "remote_objects": t(U, "objects the remote holds (fetched lazily, when read)"),
+    "forgotten": t(U, "checkpoints forgotten on the remote, stepped over (a tombstone written here for each the store had no record of)"),
 }, text="What a clone or fetch brought: refs and records; objects stay on the remote until read.")
 
 command("clone", "clone", FETCH, "What clone brought into the new store.",

@@ -83,10 +83,25 @@ pub struct GcArgs {
     /// and what would be freed. The report is the one gc prints when it applies the plan.
     #[arg(long)]
     pub dry_run: bool,
-    /// Collect remote NAME instead: records and packs no remote ref reaches (under the
-    /// remote's lock; never while a push from any machine is in flight).
+    /// Collect remote NAME instead (under the remote's lock; never while a push from any
+    /// machine is in flight): publish this store's forgets there, remove the records and
+    /// packs no remote ref reaches, and repack packs partly unused (see --max-unused). The
+    /// dry run prints the same plan; a gc stopped anywhere leaves the remote complete.
     #[arg(long, value_name = "NAME")]
     pub remote: Option<String>,
+    /// With --remote: repack packs partly garbage (live objects into new packs, then the old
+    /// packs go) until at most LIMIT of the remote's pack bytes is unused: a percent (default
+    /// 5%, as restic's prune), a size (100M), or `unlimited` (never repack).
+    #[arg(long, value_name = "LIMIT", requires = "remote")]
+    pub max_unused: Option<String>,
+    /// With --remote: also merge packs under half the pack target (4 MiB) into full ones,
+    /// as restic's prune --repack-small (many small pushes leave many small packs).
+    #[arg(long, requires = "remote")]
+    pub repack_small: bool,
+    /// With --remote: repack at most SIZE of packs in this run (e.g. 1G), as restic's
+    /// --max-repack-size; the rest waits for the next gc.
+    #[arg(long, value_name = "SIZE", requires = "remote", value_parser = super::size_arg)]
+    pub max_repack_size: Option<u64>,
     /// Keep the N newest checkpoints of each branch.
     #[arg(long, value_name = "N")]
     pub keep_last: Option<u32>,
@@ -326,7 +341,7 @@ fn print_decisions(r: &GcReport) {
 /// `ckptfs gc`.
 pub fn run_gc(a: GcArgs) -> Result<i32> {
     if let Some(r) = &a.remote {
-        return super::remote::run_gc_remote(&a.store, r, a.dry_run, a.json.json);
+        return super::remote::run_gc_remote(&a, r);
     }
     let s = Store::open(&a.store)?;
     if let Some(t) = a.keep_tag.first() {

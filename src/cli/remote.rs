@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use ckptfs::remote::{self, health, sync, InitRemote, Remote, RemoteConfig};
+use ckptfs::remote::{self, health, prune, sync, InitRemote, Remote, RemoteConfig};
 use ckptfs::{Error, Result, Store};
 
 use super::{print_json, split_kv, JsonFlag};
@@ -313,7 +313,17 @@ pub fn run_push(a: PushArgs) -> Result<i32> {
         for l in &rep.labels {
             println!("  label {l}");
         }
-        if rep.branches.is_empty() && rep.labels.is_empty() && rep.records == 0 {
+        if rep.forgotten > 0 {
+            println!(
+                "  {} checkpoints forgotten here are now forgotten on {name} (gc --remote collects them)",
+                rep.forgotten
+            );
+        }
+        if rep.branches.is_empty()
+            && rep.labels.is_empty()
+            && rep.records == 0
+            && rep.forgotten == 0
+        {
             println!("  everything up to date");
         }
     }
@@ -334,6 +344,12 @@ fn print_fetch(rep: &sync::FetchReport) {
     }
     for l in &rep.created_labels {
         println!("  new label {l}");
+    }
+    if rep.forgotten > 0 {
+        println!(
+            "  {} checkpoints forgotten on the remote, stepped over",
+            rep.forgotten
+        );
     }
 }
 
@@ -431,34 +447,107 @@ pub fn run_verify_remote(store: &std::path::Path, name: &str, json: bool) -> Res
     Ok(if rep.findings.is_empty() { 0 } else { 1 })
 }
 
-/// `gc --remote NAME [--dry-run]`.
-pub fn run_gc_remote(
-    store: &std::path::Path,
-    name: &str,
-    dry_run: bool,
-    json: bool,
-) -> Result<i32> {
-    let store = Store::open(store)?;
+/// `gc --remote NAME [--dry-run] [--max-unused LIMIT] [--repack-small] [--max-repack-size SIZE]`.
+pub fn run_gc_remote(a: &super::health::GcArgs, name: &str) -> Result<i32> {
+    let max_unused = match &a.max_unused {
+        Some(m) => m.parse::<prune::MaxUnused>()?,
+        None => prune::MaxUnused::default(),
+    };
+    let json = a.json.json;
+    let store = Store::open(&a.store)?;
     let r = Remote::open_named(&store, name)?;
-    let plan = health::gc(&store, &r, dry_run)?;
+    let plan = prune::gc(
+        &store,
+        &r,
+        &prune::RemoteGcOptions {
+            dry_run: a.dry_run,
+            max_unused,
+            repack_small: a.repack_small,
+            max_repack_bytes: a.max_repack_size,
+        },
+    )?;
+    // A dry run changes nothing and leaves no audit line.
+    if plan.applied {
+        store.append_audit(&serde_json::json!({
+            "op": "gc --remote", "remote": name, "records": plan.records.len(),
+            "packs": plan.packs.len(), "repacked": plan.repacked.len(),
+            "bytes_freed": plan.bytes_freed, "time_ns": ckptfs::util::now_ns(),
+        }))?;
+    }
     if json {
         print_json(&plan)?;
     } else {
-        println!(
-            "remote {name}: {} {} records and {} packs ({} bytes) no ref reaches; {} index \
-             files into one; {} unreached objects kept in packs still in use; {} objects reached",
-            if plan.applied {
-                "removed"
-            } else {
-                "would remove"
-            },
-            plan.records.len(),
-            plan.packs.len(),
-            plan.pack_bytes,
-            plan.index_files_replaced,
-            plan.kept_unreached,
-            plan.reached_objects
-        );
+        print_gc_plan(name, &plan);
     }
     Ok(0)
+}
+
+/// The text of a remote gc plan: the same lines for `--dry-run` and the real run.
+fn print_gc_plan(name: &str, p: &prune::RemoteGcPlan) {
+    use ckptfs::util::human_bytes as hb;
+    let (go, went) = if p.applied {
+        ("removed", "freed")
+    } else {
+        ("would remove", "would free")
+    };
+    let forgot = if p.forgotten.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " ({} checkpoints forgotten{})",
+            p.forgotten.len(),
+            if p.forgets_published > 0 {
+                format!(
+                    ", {} forgets published from this store",
+                    p.forgets_published
+                )
+            } else {
+                String::new()
+            }
+        )
+    };
+    println!(
+        "remote {name}: {go} {} records{forgot} and {} packs ({}) no ref reaches",
+        p.records.len(),
+        p.packs.len(),
+        hb(p.pack_bytes)
+    );
+    let limit = match p.max_unused_bytes {
+        Some(b) => format!("{} = {}", p.max_unused, hb(b)),
+        None => p.max_unused.clone(),
+    };
+    let limit = match p.max_repack_bytes {
+        Some(m) => format!("{limit}, max-repack-size {}", hb(m)),
+        None => limit,
+    };
+    let small = p.repacked.iter().filter(|r| r.reason == "small").count();
+    let limit = if small > 0 {
+        format!("{limit}; {small} of them small")
+    } else {
+        limit
+    };
+    if p.repacked.is_empty() {
+        println!("  repack: none needed (max-unused {limit})");
+    } else {
+        println!(
+            "  repack: {} packs ({}, {} of it live: {} objects) into {} new packs (max-unused {limit})",
+            p.repacked.len(),
+            hb(p.repacked_pack_bytes),
+            hb(p.repacked_live_bytes),
+            p.repacked_objects,
+            p.new_packs
+        );
+    }
+    println!(
+        "  packs: {} -> {} ({went} {}); unused {} -> {}",
+        hb(p.pack_bytes_before),
+        hb(p.pack_bytes_after),
+        hb(p.bytes_freed),
+        hb(p.unused_bytes_before),
+        hb(p.unused_bytes_after)
+    );
+    println!(
+        "  {} index files into one; {} unreached objects left in packs kept whole; {} objects reached",
+        p.index_files_replaced, p.kept_unreached, p.reached_objects
+    );
 }

@@ -283,7 +283,17 @@ impl Backend for S3Backend {
                 store
                     .get_range(&p, r)
                     .await
-                    .map_err(|e| s3_error("reading", &format!("{}/{k}", self.url), e))
+                    .map_err(|e| match e {
+                        // A pack an index copy names and the remote no longer has.
+                        object_store::Error::NotFound { .. } => Error::io_op(
+                            format!("reading {}/{k}", self.url),
+                            std::io::Error::other(
+                                "gone from the remote (repacked by a gc --remote? \
+                                 `ckptfs fetch` brings the new index)",
+                            ),
+                        ),
+                        e => s3_error("reading", &format!("{}/{k}", self.url), e),
+                    })
                     .and_then(|b| {
                         if b.len() as u64 == want {
                             Ok(b.to_vec())

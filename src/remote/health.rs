@@ -4,9 +4,8 @@
 //! the local store's, and read trees from the remote (a local copy of a tree is used when the
 //! store has one: it was checked against the same id). `verify` downloads every object the
 //! refs reach and checks it (AEAD tag, length, SHA-256), naming the paths that use a bad
-//! one. `gc` (under the remote lock) plans, then applies: records no ref reaches, packs none
-//! of whose objects is reached, packs no index names; and one new index replaces the old
-//! ones. A pack that holds any reached object is kept whole.
+//! one. `gc` (plan, then apply, with repacking) is in [`crate::remote::prune`]; both step
+//! over forgotten checkpoints (see [`crate::remote::forgotten`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -14,8 +13,10 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::remote::pack::{self, Index, Kind};
-use crate::remote::{crypto, lock, Remote};
+use crate::progress::Progress;
+use crate::remote::forgotten::{self, Forgotten};
+use crate::remote::pack::{Index, Kind};
+use crate::remote::Remote;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::tree::{EntryKind, Tree};
 use crate::store::Store;
@@ -39,17 +40,36 @@ pub struct RemoteVerifyReport {
     pub findings: Vec<RemoteFinding>,
 }
 
-/// Every checkpoint the remote's refs reach, from its records.
-fn remote_history(
+/// The remote's history: every checkpoint its refs reach, from its records, stepping over
+/// forgotten ones (listed apart, sorted).
+pub(crate) struct History {
+    pub checkpoints: Vec<(ObjectId, Checkpoint)>,
+    pub forgotten: Vec<ObjectId>,
+}
+
+/// Every checkpoint the remote's refs reach, from its records; a forgotten checkpoint (a
+/// tombstone in `forgotten`, and no ref names it) is stepped over through its parents.
+pub(crate) fn remote_history(
     remote: &Remote,
+    forgotten: &Forgotten,
     findings: &mut Vec<RemoteFinding>,
-) -> Result<Vec<(ObjectId, Checkpoint)>> {
-    let mut heads: Vec<ObjectId> = remote.list_refs("branches")?.into_values().collect();
-    heads.extend(remote.list_refs("labels")?.into_values());
+) -> Result<History> {
+    let ref_heads = forgotten::ref_heads(remote)?;
+    let mut heads: Vec<ObjectId> = ref_heads.iter().copied().collect();
+    heads.sort();
     let mut seen = HashSet::new();
     let mut out = Vec::new();
+    let mut gone = Vec::new();
     while let Some(id) = heads.pop() {
         if !seen.insert(id) {
+            continue;
+        }
+        if let Some(t) = forgotten
+            .get(remote, &id)
+            .filter(|_| !ref_heads.contains(&id))
+        {
+            heads.extend(t.parents.iter().copied());
+            gone.push(id);
             continue;
         }
         match remote.get_record(&id) {
@@ -71,7 +91,11 @@ fn remote_history(
             }),
         }
     }
-    Ok(out)
+    gone.sort();
+    Ok(History {
+        checkpoints: out,
+        forgotten: gone,
+    })
 }
 
 fn read_tree_any(store: &Store, remote: &Remote, idx: &Index, id: &ObjectId) -> Result<Tree> {
@@ -87,32 +111,38 @@ fn read_tree_any(store: &Store, remote: &Remote, idx: &Index, id: &ObjectId) -> 
     Tree::decode_object(id, &data)
 }
 
-/// Walks every checkpoint's trees; `f(object, kind, len, path)` for every tree and chunk
-/// (once per object; `path` is the first that uses it). Unreadable trees become findings.
-fn walk_remote(
+/// Walks every checkpoint's trees: every tree and chunk they reach (once per object), with
+/// up to 10 paths that use each in `users` when given (verify names them; gc needs none).
+/// Unreadable trees become findings.
+pub(crate) fn walk_remote(
     store: &Store,
     remote: &Remote,
     idx: &Index,
     history: &[(ObjectId, Checkpoint)],
     findings: &mut Vec<RemoteFinding>,
-    users: &mut HashMap<ObjectId, Vec<String>>,
+    mut users: Option<&mut HashMap<ObjectId, Vec<String>>>,
 ) -> Result<BTreeMap<ObjectId, (Kind, u32)>> {
     let mut reached: BTreeMap<ObjectId, (Kind, u32)> = BTreeMap::new();
+    let progress = Progress::items("remote walk", "trees", None);
     for (cid, c) in history {
         for (root, r) in &c.roots {
             let mut stack = vec![(r.tree, format!("{}:{root}", cid.short()))];
             while let Some((t, path)) = stack.pop() {
-                let note = |users: &mut HashMap<ObjectId, Vec<String>>, id: ObjectId, p: &str| {
-                    let u = users.entry(id).or_default();
-                    if u.len() < 10 {
-                        u.push(p.to_string());
-                    }
-                };
-                note(users, t, &format!("{path}/"));
+                let note =
+                    |users: &mut Option<&mut HashMap<ObjectId, Vec<String>>>, id, p: &str| {
+                        if let Some(users) = users {
+                            let u = users.entry(id).or_default();
+                            if u.len() < 10 {
+                                u.push(p.to_string());
+                            }
+                        }
+                    };
+                note(&mut users, t, &format!("{path}/"));
                 if reached.contains_key(&t) {
                     continue;
                 }
                 reached.insert(t, (Kind::Tree, 0));
+                progress.add_items(1);
                 let tree = match read_tree_any(store, remote, idx, &t) {
                     Ok(tree) => tree,
                     Err(e @ Error::Io { .. }) => return Err(e),
@@ -131,7 +161,7 @@ fn walk_remote(
                         EntryKind::Dir { tree, .. } => stack.push((*tree, p)),
                         EntryKind::File { chunks } => {
                             for ch in chunks {
-                                note(users, ch.id, &p);
+                                note(&mut users, ch.id, &p);
                                 reached.entry(ch.id).or_insert((Kind::Data, ch.len));
                             }
                         }
@@ -141,6 +171,7 @@ fn walk_remote(
             }
         }
     }
+    progress.finish();
     Ok(reached)
 }
 
@@ -151,20 +182,33 @@ fn walk_remote(
 pub fn verify(store: &Store, remote: &Remote) -> Result<RemoteVerifyReport> {
     let idx = remote.sync_index(store)?;
     let mut findings = Vec::new();
-    let history = remote_history(remote, &mut findings)?;
+    let forgotten = forgotten::list(remote)?;
+    let history = remote_history(remote, &forgotten, &mut findings)?.checkpoints;
     let mut users = HashMap::new();
-    let reached = walk_remote(store, remote, &idx, &history, &mut findings, &mut users)?;
+    let reached = walk_remote(
+        store,
+        remote,
+        &idx,
+        &history,
+        &mut findings,
+        Some(&mut users),
+    )?;
     let mut report = RemoteVerifyReport {
         remote: remote.name.clone(),
         checkpoints: history.len() as u64,
         ..Default::default()
     };
     let ids: Vec<ObjectId> = reached.keys().copied().collect();
+    let progress = Progress::items("verify --remote", "objects", Some(ids.len() as u64));
     for batch in ids.chunks(64) {
         for (id, r) in batch.iter().zip(remote.fetch_objects(&idx, batch)) {
             report.objects += 1;
+            progress.add_items(1);
             match r {
-                Ok(d) => report.bytes += d.len() as u64,
+                Ok(d) => {
+                    report.bytes += d.len() as u64;
+                    progress.add_bytes(d.len() as u64);
+                }
                 Err(e @ Error::Io { .. }) => return Err(e),
                 Err(e) => findings.push(RemoteFinding {
                     object: id.to_hex(),
@@ -174,112 +218,7 @@ pub fn verify(store: &Store, remote: &Remote) -> Result<RemoteVerifyReport> {
             }
         }
     }
+    progress.finish();
     report.findings = findings;
     Ok(report)
-}
-
-/// What `gc --remote` removes (or, with --dry-run, would).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct RemoteGcPlan {
-    pub remote: String,
-    pub records: Vec<String>,
-    pub packs: Vec<String>,
-    pub pack_bytes: u64,
-    /// Unreached objects kept because their pack holds reached ones too.
-    pub kept_unreached: u64,
-    pub index_files_replaced: u64,
-    pub reached_objects: u64,
-    pub applied: bool,
-}
-
-/// Plans (and unless `dry_run` applies) a remote gc, under the remote lock.
-///
-/// # Errors
-/// The remote locked by a push or another gc (naming its holder); server errors; a
-/// finding in the reached history (gc refuses to collect a remote that is missing objects).
-pub fn gc(store: &Store, remote: &Remote, dry_run: bool) -> Result<RemoteGcPlan> {
-    let lock = lock::acquire(remote, "gc")?;
-    let idx = remote.sync_index(store)?;
-    let mut findings = Vec::new();
-    let history = remote_history(remote, &mut findings)?;
-    let mut users = HashMap::new();
-    let reached = walk_remote(store, remote, &idx, &history, &mut findings, &mut users)?;
-    if let Some(f) = findings.first() {
-        return Err(Error::Corrupt(format!(
-            "remote {}: {} {} (run verify --remote); nothing collected",
-            remote.name, f.object, f.problem
-        )));
-    }
-    let mut plan = RemoteGcPlan {
-        remote: remote.name.clone(),
-        reached_objects: reached.len() as u64,
-        ..Default::default()
-    };
-    let keep_records: HashSet<String> = history.iter().map(|(i, _)| remote.record_key(i)).collect();
-    for (k, _) in remote.backend.list("records/")? {
-        if !keep_records.contains(&k) {
-            plan.records.push(k);
-        }
-    }
-    let mut used: HashSet<u32> = HashSet::new();
-    for (id, loc) in &idx.objects {
-        if reached.contains_key(id) {
-            used.insert(loc.pack);
-        }
-    }
-    for (id, loc) in &idx.objects {
-        if !reached.contains_key(id) && used.contains(&loc.pack) {
-            plan.kept_unreached += 1;
-        }
-    }
-    let kept_keys: HashSet<String> = used.iter().map(|p| idx.pack_key(*p)).collect();
-    for (k, size) in remote.backend.list("packs/")? {
-        if !kept_keys.contains(&k) {
-            plan.packs.push(k);
-            plan.pack_bytes += size;
-        }
-    }
-    let old_indexes: Vec<String> = remote
-        .backend
-        .list("index/")?
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
-    plan.index_files_replaced = old_indexes.len() as u64;
-    if dry_run {
-        lock.release()?;
-        return Ok(plan);
-    }
-    // One index of the kept packs first; then the old ones go; then packs and records.
-    let mut entries = Vec::new();
-    for (id, loc) in &idx.objects {
-        if used.contains(&loc.pack) {
-            entries.push((
-                *id,
-                idx.packs[loc.pack as usize],
-                loc.kind,
-                loc.offset,
-                loc.len,
-                loc.raw_len,
-            ));
-        }
-    }
-    entries.sort_by_key(|e| e.0 .0);
-    let sealed = pack::seal_index(&remote.keys, &pack::encode_index(&entries))?;
-    let new_key = format!("index/{}", crypto::hex(&ObjectId::of(&sealed).0));
-    if !entries.is_empty() {
-        remote.backend.put(&new_key, sealed)?;
-    }
-    for k in &old_indexes {
-        if *k != new_key {
-            remote.backend.delete(k)?;
-        }
-    }
-    for k in plan.packs.iter().chain(plan.records.iter()) {
-        remote.backend.delete(k)?;
-    }
-    remote.sync_index(store)?;
-    plan.applied = true;
-    lock.release()?;
-    Ok(plan)
 }

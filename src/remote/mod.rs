@@ -29,9 +29,11 @@
 pub mod backend;
 pub mod cache;
 pub mod crypto;
+pub mod forgotten;
 pub mod health;
 pub mod lock;
 pub mod pack;
+pub mod prune;
 pub mod sync;
 
 use std::collections::BTreeMap;
@@ -359,9 +361,35 @@ impl Remote {
     /// # Errors
     /// Unreachable server; an index that fails authentication.
     pub fn sync_index(&self, store: &Store) -> Result<Index> {
+        self.sync_index_as(store, None)
+    }
+
+    /// As [`Remote::sync_index`], drawing a progress bar named `what` on a terminal (index
+    /// files downloaded and their bytes).
+    ///
+    /// # Errors
+    /// As [`Remote::sync_index`].
+    pub fn sync_index_shown(&self, store: &Store, what: &str) -> Result<Index> {
+        self.sync_index_as(store, Some(what))
+    }
+
+    fn sync_index_as(&self, store: &Store, what: Option<&str>) -> Result<Index> {
         let dir = index_cache_dir(store, &self.name);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let listed = self.backend.list("index/")?;
+        let progress = match what {
+            Some(w) => {
+                let missing = listed
+                    .iter()
+                    .filter(|(k, _)| {
+                        k.strip_prefix("index/")
+                            .is_some_and(|n| !dir.join(n).exists())
+                    })
+                    .count();
+                crate::progress::Progress::items(w, "index files", Some(missing as u64))
+            }
+            None => crate::progress::Progress::hidden(),
+        };
         let mut idx = Index::default();
         let mut keep = std::collections::HashSet::new();
         for (key, _) in listed {
@@ -392,11 +420,14 @@ impl Remote {
                         )));
                     }
                     fsio::write_atomic_replace_volatile(&local, &d, 0o600)?;
+                    progress.add_items(1);
+                    progress.add_bytes(d.len() as u64);
                     d
                 }
             };
             idx.merge_encoded(&pack::open_index(&self.keys, &sealed, name)?)?;
         }
+        progress.finish();
         // Index files gc --remote replaced: drop their copies.
         if let Ok(rd) = std::fs::read_dir(&dir) {
             for e in rd.flatten() {

@@ -30,7 +30,7 @@ pub const PACK_TARGET: usize = 8 << 20;
 /// measurement in docs/remote.md. Unset in normal use.
 const PACK_TARGET_ENV: &str = "CKPTFS_PACK_TARGET";
 
-fn pack_target() -> usize {
+pub(crate) fn pack_target() -> usize {
     static T: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *T.get_or_init(|| {
         std::env::var(PACK_TARGET_ENV)
@@ -263,6 +263,15 @@ impl PackWriter {
         Ok(())
     }
 
+    /// Adds one object already sealed (copied from another pack by a repack: a blob's seal
+    /// names its object, not its pack, so it moves unchanged).
+    pub fn add_sealed(&mut self, id: ObjectId, kind: Kind, sealed: &[u8], raw_len: u32) {
+        let off = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(sealed);
+        self.entries
+            .push((id, kind, off, sealed.len() as u32, raw_len));
+    }
+
     /// Closes the pack: appends the trailer; returns its bytes and hash.
     ///
     /// # Errors
@@ -283,6 +292,16 @@ impl PackWriter {
         let hash = ObjectId::of(&self.bytes).0;
         Ok((self.bytes, hash, self.entries))
     }
+}
+
+/// Bytes the trailer of a pack of `n` objects takes, with its length field.
+pub fn trailer_len(keys: &Keys, n: u64) -> u64 {
+    let seal = if keys.encrypted() {
+        crate::remote::crypto::OVERHEAD as u64
+    } else {
+        0
+    };
+    n * ENTRY_LEN as u64 + seal + 4
 }
 
 /// Parses a pack's trailer (`tail`: its last bytes, at least the trailer and its length).

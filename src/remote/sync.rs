@@ -17,9 +17,11 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::progress::Progress;
 use crate::remote::pack::{self, Index, Kind, PackWriter};
 use crate::remote::{
-    crypto, lock, read_refs, write_config, write_refs, RefValue, Remote, RemoteConfig, RemoteRefs,
+    crypto, forgotten, lock, read_refs, write_config, write_refs, RefValue, Remote, RemoteConfig,
+    RemoteRefs,
 };
 use crate::store::checkpoint::Checkpoint;
 use crate::store::tree::EntryKind;
@@ -29,7 +31,7 @@ use crate::store::{fsio, InitOptions, Store};
 const PACKS_IN_FLIGHT: usize = 4;
 /// Test knob: milliseconds to wait before each upload of packs (so a test can kill a server
 /// or start a second push while one is in flight). Unset in normal use.
-const PACE_ENV: &str = "CKPTFS_REMOTE_PACE_MS";
+pub(crate) const PACE_ENV: &str = "CKPTFS_REMOTE_PACE_MS";
 
 /// What `push` did.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -46,6 +48,8 @@ pub struct PushReport {
     pub labels: Vec<String>,
     /// Objects recovered from packs an interrupted push left without an index.
     pub recovered: u64,
+    /// Checkpoints forgotten in this store whose tombstones went to the remote.
+    pub forgotten: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -316,9 +320,21 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
         .into_iter()
         .map(|(k, _)| k)
         .collect();
+    // This store's forgets go to the remote; checkpoints forgotten there (by any machine) are
+    // not brought back, unless a ref of this push names one.
+    let remote_forgotten = forgotten::list(remote)?;
+    let mut ref_heads: HashSet<ObjectId> = remote_branches
+        .values()
+        .chain(remote_labels.values())
+        .copied()
+        .collect();
+    ref_heads.extend(heads.iter().copied());
+    let tombs = forgotten::pending(store, remote, &remote_forgotten, &on_remote, &ref_heads)?;
     let mut new_records = Vec::new();
     for (id, c) in history(store, &heads)? {
-        if !on_remote.contains(&remote.record_key(&id)) {
+        let forgotten_there =
+            remote_forgotten.get(remote, &id).is_some() && !ref_heads.contains(&id);
+        if !on_remote.contains(&remote.record_key(&id)) && !forgotten_there {
             new_records.push((id, c));
         }
     }
@@ -366,8 +382,7 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
                     .map_err(|_| Error::Invalid("the upload stopped".into()))
             };
             // On a terminal, the shared bar (`crate::progress`: off with --quiet and --json).
-            let progress =
-                crate::progress::Progress::items("push", "objects", Some(objects.len() as u64));
+            let progress = Progress::items("push", "objects", Some(objects.len() as u64));
             for (id, kind, len) in &objects {
                 let data = match kind {
                     Kind::Tree => {
@@ -406,7 +421,9 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
         upload_index(remote, store, &entries)?;
     }
 
-    // Records, then refs.
+    // Tombstones, records, then refs.
+    forgotten::publish(remote, &tombs)?;
+    report.forgotten = tombs.len() as u64;
     let mut recs = Vec::new();
     for (id, c) in &new_records {
         recs.push((remote.record_key(id), remote.seal_record(id, &c.encode())?));
@@ -458,6 +475,9 @@ pub struct FetchReport {
     pub created_labels: Vec<String>,
     /// Objects the remote holds (in its index).
     pub remote_objects: u64,
+    /// Checkpoints forgotten on the remote, stepped over (a tombstone written here for each
+    /// the store had no record and no tombstone of).
+    pub forgotten: u64,
 }
 
 /// Brings the remote's index, refs and records (see the module doc).
@@ -465,20 +485,37 @@ pub struct FetchReport {
 /// # Errors
 /// Server errors; a record or ref that fails authentication or its hash.
 pub fn fetch(store: &Store, remote: &Remote) -> Result<FetchReport> {
-    let idx = remote.sync_index(store)?;
+    let idx = remote.sync_index_shown(store, "fetch index")?;
     let branches = remote.list_refs("branches")?;
     let labels = remote.list_refs("labels")?;
+    let gone = forgotten::list(remote)?;
     let mut report = FetchReport {
         remote: remote.name.clone(),
         remote_objects: idx.objects.len() as u64,
         ..Default::default()
     };
-    let mut stack: Vec<ObjectId> = branches.values().chain(labels.values()).copied().collect();
+    let heads: HashSet<ObjectId> = branches.values().chain(labels.values()).copied().collect();
+    let mut stack: Vec<ObjectId> = heads.iter().copied().collect();
+    stack.sort();
+    // Records: at most as many as the remote lists (counted only when a bar is drawn).
+    let progress = Progress::items("fetch records", "records", None);
+    if progress.is_shown() {
+        progress.set_total(remote.backend.list("records/")?.len() as u64);
+    }
     let mut seen = HashSet::new();
     while let Some(id) = stack.pop() {
         if !seen.insert(id) {
             continue;
         }
+        if let Some(t) = gone.get(remote, &id).filter(|_| !heads.contains(&id)) {
+            stack.extend(t.parents.iter().copied());
+            report.forgotten += 1;
+            if !store.checkpoint_path(&id).exists() && store.read_tombstone(&id)?.is_none() {
+                store.write_tombstone(t)?;
+            }
+            continue;
+        }
+        progress.add_items(1);
         let c = match store.read_checkpoint(&id) {
             Ok(c) => c,
             Err(Error::NotFound(_)) => {
@@ -489,12 +526,15 @@ pub fn fetch(store: &Store, remote: &Remote) -> Result<FetchReport> {
                 let c = Checkpoint::decode(&id, &data)?;
                 fsio::write_atomic_new(&store.checkpoint_path(&id), &data, 0o444)?;
                 report.records += 1;
+                progress.add_bytes(data.len() as u64);
                 c
             }
             Err(e) => return Err(e),
         };
         stack.extend(c.parents.iter().copied());
     }
+    progress.set_total(seen.len() as u64 - report.forgotten);
+    progress.finish();
     for (name, id) in &labels {
         match store.read_label(name)? {
             None => {

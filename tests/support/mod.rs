@@ -32,6 +32,8 @@
 //! - `life`: where a store keeps its mounts (`store_mounts_dir`, `lower_view`, `detached_dir`).
 //! - `remote`: ckptfs against a Garage (`rok`, `rok_json`, `rrun` with its AWS environment,
 //!   `key_file`, `reach`, `add_remote`, `clone_remote`).
+//! - `remote_gc`: what a remote holds (`remote_bytes`, `remote_keys`) and
+//!   `on_terminal_remote` (a pseudo-terminal with a Garage's environment).
 //! - `hostile`: other users (`NOBODY`, `as_nobody`, `nobody_ok`, `nobody_denied`, `Attacker`,
 //!   `open_tmp`) and crafted input (`one_file_tree`, `archive_of`).
 //!
@@ -48,6 +50,7 @@ pub mod life;
 pub mod mount;
 pub mod pty;
 pub mod remote;
+pub mod remote_gc;
 pub mod runner;
 pub mod store;
 pub mod tree;
@@ -58,5 +61,5 @@ pub mod workspace;
 #[allow(unused_imports)]
 pub use {
     cli::*, conv::*, fault::*, garage::*, hostile::*, life::*, mount::*, pty::*, remote::*,
-    runner::*, store::*, tree::*, view::*, workspace::*,
+    remote_gc::*, runner::*, store::*, tree::*, view::*, workspace::*,
 };
