@@ -81,6 +81,10 @@ pub struct TurnArgs {
     /// machine's; the change is audited and the new fingerprint recorded with the turn.
     #[arg(long)]
     pub accept_runtime_change: bool,
+    /// Keep the upper layer after the turn's checkpoint instead of folding it (as
+    /// `checkpoint --no-fold`: for rooms whose big files grow every turn).
+    #[arg(long)]
+    pub no_fold: bool,
     /// Print the turn's report as JSON on stdout once COMMAND has exited (after COMMAND's
     /// own output).
     #[arg(long)]
@@ -153,6 +157,7 @@ pub fn run_turn(a: TurnArgs) -> Result<i32> {
             command: a.command,
             retry: a.retry,
             accept_runtime_change: a.accept_runtime_change,
+            no_fold: a.no_fold,
         },
     )?;
     if let Some(e) = &r.error {

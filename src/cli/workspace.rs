@@ -56,6 +56,13 @@ pub struct CheckpointArgs {
     /// records nothing (`"recorded": false` in --json). --label implies it.
     #[arg(long)]
     pub allow_empty: bool,
+    /// Keep the upper layer as it is instead of folding it into the new checkpoint (see
+    /// docs/workspaces.md, "The fold"): its files stay stored twice, in the upper layer and
+    /// in the store, until a checkpoint without --no-fold, a switch or a remount. Worth it
+    /// when big files (transcripts, databases) grow every turn: after a fold the next write
+    /// to each copies it up whole again and the checkpoint after reads it whole.
+    #[arg(long)]
+    pub no_fold: bool,
     #[command(flatten)]
     pub meta: super::turn::MetaArgs,
     #[command(flatten)]
@@ -395,6 +402,9 @@ fn exec_failure_code(program: &Path, err: &std::io::Error) -> i32 {
     }
 }
 
+/// The fold report's reason after `--no-fold`.
+pub const NO_FOLD: &str = "--no-fold";
+
 pub fn checkpoint(a: &CheckpointArgs, hold: &Hold) -> Result<i32> {
     let (s, b) = target(&a.place, a.branch.as_deref())?;
     let ann = ckptfs::store::checkpoint::Annotations {
@@ -411,7 +421,11 @@ pub fn checkpoint(a: &CheckpointArgs, hold: &Hold) -> Result<i32> {
     };
     let r = workspace::checkpoint(&s, &b, &o, None)?;
     // The upper layer's recorded bytes leave it now if nobody is inside (see docs/workspaces.md).
-    let fold = workspace::fold(&s, &b)?;
+    let fold = if a.no_fold {
+        workspace::not_folded(&s, &b, NO_FOLD)?
+    } else {
+        workspace::fold(&s, &b)?
+    };
     if a.json.json {
         let mut v =
             serde_json::to_value(&r).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;

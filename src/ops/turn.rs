@@ -57,6 +57,8 @@ pub struct TurnOptions {
     pub retry: bool,
     /// Go on over a differing runtime fingerprint (audited).
     pub accept_runtime_change: bool,
+    /// Leave the upper layer unfolded after the turn's checkpoint (`--no-fold`).
+    pub no_fold: bool,
 }
 
 /// What a turn did.
@@ -424,7 +426,7 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
     // Between turns nobody is inside: the upper layer's recorded bytes leave it (a fold, see
     // docs/workspaces.md). Not folding is never a turn's failure: the checkpoint stands and
     // the next checkpoint or switch folds.
-    if ok {
+    if ok && !opts.no_fold {
         match workspace::fold(store, b) {
             Ok(f) if f.folded => {
                 log::info!("turn {turn}: folded {} B of the upper layer", f.upper_bytes)

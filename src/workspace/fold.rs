@@ -82,16 +82,45 @@ pub fn fold(store: &Store, branch: &str) -> Result<FoldReport> {
 /// The bytes of `branch`'s upper layer a fold would drop, and who holds them: what `status`
 /// reports for a workspace whose base is not its head.
 pub fn waiting(store: &Store, st: &WorkspaceState) -> Result<FoldReport> {
+    waiting_because(store, st, None)
+}
+
+/// What a checkpoint asked not to fold (`--no-fold`) leaves waiting in `branch`'s upper
+/// layer, with `why` as the reason.
+///
+/// # Errors
+/// Reading the workspace's state or the branch.
+pub fn not_folded(store: &Store, branch: &str, why: &str) -> Result<FoldReport> {
+    match state(store, branch)? {
+        Some(st) => waiting_because(store, &st, Some(why)),
+        None => Ok(FoldReport {
+            reason: Some(why.to_string()),
+            ..FoldReport::default()
+        }),
+    }
+}
+
+fn waiting_because(store: &Store, st: &WorkspaceState, why: Option<&str>) -> Result<FoldReport> {
     let (_, head) = require_branch(store, &st.branch)?;
+    let reason = why.map(str::to_string);
     if st.base == head {
-        return Ok(FoldReport::default());
+        return Ok(FoldReport {
+            reason,
+            ..FoldReport::default()
+        });
     }
     let (upper_files, upper_bytes) = upper_usage(store, &st.branch);
     Ok(FoldReport {
         upper_files,
         upper_bytes,
-        holders: holders(&mountpoints(st)),
-        ..FoldReport::default()
+        // Who is inside matters only to a fold that waits for them.
+        holders: if why.is_some() {
+            Vec::new()
+        } else {
+            holders(&mountpoints(st))
+        },
+        reason,
+        folded: false,
     })
 }
 

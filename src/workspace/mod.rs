@@ -45,7 +45,7 @@ pub use checkpoint::{
     checkpoint, dirty, first_change, is_dirty, live_tree, CheckpointOptions, CheckpointReport,
     DirtyReport, Held, Hold, LiveTree, SpecialFile,
 };
-pub use fold::{fold, remove_folded, roll_back_fold, waiting, FoldReport};
+pub use fold::{fold, not_folded, remove_folded, roll_back_fold, waiting, FoldReport};
 pub use mount::{agent_cgroup, mount, reap_detached, umount, MountOptions};
 pub use state::{
     find_by_path, is_live, is_mounted, state, states, MountedRoot, UpperBase, WorkspaceState,
