@@ -14,7 +14,8 @@
 #
 # Measures: first push of the room and push after one `turn` (ckptfs) vs `restic backup` to
 # s3:http://... (both encrypted, same node); remote bytes added by the turn; clone time;
-# cold lazy mount time; first byte and sequential MB/s of a cold big file; cold `find` over
+# cold lazy mount time; first byte and sequential MB/s of a cold big file (and, as the
+# ceiling, plain ranged GETs of the same bytes from the same node); cold `find` over
 # the lazy mount vs a cold `find` over a local mount of the same checkpoint, vs `restic
 # mount` on the same remote. "Cold": the clone holds no object (fresh clone), the local
 # store's page cache is evicted with posix_fadvise(DONTNEED). Root and /dev/fuse required.
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
         --work) WORK=$2; shift 2 ;;
         --big-mib) BIG_MIB=$2; shift 2 ;;
         --clean) CLEAN=1; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -111,6 +112,22 @@ print(total)
 PY
 }
 
+curl_s3() {
+    curl -sS --fail --aws-sigv4 aws:amz:garage:s3 --user "$KEY_ID:$SECRET" \
+        -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
+}
+# raw_get BUCKET/KEY BYTES: GETs the object in 8 MiB ranges, 4 at a time.
+raw_get() {
+    local cfg=$WORK/raw-get.cfg step=$((8 << 20)) off=0
+    : > "$cfg"
+    while [ "$off" -lt "$2" ]; do
+        printf 'url = "%s/%s"\nrange = "%d-%d"\noutput = "/dev/null"\n' \
+            "$ENDPOINT" "$1" "$off" "$((off + step - 1))" >> "$cfg"
+        off=$((off + step))
+    done
+    curl_s3 --parallel --parallel-max 4 -K "$cfg"
+}
+
 # One Garage node for the whole run.
 GDIR=$WORK/garage
 rm -rf "$GDIR"; mkdir -p "$GDIR/meta" "$GDIR/data"
@@ -145,6 +162,9 @@ mkbucket() {
 
 echo "ckptfs $("$CKPTFS" --version | awk '{print $2}'), $(restic version | head -1), $("$GARAGE" --version | head -1)"
 echo "machine: $(nproc) cores, $(uname -r); garage: 1 node on loopback"
+echo "commit $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u '+%Y-%m-%d %H:%M UTC')"
+# The machine may be shared: every table says what else was running (load average).
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
 for SCALE in "${SCALES[@]}"; do
     ROOM=$WORK/room-$SCALE
@@ -161,6 +181,7 @@ for SCALE in "${SCALES[@]}"; do
     RS="s3:$ENDPOINT/rs-$SCALE/room"
     restic -r "$RS" init >/dev/null 2>&1
     declare -A R=()
+    R[load_start]=$(loadavg)
     R[ck_push1]=$(secs "$CKPTFS" push "$A")
     R[rs_backup1]=$(secs restic -r "$RS" backup -q "$ROOM")
     ck0=$(bucket_bytes "ck-$SCALE"); rs0=$(bucket_bytes "rs-$SCALE")
@@ -181,8 +202,14 @@ for SCALE in "${SCALES[@]}"; do
     BIG=artifacts/big-cold.bin
     BIGB=$(stat -c %s "$ROOM/$BIG")
     R[ck_first_byte]=$(secs head -c 1 "$MNT/$BIG")
+    R[load_seq]=$(loadavg)
     R[ck_seq_s]=$(secs cat "$MNT/$BIG")
     "$CKPTFS" umount "$MNT" >/dev/null
+    # The ceiling: the same bytes as one plain object, read back with ranged GETs of 8 MiB,
+    # 4 in flight, by one curl process (no decryption, no checks, no disk writes).
+    mkbucket "raw-$SCALE"
+    curl_s3 -T "$ROOM/$BIG" "$ENDPOINT/raw-$SCALE/big" -o /dev/null
+    R[raw_get_s]=$(secs raw_get "raw-$SCALE/big" "$BIGB")
     # The same checkpoint from the local store, cold.
     LMNT=$ST/lmnt; mkdir -p "$LMNT"; MOUNTS+=("$LMNT")
     evict "$A"
@@ -205,6 +232,7 @@ for SCALE in "${SCALES[@]}"; do
 
     echo
     echo "## $SCALE room ($(du -sh --apparent-size "$ROOM" | cut -f1), $(find "$ROOM" | wc -l) entries; big file $BIG_MIB MiB)"
+    echo "load average: ${R[load_start]} at the first push, ${R[load_seq]} before the sequential read, $(loadavg) at the end"
     echo "| what | ckptfs | restic | ckptfs/restic |"
     echo "|---|---|---|---|"
     echo "| first push / backup (s) | ${R[ck_push1]} | ${R[rs_backup1]} | $(ratio "${R[ck_push1]}" "${R[rs_backup1]}") |"
@@ -216,6 +244,7 @@ for SCALE in "${SCALES[@]}"; do
     echo "| cold find (s) | ${R[ck_find_cold]} (local cold ${R[local_find_cold]}, x$(ratio "${R[ck_find_cold]}" "${R[local_find_cold]}"); warm ${R[ck_find_warm]}) | ${R[rs_find_cold]} | $(ratio "${R[ck_find_cold]}" "${R[rs_find_cold]}") |"
     echo "| first byte of the cold big file (s) | ${R[ck_first_byte]} | ${R[rs_first_byte]} | $(ratio "${R[ck_first_byte]}" "${R[rs_first_byte]}") |"
     echo "| sequential cold read (MB/s) | $(mbps "$BIGB" "${R[ck_seq_s]}") | $(mbps "$BIGB" "${R[rs_seq_s]}") | |"
+    echo "| raw ranged GETs of the same bytes, 8 MiB x 4 in flight, curl (MB/s) | $(mbps "$BIGB" "${R[raw_get_s]}") | | |"
 
     if [ "$SCALE" = small ]; then
         echo
