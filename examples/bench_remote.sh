@@ -10,7 +10,7 @@
 #   --clean    delete the scratch directory at the end
 # env: CKPTFS (default target/release/ckptfs, built if missing), GARAGE (default
 #      ~/.cargo/bin/garage), GEN_ROOM, PACK_SIZES (pack targets to compare with one PUT per
-#      object on the small room, default "1 1048576 8388608 33554432")
+#      object on the small room, default "1 1048576 8388608 33554432"; empty: none)
 #
 # Measures: first push of the room and push after one `turn` (ckptfs) vs `restic backup` to
 # s3:http://... (both encrypted, same node); remote bytes added by the turn; clone time;
@@ -41,7 +41,7 @@ GEN_ROOM=${GEN_ROOM:-$HERE/../shared/bench/gen_room.py}
 [ -f "$GEN_ROOM" ] || GEN_ROOM=/work/shared/bench/gen_room.py
 CKPTFS=${CKPTFS:-$HERE/target/release/ckptfs}
 GARAGE=${GARAGE:-$HOME/.cargo/bin/garage}
-PACK_SIZES=${PACK_SIZES:-"1 1048576 8388608 33554432"}
+PACK_SIZES=${PACK_SIZES-"1 1048576 8388608 33554432"}
 command -v restic >/dev/null || { echo "restic is not installed" >&2; exit 1; }
 [ -x "$GARAGE" ] || { echo "garage not found at $GARAGE (examples/setup-deps.sh)" >&2; exit 1; }
 [ -x "$CKPTFS" ] || (cd "$HERE" && cargo build --release --quiet)
@@ -128,12 +128,14 @@ raw_get() {
     curl_s3 --parallel --parallel-max 4 -K "$cfg"
 }
 
-# One Garage node for the whole run.
-GDIR=$WORK/garage
-rm -rf "$GDIR"; mkdir -p "$GDIR/meta" "$GDIR/data"
-S3_PORT=$(free_port); RPC_PORT=$(free_port); ADMIN_PORT=$(free_port)
-GCONF=$GDIR/garage.toml
-cat > "$GCONF" <<EOT
+# One Garage node per room (its data removed after the room's table: the large room's run
+# needs about 16 GB of disk by itself).
+start_garage() {
+    GDIR=$WORK/garage
+    rm -rf "$GDIR"; mkdir -p "$GDIR/meta" "$GDIR/data"
+    S3_PORT=$(free_port); RPC_PORT=$(free_port); ADMIN_PORT=$(free_port)
+    GCONF=$GDIR/garage.toml
+    cat > "$GCONF" <<EOT
 metadata_dir = "$GDIR/meta"
 data_dir = "$GDIR/data"
 db_engine = "sqlite"
@@ -147,14 +149,19 @@ api_bind_addr = "127.0.0.1:$S3_PORT"
 [admin]
 api_bind_addr = "127.0.0.1:$ADMIN_PORT"
 EOT
-RUST_LOG=garage=warn "$GARAGE" -c "$GCONF" server > "$GDIR/log" 2>&1 &
-GPID=$!
-for _ in $(seq 100); do "$GARAGE" -c "$GCONF" node id -q >/dev/null 2>&1 && break; sleep 0.1; done
-NODE=$("$GARAGE" -c "$GCONF" node id -q | cut -d@ -f1)
-"$GARAGE" -c "$GCONF" layout assign -z z1 -c 10G "$NODE" >/dev/null
-"$GARAGE" -c "$GCONF" layout apply --version 1 >/dev/null
-"$GARAGE" -c "$GCONF" key import "$KEY_ID" "$SECRET" -n bench --yes >/dev/null
-ENDPOINT=http://127.0.0.1:$S3_PORT
+    RUST_LOG=garage=warn "$GARAGE" -c "$GCONF" server > "$GDIR/log" 2>&1 &
+    GPID=$!
+    for _ in $(seq 100); do "$GARAGE" -c "$GCONF" node id -q >/dev/null 2>&1 && break; sleep 0.1; done
+    NODE=$("$GARAGE" -c "$GCONF" node id -q | cut -d@ -f1)
+    "$GARAGE" -c "$GCONF" layout assign -z z1 -c 10G "$NODE" >/dev/null
+    "$GARAGE" -c "$GCONF" layout apply --version 1 >/dev/null
+    "$GARAGE" -c "$GCONF" key import "$KEY_ID" "$SECRET" -n bench --yes >/dev/null
+    ENDPOINT=http://127.0.0.1:$S3_PORT
+}
+stop_garage() {
+    kill "$GPID" 2>/dev/null || true; wait "$GPID" 2>/dev/null || true; GPID=""
+    rm -rf "$GDIR"
+}
 mkbucket() {
     "$GARAGE" -c "$GCONF" bucket create "$1" >/dev/null
     "$GARAGE" -c "$GCONF" bucket allow --read --write --owner "$1" --key bench >/dev/null
@@ -167,6 +174,7 @@ echo "commit $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
 for SCALE in "${SCALES[@]}"; do
+    start_garage
     ROOM=$WORK/room-$SCALE
     if [ ! -f "$ROOM/.ckbench_room.json" ]; then
         rm -rf "$ROOM"; python3 "$GEN_ROOM" gen "$ROOM" --scale "$SCALE" >/dev/null
@@ -246,7 +254,7 @@ for SCALE in "${SCALES[@]}"; do
     echo "| sequential cold read (MB/s) | $(mbps "$BIGB" "${R[ck_seq_s]}") | $(mbps "$BIGB" "${R[rs_seq_s]}") | |"
     echo "| raw ranged GETs of the same bytes, 8 MiB x 4 in flight, curl (MB/s) | $(mbps "$BIGB" "${R[raw_get_s]}") | | |"
 
-    if [ "$SCALE" = small ]; then
+    if [ "$SCALE" = small ] && [ -n "$PACK_SIZES" ]; then
         echo
         echo "Pack target vs first push of the small room (one PUT per object at 1 byte):"
         echo "| pack target (bytes) | push (s) | packs |"
@@ -265,4 +273,6 @@ for SCALE in "${SCALES[@]}"; do
         done
     fi
     rm -rf "$B"
+    stop_garage
+    rm -rf "$ST"
 done
