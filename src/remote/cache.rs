@@ -136,6 +136,24 @@ impl std::fmt::Debug for RemoteSource {
     }
 }
 
+/// The ids a fetch claimed: those it has not released yet are released when it ends, however
+/// it ends (a fetch cut short must not leave readers waiting for it).
+struct Claimed<'a> {
+    src: &'a RemoteSource,
+    ids: &'a [ObjectId],
+    released: usize,
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        if let Some(rest) = self.ids.get(self.released..) {
+            if !rest.is_empty() {
+                self.src.release(rest);
+            }
+        }
+    }
+}
+
 /// The factory [`crate::store::set_object_source_factory`] is given: a source for a store
 /// with at least one remote.
 pub fn source_for(store: &Store) -> Option<Arc<dyn ObjectSource>> {
@@ -271,6 +289,11 @@ impl RemoteSource {
         ids: &[ObjectId],
         demand: bool,
     ) -> Vec<Result<()>> {
+        let mut claim = Claimed {
+            src: self,
+            ids,
+            released: 0,
+        };
         let index = opened.index();
         let kinds: Vec<Option<Kind>> = ids
             .iter()
@@ -292,6 +315,7 @@ impl RemoteSource {
             }));
             // Landed (or failed): a reader waiting for it goes on.
             self.release(std::slice::from_ref(id));
+            claim.released += 1;
             if demand {
                 if let Some(next) = lock(&self.next_chunks).get(id) {
                     ahead.extend(next.iter().copied());
