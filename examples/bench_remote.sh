@@ -10,11 +10,12 @@
 #   --clean    delete the scratch directory at the end
 # env: CKPTFS (default target/release/ckptfs, built if missing), GARAGE (default
 #      ~/.cargo/bin/garage), GEN_ROOM, PACK_SIZES (pack targets to compare with one PUT per
-#      object on the small room, default "1 1048576 8388608 33554432")
+#      object on the small room, default "1 1048576 8388608 33554432"; empty: none)
 #
 # Measures: first push of the room and push after one `turn` (ckptfs) vs `restic backup` to
 # s3:http://... (both encrypted, same node); remote bytes added by the turn; clone time;
-# cold lazy mount time; first byte and sequential MB/s of a cold big file; cold `find` over
+# cold lazy mount time; first byte and sequential MB/s of a cold big file (and, as the
+# ceiling, plain ranged GETs of the same bytes from the same node); cold `find` over
 # the lazy mount vs a cold `find` over a local mount of the same checkpoint, vs `restic
 # mount` on the same remote. "Cold": the clone holds no object (fresh clone), the local
 # store's page cache is evicted with posix_fadvise(DONTNEED). Root and /dev/fuse required.
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
         --work) WORK=$2; shift 2 ;;
         --big-mib) BIG_MIB=$2; shift 2 ;;
         --clean) CLEAN=1; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -40,7 +41,7 @@ GEN_ROOM=${GEN_ROOM:-$HERE/../shared/bench/gen_room.py}
 [ -f "$GEN_ROOM" ] || GEN_ROOM=/work/shared/bench/gen_room.py
 CKPTFS=${CKPTFS:-$HERE/target/release/ckptfs}
 GARAGE=${GARAGE:-$HOME/.cargo/bin/garage}
-PACK_SIZES=${PACK_SIZES:-"1 1048576 8388608 33554432"}
+PACK_SIZES=${PACK_SIZES-"1 1048576 8388608 33554432"}
 command -v restic >/dev/null || { echo "restic is not installed" >&2; exit 1; }
 [ -x "$GARAGE" ] || { echo "garage not found at $GARAGE (examples/setup-deps.sh)" >&2; exit 1; }
 [ -x "$CKPTFS" ] || (cd "$HERE" && cargo build --release --quiet)
@@ -111,12 +112,30 @@ print(total)
 PY
 }
 
-# One Garage node for the whole run.
-GDIR=$WORK/garage
-rm -rf "$GDIR"; mkdir -p "$GDIR/meta" "$GDIR/data"
-S3_PORT=$(free_port); RPC_PORT=$(free_port); ADMIN_PORT=$(free_port)
-GCONF=$GDIR/garage.toml
-cat > "$GCONF" <<EOT
+curl_s3() {
+    curl -sS --fail --aws-sigv4 aws:amz:garage:s3 --user "$KEY_ID:$SECRET" \
+        -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
+}
+# raw_get BUCKET/KEY BYTES: GETs the object in 8 MiB ranges, 4 at a time.
+raw_get() {
+    local cfg=$WORK/raw-get.cfg step=$((8 << 20)) off=0
+    : > "$cfg"
+    while [ "$off" -lt "$2" ]; do
+        printf 'url = "%s/%s"\nrange = "%d-%d"\noutput = "/dev/null"\n' \
+            "$ENDPOINT" "$1" "$off" "$((off + step - 1))" >> "$cfg"
+        off=$((off + step))
+    done
+    curl_s3 --parallel --parallel-max 4 -K "$cfg"
+}
+
+# One Garage node per room (its data removed after the room's table: the large room's run
+# needs about 16 GB of disk by itself).
+start_garage() {
+    GDIR=$WORK/garage
+    rm -rf "$GDIR"; mkdir -p "$GDIR/meta" "$GDIR/data"
+    S3_PORT=$(free_port); RPC_PORT=$(free_port); ADMIN_PORT=$(free_port)
+    GCONF=$GDIR/garage.toml
+    cat > "$GCONF" <<EOT
 metadata_dir = "$GDIR/meta"
 data_dir = "$GDIR/data"
 db_engine = "sqlite"
@@ -130,14 +149,19 @@ api_bind_addr = "127.0.0.1:$S3_PORT"
 [admin]
 api_bind_addr = "127.0.0.1:$ADMIN_PORT"
 EOT
-RUST_LOG=garage=warn "$GARAGE" -c "$GCONF" server > "$GDIR/log" 2>&1 &
-GPID=$!
-for _ in $(seq 100); do "$GARAGE" -c "$GCONF" node id -q >/dev/null 2>&1 && break; sleep 0.1; done
-NODE=$("$GARAGE" -c "$GCONF" node id -q | cut -d@ -f1)
-"$GARAGE" -c "$GCONF" layout assign -z z1 -c 10G "$NODE" >/dev/null
-"$GARAGE" -c "$GCONF" layout apply --version 1 >/dev/null
-"$GARAGE" -c "$GCONF" key import "$KEY_ID" "$SECRET" -n bench --yes >/dev/null
-ENDPOINT=http://127.0.0.1:$S3_PORT
+    RUST_LOG=garage=warn "$GARAGE" -c "$GCONF" server > "$GDIR/log" 2>&1 &
+    GPID=$!
+    for _ in $(seq 100); do "$GARAGE" -c "$GCONF" node id -q >/dev/null 2>&1 && break; sleep 0.1; done
+    NODE=$("$GARAGE" -c "$GCONF" node id -q | cut -d@ -f1)
+    "$GARAGE" -c "$GCONF" layout assign -z z1 -c 10G "$NODE" >/dev/null
+    "$GARAGE" -c "$GCONF" layout apply --version 1 >/dev/null
+    "$GARAGE" -c "$GCONF" key import "$KEY_ID" "$SECRET" -n bench --yes >/dev/null
+    ENDPOINT=http://127.0.0.1:$S3_PORT
+}
+stop_garage() {
+    kill "$GPID" 2>/dev/null || true; wait "$GPID" 2>/dev/null || true; GPID=""
+    rm -rf "$GDIR"
+}
 mkbucket() {
     "$GARAGE" -c "$GCONF" bucket create "$1" >/dev/null
     "$GARAGE" -c "$GCONF" bucket allow --read --write --owner "$1" --key bench >/dev/null
@@ -145,8 +169,12 @@ mkbucket() {
 
 echo "ckptfs $("$CKPTFS" --version | awk '{print $2}'), $(restic version | head -1), $("$GARAGE" --version | head -1)"
 echo "machine: $(nproc) cores, $(uname -r); garage: 1 node on loopback"
+echo "commit $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u '+%Y-%m-%d %H:%M UTC')"
+# The machine may be shared: every table says what else was running (load average).
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
 for SCALE in "${SCALES[@]}"; do
+    start_garage
     ROOM=$WORK/room-$SCALE
     if [ ! -f "$ROOM/.ckbench_room.json" ]; then
         rm -rf "$ROOM"; python3 "$GEN_ROOM" gen "$ROOM" --scale "$SCALE" >/dev/null
@@ -161,6 +189,7 @@ for SCALE in "${SCALES[@]}"; do
     RS="s3:$ENDPOINT/rs-$SCALE/room"
     restic -r "$RS" init >/dev/null 2>&1
     declare -A R=()
+    R[load_start]=$(loadavg)
     R[ck_push1]=$(secs "$CKPTFS" push "$A")
     R[rs_backup1]=$(secs restic -r "$RS" backup -q "$ROOM")
     ck0=$(bucket_bytes "ck-$SCALE"); rs0=$(bucket_bytes "rs-$SCALE")
@@ -181,8 +210,14 @@ for SCALE in "${SCALES[@]}"; do
     BIG=artifacts/big-cold.bin
     BIGB=$(stat -c %s "$ROOM/$BIG")
     R[ck_first_byte]=$(secs head -c 1 "$MNT/$BIG")
+    R[load_seq]=$(loadavg)
     R[ck_seq_s]=$(secs cat "$MNT/$BIG")
     "$CKPTFS" umount "$MNT" >/dev/null
+    # The ceiling: the same bytes as one plain object, read back with ranged GETs of 8 MiB,
+    # 4 in flight, by one curl process (no decryption, no checks, no disk writes).
+    mkbucket "raw-$SCALE"
+    curl_s3 -T "$ROOM/$BIG" "$ENDPOINT/raw-$SCALE/big" -o /dev/null
+    R[raw_get_s]=$(secs raw_get "raw-$SCALE/big" "$BIGB")
     # The same checkpoint from the local store, cold.
     LMNT=$ST/lmnt; mkdir -p "$LMNT"; MOUNTS+=("$LMNT")
     evict "$A"
@@ -205,6 +240,7 @@ for SCALE in "${SCALES[@]}"; do
 
     echo
     echo "## $SCALE room ($(du -sh --apparent-size "$ROOM" | cut -f1), $(find "$ROOM" | wc -l) entries; big file $BIG_MIB MiB)"
+    echo "load average: ${R[load_start]} at the first push, ${R[load_seq]} before the sequential read, $(loadavg) at the end"
     echo "| what | ckptfs | restic | ckptfs/restic |"
     echo "|---|---|---|---|"
     echo "| first push / backup (s) | ${R[ck_push1]} | ${R[rs_backup1]} | $(ratio "${R[ck_push1]}" "${R[rs_backup1]}") |"
@@ -216,8 +252,9 @@ for SCALE in "${SCALES[@]}"; do
     echo "| cold find (s) | ${R[ck_find_cold]} (local cold ${R[local_find_cold]}, x$(ratio "${R[ck_find_cold]}" "${R[local_find_cold]}"); warm ${R[ck_find_warm]}) | ${R[rs_find_cold]} | $(ratio "${R[ck_find_cold]}" "${R[rs_find_cold]}") |"
     echo "| first byte of the cold big file (s) | ${R[ck_first_byte]} | ${R[rs_first_byte]} | $(ratio "${R[ck_first_byte]}" "${R[rs_first_byte]}") |"
     echo "| sequential cold read (MB/s) | $(mbps "$BIGB" "${R[ck_seq_s]}") | $(mbps "$BIGB" "${R[rs_seq_s]}") | |"
+    echo "| raw ranged GETs of the same bytes, 8 MiB x 4 in flight, curl (MB/s) | $(mbps "$BIGB" "${R[raw_get_s]}") | | |"
 
-    if [ "$SCALE" = small ]; then
+    if [ "$SCALE" = small ] && [ -n "$PACK_SIZES" ]; then
         echo
         echo "Pack target vs first push of the small room (one PUT per object at 1 byte):"
         echo "| pack target (bytes) | push (s) | packs |"
@@ -236,4 +273,6 @@ for SCALE in "${SCALES[@]}"; do
         done
     fi
     rm -rf "$B"
+    stop_garage
+    rm -rf "$ST"
 done

@@ -296,7 +296,8 @@ impl Backend for S3Backend {
                     })
                     .and_then(|b| {
                         if b.len() as u64 == want {
-                            Ok(b.to_vec())
+                            // No copy when the body came in one buffer.
+                            Ok(Vec::from(b))
                         } else {
                             Err(Error::Corrupt(format!(
                                 "remote object {}/{k} is shorter than its index says",

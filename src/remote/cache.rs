@@ -4,8 +4,11 @@
 //!
 //! Prefetch: a fetched tree queues its subdirectories' trees, and a fetched chunk queues the
 //! next chunks of its file (known from the trees fetched so far), for a small pool of
-//! threads that fetch them [`backend::IN_FLIGHT`] at a time; a walk or a sequential read
-//! then finds them local.
+//! threads that fetch them in batches (a batch's blobs that lie side by side in a pack are one
+//! ranged GET); a walk or a sequential read then finds them local. A reader whose object is
+//! being fetched waits for that fetch rather than downloading it again, and takes the checked
+//! bytes from memory ([`ObjectSource::take_fetched`]) instead of reading back and hashing again
+//! the copy just written.
 //!
 //! The cache bound: every lazily fetched object is appended to `cache/remote-fetched`
 //! (`<hex> <bytes>` lines). When what that list holds passes the remote's `cache_bytes`,
@@ -21,7 +24,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::remote::pack::{Index, Kind};
-use crate::remote::{backend, list_configs, Remote};
+use crate::remote::{list_configs, Remote};
 use crate::store::tree::{EntryKind, Tree};
 use crate::store::{fsio, ObjectSource, Store};
 
@@ -30,8 +33,20 @@ const READ_AHEAD_CHUNKS: usize = 8;
 /// Chunks after a demanded one fetched in the same request (adjacent in their pack: one
 /// ranged GET of about 1 MiB).
 const DEMAND_CHUNKS_AHEAD: usize = 3;
-/// Threads fetching queued objects.
-const PREFETCH_THREADS: usize = 2;
+/// Threads fetching queued objects. Each does one batch at a time: its ranged GETs, then
+/// opening and checking the blobs, then writing them; four keep GETs in flight while others
+/// decrypt and write.
+const PREFETCH_THREADS: usize = 4;
+/// Queued objects one prefetch thread takes at once: a sequential reader's next chunks, which
+/// lie side by side in their pack, are then one ranged GET of about 4 MiB.
+const PREFETCH_BATCH: usize = 16;
+/// Bytes of just fetched (checked) objects kept in memory for their reader
+/// ([`ObjectSource::take_fetched`]), oldest dropped first: the window of a sequential
+/// reader's prefetch, so its chunks are not read back from `objects/` and hashed again.
+const HANDOFF_BYTES: usize = 64 << 20;
+/// How long a reader waits for another thread's fetch of its object before it asks again
+/// (each fetch ends, with the object or an error, well within the backend's timeouts).
+const INFLIGHT_WAIT: Duration = Duration::from_secs(1);
 /// The index is re-read from the remote for an object it lacks at most this often.
 const INDEX_REFRESH: Duration = Duration::from_secs(5);
 
@@ -65,12 +80,77 @@ pub struct RemoteSource {
     queued: Mutex<HashSet<ObjectId>>,
     workers_started: std::sync::Once,
     fetched_bytes: Mutex<Option<u64>>,
+    /// Objects some thread is fetching now (a reader of one waits for that fetch instead of
+    /// downloading it again), and the condition signalled as each one lands or fails.
+    inflight: Mutex<HashSet<ObjectId>>,
+    landed: Condvar,
+    /// Checked bytes of objects just fetched, for their first reader.
+    handoff: Mutex<Handoff>,
     me: std::sync::Weak<RemoteSource>,
+}
+
+/// Fetched objects kept for their reader, at most [`HANDOFF_BYTES`], oldest dropped first.
+#[derive(Default)]
+struct Handoff {
+    data: HashMap<ObjectId, Vec<u8>>,
+    order: VecDeque<ObjectId>,
+    bytes: usize,
+}
+
+impl Handoff {
+    fn put(&mut self, id: ObjectId, data: Vec<u8>) {
+        if data.len() > HANDOFF_BYTES / 4 {
+            return;
+        }
+        self.bytes += data.len();
+        if let Some(old) = self.data.insert(id, data) {
+            self.bytes -= old.len();
+        } else {
+            self.order.push_back(id);
+        }
+        while self.bytes > HANDOFF_BYTES {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(d) = self.data.remove(&old) {
+                self.bytes -= d.len();
+            }
+        }
+    }
+
+    fn take(&mut self, id: &ObjectId) -> Option<Vec<u8>> {
+        let d = self.data.remove(id)?;
+        self.bytes -= d.len();
+        // Its place in `order` goes when it comes to the front (a stale id there is skipped).
+        if self.order.len() > 4 * self.data.len() + 1024 {
+            let data = &self.data;
+            self.order.retain(|i| data.contains_key(i));
+        }
+        Some(d)
+    }
 }
 
 impl std::fmt::Debug for RemoteSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "RemoteSource({:?})", self.names)
+    }
+}
+
+/// The ids a fetch claimed: those it has not released yet are released when it ends, however
+/// it ends (a fetch cut short must not leave readers waiting for it).
+struct Claimed<'a> {
+    src: &'a RemoteSource,
+    ids: &'a [ObjectId],
+    released: usize,
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        if let Some(rest) = self.ids.get(self.released..) {
+            if !rest.is_empty() {
+                self.src.release(rest);
+            }
+        }
     }
 }
 
@@ -100,6 +180,9 @@ pub fn source_for(store: &Store) -> Option<Arc<dyn ObjectSource>> {
         queued: Mutex::new(HashSet::new()),
         workers_started: std::sync::Once::new(),
         fetched_bytes: Mutex::new(None),
+        inflight: Mutex::new(HashSet::new()),
+        landed: Condvar::new(),
+        handoff: Mutex::new(Handoff::default()),
         me: me.clone(),
     }))
 }
@@ -172,12 +255,13 @@ impl RemoteSource {
     fn enqueue(&self, store: &Store, ids: Vec<ObjectId>) {
         let mut fresh = Vec::new();
         {
+            let inflight = lock(&self.inflight);
             let mut queued = lock(&self.queued);
             for id in ids {
                 if queued.len() > 100_000 {
                     queued.clear();
                 }
-                if queued.insert(id) && !has_local(store, &id) {
+                if !inflight.contains(&id) && queued.insert(id) && !has_local(store, &id) {
                     fresh.push(id);
                 }
             }
@@ -205,6 +289,11 @@ impl RemoteSource {
         ids: &[ObjectId],
         demand: bool,
     ) -> Vec<Result<()>> {
+        let mut claim = Claimed {
+            src: self,
+            ids,
+            released: 0,
+        };
         let index = opened.index();
         let kinds: Vec<Option<Kind>> = ids
             .iter()
@@ -220,8 +309,13 @@ impl RemoteSource {
                         ahead.extend(self.learn_tree(&t));
                     }
                 }
-                self.keep(store, id, &data)
+                self.keep(store, id, &data)?;
+                lock(&self.handoff).put(*id, data);
+                Ok(())
             }));
+            // Landed (or failed): a reader waiting for it goes on.
+            self.release(std::slice::from_ref(id));
+            claim.released += 1;
             if demand {
                 if let Some(next) = lock(&self.next_chunks).get(id) {
                     ahead.extend(next.iter().copied());
@@ -230,6 +324,59 @@ impl RemoteSource {
         }
         self.enqueue(store, ahead);
         out
+    }
+
+    /// Marks the `ids` that are neither in the store nor being fetched as being fetched by
+    /// the caller (who must [`RemoteSource::release`] each); returns them.
+    fn claim(&self, store: &Store, ids: &[ObjectId]) -> Vec<ObjectId> {
+        let missing: Vec<ObjectId> = ids
+            .iter()
+            .filter(|i| !has_local(store, i))
+            .copied()
+            .collect();
+        let mut inflight = lock(&self.inflight);
+        missing
+            .into_iter()
+            .filter(|i| inflight.insert(*i))
+            .collect()
+    }
+
+    /// Takes `ids` out of the queued set (they left the queue), so a later need can queue
+    /// them again.
+    fn unqueue(&self, ids: &[ObjectId]) {
+        let mut queued = lock(&self.queued);
+        for id in ids {
+            queued.remove(id);
+        }
+    }
+
+    /// Ends the caller's fetch of `ids` (landed or failed) and wakes whoever waits for one.
+    fn release(&self, ids: &[ObjectId]) {
+        {
+            let mut inflight = lock(&self.inflight);
+            let mut queued = lock(&self.queued);
+            for id in ids {
+                inflight.remove(id);
+                queued.remove(id);
+            }
+        }
+        self.landed.notify_all();
+    }
+
+    /// Waits while another thread fetches `id`; whether it is then here (in the store).
+    fn wait_inflight(&self, store: &Store, id: &ObjectId) -> bool {
+        let mut inflight = lock(&self.inflight);
+        let mut waited = false;
+        while inflight.contains(id) {
+            waited = true;
+            inflight = self
+                .landed
+                .wait_timeout(inflight, INFLIGHT_WAIT)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        drop(inflight);
+        waited && has_local(store, id)
     }
 
     /// Records a tree's files' chunk sequences; returns its subdirectories' trees.
@@ -403,6 +550,11 @@ impl ObjectSource for RemoteSource {
         let Some(loc) = index.objects.get(id).copied() else {
             return Ok(false);
         };
+        // A prefetch thread (or another reader) fetching it now: its result, not a second
+        // download. Should that fetch fail, this reader tries on its own.
+        if self.wait_inflight(store, id) {
+            return Ok(true);
+        }
         // What else one request can bring: every tree of a tree's pack (they sit side by
         // side, and a walk needs them all), or the next chunks of a file.
         let mut batch = vec![*id];
@@ -417,21 +569,29 @@ impl ObjectSource for RemoteSource {
                     .objects
                     .iter()
                     .filter(|(i, l)| l.pack == loc.pack && l.kind == Kind::Tree && *i != id)
-                    .map(|(i, _)| *i)
-                    .filter(|i| !store.has_object(i)),
+                    .map(|(i, _)| *i),
             );
         } else if let Some(next) = lock(&self.next_chunks).get(id) {
-            batch.extend(
-                next.iter()
-                    .take(DEMAND_CHUNKS_AHEAD)
-                    .filter(|i| !store.has_object(i))
-                    .copied(),
-            );
+            batch.extend(next.iter().take(DEMAND_CHUNKS_AHEAD).copied());
         }
-        let mut r = self.fetch_batch(store, &opened, &batch, true);
-        r.truncate(1);
-        r.pop().unwrap_or(Ok(()))?;
-        Ok(true)
+        loop {
+            let claimed = self.claim(store, &batch);
+            if claimed.first() == Some(id) {
+                let mut r = self.fetch_batch(store, &opened, &claimed, true);
+                r.truncate(1);
+                r.pop().unwrap_or(Ok(()))?;
+                return Ok(true);
+            }
+            // Someone else took it between the wait and the claim (or it landed).
+            self.release(&claimed);
+            if store.has_object(id) || self.wait_inflight(store, id) {
+                return Ok(true);
+            }
+        }
+    }
+
+    fn take_fetched(&self, id: &ObjectId) -> Option<Vec<u8>> {
+        lock(&self.handoff).take(id)
     }
 }
 
@@ -451,14 +611,15 @@ fn prefetch_worker(root: std::path::PathBuf, src: Arc<RemoteSource>) {
             while g.is_empty() {
                 g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
             }
-            let n = g.len().min(backend::IN_FLIGHT * 2);
+            let n = g.len().min(PREFETCH_BATCH);
             g.drain(..n).collect()
         };
-        let missing: Vec<ObjectId> = batch.into_iter().filter(|i| !store.has_object(i)).collect();
-        let Some(first) = missing.first() else {
+        let missing = src.claim(&store, &batch);
+        if missing.is_empty() {
+            src.unqueue(&batch);
             continue;
-        };
-        match src.remote_for(&store, first) {
+        }
+        match src.remote_for(&store, &missing[0]) {
             Ok(Some(opened)) => {
                 for r in src.fetch_batch(&store, &opened, &missing, false) {
                     if let Err(e) = r {
@@ -466,8 +627,13 @@ fn prefetch_worker(root: std::path::PathBuf, src: Arc<RemoteSource>) {
                     }
                 }
             }
-            Ok(None) => {}
-            Err(e) => log::debug!("prefetch: {e}"),
+            Ok(None) => src.release(&missing),
+            Err(e) => {
+                log::debug!("prefetch: {e}");
+                src.release(&missing);
+            }
         }
+        // The batch's others (already here, or someone else's) leave the queued set too.
+        src.unqueue(&batch);
     }
 }

@@ -16,7 +16,7 @@
 //! A remote made with `--no-encryption` uses [`Keys::Plain`]: nothing sealed, names are ids.
 
 use argon2::{Algorithm, Argon2, Params, Version};
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -128,6 +128,28 @@ fn open_with(cipher: &XChaCha20Poly1305, aad: &[u8], sealed: &[u8]) -> Option<Ve
         .ok()
 }
 
+/// Opens `sealed` where it lies (no copy of the ciphertext); the plaintext's range in it.
+fn open_in_place_with(
+    cipher: &XChaCha20Poly1305,
+    aad: &[u8],
+    sealed: &mut [u8],
+) -> Option<std::ops::Range<usize>> {
+    if sealed.len() < OVERHEAD {
+        return None;
+    }
+    let (nonce, rest) = sealed.split_at_mut(NONCE_LEN);
+    let (ct, tag) = rest.split_at_mut(rest.len() - TAG_LEN);
+    cipher
+        .decrypt_in_place_detached(
+            XNonce::from_slice(nonce),
+            aad,
+            ct,
+            chacha20poly1305::Tag::from_slice(tag),
+        )
+        .ok()?;
+    Some(NONCE_LEN..sealed.len() - TAG_LEN)
+}
+
 impl Keys {
     /// A new random master key and a key record that opens it with `secret`
     /// (argon2id with `memory_kib` KiB and `passes`).
@@ -218,6 +240,29 @@ impl Keys {
                     "{describe} fails authentication (altered on the remote?)"
                 ))
             }),
+        }
+    }
+
+    /// As [`Keys::open`], decrypting `sealed` where it lies (a lazy read's ranged GET holds
+    /// several blobs; none is copied before it is opened); the plaintext's range in `sealed`.
+    ///
+    /// # Errors
+    /// As [`Keys::open`].
+    pub fn open_in_place(
+        &self,
+        what: &[u8],
+        sealed: &mut [u8],
+        describe: &str,
+    ) -> Result<std::ops::Range<usize>> {
+        match self {
+            Keys::Plain => Ok(0..sealed.len()),
+            Keys::Sealed { cipher, .. } => {
+                open_in_place_with(cipher, what, sealed).ok_or_else(|| {
+                    Error::Corrupt(format!(
+                        "{describe} fails authentication (altered on the remote?)"
+                    ))
+                })
+            }
         }
     }
 

@@ -528,10 +528,18 @@ impl Remote {
         for ((g, members), r) in groups.into_iter().zip(got) {
             let start = merged[g].1.start;
             match r {
-                Ok(bytes) => {
+                // Each blob is opened where it lies in the GET's buffer: its plaintext is the
+                // one copy made.
+                Ok(mut bytes) => {
                     for m in members {
                         let (a, b) = (reqs[m].1.start - start, reqs[m].1.end - start);
-                        per[m] = Some(Ok(bytes[a as usize..b as usize].to_vec()));
+                        let (_, id, loc) = &locs[m];
+                        per[m] = Some(pack::open_blob_in_place(
+                            &self.keys,
+                            id,
+                            loc,
+                            &mut bytes[a as usize..b as usize],
+                        ));
                     }
                 }
                 Err(e) => {
@@ -548,9 +556,8 @@ impl Remote {
                 }
             }
         }
-        for ((slot, id, loc), r) in locs.into_iter().zip(per) {
-            let r = r.unwrap_or_else(|| Err(Error::Invalid("range left unread".into())));
-            out[slot] = Some(r.and_then(|sealed| pack::open_blob(&self.keys, &id, &loc, &sealed)));
+        for ((slot, _, _), r) in locs.into_iter().zip(per) {
+            out[slot] = Some(r.unwrap_or_else(|| Err(Error::Invalid("range left unread".into()))));
         }
         out.into_iter()
             .map(|o| o.unwrap_or_else(|| Err(Error::Invalid("fetch slot left empty".into()))))

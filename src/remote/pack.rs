@@ -341,8 +341,23 @@ pub fn parse_trailer(keys: &Keys, tail: &[u8], name: &str) -> Result<Vec<PackEnt
 /// # Errors
 /// `Corrupt` naming the object for any mismatch.
 pub fn open_blob(keys: &Keys, id: &ObjectId, loc: &Loc, sealed: &[u8]) -> Result<Vec<u8>> {
+    open_blob_in_place(keys, id, loc, &mut sealed.to_vec())
+}
+
+/// As [`open_blob`], decrypting `sealed` where it lies (it is left scrambled): the one copy
+/// made is the object's own bytes.
+///
+/// # Errors
+/// As [`open_blob`].
+pub fn open_blob_in_place(
+    keys: &Keys,
+    id: &ObjectId,
+    loc: &Loc,
+    sealed: &mut [u8],
+) -> Result<Vec<u8>> {
     let what = format!("remote object {id}");
-    let plain = keys.open(&blob_aad(id), sealed, &what)?;
+    let range = keys.open_in_place(&blob_aad(id), sealed, &what)?;
+    let plain = &sealed[range];
     let (comp, body) = plain
         .split_first()
         .ok_or_else(|| Error::Corrupt(format!("{what} is empty")))?;

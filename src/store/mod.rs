@@ -453,6 +453,14 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
     fn prefetch(&self, store: &Store, ids: &[ObjectId]) {
         let _nothing_to_queue = (store, ids);
     }
+
+    /// The bytes of `id` if the source fetched it lately and already checked them against
+    /// `id` (hash and length): a reader takes them instead of reading back and hashing again
+    /// the copy just written into `objects/`. Taken once; never unchecked bytes.
+    fn take_fetched(&self, id: &ObjectId) -> Option<Vec<u8>> {
+        let _none_kept = id;
+        None
+    }
 }
 
 /// Makes the [`ObjectSource`] of a store, if it has one (set once per process by the remote

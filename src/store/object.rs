@@ -284,14 +284,41 @@ impl Store {
     }
 
     fn read_expected_once(&self, id: &ObjectId, expect: Expect) -> Result<Vec<u8>> {
+        // A clone's object its remote source has just fetched and checked: those bytes, not a
+        // read back of the copy written from them (the lazy sequential read's hot path).
+        // Only a source already in use can hold any (a store without remotes never looks).
+        let source = self.lazy.get().and_then(Option::as_ref);
+        let checked = |data: Vec<u8>| match expect {
+            Expect::Exactly(n) if data.len() as u64 != n => {
+                Err(expect.refuse(id, "holds", data.len() as u64))
+            }
+            Expect::AtMost(n, _) if data.len() as u64 > n => {
+                Err(expect.refuse(id, "holds", data.len() as u64))
+            }
+            _ => Ok(data),
+        };
+        if let Some(data) = source.as_ref().and_then(|s| s.take_fetched(id)) {
+            return checked(data);
+        }
+        let opened = match self.open_local_object(id)? {
+            Some(o) => o,
+            None => match self.object_source() {
+                Some(src) if src.fetch(self, id)? => {
+                    if let Some(data) = src.take_fetched(id) {
+                        return checked(data);
+                    }
+                    self.open_local_object(id)?
+                        .ok_or_else(|| Error::NotFound(format!("object {id}")))?
+                }
+                _ => return Err(Error::NotFound(format!("object {id}"))),
+            },
+        };
         let OpenedObject {
             file,
             path,
             compressed,
             len,
-        } = self
-            .open_object_checked(id)?
-            .ok_or_else(|| Error::NotFound(format!("object {id}")))?;
+        } = opened;
         // Sizes first: nothing is allocated for a file larger than what it may hold.
         if compressed {
             let bound = zstd_bound(expect.max());

@@ -13,7 +13,13 @@ use crate::store::tree::{EntryKind, Tree};
 
 /// Chunks of an open file whose objects are prefetched (`POSIX_FADV_WILLNEED`) ahead of the
 /// one being read: at 256 KiB average, 4 MiB of kernel readahead into the store's files.
-const CHUNKS_AHEAD: usize = 16;
+pub(super) const CHUNKS_AHEAD: usize = 16;
+/// The window a sequential reader of a lazily fetched file (a clone's) grows to, as the
+/// kernel's readahead grows: doubling from [`CHUNKS_AHEAD`] each time the reader has read
+/// through the last window and meets chunks still on the remote. At 256 KiB average, 32 MiB
+/// queued ahead: enough for the remote source's fetchers to keep several large ranged GETs in
+/// flight. A jump past what was prefetched starts it over.
+const REMOTE_CHUNKS_AHEAD: usize = 128;
 /// Files after the one being opened, in the same directory, whose first object is prefetched:
 /// `grep -r`, `tar` and `cp -r` open a directory's files in listing order.
 const SIBLINGS_AHEAD: u32 = 16;
@@ -30,8 +36,9 @@ pub(super) const PREFETCH_DIRS: usize = 1024;
 
 impl View {
     /// Asks the kernel to start reading an object's file (readahead across chunk files,
-    /// which are separate files the kernel cannot know belong together).
-    fn advise(&self, id: &ObjectId) {
+    /// which are separate files the kernel cannot know belong together). True when the
+    /// object is not in the store (a clone's: queued for its remote's fetchers).
+    fn advise(&self, id: &ObjectId) -> bool {
         // Not waiting for a remote: a clone's missing object is queued for its fetcher.
         match self.store.open_object_nowait(id) {
             Ok(Some((f, path, _))) => {
@@ -39,9 +46,16 @@ impl View {
                 if let Err(e) = posix_fadvise(&f, 0, 0, PosixFadviseAdvice::POSIX_FADV_WILLNEED) {
                     log::debug!("fadvise {}: {e}", path.display());
                 }
+                false
             }
-            Ok(None) => log::debug!("prefetch: object {id} missing"),
-            Err(e) => log::debug!("prefetch: {e}"),
+            Ok(None) => {
+                log::debug!("prefetch: object {id} missing");
+                true
+            }
+            Err(e) => {
+                log::debug!("prefetch: {e}");
+                false
+            }
         }
     }
 
@@ -108,12 +122,26 @@ impl View {
         }
     }
 
-    /// Prefetches the chunks after chunk `i` of an open file, once each.
+    /// Prefetches the chunks after chunk `i` of an open file, once each; the window grows
+    /// while they come from a remote (see [`REMOTE_CHUNKS_AHEAD`]).
     pub(super) fn prefetch_chunks(&self, f: &OpenFile, i: usize) {
-        let want = (i + 1 + CHUNKS_AHEAD).min(f.chunks.len());
+        let mut window = f.window.load(Ordering::Relaxed);
+        if i > f.advised.load(Ordering::Relaxed) && window > CHUNKS_AHEAD {
+            // Not sequential: a jump past what was prefetched.
+            window = CHUNKS_AHEAD;
+            f.window.store(window, Ordering::Relaxed);
+            f.grow_at.store(i, Ordering::Relaxed);
+        }
+        let want = (i + 1 + window).min(f.chunks.len());
         let done = f.advised.fetch_max(want, Ordering::Relaxed);
+        let mut remote = false;
         for c in &f.chunks[done.max(i + 1).min(want)..want] {
-            self.advise(&c.id);
+            remote |= self.advise(&c.id);
+        }
+        if remote && window < REMOTE_CHUNKS_AHEAD && i >= f.grow_at.load(Ordering::Relaxed) {
+            f.window
+                .store((window * 2).min(REMOTE_CHUNKS_AHEAD), Ordering::Relaxed);
+            f.grow_at.store(i + window, Ordering::Relaxed);
         }
     }
 

@@ -24,6 +24,10 @@ pub struct OpenFile {
     pub(super) size: u64,
     /// Chunks below this index have been prefetched.
     pub(super) advised: AtomicUsize,
+    /// Chunks prefetched ahead of the one read (grows for a lazily fetched file), and the
+    /// chunk whose read may grow it next.
+    pub(super) window: AtomicUsize,
+    pub(super) grow_at: AtomicUsize,
 }
 
 /// Cached values with their charged size, and the total charged.
@@ -135,6 +139,8 @@ impl View {
             starts,
             size: pos,
             advised: AtomicUsize::new(0),
+            window: AtomicUsize::new(super::prefetch::CHUNKS_AHEAD),
+            grow_at: AtomicUsize::new(0),
         }))
     }
 
