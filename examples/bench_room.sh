@@ -21,6 +21,9 @@
 # its fold), median over the turns. Bytes: the tree's own size (du -sb of the native room),
 # ckptfs's upper layer after every checkpoint and its store (without cache/ and upper/) against
 # restic's repository before and after the turns, and the overlay's never-folded upper.
+# Then, in the workspace only: the first `du -s` and `find` right after a checkpoint's fold, and
+# HELD (default 3) more turns with a process inside (its cwd in the room: no fold runs), their
+# turn time and the upper they leave, and the checkpoint after it has left (which folds).
 # `git status` is not measured: gen_room.py makes no git repository (bench_git.sh covers git).
 #
 # Prints per-turn lines on stderr and two Markdown tables on stdout. Everything is made under
@@ -58,7 +61,9 @@ dropcaches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 ovl_mount() {
     mount -t overlay overlay -o "lowerdir=$O/lower,upperdir=$O/upper,workdir=$O/work,redirect_dir=on,index=on,metacopy=on,xino=on" "$O/room"
 }
+holder=
 cleanup() {
+    if [ -n "$holder" ]; then kill "$holder" 2>/dev/null || true; wait "$holder" 2>/dev/null || true; fi
     "$B" umount "$C/room" >/dev/null 2>&1 || true
     umount -l "$O/room" 2>/dev/null || true
     if [ "${BENCH_KEEP:-0}" != 1 ] && ! mountpoint -q "$C/room" && ! mountpoint -q "$O/room"; then
@@ -116,7 +121,7 @@ walks() { # phase: find/du first after mount, steady, cold find, in every place
 }
 walks fresh
 
-t_native=() t_overlay=() t_ckptfs=() t_restic=() t_ckpt=() upper_after=()
+t_native=() t_overlay=() t_ckptfs=() t_restic=() t_ckpt=() t_ckpt_only=() upper_after=()
 folds=0 new_bytes=0
 for i in $(seq 1 "$TURNS"); do
     t_native+=("$(timeit python3 "$GEN" turn "$N" --seed "$i")")
@@ -126,16 +131,17 @@ for i in $(seq 1 "$TURNS"); do
     t0=$(now)
     "$B" checkpoint "$C/room" -m "turn $i" --json >"$BASE/ckpt.json"
     t_ckpt+=("$(secs "$t0" "$(now)")")
-    read -r folded nb <<EOT
-$(python3 -c "import json; d=json.load(open('$BASE/ckpt.json')); print(d['fold']['folded'], d['checkpoint']['stats']['new_bytes'])")
+    read -r folded nb ms br <<EOT
+$(python3 -c "import json; d=json.load(open('$BASE/ckpt.json')); print(d['fold']['folded'], d['checkpoint']['stats']['new_bytes'], d['elapsed_ms'], d['bytes_read'])")
 EOT
     [ "$folded" = True ] && folds=$((folds + 1))
     new_bytes=$((new_bytes + nb))
+    t_ckpt_only+=("$ms")
     # The fold's background remover may still be at work on upper/.folded: the upper layer
     # in use is upper/main.
     read -r ub uf <<<"$(files_in "$C/store/upper/main")"
     upper_after+=("$ub")
-    echo "turn $i: checkpoint ${t_ckpt[-1]} s, folded $folded, new objects $(mib "$nb") MiB, upper after: $uf files, $ub bytes" >&2
+    echo "turn $i: turn ${t_ckptfs[-1]} s, checkpoint ${t_ckpt[-1]} s (${ms} ms before the fold, $(mib "$br") MiB of files read), folded $folded, new objects $(mib "$nb") MiB, upper after: $uf files, $ub bytes" >&2
 done
 while [ -n "$(ls -A "$C/store/upper/.folded" 2>/dev/null)" ]; do sleep 0.2; done
 sync
@@ -147,6 +153,31 @@ read -r cub cuf <<<"$(files_in "$C/store/upper/main")"
 du_s=$(du -sb "$C/store" | cut -f1) du_sx=$(du -sxb "$C/store" | cut -f1)
 max_upper=$(printf '%s\n' "${upper_after[@]}" | sort -n | tail -1)
 walks turned
+
+# ckptfs only: the first walk after a checkpoint's fold (the fold mounts a new overlay over the
+# new head), then HELD turns with a process inside (its cwd in the room), so no fold runs
+# between them: their turn time and the upper they leave; then a checkpoint once it has left.
+HELD=${HELD:-3}
+python3 "$GEN" turn "$C/room" --seed 1001 >/dev/null
+"$B" checkpoint "$C/room" -m "turn before the walk" >/dev/null
+R[ckptfs,fold_du]=$(timeit du -s "$C/room")
+R[ckptfs,fold_find]=$(timeit sh -c "cd '$C/room' && find . | wc -l")
+(cd "$C/room" && exec sleep 3600) &
+holder=$!
+t_held=() upper_held=()
+for i in $(seq 1 "$HELD"); do
+    t_held+=("$(timeit python3 "$GEN" turn "$C/room" --seed "$((1001 + i))")")
+    "$B" checkpoint "$C/room" -m "held turn $i" --json >"$BASE/ckpt.json"
+    read -r hf hms <<<"$(python3 -c "import json; d=json.load(open('$BASE/ckpt.json')); print(d['fold']['folded'], d['elapsed_ms'])")"
+    read -r ub uf <<<"$(files_in "$C/store/upper/main")"
+    upper_held+=("$ub")
+    echo "held turn $i: turn ${t_held[-1]} s, checkpoint ${hms} ms, folded $hf, upper after: $uf files, $ub bytes" >&2
+done
+kill "$holder"
+wait "$holder" 2>/dev/null || true
+"$B" checkpoint "$C/room" -m "after the holder left" --json >"$BASE/ckpt.json"
+left_folded=$(python3 -c "import json; d=json.load(open('$BASE/ckpt.json')); print(d['fold']['folded'], d['recorded'])")
+read -r lub luf <<<"$(files_in "$C/store/upper/main")"
 
 row() { printf '| %s | %s | %s | %s |\n' "$1" "${R[native,$2]}" "${R[overlay,$2]}" "${R[ckptfs,$2]}"; }
 echo
@@ -163,7 +194,9 @@ for ph in fresh turned; do
     row "du -s, steady ($w)" "$ph,du"
 done
 echo "| one turn (gen_room.py turn), median of $TURNS | $(median "${t_native[@]}") | $(median "${t_overlay[@]}") | $(median "${t_ckptfs[@]}") |"
-echo "| after it: restic backup / checkpoint with its fold, median | $(median "${t_restic[@]}") | - | $(median "${t_ckpt[@]}") |"
+echo "| after it: restic backup / checkpoint with its fold, median | $(median "${t_restic[@]}") | - | $(median "${t_ckpt[@]}") (before the fold: $(median "${t_ckpt_only[@]}") ms) |"
+echo "| du -s / find, first right after a checkpoint's fold | - | - | ${R[ckptfs,fold_du]} / ${R[ckptfs,fold_find]} |"
+echo "| one turn with a process inside (no fold before it), median of $HELD | - | - | $(median "${t_held[@]}") |"
 echo
 echo "| MiB | tree | restic repository | kernel overlayfs upper | ckptfs store | ckptfs upper |"
 echo "|---|---|---|---|---|---|"
@@ -172,3 +205,4 @@ echo "| after $TURNS turns | $(mib "$tree1") | $(mib "$restic1") | $(mib "$oub")
 echo "| growth over the $TURNS turns | $(mib $((tree1 - tree0))) | $(mib $((restic1 - restic0))) | | $(mib $((store1 - store0))) (new objects: $(mib "$new_bytes")) | |"
 echo
 echo "ckptfs: $folds of $TURNS checkpoints folded; the largest upper left after a checkpoint: $max_upper bytes; du -sb STORE $du_s, du -sxb $du_sx."
+echo "With a process inside, the upper after each of $HELD checkpoints: $(for b in "${upper_held[@]}"; do printf '%s MiB ' "$(mib "$b")"; done)(not folded); the checkpoint once it left: folded, recorded = $left_folded, upper $lub bytes ($luf files)."
