@@ -112,6 +112,65 @@ fn a_checkpoint_with_nobody_inside_leaves_no_recorded_bytes_in_the_upper() {
 }
 
 #[test]
+fn no_fold_keeps_the_upper_until_a_checkpoint_that_folds() {
+    let w = Workspace::new(populate);
+    let upper = w.store.join("upper/main/ws");
+    let log = random_bytes(5, 2 << 20);
+    write(&w.path("log.jsonl"), &log);
+    let r = ok_json([
+        "checkpoint",
+        w.room(),
+        "-m",
+        "turn 1",
+        "--no-fold",
+        "--json",
+    ]);
+    assert_eq!(r["recorded"], true, "{r}");
+    assert_eq!(r["fold"]["folded"], false, "{r}");
+    assert_eq!(r["fold"]["reason"], "--no-fold", "{r}");
+    assert_eq!(r["fold"]["upper_bytes"].as_u64(), Some(2 << 20), "{r}");
+    // The upper keeps the file (an append copies nothing up again), and says so in status.
+    assert_eq!(files_under(&upper).1, 2 << 20);
+    let row = workspace_row(&w);
+    assert_eq!(
+        row["fold_waiting"]["upper_bytes"].as_u64(),
+        Some(2 << 20),
+        "{row}"
+    );
+    let text = ok([
+        "checkpoint",
+        w.room(),
+        "-m",
+        "turn 2",
+        "--no-fold",
+        "--allow-empty",
+    ]);
+    assert!(text.contains("waiting to be folded: --no-fold"), "{text}");
+    // The checkpoint after, without the flag, folds it all.
+    fs::OpenOptions::new()
+        .append(true)
+        .open(w.path("log.jsonl"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"appended\n"))
+        .unwrap();
+    let r = w.checkpoint_json("turn 3");
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+    assert_eq!(files_under(&upper), (0, 0));
+    let mut want = log.clone();
+    want.extend_from_slice(b"appended\n");
+    assert_eq!(fs::read(w.path("log.jsonl")).unwrap(), want);
+    // `turn --no-fold` leaves the turn's writes in the upper too.
+    let script = format!("printf x >> {}", w.path("log.jsonl").display());
+    ok(["turn", w.room(), "--no-fold", "--", "sh", "-c", &script]);
+    assert!(files_under(&upper).1 > 2 << 20, "turn --no-fold folded");
+    ok(["turn", w.room(), "--", "true"]);
+    assert_eq!(
+        files_under(&upper),
+        (0, 0),
+        "turn without --no-fold did not fold"
+    );
+}
+
+#[test]
 fn an_open_file_holds_the_fold_and_status_names_its_process() {
     let w = Workspace::new(populate);
     write(&w.path("log.jsonl"), &random_bytes(3, 1 << 20));

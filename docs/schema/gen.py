@@ -284,7 +284,7 @@ FOLD = obj("FoldReport", {
     "upper_files": t(U, "files of the upper layer folded (`folded`) or waiting to be"),
     "upper_bytes": t(BYTES, "their bytes"),
     "holders": t(arr(HOLDER), "who is inside, when the fold waits for them"),
-    "reason": t(STR, "why nothing was folded, when it was not for `holders`"),
+    "reason": t(STR, "why nothing was folded, when it was not for `holders` (`--no-fold` when the checkpoint asked not to)"),
 }, optional=["reason"], text="A fold of a workspace's upper layer into its base (docs/workspaces.md).")
 
 command("checkpoint", "checkpoint", obj("WorkspaceCheckpoint", {
