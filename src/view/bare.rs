@@ -202,3 +202,107 @@ impl View {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::fs;
+
+    use super::*;
+    use crate::ingest::capture::{capture, CaptureOptions};
+    use crate::store::{InitOptions, RootConfig, Store};
+    use crate::view::{Namespace, ViewOptions, ROOT_INO};
+
+    fn capture_main(store: &Store) -> ObjectId {
+        let opts = CaptureOptions {
+            branch: "main".into(),
+            label: None,
+            message: "m".into(),
+            from: BTreeMap::new(),
+            exclude: Vec::new(),
+            progress: false,
+            annotations: Default::default(),
+        };
+        capture(store, &opts).unwrap().id
+    }
+
+    /// `checkpoints/<id>/work` looked up in `v`.
+    fn root_of(v: &View, id: &ObjectId) -> Result<crate::view::Node> {
+        let cps = v.lookup(ROOT_INO, b"checkpoints")?;
+        let c = v.lookup(cps.attr.ino, id.to_hex().as_bytes())?;
+        v.lookup(c.attr.ino, b"work")
+    }
+
+    #[test]
+    fn serves_only_roots_without_xattrs_and_fails_closed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("src");
+        fs::create_dir_all(src.join("a/b")).unwrap();
+        fs::create_dir_all(src.join("c")).unwrap();
+        fs::write(src.join("a/b/f"), b"x").unwrap();
+        fs::write(src.join("c/g"), b"y").unwrap();
+        let mut roots = BTreeMap::new();
+        roots.insert(
+            "work".to_string(),
+            RootConfig {
+                path: src.clone(),
+                exclude: Vec::new(),
+            },
+        );
+        let store = Store::init(
+            &tmp.path().join("store"),
+            &InitOptions {
+                roots,
+                ..InitOptions::default()
+            },
+        )
+        .unwrap();
+        let clean = capture_main(&store);
+        if xattr::set(src.join("a/b/f"), "user.x", b"1").is_err() {
+            return; // no user xattrs on this filesystem
+        }
+        let dirty = capture_main(&store);
+        let mut v = View::new(store, Namespace::Browse, &ViewOptions::default()).unwrap();
+        v.serve_bare();
+        assert!(root_of(&v, &clean).is_ok());
+        let e = root_of(&v, &dirty).unwrap_err();
+        assert!(is_refusal(&e), "{e}");
+        let (root_tree, c_tree) = {
+            let c = v.checkpoint(&dirty).unwrap();
+            let t = c.roots["work"].tree;
+            let top = v.tree(&t, &String::new).unwrap();
+            let sub = top.entries.iter().find(|e| e.name == b"c").unwrap();
+            let EntryKind::Dir { tree, .. } = sub.kind else {
+                panic!("c is a directory")
+            };
+            (t, tree)
+        };
+        {
+            let known = lock(&v.bare.as_ref().unwrap().known);
+            // The root and the path down to the xattr are dirty; `c` is shared with the clean
+            // checkpoint, already known clean.
+            assert_eq!(known.get(&root_tree), Some(&false));
+            assert_eq!(known.get(&c_tree), Some(&true));
+        }
+        // A full view shows the same root and its xattr.
+        let full = View::new(
+            Store::open(&tmp.path().join("store")).unwrap(),
+            Namespace::Browse,
+            &ViewOptions::default(),
+        )
+        .unwrap();
+        let r = root_of(&full, &dirty).unwrap();
+        let a = full.lookup(r.attr.ino, b"a").unwrap();
+        let b = full.lookup(a.attr.ino, b"b").unwrap();
+        let f = full.lookup(b.attr.ino, b"f").unwrap();
+        assert_eq!(full.getxattr(f.attr.ino, b"user.x").unwrap(), Some(b"1".to_vec()));
+        // Fail closed: were the bare view to serve that root, the entry with xattrs is EIO.
+        lock(&v.bare.as_ref().unwrap().known).insert(root_tree, true);
+        let r = root_of(&v, &dirty).unwrap();
+        let a = v.lookup(r.attr.ino, b"a").unwrap();
+        let b = v.lookup(a.attr.ino, b"b").unwrap();
+        let e = v.lookup(b.attr.ino, b"f").unwrap_err();
+        assert_eq!(e.errno(), libc::EIO, "{e}");
+        assert_eq!(v.dir_entry_unopened(b.attr.ino, 2).unwrap_err().errno(), libc::EIO);
+    }
+}
