@@ -92,7 +92,10 @@ fn an_xattr_free_checkpoint_stacks_on_the_bare_view() {
     assert!(mounted(&lower_view(&w.store)), "the full view runs");
     assert!(on_bare_view(&w), "lowerdir {}", lowerdir(&w.room));
     let opts = mount_options(&bare_view(&w.store)).unwrap();
-    assert!(!opts.contains("allow_other"), "private as the full view: {opts}");
+    assert!(
+        !opts.contains("allow_other"),
+        "private as the full view: {opts}"
+    );
     // Reads, git, copy-up (a write, a metadata-only chmod), all through the bare view.
     assert_eq!(fs::read_to_string(w.path("src/deep/b.txt")).unwrap(), "b\n");
     assert_eq!(git(&w.room, &["status", "--porcelain"]), "");

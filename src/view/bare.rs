@@ -295,7 +295,10 @@ mod tests {
         let a = full.lookup(r.attr.ino, b"a").unwrap();
         let b = full.lookup(a.attr.ino, b"b").unwrap();
         let f = full.lookup(b.attr.ino, b"f").unwrap();
-        assert_eq!(full.getxattr(f.attr.ino, b"user.x").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(
+            full.getxattr(f.attr.ino, b"user.x").unwrap(),
+            Some(b"1".to_vec())
+        );
         // Fail closed: were the bare view to serve that root, the entry with xattrs is EIO.
         lock(&v.bare.as_ref().unwrap().known).insert(root_tree, true);
         let r = root_of(&v, &dirty).unwrap();
@@ -303,6 +306,9 @@ mod tests {
         let b = v.lookup(a.attr.ino, b"b").unwrap();
         let e = v.lookup(b.attr.ino, b"f").unwrap_err();
         assert_eq!(e.errno(), libc::EIO, "{e}");
-        assert_eq!(v.dir_entry_unopened(b.attr.ino, 2).unwrap_err().errno(), libc::EIO);
+        assert_eq!(
+            v.dir_entry_unopened(b.attr.ino, 2).unwrap_err().errno(),
+            libc::EIO
+        );
     }
 }
