@@ -96,6 +96,17 @@ fn an_xattr_free_checkpoint_stacks_on_the_bare_view() {
         !opts.contains("allow_other"),
         "private as the full view: {opts}"
     );
+    // The bare view has no xattrs at all (the kernel stops asking: EOPNOTSUPP), the full
+    // view answers each query (none here).
+    let bare_root = PathBuf::from(lowerdir(&w.room));
+    let e = xattr::get(bare_root.join("notes.md"), "user.x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
+    let rel = bare_root.strip_prefix(bare_view(&w.store)).unwrap();
+    let full_root = lower_view(&w.store).join(rel);
+    assert_eq!(
+        xattr::get(full_root.join("notes.md"), "user.x").unwrap(),
+        None
+    );
     // Reads, git, copy-up (a write, a metadata-only chmod), all through the bare view.
     assert_eq!(fs::read_to_string(w.path("src/deep/b.txt")).unwrap(), "b\n");
     assert_eq!(git(&w.room, &["status", "--porcelain"]), "");
