@@ -233,6 +233,9 @@ fn umount_leaves_neither_lower_view_mounted() {
     assert!(mounted(&bare_view(&w.store)) && mounted(&lower_view(&w.store)));
     let status = ok(["status", w.store()]);
     assert!(status.contains(s(&bare_view(&w.store))), "{status}");
+    // Doctor knows it (exit 0: not a stray mount, nothing to repair).
+    let doc = ok(["doctor", w.store()]);
+    assert!(doc.contains(s(&bare_view(&w.store))), "{doc}");
     ok(["umount", w.room()]);
     assert!(
         !mounted(&bare_view(&w.store)),
@@ -243,10 +246,44 @@ fn umount_leaves_neither_lower_view_mounted() {
         "the full view is left mounted"
     );
     assert!(!bare_view(&w.store).exists(), "its directory is removed");
-    // And they come back with the next mount.
-    ok(["mount", w.store(), "--branch", "main"]);
+    // And they come back with the next mount, both with its --cache-size.
+    ok([
+        "mount",
+        w.store(),
+        "--branch",
+        "main",
+        "--cache-size",
+        "32M",
+    ]);
     assert!(on_bare_view(&w), "lowerdir {}", lowerdir(&w.room));
     assert_eq!(fs::read_to_string(w.path("notes.md")).unwrap(), "notes\n");
+    for view in [bare_view(&w.store), lower_view(&w.store)] {
+        assert_eq!(
+            cache_arg(&w.store, &view).as_deref(),
+            Some("33554432"),
+            "{}",
+            view.display()
+        );
+    }
+}
+
+/// The `--cache-size` on the command line of the daemon serving the view mounted at `view`.
+fn cache_arg(store: &Path, view: &Path) -> Option<String> {
+    let views = ok_json(["status", s(store), "--json"]);
+    let pid = views
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["mountpoint"] == s(view) && v["kind"] != "workspace")
+        .and_then(|v| v["state"]["pid"].as_u64())
+        .unwrap_or_else(|| panic!("no view at {} in {views}", view.display()));
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let args: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let i = args.iter().position(|a| a == "--cache-size")?;
+    args.get(i + 1).cloned()
 }
 
 /// Checkpoint ids each live pin of a bare view lists.
