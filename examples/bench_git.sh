@@ -94,7 +94,7 @@ measure overlay "$O/repo" "umount $O/repo && ovl_mount"
 ck_remount() {
     "$B" checkpoint "$C/repo" -m settle >/dev/null 2>&1 || true
     "$B" umount "$C/repo" >/dev/null
-    "$B" mount "$C/store" --branch main >/dev/null
+    R[ckptfs,mount]=$(timeit "$B" mount "$C/store" --branch main)
 }
 measure ckptfs "$C/repo" "ck_remount"
 
@@ -142,6 +142,7 @@ echo "$files files, $dirs directories, $size with .git, $COMMITS commits; $(npro
 echo
 echo "| seconds | native | kernel overlayfs | ckptfs workspace |"
 echo "|---|---|---|---|"
+row "mount --branch, after umount" mount
 row "git status, first after mount" first
 row "git status, steady" steady
 row "git status -uno, steady" uno

@@ -507,12 +507,18 @@ fn killed_lower_view_daemon_then_remount_keeps_fsynced_data() {
         f.write_all(b"written before the crash").unwrap();
         f.sync_all().unwrap();
     }
-    // SIGKILL the daemon serving the workspace's lower layer (the store's browse view).
+    // SIGKILL the daemon serving the workspace's lower layer (the lower view its lowerdir
+    // is in: the bare one, the room having no xattrs).
     let views: serde_json::Value = ok_json(["status", w.store()]);
+    let opts = mount_options(&w.room).expect("the workspace is mounted");
     let pid = views
         .as_array()
         .unwrap()
         .iter()
+        .filter(|m| {
+            let at = format!("lowerdir={}/", m["mountpoint"].as_str().unwrap_or("-"));
+            opts.contains(&at)
+        })
         .find_map(|m| m["state"]["pid"].as_i64())
         .expect("the lower view daemon is listed");
     sh(&format!("kill -9 {pid}"));

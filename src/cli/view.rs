@@ -34,9 +34,10 @@ pub struct MountArgs {
     #[arg(long)]
     pub foreground: bool,
     /// Memory for decoded trees and file chunks (e.g. 128M, 1G; K, M, G, T are powers of
-    /// 1024, also written KB/KiB, MB/MiB...). With --branch: of the store's lower view, which
-    /// every workspace of the store shares; it applies when the first one is mounted (another
-    /// size while it runs is refused).
+    /// 1024, also written KB/KiB, MB/MiB...). With --branch: of each of the store's two lower
+    /// views (the full one, and the bare one for roots without xattrs), which every workspace
+    /// of the store shares; it applies when the first one is mounted (another size while they
+    /// run is refused).
     #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = size_arg)]
     pub cache_size: u64,
     /// Disk space (in STORE/cache/, unnamed files freed on exit) for whole copies of files of

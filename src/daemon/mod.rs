@@ -264,16 +264,19 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
     };
     // The workspaces' lower view pins only the checkpoints the kernel holds (the bases of
     // overlays, attached or detached but still in use); any other browse view, everything.
-    let lower = checkpoint.is_none() && absolute(&store.lower_view_dir())? == mp;
+    // The bare lower view (`View::serve_bare`) is one of them too, told by its mountpoint.
+    let bare = checkpoint.is_none() && absolute(&store.lower_bare_view_dir())? == mp;
+    let lower = bare || (checkpoint.is_none() && absolute(&store.lower_view_dir())? == mp);
     let pin = Pin {
         all: checkpoint.is_none() && !lower,
         checkpoints: checkpoint.into_iter().collect(),
         ..Pin::default()
     };
-    let owner = match (checkpoint, lower) {
-        (Some(_), _) => "mount",
-        (None, true) => "lower",
-        (None, false) => "browse",
+    let owner = match (checkpoint, lower, bare) {
+        (Some(_), _, _) => "mount",
+        (None, true, true) => "lower-bare",
+        (None, true, false) => "lower",
+        (None, false, _) => "browse",
     };
     let guard = store.pin(owner, pin.clone(), || match checkpoint {
         Some(id) => store.read_checkpoint(&id).map(|_| ()),
@@ -283,6 +286,9 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
     let log_path = store.view_log_path(pid);
     let mounts_dir = store.views_dir();
     let mut view = View::new(store, ns, &opts.view)?;
+    if bare {
+        view.serve_bare();
+    }
     let _pin = if lower {
         let mut pin = pin;
         (pin.pid, pin.owner) = (pid, owner.to_string());

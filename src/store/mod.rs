@@ -936,6 +936,12 @@ impl Store {
     pub fn lower_view_dir(&self) -> PathBuf {
         self.mounts_dir().join("lower")
     }
+    /// `/run/ckptfs/<id>/lower-bare/`: the bare lower view (the same namespace, served only
+    /// for checkpoint roots without any xattr, answering GETXATTR with ENOSYS; see
+    /// `workspace::lower` and docs/inodes.md).
+    pub fn lower_bare_view_dir(&self) -> PathBuf {
+        self.mounts_dir().join("lower-bare")
+    }
     /// `run/lower/` and `run/detached/` in the store: where builds before `mounts_dir` put
     /// the lower view and the old overlays. Still found (to unmount, reap and diagnose them),
     /// never used for new mounts.
@@ -955,6 +961,13 @@ impl Store {
     /// it, the directory overlayfs stacks a workspace's upper layer on.
     pub fn lower_view_root(&self, checkpoint: &ObjectId, root: &str) -> PathBuf {
         self.lower_view_dir()
+            .join("checkpoints")
+            .join(checkpoint.to_hex())
+            .join(root)
+    }
+    /// As [`Store::lower_view_root`], in the bare lower view.
+    pub fn lower_bare_view_root(&self, checkpoint: &ObjectId, root: &str) -> PathBuf {
+        self.lower_bare_view_dir()
             .join("checkpoints")
             .join(checkpoint.to_hex())
             .join(root)

@@ -226,6 +226,7 @@ impl View {
         let c = self.checkpoint(id)?;
         let root = std::str::from_utf8(&name).map_err(|_| not_found(&name))?;
         let rec = c.roots.get(root).ok_or_else(|| not_found(&name))?;
+        self.check_bare_root(id, root, rec)?;
         Ok(root_dir_node(ino, parent, name.clone(), root, rec))
     }
 

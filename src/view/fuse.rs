@@ -43,7 +43,9 @@
 //!   when the kernel first looks the root up, so the kernel holds every entry's dentry before
 //!   a `git status` asks for them one LOOKUP at a time (`warm.rs`);
 //! - every write-side request answers EROFS (the mount is also `ro`); a missing xattr is
-//!   ENODATA, never ENOSYS (which would disable xattrs for the whole mount).
+//!   ENODATA, never ENOSYS (which disables xattrs for the whole mount), except in the bare
+//!   lower view, which serves only checkpoint roots without xattrs and answers GETXATTR and
+//!   LISTXATTR with ENOSYS for exactly that reason (`bare.rs`).
 
 use std::ffi::OsStr;
 use std::io::{self, BufRead, Read};
@@ -797,6 +799,10 @@ impl Filesystem for ViewFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if self.view.is_bare() {
+            // Nothing it serves has an xattr: the kernel stops asking, for the whole mount.
+            return reply.error(Errno::ENOSYS);
+        }
         match self.view.getxattr(ino.0, name.as_bytes()) {
             Ok(Some(v)) => {
                 if size == 0 {
@@ -813,6 +819,9 @@ impl Filesystem for ViewFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if self.view.is_bare() {
+            return reply.error(Errno::ENOSYS);
+        }
         match self.view.listxattr(ino.0) {
             Ok(v) => {
                 if size == 0 {

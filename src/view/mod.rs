@@ -31,10 +31,12 @@
 //! Rooms: this file holds the types, construction, node lookup and directory listing;
 //! `inodes.rs` numbers inodes and keeps the table of those the kernel holds; `browse.rs` the
 //! browse namespace; `read.rs` chunk maps, reads and the byte-budgeted caches; `prefetch.rs`
-//! readahead ahead of readers and walkers; `pin.rs` the lower view's pin; `materialize.rs`
+//! readahead ahead of readers and walkers; `pin.rs` the lower view's pin; `bare.rs` the bare
+//! lower view's xattr check (roots served without xattrs); `materialize.rs`
 //! the copies big files pass through to, and `backing.rs` which opens do; `fuse.rs` the
 //! adapter.
 
+pub mod bare;
 pub mod fuse;
 pub mod materialize;
 
@@ -229,6 +231,8 @@ pub struct View {
     /// The workspaces' lower view only: its pin, kept to the checkpoints whose directory the
     /// kernel holds (see [`View::keep_pin_to_held`]).
     held_pin: Option<HeldPin>,
+    /// The bare lower view only: which trees are free of xattrs (see `bare.rs`).
+    bare: Option<bare::Bare>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -309,6 +313,7 @@ impl View {
             created_ns,
             copies: materialize::FileCache::new(copies_dir, opts.file_cache_bytes),
             held_pin: None,
+            bare: None,
         })
     }
 
@@ -395,6 +400,7 @@ impl View {
                     .binary_search_by(|e| e.name.as_slice().cmp(name))
                     .map_err(|_| not_found(name))?;
                 let entry = &tree.entries[index];
+                self.refuse_xattrs(parent, entry)?;
                 Ok(entry_node(
                     dir,
                     name_arc,
@@ -483,6 +489,8 @@ impl View {
                         Ok(c) => children.push(c),
                         // Gone between listing and lookup (or not yet complete): skip it.
                         Err(Error::NotFound(_)) => {}
+                        // A root the bare view does not serve is not listed there.
+                        Err(e) if bare::is_refusal(&e) => {}
                         Err(e) => return Err(e),
                     }
                 }
@@ -541,19 +549,21 @@ impl View {
                 let Content::Dir(tree_id) = dir.content else {
                     return Ok(None);
                 };
-                Ok(tree.entries.get(i).map(|e| {
-                    let name: Arc<[u8]> = Arc::from(e.name.as_slice());
-                    let node = entry_node(
-                        dir,
-                        name,
-                        e,
-                        EntryRef {
-                            tree: tree_id,
-                            index: i as u32,
-                        },
-                    );
-                    (e.name.clone(), node)
-                }))
+                let Some(e) = tree.entries.get(i) else {
+                    return Ok(None);
+                };
+                self.refuse_xattrs(dir.attr.ino, e)?;
+                let name: Arc<[u8]> = Arc::from(e.name.as_slice());
+                let node = entry_node(
+                    dir,
+                    name,
+                    e,
+                    EntryRef {
+                        tree: tree_id,
+                        index: i as u32,
+                    },
+                );
+                Ok(Some((e.name.clone(), node)))
             }
             Listing::Synthetic { children, .. } => {
                 Ok(children.get(i).map(|c| (c.name.to_vec(), c.clone())))

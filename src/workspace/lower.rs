@@ -11,6 +11,14 @@
 //! the view daemon exits by itself. Its pin lists only the checkpoints whose directory the
 //! kernel holds (the bases of live overlays, attached or detached), so gc can prune the rest
 //! while workspaces are mounted.
+//!
+//! Two such views run per store, from the same daemon code: the full one at `lower`, and
+//! the bare one at `lower-bare` (`Store::lower_bare_view_dir`), which serves only checkpoint
+//! roots holding no xattr anywhere and answers GETXATTR/LISTXATTR with ENOSYS, so the kernel
+//! stops sending overlayfs's per-file xattr queries (`view::bare`; docs/inodes.md). Every
+//! overlay stacks on the bare view's root when it serves it, else on the full view's
+//! ([`lower_root`]). Both start together ([`ensure_view`]), hold their own pin of the bases
+//! the kernel holds in them (gc reads every live pin), and go together ([`release_view`]).
 
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -20,40 +28,53 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::Store;
 
-/// Makes sure the lower view is mounted (starts its daemon if needed). Call without holding
-/// the store lock: the daemon takes it to register its pin.
+/// Makes sure the lower views are mounted (starts their daemons if needed). Call without
+/// holding the store lock: the daemons take it to register their pins.
 pub fn ensure_view(store: &Store) -> Result<()> {
     ensure_view_sized(store, None)
 }
 
-/// As [`ensure_view`], with the view's memory for trees and chunks (`mount --branch
-/// --cache-size`; `None`: the default). The view is shared by every workspace of the store,
-/// so the size applies when it starts; asking another size of a running view is refused.
+/// The store's two lower views: the full one, and the bare one (served only for checkpoint
+/// roots without xattrs; see the module doc).
+fn view_dirs(store: &Store) -> [PathBuf; 2] {
+    [store.lower_view_dir(), store.lower_bare_view_dir()]
+}
+
+/// As [`ensure_view`], with the views' memory for trees and chunks (`mount --branch
+/// --cache-size`, each view; `None`: the default). The views are shared by every workspace of
+/// the store, so the size applies when they start; asking another size of a running view is
+/// refused.
 ///
 /// # Errors
-/// `Conflict` when the view already runs with another cache size; starting it.
+/// `Conflict` when a view already runs with another cache size; starting them.
 pub fn ensure_view_sized(store: &Store, cache_bytes: Option<u64>) -> Result<()> {
     ensure_mounts_dir(store)?;
-    let mp = store.lower_view_dir();
+    for mp in view_dirs(store) {
+        ensure_one_view(store, &mp, cache_bytes)?;
+    }
+    Ok(())
+}
+
+fn ensure_one_view(store: &Store, mp: &Path, cache_bytes: Option<u64>) -> Result<()> {
     // A view whose daemon died answers ENOTCONN until fusermount3's auto-unmount catches up:
     // detach it now so a fresh daemon can take its place.
     // (statfs always reaches the daemon: the view answers OPENDIR with ENOSYS, so the kernel
     // lists directories from its cache, even for a dead daemon.)
-    if crate::mountinfo::mount_at(&mp)?.is_some() && nix::sys::statfs::statfs(&mp).is_err() {
+    if crate::mountinfo::mount_at(mp)?.is_some() && nix::sys::statfs::statfs(mp).is_err() {
         log::warn!(
             "the store's lower view at {} is dead; restarting it",
             mp.display()
         );
-        if let Err(e) = crate::workspace::overlay::detach(&mp) {
+        if let Err(e) = crate::workspace::overlay::detach(mp) {
             log::debug!("detaching the dead view: {e} (already unmounted?)");
         }
     }
     let Some(want) = cache_bytes else {
-        return crate::daemon::ensure_browse(store, &mp);
+        return crate::daemon::ensure_browse(store, mp);
     };
     let browse = crate::daemon::fsname(store, &crate::view::Namespace::Browse);
-    if crate::mountinfo::mount_at(&mp)?.is_some_and(|m| m.source == browse) {
-        let running = running_cache_bytes(store, &mp);
+    if crate::mountinfo::mount_at(mp)?.is_some_and(|m| m.source == browse) {
+        let running = running_cache_bytes(store, mp);
         if running != Some(want) {
             return Err(Error::Conflict(format!(
                 "the lower view of {} (shared by every workspace of the store) already runs \
@@ -64,14 +85,14 @@ pub fn ensure_view_sized(store: &Store, cache_bytes: Option<u64>) -> Result<()> 
         }
         return Ok(());
     }
-    fs::create_dir_all(&mp).map_err(|e| Error::io(&mp, e))?;
+    fs::create_dir_all(mp).map_err(|e| Error::io(mp, e))?;
     // As `daemon::ensure_browse`: private, and no materialized copies under an overlay.
     let opts = crate::daemon::StartOptions {
         cache_bytes: Some(want),
         file_cache_bytes: Some(0),
         ..crate::daemon::StartOptions::default()
     };
-    crate::daemon::start(store, &crate::view::Namespace::Browse, &mp, &opts).map(|_| ())
+    crate::daemon::start(store, &crate::view::Namespace::Browse, mp, &opts).map(|_| ())
 }
 
 /// The cache size the view daemon serving `mp` was started with (its `--cache-size`, else
@@ -119,26 +140,51 @@ pub fn ensure_mounts_dir(store: &Store) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Detaches the lower view (when no workspace of the store is mounted any more), and the one
+/// Detaches both lower views (when no workspace of the store is mounted any more), and the one
 /// a previous build mounted inside the store (`STORE/run/lower`), if any; removes the then
 /// empty mount directories.
 pub fn release_view(store: &Store) -> Result<()> {
     let [legacy, _] = store.legacy_mount_dirs();
-    for mp in [store.lower_view_dir(), legacy] {
-        if crate::mountinfo::mount_at(&mp)?.is_some() {
-            crate::workspace::overlay::detach(&mp)?;
+    let [full, bare] = view_dirs(store);
+    for mp in [&full, &bare, &legacy] {
+        if crate::mountinfo::mount_at(mp)?.is_some() {
+            crate::workspace::overlay::detach(mp)?;
         }
     }
     let dir = store.mounts_dir();
-    for d in [store.lower_view_dir(), store.detached_dir(), dir] {
+    for d in [full, bare, store.detached_dir(), dir] {
         // Best effort: one still in use (or holding an overlay set aside) stays.
         let _ignored = fs::remove_dir(d);
     }
     Ok(())
 }
 
-/// The directory overlayfs uses as the lower layer for `root` of `checkpoint`.
+/// The directory overlayfs uses as the lower layer for `root` of `checkpoint`: the bare
+/// view's when it serves that root (no xattrs anywhere in it), else the full view's. The
+/// bare view's answer depends only on the root's trees, so every overlay of one checkpoint
+/// root makes the same choice (a root whose trees it could not read, refused as well, is
+/// always served right by the full view).
+///
+/// # Errors
+/// Either view's failure to show the root (other than the bare view's refusal).
 pub fn lower_root(store: &Store, checkpoint: &ObjectId, root: &str) -> Result<PathBuf> {
+    let bare = store.lower_bare_view_root(checkpoint, root);
+    match std::fs::symlink_metadata(&bare) {
+        Ok(m) if m.is_dir() => return Ok(bare),
+        Ok(_) => {
+            return Err(Error::Invalid(format!(
+                "{} is not a directory",
+                bare.display()
+            )))
+        }
+        Err(e) if e.raw_os_error() == Some(crate::view::bare::REFUSED) => {
+            log::debug!(
+                "{}:{root} has xattrs: stacking on the full lower view",
+                checkpoint.short()
+            );
+        }
+        Err(e) => return Err(Error::io(&bare, e)),
+    }
     let dir = store.lower_view_root(checkpoint, root);
     match std::fs::symlink_metadata(&dir) {
         Ok(m) if m.is_dir() => Ok(dir),
