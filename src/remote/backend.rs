@@ -287,7 +287,8 @@ impl Backend for S3Backend {
                         // A pack an index copy names and the remote no longer has.
                         object_store::Error::NotFound { .. } => Error::io_op(
                             format!("reading {}/{k}", self.url),
-                            std::io::Error::other(
+                            std::io::Error::new(
+                                std::io::ErrorKind::NotFound,
                                 "gone from the remote (repacked by a gc --remote? \
                                  `ckptfs fetch` brings the new index)",
                             ),

@@ -66,6 +66,23 @@ impl Opened {
     fn index(&self) -> Arc<Index> {
         self.index.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
+
+    /// Re-reads the remote's index, unless it was read less than [`INDEX_REFRESH`] ago.
+    fn refresh_index(&self, store: &Store) -> Result<()> {
+        let mut r = lock(&self.refreshed);
+        if r.elapsed() >= INDEX_REFRESH {
+            *r = Instant::now();
+            let fresh = self.remote.sync_index(store)?;
+            *self.index.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
+        }
+        Ok(())
+    }
+}
+
+/// A ranged GET of a pack the remote no longer has: a `gc --remote` elsewhere repacked what
+/// the index this process read names.
+fn pack_gone(r: &Result<Vec<u8>>) -> bool {
+    matches!(r, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// The lazy source of one store: its remotes, opened on first need.
@@ -229,12 +246,7 @@ impl RemoteSource {
             return Ok(None);
         };
         if !shared.index().contains(id) {
-            let mut r = lock(&shared.refreshed);
-            if r.elapsed() >= INDEX_REFRESH {
-                *r = Instant::now();
-                let fresh = shared.remote.sync_index(store)?;
-                *shared.index.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
-            }
+            shared.refresh_index(store)?;
         }
         let has = shared.index().contains(id);
         Ok(has.then_some(shared))
@@ -294,12 +306,30 @@ impl RemoteSource {
             ids,
             released: 0,
         };
-        let index = opened.index();
+        let mut index = opened.index();
+        let mut results = opened.remote.fetch_objects(&index, ids);
+        // Packs gone since the index was read (a repack by another machine's gc): read the
+        // index again and ask once more, so a running mount goes on without a `fetch`.
+        if results.iter().any(pack_gone) {
+            match opened.refresh_index(store) {
+                Ok(()) => {
+                    let fresh = opened.index();
+                    if !Arc::ptr_eq(&fresh, &index) {
+                        log::info!(
+                            "remote {}: packs gone, read its index again",
+                            opened.remote.name
+                        );
+                        results = opened.remote.fetch_objects(&fresh, ids);
+                        index = fresh;
+                    }
+                }
+                Err(e) => log::warn!("re-reading the index of remote {}: {e}", opened.remote.name),
+            }
+        }
         let kinds: Vec<Option<Kind>> = ids
             .iter()
             .map(|i| index.objects.get(i).map(|l| l.kind))
             .collect();
-        let results = opened.remote.fetch_objects(&index, ids);
         let mut ahead = Vec::new();
         let mut out = Vec::new();
         for ((id, r), kind) in ids.iter().zip(results).zip(kinds) {

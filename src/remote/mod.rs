@@ -546,9 +546,11 @@ impl Remote {
                     let msg = e.to_string();
                     for m in members {
                         per[m] = Some(Err(match &e {
-                            Error::Io { .. } => Error::io_op(
+                            // The kind stays (NotFound: a pack gone, which readers retry
+                            // on a fresh index).
+                            Error::Io { source, .. } => Error::io_op(
                                 msg.clone(),
-                                std::io::Error::other("remote read failed"),
+                                std::io::Error::new(source.kind(), "remote read failed"),
                             ),
                             _ => Error::Corrupt(msg.clone()),
                         }));
