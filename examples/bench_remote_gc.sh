@@ -45,73 +45,18 @@ command -v restic >/dev/null || { echo "restic is not installed" >&2; exit 1; }
 [ -x "$CKPTFS" ] || (cd "$HERE" && cargo build --quiet)
 rm -rf "$WORK"; mkdir -p "$WORK"
 
-KEY_ID=GK0123456789abcdef01234567
-SECRET=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
-export AWS_ACCESS_KEY_ID=$KEY_ID AWS_SECRET_ACCESS_KEY=$SECRET AWS_DEFAULT_REGION=garage AWS_REGION=garage
-export RESTIC_PASSWORD=ckptfs-bench CKPTFS_PASSPHRASE=ckptfs-bench
-GPID=""
+# shellcheck source=examples/garage_bench.sh
+source "$HERE/examples/garage_bench.sh"
 cleanup() {
     if [ -n "$GPID" ]; then kill "$GPID" 2>/dev/null || true; wait "$GPID" 2>/dev/null || true; fi
     if [ "$CLEAN" = 1 ]; then rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# bucket_bytes BUCKET: the exact sum of its objects' sizes (ListObjectsV2 through curl's SigV4).
-bucket_bytes() {
-    python3 - "$ENDPOINT" "$1" "$KEY_ID" "$SECRET" <<'PY'
-import re, subprocess, sys, urllib.parse
-ep, bucket, key, secret = sys.argv[1:]
-total, token = 0, None
-while True:
-    q = {"list-type": "2"}
-    if token:
-        q["continuation-token"] = token
-    qs = "&".join(f"{k}={urllib.parse.quote(v, safe='')}" for k, v in sorted(q.items()))
-    out = subprocess.run(["curl", "-sS", "--fail", "--aws-sigv4", "aws:amz:garage:s3",
-                          "--user", f"{key}:{secret}", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
-                          f"{ep}/{bucket}?{qs}"], capture_output=True, text=True, check=True).stdout
-    total += sum(int(x) for x in re.findall(r"<Size>(\d+)</Size>", out))
-    m = re.search(r"<NextContinuationToken>([^<]+)</NextContinuationToken>", out)
-    if "<IsTruncated>true</IsTruncated>" not in out or not m:
-        break
-    token = m.group(1)
-print(total)
-PY
-}
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 
-# One Garage node.
-GDIR=$WORK/garage
-mkdir -p "$GDIR/meta" "$GDIR/data"
-S3_PORT=$(free_port); RPC_PORT=$(free_port); ADMIN_PORT=$(free_port)
-GCONF=$GDIR/garage.toml
-cat > "$GCONF" <<EOT
-metadata_dir = "$GDIR/meta"
-data_dir = "$GDIR/data"
-db_engine = "sqlite"
-replication_factor = 1
-rpc_bind_addr = "127.0.0.1:$RPC_PORT"
-rpc_public_addr = "127.0.0.1:$RPC_PORT"
-rpc_secret = "$(python3 -c 'print("cd"*32)')"
-[s3_api]
-s3_region = "garage"
-api_bind_addr = "127.0.0.1:$S3_PORT"
-[admin]
-api_bind_addr = "127.0.0.1:$ADMIN_PORT"
-EOT
-RUST_LOG=garage=warn "$GARAGE" -c "$GCONF" server > "$GDIR/log" 2>&1 &
-GPID=$!
-for _ in $(seq 100); do "$GARAGE" -c "$GCONF" node id -q >/dev/null 2>&1 && break; sleep 0.1; done
-NODE=$("$GARAGE" -c "$GCONF" node id -q | cut -d@ -f1)
-"$GARAGE" -c "$GCONF" layout assign -z z1 -c 10G "$NODE" >/dev/null
-"$GARAGE" -c "$GCONF" layout apply --version 1 >/dev/null
-"$GARAGE" -c "$GCONF" key import "$KEY_ID" "$SECRET" -n bench --yes >/dev/null
-ENDPOINT=http://127.0.0.1:$S3_PORT
-for b in ck-gc rs-gc; do
-    "$GARAGE" -c "$GCONF" bucket create "$b" >/dev/null
-    "$GARAGE" -c "$GCONF" bucket allow --read --write --owner "$b" --key bench >/dev/null
-done
+start_garage
+for b in ck-gc rs-gc; do mkbucket "$b"; done
 for _ in $(seq 100); do curl -s -o /dev/null "$ENDPOINT" && break; sleep 0.1; done
 
 echo "ckptfs $("$CKPTFS" --version | awk '{print $2}') ($CKPTFS), $(restic version | head -1), $("$GARAGE" --version | head -1)"

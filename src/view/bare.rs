@@ -205,26 +205,12 @@ impl View {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::fs;
 
     use super::*;
-    use crate::ingest::capture::{capture, CaptureOptions};
-    use crate::store::{InitOptions, RootConfig, Store};
+    use crate::store::Store;
+    use crate::view::tests::{capture_main, store_over};
     use crate::view::{Namespace, ViewOptions, ROOT_INO};
-
-    fn capture_main(store: &Store) -> ObjectId {
-        let opts = CaptureOptions {
-            branch: "main".into(),
-            label: None,
-            message: "m".into(),
-            from: BTreeMap::new(),
-            exclude: Vec::new(),
-            progress: false,
-            annotations: Default::default(),
-        };
-        capture(store, &opts).unwrap().id
-    }
 
     /// `checkpoints/<id>/work` looked up in `v`.
     fn root_of(v: &View, id: &ObjectId) -> Result<crate::view::Node> {
@@ -241,22 +227,7 @@ mod tests {
         fs::create_dir_all(src.join("c")).unwrap();
         fs::write(src.join("a/b/f"), b"x").unwrap();
         fs::write(src.join("c/g"), b"y").unwrap();
-        let mut roots = BTreeMap::new();
-        roots.insert(
-            "work".to_string(),
-            RootConfig {
-                path: src.clone(),
-                exclude: Vec::new(),
-            },
-        );
-        let store = Store::init(
-            &tmp.path().join("store"),
-            &InitOptions {
-                roots,
-                ..InitOptions::default()
-            },
-        )
-        .unwrap();
+        let store = store_over(tmp.path(), &src);
         let clean = capture_main(&store);
         if xattr::set(src.join("a/b/f"), "user.x", b"1").is_err() {
             return; // no user xattrs on this filesystem

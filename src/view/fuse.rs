@@ -187,7 +187,8 @@ impl ViewFs {
     /// After the lookup of `node` in `parent`: in the workspaces' lower view, a checkpoint
     /// root (what an overlay stacks on) starts its warm-up ([`crate::view::warm`]).
     fn warm_if_root(&self, parent: u64, node: &Node) {
-        if !self.view.is_lower() || node.attr.kind != Kind::Dir {
+        // Cheap tests first (this runs after every lookup): a root is its own `root`.
+        if !self.view.is_lower() || node.attr.kind != Kind::Dir || node.root != node.attr.ino {
             return;
         }
         if !matches!(self.view.node(parent), Ok(p) if matches!(p.content, Content::Checkpoint(_))) {

@@ -19,36 +19,43 @@ fn make_store(dir: &Path) -> (Store, ObjectId) {
     fs::write(src.join("big.bin"), &big).unwrap();
     fs::write(src.join("sub/deep/f"), b"x").unwrap();
     std::os::unix::fs::symlink("a.txt", src.join("link")).unwrap();
+    let store = store_over(dir, &src);
+    let id = capture_main(&store);
+    (store, id)
+}
+
+/// A store in `dir/store` with one root, `work`, at `src`.
+pub(super) fn store_over(dir: &Path, src: &Path) -> Store {
     let mut roots = BTreeMap::new();
     roots.insert(
         "work".to_string(),
         RootConfig {
-            path: src.clone(),
+            path: src.to_path_buf(),
             exclude: Vec::new(),
         },
     );
-    let store = Store::init(
+    Store::init(
         &dir.join("store"),
         &InitOptions {
             roots,
             ..InitOptions::default()
         },
     )
-    .unwrap();
-    let r = capture(
-        &store,
-        &CaptureOptions {
-            branch: "main".into(),
-            label: None,
-            message: "m".into(),
-            from: BTreeMap::new(),
-            exclude: Vec::new(),
-            progress: false,
-            annotations: Default::default(),
-        },
-    )
-    .unwrap();
-    (store, r.id)
+    .unwrap()
+}
+
+/// Captures the store's roots onto branch `main`; the checkpoint's id.
+pub(super) fn capture_main(store: &Store) -> ObjectId {
+    let opts = CaptureOptions {
+        branch: "main".into(),
+        label: None,
+        message: "m".into(),
+        from: BTreeMap::new(),
+        exclude: Vec::new(),
+        progress: false,
+        annotations: Default::default(),
+    };
+    capture(store, &opts).unwrap().id
 }
 
 fn view(store: Store, id: ObjectId) -> View {
