@@ -217,30 +217,10 @@ fn gc_never_removes_what_an_open_browse_view_shows() {
 /// Checkpoint ids the live pins of the store's lower views list (the full and the bare one;
 /// a view holding nothing is left out).
 fn lower_pins(store: &str) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(format!("{store}/run/pins")).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with("lower-") {
-            continue;
-        }
-        let Ok(data) = fs::read(&p) else { continue };
-        let v: serde_json::Value = serde_json::from_slice(&data).unwrap();
-        let pid = v["pid"].as_u64().unwrap();
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        let ids = v["checkpoints"].as_array().unwrap();
-        if ids.is_empty() {
-            continue;
-        }
-        out.push(
-            ids.iter()
-                .map(|i| i.as_str().unwrap().to_string())
-                .collect(),
-        );
-    }
-    out
+    live_pins(std::path::Path::new(store), "lower-")
+        .into_iter()
+        .filter(|ids| !ids.is_empty())
+        .collect()
 }
 
 /// A process working in a workspace that `umount` detached (it had its cwd there) keeps

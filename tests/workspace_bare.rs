@@ -288,28 +288,7 @@ fn cache_arg(store: &Path, view: &Path) -> Option<String> {
 
 /// Checkpoint ids each live pin of a bare view lists.
 fn bare_pins(store: &Path) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(store.join("run/pins")).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.starts_with("lower-bare-") {
-            continue;
-        }
-        let Ok(data) = fs::read(&p) else { continue };
-        let v: serde_json::Value = serde_json::from_slice(&data).unwrap();
-        let pid = v["pid"].as_u64().unwrap();
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            out.push(
-                v["checkpoints"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|i| i.as_str().unwrap().to_string())
-                    .collect(),
-            );
-        }
-    }
-    out
+    live_pins(store, "lower-bare-")
 }
 
 /// A process inside a workspace that `umount` detached keeps reading its base through the

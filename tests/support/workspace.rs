@@ -190,3 +190,35 @@ pub fn wait_until_rewritten(p: &Path) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The checkpoint ids each live pin of `store` whose file name starts with `prefix` lists
+/// (`lower-`: both lower views' pins; `lower-bare-`: the bare view's), in `run/pins/`. A pin
+/// whose process is gone is left out.
+pub fn live_pins(store: &Path, prefix: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(store.join("run/pins")).expect("run/pins") {
+        let p = e.expect("pin entry").path();
+        let name = p
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        let Ok(data) = fs::read(&p) else { continue };
+        let v: Value = serde_json::from_slice(&data).expect("pin JSON");
+        let pid = v["pid"].as_u64().expect("pid");
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            out.push(
+                v["checkpoints"]
+                    .as_array()
+                    .expect("checkpoints")
+                    .iter()
+                    .map(|i| i.as_str().expect("id").to_string())
+                    .collect(),
+            );
+        }
+    }
+    out
+}
