@@ -14,8 +14,10 @@
 //! 8k directories and 100k files on the 2-core bench machine, while the workspace is already
 //! usable), and the kernel's memory for the entries' dentries and inodes, which a full walk
 //! (`git status`, `find -ls`) would make anyway and which the kernel reclaims under memory
-//! pressure like any other cache. Bounded: a walk stops after [`MAX_ENTRIES`] entries, each
-//! root is warmed once per daemon, and the walk stops when the daemon is unmounting. Only the
+//! pressure like any other cache. Bounded: a walk stops after [`MAX_ENTRIES`] entries and each
+//! root is warmed once per daemon. A walk under way when the view is detached holds the mount
+//! until it ends (about a second at 100k files), so the daemon exits that much later; the
+//! stop flag ends the ones still queued when the session ends. Only the
 //! workspaces' lower view warms (a `browse` or `mount` view is walked by whoever reads it).
 //!
 //! The walk opens nothing but directories of this daemon's own read-only mount, through
