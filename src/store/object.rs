@@ -78,6 +78,13 @@ fn zstd_bound(len: u64) -> u64 {
     zstd::zstd_safe::compress_bound(len) as u64
 }
 
+/// What [`Store::find_object`] found: the object's file, or the checked bytes a remote
+/// source just fetched.
+enum Found {
+    File(OpenedObject),
+    Fetched(Vec<u8>),
+}
+
 impl Store {
     /// True when the object is present (raw or compressed). Links are not followed: a
     /// symlink in an object's place is "present" (so it is never written over) and fails to
@@ -133,12 +140,26 @@ impl Store {
     /// socket, or is reached through a symlinked directory; I/O errors other than a missing
     /// file.
     pub fn open_object_checked(&self, id: &ObjectId) -> Result<Option<OpenedObject>> {
+        Ok(match self.find_object(id, false)? {
+            Some(Found::File(f)) => Some(f),
+            _ => None,
+        })
+    }
+
+    /// The file of `id` here; missing here, a clone fetches it from its remote (checked
+    /// against `id`), once, and with `take_fetched` the source hands over the checked bytes
+    /// instead of the file it wrote from them being read back.
+    fn find_object(&self, id: &ObjectId, take_fetched: bool) -> Result<Option<Found>> {
         if let Some(found) = self.open_local_object(id)? {
-            return Ok(Some(found));
+            return Ok(Some(Found::File(found)));
         }
-        // Missing here: a clone fetches it from its remote (checked against `id`), once.
         match self.object_source() {
-            Some(src) if src.fetch(self, id)? => self.open_local_object(id),
+            Some(src) if src.fetch(self, id)? => {
+                if let Some(data) = take_fetched.then(|| src.take_fetched(id)).flatten() {
+                    return Ok(Some(Found::Fetched(data)));
+                }
+                Ok(self.open_local_object(id)?.map(Found::File))
+            }
             _ => Ok(None),
         }
     }
@@ -300,18 +321,10 @@ impl Store {
         if let Some(data) = source.as_ref().and_then(|s| s.take_fetched(id)) {
             return checked(data);
         }
-        let opened = match self.open_local_object(id)? {
-            Some(o) => o,
-            None => match self.object_source() {
-                Some(src) if src.fetch(self, id)? => {
-                    if let Some(data) = src.take_fetched(id) {
-                        return checked(data);
-                    }
-                    self.open_local_object(id)?
-                        .ok_or_else(|| Error::NotFound(format!("object {id}")))?
-                }
-                _ => return Err(Error::NotFound(format!("object {id}"))),
-            },
+        let opened = match self.find_object(id, true)? {
+            Some(Found::File(o)) => o,
+            Some(Found::Fetched(data)) => return checked(data),
+            None => return Err(Error::NotFound(format!("object {id}"))),
         };
         let OpenedObject {
             file,
