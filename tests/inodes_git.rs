@@ -108,8 +108,8 @@ fn assert_status_rewrites_nothing(
 #[test]
 fn git_status_after_a_switch_back_and_a_remount_changes_nothing() {
     let w = Workspace::new(repo);
-    // The first status in a workspace may rewrite the index once: the root directory is the
-    // overlay's upper one, with a number of its own (docs/inodes.md). Settle it, record it.
+    // The first status in a workspace may rewrite the index once: the root directory's ctime
+    // is its upper copy's once something in it changed (docs/inodes.md). Settle it, record it.
     git(&w.room, &["status", "--porcelain"]);
     w.checkpoint("after the first status");
     ok(["umount", w.room()]);
@@ -126,9 +126,10 @@ fn git_status_after_a_switch_back_and_a_remount_changes_nothing() {
     };
     away_and_back();
     // The switch folded the upper layer of the branch it left (bytes stored once,
-    // docs/workspaces.md), so back on main the root directory is a new upper directory (a new
-    // number and ctime, docs/inodes.md): git's untracked cache re-reads that one directory and
-    // no other, and every file keeps its stat data (checked without the cache below).
+    // docs/workspaces.md), so back on main the root directory shows the lower one's ctime
+    // again (its number stays, docs/inodes.md): git's untracked cache re-reads that one
+    // directory and no other, and every file keeps its stat data (checked without the cache
+    // below).
     let root_only = |after: &str| {
         let (status, stats) = traced_status(&w.room);
         assert_eq!(status, "?? notes/\n", "git status after {after}");
@@ -143,8 +144,8 @@ fn git_status_after_a_switch_back_and_a_remount_changes_nothing() {
     root_only("a switch away and back");
 
     // A checkpoint folded into the base at the next mount: every file and directory keeps
-    // its number and times, but the root directory is a new upper directory (a new ctime),
-    // so git's untracked cache re-reads that one directory, and no other.
+    // its number and times, but the root directory's ctime is the lower one's again, so
+    // git's untracked cache re-reads that one directory, and no other.
     let remount = || {
         ok(["checkpoint", w.room(), "-m", "again"]);
         ok(["umount", w.room()]);

@@ -17,12 +17,25 @@ fn bare_view(store: &Path) -> PathBuf {
 }
 
 /// The lower layer of the overlay mounted at `room` (its `lowerdir=` option).
+/// The lower directory of the workspace root at `room`: the overlay's lowerdir (a checkpoint
+/// directory of a lower view) and the root's name in it (the overlay is nested, see
+/// docs/inodes.md: the root's name is the last component of `room`'s upper layer path).
 fn lowerdir(room: &Path) -> String {
     let opts = mount_options(room).expect("a workspace is mounted there");
-    opts.split(',')
-        .find_map(|o| o.strip_prefix("lowerdir="))
-        .unwrap_or_else(|| panic!("no lowerdir in {opts}"))
-        .to_string()
+    let opt = |k: &str| {
+        opts.split(',')
+            .find_map(|o| o.strip_prefix(k))
+            .unwrap_or_else(|| panic!("no {k} in {opts}"))
+            .to_string()
+    };
+    let top = opt("upperdir=");
+    let root = top
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .strip_prefix(".top-")
+        .unwrap();
+    format!("{}/{root}", opt("lowerdir="))
 }
 
 fn on_bare_view(w: &Workspace) -> bool {

@@ -309,7 +309,8 @@ fn git_index_stays_fresh_across_capture_switch_and_remount() {
     ok(["umount", w.room()]);
     ok(["mount", w.store(), "--branch", "main"]);
     assert!(
-        fs::read_dir(w.store.join("upper/main/ws")).map_or(true, |mut d| d.next().is_none()),
+        fs::read_dir(w.store.join("upper/main/.top-ws/ws"))
+            .map_or(true, |mut d| d.next().is_none()),
         "the upper layer was not dropped, so the remount proves nothing"
     );
     for (name, was) in turned.iter().zip(&before) {

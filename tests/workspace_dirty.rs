@@ -84,7 +84,7 @@ fn read_only_git_commands_leave_the_workspace_clean() {
         git(&w.room, args);
     }
     assert!(
-        w.store.join("upper/main/ws/.git").is_dir(),
+        w.store.join("upper/main/.top-ws/ws/.git").is_dir(),
         "the test needs .git copied up with a new mtime"
     );
     let st = status(&w);

@@ -411,7 +411,7 @@ fn checkpoints_keep_user_xattrs_and_no_overlay_ones() {
     xattr::set(w.path("src/pkg/a.py"), "user.tag", b"kept").unwrap();
     // The kernel writes `origin` only where the lower layer decodes file handles; write it as
     // the kernel would, so the test does not depend on that.
-    let upper = w.store.join("upper/main/ws");
+    let upper = w.store.join("upper/main/.top-ws/ws");
     for rel in ["notes.md", "src/pkg"] {
         xattr::set(upper.join(rel), "trusted.overlay.origin", b"\0\xfb\x21").unwrap();
     }
@@ -573,7 +573,7 @@ fn metadata_changes_copy_no_data_and_checkpoint_exactly() {
         fs::create_dir_all(room.join("deep/er")).unwrap();
         fs::write(room.join("deep/er/moved.txt"), "moved bytes\n").unwrap();
     });
-    let upper = w.store.join("upper/main/ws");
+    let upper = w.store.join("upper/main/.top-ws/ws");
     // chmod, chown and utimes of lower files: metadata-only copy-ups (no bytes in the upper).
     fs::set_permissions(w.path("big.bin"), fs::Permissions::from_mode(0o600)).unwrap();
     std::os::unix::fs::chown(w.path("notes.md"), Some(4321), Some(8765)).unwrap();
@@ -660,7 +660,7 @@ fn a_deletion_leaves_directories_with_older_whiteouts_unmerged() {
     };
     fs::remove_file(w.path("tree/d0/sub0/f0.txt")).unwrap();
     checkpoint("first deletion");
-    let whiteout = w.store.join("upper/main/ws/tree/d0/sub0/f0.txt");
+    let whiteout = w.store.join("upper/main/.top-ws/ws/tree/d0/sub0/f0.txt");
     let ctime = |p: &std::path::Path| {
         let m = fs::symlink_metadata(p).unwrap();
         (

@@ -250,7 +250,7 @@ WORKSPACE_STATE = obj("WorkspaceState", {
     "roots": t(mapof(obj("MountedRoot", {
         "mountpoint": t(PATH, "where the root is mounted"),
         "lower": t(PATH, "the read-only view of the base"),
-        "upper": t(PATH, "where writes land (STORE/upper/BRANCH/ROOT)"),
+        "upper": t(PATH, "where writes land (STORE/upper/BRANCH/.top-ROOT/ROOT, made at the first change)"),
         "work": t(PATH, "overlayfs's work directory"),
     })), "each root by name"),
     "mounted_ns": t(NS, "when it was mounted"),

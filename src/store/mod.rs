@@ -19,8 +19,10 @@
 //!   run/                  also pid files and control sockets of mount daemons
 //!   run/views/PID.json    state of a live read-only view daemon (mountpoint, fsname, what)
 //!   run/views/PID.log     its log; both removed on clean exit, stale ones pruned by `status`
-//!   upper/B/ROOT/         overlayfs upper layer of branch B's live workspace (whiteout = char
-//!                         0/0, opaque dir = trusted.overlay.opaque, renamed dir = .redirect)
+//!   upper/B/.top-ROOT/ROOT/  upper layer of root ROOT of branch B's live workspace (whiteout =
+//!                         char 0/0, opaque dir = trusted.overlay.opaque, renamed dir =
+//!                         .redirect); upper/B/.top-ROOT/ is the overlay's upper dir (an upper
+//!                         from a build before 2026-12 is upper/B/ROOT/, used as it is)
 //!   upper/B/.work-ROOT/   overlayfs work dir;  upper/B/base.json: checkpoint the upper applies to
 //!   upper/B/.snapshots-ROOT/  reflink clones of big changed files as the last checkpoint
 //!                         read them (XFS, btrfs; named in its stat cache, see `snapshot`)
@@ -897,9 +899,44 @@ impl Store {
     pub fn upper_branch_dir(&self, branch: &str) -> PathBuf {
         self.upper_base_dir().join(branch)
     }
-    /// `upper/B/ROOT/`: the overlay upper layer of one root.
+    /// `upper/B/.top-ROOT/ROOT/`: the upper layer of one root, what a checkpoint merges with
+    /// the base. The overlay's upper directory is `upper/B/.top-ROOT/` (see
+    /// [`Store::upper_top_dir`]); `ROOT/` in it is made by overlayfs when the agent first
+    /// changes something in the root, so it may be missing (nothing changed). An upper made by
+    /// a build before 2026-12 is `upper/B/ROOT/` itself, the overlay's upper directory; it is
+    /// used as it is until a fold or a mount takes it away.
     pub fn upper_dir(&self, branch: &str, root: &str) -> PathBuf {
-        self.upper_branch_dir(branch).join(root)
+        let legacy = self.upper_branch_dir(branch).join(root);
+        if fs::symlink_metadata(&legacy).is_ok() {
+            return legacy;
+        }
+        self.upper_top_dir(branch, root).join(root)
+    }
+    /// `upper/B/.top-ROOT/`: the overlay's upper directory of one root. The overlay is
+    /// mounted over the lower view's checkpoint directory (all its roots) and only its `ROOT`
+    /// subdirectory is mounted at the mountpoint, so the workspace root is a directory of the
+    /// lower layer, shown with its recorded inode number whatever happens to the upper
+    /// (docs/inodes.md).
+    pub fn upper_top_dir(&self, branch: &str, root: &str) -> PathBuf {
+        self.upper_branch_dir(branch)
+            .join(format!("{}{root}", Self::UPPER_TOP_PREFIX))
+    }
+    /// Whether `upper`, the upper layer of `root` (see [`Store::upper_dir`]), is nested in the
+    /// overlay's upper directory, as every upper made since 2026-12 is: the overlay's root is
+    /// then the parent of the workspace root, and absolute redirects start with `/ROOT`.
+    pub fn upper_is_nested(upper: &Path, root: &str) -> bool {
+        upper.parent().and_then(Path::file_name).is_some_and(|n| {
+            n.as_encoded_bytes()
+                .strip_prefix(Self::UPPER_TOP_PREFIX.as_bytes())
+                == Some(root.as_bytes())
+        })
+    }
+    /// The prefix of [`Store::upper_top_dir`]'s name.
+    pub const UPPER_TOP_PREFIX: &'static str = ".top-";
+    /// `/run/ckptfs/<id>/stage/`: where a workspace's overlay is mounted for the instant it
+    /// takes to mount its root subdirectory at the mountpoint.
+    pub fn overlay_stage_dir(&self) -> PathBuf {
+        self.mounts_dir().join("stage")
     }
     /// `upper/`: one directory per branch with a live workspace.
     pub fn upper_base_dir(&self) -> PathBuf {

@@ -577,25 +577,53 @@ impl View {
     /// `NotFound` when absent: the adapter answers ENODATA (never ENOSYS).
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>> {
         let node = self.node(ino)?;
-        Ok(self.stored_entry(&node)?.and_then(|e| {
-            e.xattrs
-                .into_iter()
-                .find(|(k, _)| k.as_slice() == name)
-                .map(|(_, v)| v)
-        }))
+        Ok(self
+            .xattrs_of(&node)?
+            .into_iter()
+            .find(|(k, _)| k.as_slice() == name)
+            .map(|(_, v)| v))
     }
 
     /// Attribute names, each followed by a NUL (the `listxattr` wire format).
     pub fn listxattr(&self, ino: Ino) -> Result<Vec<u8>> {
         let node = self.node(ino)?;
         let mut out = Vec::new();
-        if let Some(e) = self.stored_entry(&node)? {
-            for (k, _) in &e.xattrs {
-                out.extend_from_slice(k);
-                out.push(0);
-            }
+        for (k, _) in &self.xattrs_of(&node)? {
+            out.extend_from_slice(k);
+            out.push(0);
         }
         Ok(out)
+    }
+
+    /// The recorded xattrs of a node: its tree entry's, or for the top directory of a
+    /// checkpoint root (which no tree entry describes) its root record's. A workspace's root
+    /// is that directory of the lower view (docs/inodes.md, "The workspace root").
+    fn xattrs_of(&self, node: &Node) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if let Some(e) = self.stored_entry(node)? {
+            return Ok(e.xattrs);
+        }
+        if node.root != node.attr.ino || !matches!(node.content, Content::Dir(_)) {
+            return Ok(Vec::new());
+        }
+        let (id, root) = match &self.namespace {
+            Namespace::Checkpoint { id, root } => (*id, root.clone()),
+            Namespace::Browse => {
+                let parent = self.node(node.parent)?;
+                let id = std::str::from_utf8(&parent.name)
+                    .ok()
+                    .and_then(|h| ObjectId::parse(h).ok());
+                let Some(id) = id else {
+                    return Ok(Vec::new());
+                };
+                (id, String::from_utf8_lossy(&node.name).into_owned())
+            }
+        };
+        Ok(self
+            .checkpoint(&id)?
+            .roots
+            .get(&root)
+            .map(|r| r.xattrs.clone())
+            .unwrap_or_default())
     }
 
     /// `statfs` of the view: the checkpoint root's size and file count; for browse, the

@@ -121,11 +121,15 @@ pub fn upper_usage(store: &Store, branch: &str) -> (u64, u64) {
         }
     }
     let mut acc = (0, 0);
-    // `upper/B` is the store's: a directory per root, and ckptfs's own dotted entries.
+    // `upper/B` is the store's: `.top-ROOT/` per root (the overlay's upper directory, `ROOT/`
+    // in it the root's changes; `ROOT/` itself in an upper made before 2026-12), and
+    // ckptfs's own other dotted entries.
     let dir = store.upper_branch_dir(branch);
     if let Ok(rd) = fs::read_dir(&dir) {
         for e in rd.flatten() {
-            if e.file_name().to_string_lossy().starts_with('.') {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') && !name.starts_with(Store::UPPER_TOP_PREFIX) {
                 continue;
             }
             if e.file_type().is_ok_and(|t| t.is_dir()) {

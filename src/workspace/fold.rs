@@ -287,7 +287,14 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         let aside = store.detached_overlay_path(branch, name, now);
         fs::create_dir_all(&aside).map_err(|e| resume(Error::io(&aside, e)))?;
         overlay::move_mount(&r.mountpoint, &aside).map_err(resume)?;
-        if let Err(e) = overlay::mount_overlay(&src, &r.mountpoint, &r.lower, &r.upper, &r.work) {
+        if let Err(e) = overlay::mount_overlay(
+            &src,
+            &r.mountpoint,
+            &r.lower,
+            &r.upper,
+            &r.work,
+            &store.overlay_stage_dir(),
+        ) {
             // Put the old (read-only) tree back rather than leave the path empty.
             if let Err(m) = overlay::move_mount(&aside, &r.mountpoint) {
                 log::warn!("{m}");

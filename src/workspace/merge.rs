@@ -138,6 +138,11 @@ struct Ctx<'a> {
     /// The root's exclude rules (names anywhere, paths from the root), as in `capture`.
     exclude: Excluder,
     base_tree: ObjectId,
+    /// The first component of an absolute redirect (`trusted.overlay.redirect`, a path from
+    /// the overlay's root): the root's name in a nested upper (`upper/B/.top-ROOT/ROOT`, see
+    /// `overlay::mount_overlay`), none in one made before 2026-12 (the overlay's root is the
+    /// workspace root).
+    redirect_top: Option<Vec<u8>>,
     old: StatCache,
     jobs: Vec<FileJob>,
     /// Per job: the lower file it was copied up from, and whether overlayfs shows the copy
@@ -362,6 +367,7 @@ pub(crate) fn merge_root(
         top: Arc::clone(&top),
         exclude: Excluder::compile(root, &rules)?,
         base_tree: base.tree,
+        redirect_top: Store::upper_is_nested(upper, root).then(|| root.as_bytes().to_vec()),
         old,
         jobs: Vec::new(),
         sources: Vec::new(),
@@ -611,8 +617,15 @@ fn totals_of(store: &Store, e: &Entry) -> Result<Totals> {
 
 /// The lower directory tree at `/a/b` (absolute from the root) or `None`.
 fn lower_at(ctx: &Ctx<'_>, path: &[u8]) -> Result<Option<Tree>> {
+    let mut comps = path.split(|&c| c == b'/').filter(|c| !c.is_empty());
+    if let Some(top) = &ctx.redirect_top {
+        // From the overlay's root: only the workspace root is in reach of the agent's renames.
+        if comps.next() != Some(top.as_slice()) {
+            return Ok(None);
+        }
+    }
     let mut tree = load_tree(ctx.store, &ctx.base_tree)?;
-    for comp in path.split(|&c| c == b'/').filter(|c| !c.is_empty()) {
+    for comp in comps {
         let next = match tree.get(comp) {
             Some(Entry {
                 kind: EntryKind::Dir { tree, .. },

@@ -1,5 +1,6 @@
 //! Mounting and unmounting a workspace: one overlayfs per root, with the lower view's
-//! directory of the base checkpoint as the lower layer and `upper/B/ROOT` as the upper.
+//! directory of the base checkpoint as the lower layer and `upper/B/.top-ROOT` as the upper
+//! (its `ROOT` subdirectory mounted at the mountpoint: see `overlay::mount_overlay`).
 //! `switch` mounts through `plan_roots` and `mount_roots` too; the last `umount` reaps
 //! the old overlays a failed switch left under `/run/ckptfs/<id>/detached/` (`reap_detached`).
 
@@ -12,7 +13,6 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::safe::Dir;
-use crate::store::checkpoint::RootRecord;
 use crate::store::Store;
 use crate::util::{check_name, now_ns};
 
@@ -38,37 +38,20 @@ pub struct MountOptions {
     pub lower_cache_bytes: Option<u64>,
 }
 
-/// Creates the upper directories of `branch` for `root` (the root dir takes the lower root's
-/// metadata so the mount shows it unchanged).
-fn prepare_upper(
-    store: &Store,
-    branch: &str,
-    root: &str,
-    rec: &RootRecord,
-) -> Result<(PathBuf, PathBuf)> {
+/// Creates the upper directories of `branch` for `root`: the overlay's upper directory
+/// (`upper/B/.top-ROOT/`; overlayfs makes `ROOT/` in it at the first change, with the lower
+/// root's metadata) and the work dir. Returns the root's upper layer and the work dir.
+fn prepare_upper(store: &Store, branch: &str, root: &str) -> Result<(PathBuf, PathBuf)> {
     let upper = store.upper_dir(branch, root);
     let work = store.overlay_work_dir(branch, root);
-    if !upper.exists() {
+    let top = upper.parent().unwrap_or(&upper);
+    for d in [top, &work] {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(&upper)
-            .map_err(|e| Error::io(&upper, e))?;
-        crate::meta::apply_meta(
-            &upper,
-            false,
-            rec.mode,
-            rec.uid,
-            rec.gid,
-            rec.mtime_ns,
-            &rec.xattrs,
-        )?;
+            .create(d)
+            .map_err(|e| Error::io(d, e))?;
     }
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&work)
-        .map_err(|e| Error::io(&work, e))?;
     Ok((upper, work))
 }
 
@@ -102,7 +85,14 @@ pub(super) fn mount_roots(
     let src = source_name(store, branch);
     let mut done: Vec<&Path> = Vec::new();
     for r in roots.values() {
-        if let Err(e) = overlay::mount_overlay(&src, &r.mountpoint, &r.lower, &r.upper, &r.work) {
+        if let Err(e) = overlay::mount_overlay(
+            &src,
+            &r.mountpoint,
+            &r.lower,
+            &r.upper,
+            &r.work,
+            &store.overlay_stage_dir(),
+        ) {
             for m in done {
                 let _ignored = overlay::detach(m);
             }
@@ -149,9 +139,12 @@ pub(super) fn plan_roots(
     let mut out = BTreeMap::new();
     for name in names {
         let rc = store.root_config(&name)?;
-        let rec = c.roots.get(&name).ok_or_else(|| {
-            Error::NotFound(format!("root {name} in checkpoint {}", base.short()))
-        })?;
+        if !c.roots.contains_key(&name) {
+            return Err(Error::NotFound(format!(
+                "root {name} in checkpoint {}",
+                base.short()
+            )));
+        }
         let mountpoint = opts
             .relocate
             .get(&name)
@@ -165,7 +158,7 @@ pub(super) fn plan_roots(
             )));
         }
         let lower = lower::lower_root(store, base, &name)?;
-        let (upper, work) = prepare_upper(store, branch, &name, rec)?;
+        let (upper, work) = prepare_upper(store, branch, &name)?;
         out.insert(
             name,
             MountedRoot {
@@ -290,7 +283,7 @@ pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmo
 pub fn reap_detached(store: &Store) -> Result<usize> {
     let [_, legacy] = store.legacy_mount_dirs();
     let mut n = 0;
-    for dir in [store.detached_dir(), legacy] {
+    for dir in [store.detached_dir(), legacy, store.overlay_stage_dir()] {
         for m in crate::mountinfo::mounts()? {
             if m.mountpoint.starts_with(&dir) && m.mountpoint != dir {
                 // A background detach may have got there first (EINVAL: not mounted now).

@@ -19,7 +19,10 @@
 //! upper layer kept while its branch's base moves to another checkpoint must lose that xattr
 //! and its work dir's `index/` first.
 
+use std::ffi::OsStr;
+use std::fs;
 use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
@@ -94,8 +97,118 @@ const INDEX: bool = true;
 /// Most upper entries [`introduce_copies`] looks at (about 20 µs each).
 const INTRODUCE_LIMIT: usize = 1 << 20;
 
-/// Mounts an overlay at `target`. `source` names it in mountinfo (`ckptfs:<store>:<branch>`).
+/// The layers of a workspace root mounted nested (see [`mount_overlay`]): the overlay's lower
+/// and upper directories, and the name of the root's directory in both. `None` for an upper
+/// made by a build before 2026-12 (`upper/B/ROOT/`, the overlay's upper directory itself).
+fn nested_layers<'a>(lower: &'a Path, upper: &'a Path) -> Option<(&'a Path, &'a Path, &'a OsStr)> {
+    let name = upper.file_name()?;
+    let nested = crate::store::Store::upper_is_nested(upper, &name.to_string_lossy());
+    (nested && lower.file_name()? == name)
+        .then(|| Some((lower.parent()?, upper.parent()?, name)))
+        .flatten()
+}
+
+/// Mounts the overlay of one workspace root at `target`. `source` names it in mountinfo
+/// (`ckptfs:<store>:<branch>`); `lower` is the root's directory in the lower view, `upper`
+/// its upper layer ([`Store::upper_dir`](crate::store::Store::upper_dir)).
+///
+/// Nested (every upper made since 2026-12): the overlay is stacked on the lower view's
+/// checkpoint directory, the parent of `lower`, with `upper`'s parent as its upper directory,
+/// mounted for an instant in a directory under `stage`; its `ROOT` subdirectory is then
+/// bind-mounted at `target` and the staged mount detached (the bind keeps the overlay alive,
+/// and unmounting `target` ends it). The workspace root is then a lower directory like any
+/// other: overlayfs shows it with the lower view's number for it (xino), the same after a
+/// fold, a remount or a switch back, where an overlay's own root shows its upper directory's
+/// inode number, new with every fresh upper.
+///
+/// # Errors
+/// The mount fails; for a nested one, also the bind.
 pub fn mount_overlay(
+    source: &str,
+    target: &Path,
+    lower: &Path,
+    upper: &Path,
+    work: &Path,
+    stage: &Path,
+) -> Result<()> {
+    let Some((lower_top, upper_top, name)) = nested_layers(lower, upper) else {
+        return mount_layers(source, target, lower, upper, work);
+    };
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(stage)
+        .map_err(|e| Error::io(stage, e))?;
+    reap_stage(stage);
+    let staged = stage.join(format!(
+        "{}-{}",
+        std::process::id(),
+        STAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    fs::create_dir(&staged).map_err(|e| Error::io(&staged, e))?;
+    let bound = mount_layers(source, &staged, lower_top, upper_top, work).and_then(|()| {
+        // `name` in the overlay's root: a directory of the lower checkpoint (the root), or its
+        // copy in the upper top, which only ckptfs writes; the agent never sees this level.
+        let from = staged.join(name);
+        let r = mount(
+            Some(&from),
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| {
+            Error::io_op(
+                format!("mounting {} at {}", from.display(), target.display()),
+                io::Error::from(e),
+            )
+        });
+        if let Err(e) = umount2(&staged, MntFlags::MNT_DETACH) {
+            log::warn!("{}: {e}", staged.display());
+        }
+        r
+    });
+    if let Err(e) = fs::remove_dir(&staged) {
+        log::warn!("{}: {e}", staged.display());
+    }
+    bound
+}
+
+/// Detaches what a ckptfs process that died while mounting left staged under `stage` (its
+/// overlay would hold its upper directory in use, and overlayfs refuses a second mount of an
+/// upper with `index=on`). A staged mount is named `<pid>-<n>` by the process that made it.
+fn reap_stage(stage: &Path) {
+    let Ok(mounts) = crate::mountinfo::mounts() else {
+        return;
+    };
+    for m in mounts {
+        let Ok(rest) = m.mountpoint.strip_prefix(stage) else {
+            continue;
+        };
+        let pid = rest
+            .to_str()
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok());
+        let alive = pid
+            .is_some_and(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok());
+        if pid.is_some() && !alive {
+            log::warn!(
+                "detaching {}, staged by a process that died",
+                m.mountpoint.display()
+            );
+            if let Err(e) = umount2(&m.mountpoint, MntFlags::MNT_DETACH) {
+                log::warn!("{}: {e}", m.mountpoint.display());
+            }
+            let _ignored = fs::remove_dir(&m.mountpoint);
+        }
+    }
+}
+
+/// Mounts for [`mount_overlay`] a unique staging directory's name.
+static STAGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// One overlay mount of these layers at `target`.
+fn mount_layers(
     source: &str,
     target: &Path,
     lower: &Path,
