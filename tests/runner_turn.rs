@@ -125,7 +125,7 @@ fn a_failing_or_killed_command_records_nothing_and_keeps_its_writes() {
     assert_eq!(r2["outcome"], "ok");
     let aside = r2["set_aside"].as_str().expect("set aside");
     assert_eq!(
-        fs::read(format!("{aside}/ws/a.txt")).unwrap(),
+        fs::read(format!("{aside}/.top-ws/ws/a.txt")).unwrap(),
         b"one\nfailed\n"
     );
     assert_eq!(fs::read(w.path("a.txt")).unwrap(), b"one\n");

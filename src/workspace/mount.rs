@@ -198,7 +198,7 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
         if let Some(st) = state(store, &opts.branch)? {
             // Mounted and answering: refuse. Mounted over a dead lower view (its daemon was
             // killed): fall through; the stale overlays are detached below and remounted.
-            if is_live(store, &st)? && st.roots.values().all(|r| answers(&r.mountpoint)) {
+            if is_live(store, &st)? && st.roots.values().all(answers) {
                 let at: Vec<String> = st.roots.values().map(|r| r.mountpoint.display().to_string()).collect();
                 return Err(Error::Conflict(format!(
                     "branch {} is already mounted at {}",

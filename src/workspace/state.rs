@@ -128,9 +128,21 @@ pub fn is_mounted(store: &Store, branch: &str) -> Result<bool> {
     }
 }
 
-/// True when a workspace mountpoint can be listed (a dead lower view makes it fail).
-pub(super) fn answers(mountpoint: &Path) -> bool {
-    fs::read_dir(mountpoint).is_ok_and(|rd| rd.into_iter().all(|e| e.is_ok()))
+/// True when a mounted root answers: its mountpoint can be listed, and a lookup of a name
+/// no one uses reaches its lower layer and comes back (a dead lower view answers ENOTCONN;
+/// a listing alone may come from overlayfs's cache of a merged directory).
+pub(super) fn answers(r: &MountedRoot) -> bool {
+    let listed = fs::read_dir(&r.mountpoint).is_ok_and(|rd| rd.into_iter().all(|e| e.is_ok()));
+    let probe = r.mountpoint.join(format!(
+        ".ckptfs-probe-{}-{}",
+        std::process::id(),
+        crate::util::now_ns()
+    ));
+    listed
+        && match fs::symlink_metadata(&probe) {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
 }
 
 /// Finds the mounted workspace that `path` (a mountpoint, or a path inside one) belongs to.
