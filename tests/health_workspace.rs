@@ -288,6 +288,9 @@ fn the_lower_view_unpins_a_base_the_kernel_forgot() {
     let mut both = vec![first.clone(), head.clone()];
     both.sort();
     assert_eq!(lower_pins(w.store()), vec![both]);
+    // The tree left is parked (docs/workspaces.md), its overlay mounted on main's base: gc
+    // evicts the park, detaching it.
+    ok(["gc", w.store()]);
     eventually("the lower view unpins main's old base", || {
         // Drops unused dentries and inodes: the kernel forgets the old base's directory.
         fs::write("/proc/sys/vm/drop_caches", "2").unwrap();

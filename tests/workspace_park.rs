@@ -201,6 +201,30 @@ fn a_branch_parked_from_one_place_mounts_fresh_at_another() {
         b"written before the switch\n"
     );
     ok(["umount", s(&elsewhere)]);
+
+    // The same for `mount --branch` at another place: main is parked again, then mounted
+    // at `third`: evicted first, then mounted fresh there.
+    ok(["switch", w.room(), "--to", "main"]);
+    ok(["switch", w.room(), "--to", "alt"]);
+    assert!(park_record(&w.store, "main").is_file());
+    let third = w.tmp.path().join("third");
+    ok([
+        "mount",
+        w.store(),
+        "--branch",
+        "main",
+        "--at",
+        s(&third),
+        "--relocate",
+    ]);
+    let _guard = MountGuard::new(&third);
+    assert!(!park_record(&w.store, "main").exists());
+    assert!(!mounted(&parked_at(&w.store, "main", "ws")));
+    assert_eq!(
+        fs::read(third.join("marker.txt")).unwrap(),
+        b"written before the switch\n"
+    );
+    ok(["umount", s(&third)]);
 }
 
 #[test]
