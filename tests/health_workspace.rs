@@ -146,6 +146,9 @@ fn switch_under_faults_leaves_the_old_workspace_or_the_new_one() {
                     .contains(&detached),
                 "{ctx}: an old overlay was left mounted in {detached}"
             );
+            // recover evicts every park: nothing is left parked, and no record.
+            assert!(mounts_under(&parked_dir(&w.store)).is_empty(), "{ctx}");
+            assert!(park_records(&w.store).is_empty(), "{ctx}");
             if branch == "alt" {
                 ok(["switch", w.room(), "--to", "main"]);
             }
