@@ -251,6 +251,31 @@ fn a_park_whose_mounts_vanished_is_ignored() {
 }
 
 #[test]
+fn an_unreadable_park_record_is_evicted_not_a_failure() {
+    let w = with_alt();
+    ok(["switch", w.room(), "--to", "alt"]);
+    // What another build's record, or a damaged one, looks like to this one.
+    fs::write(
+        park_record(&w.store, "main"),
+        b"{\"not\": \"a park record\"}",
+    )
+    .unwrap();
+    let bl = ok_json(["branch", "list", w.store()]);
+    assert!(
+        bl.as_array().unwrap().iter().all(|b| b["parked"] == false),
+        "{bl}"
+    );
+    let v = ok_json(["switch", w.room(), "--to", "main"]);
+    assert_eq!(v["resumed"], false, "{v}");
+    assert!(!park_record(&w.store, "main").exists());
+    assert!(mounts_under(&parked_dir(&w.store).join("main")).is_empty());
+    assert_eq!(
+        fs::read(w.path("marker.txt")).unwrap(),
+        b"written before the switch\n"
+    );
+}
+
+#[test]
 fn parks_are_bounded_and_umount_leaves_nothing_mounted() {
     let w = with_alt();
     for b in ["third", "fourth"] {

@@ -221,8 +221,14 @@ pub(super) fn resume(
     base: &ObjectId,
     roots: &BTreeMap<String, MountedRoot>,
 ) -> Result<Resume> {
-    let Some(rec) = read(store, branch)? else {
-        return Ok(Resume::Absent);
+    let rec = match read(store, branch) {
+        Ok(Some(rec)) => rec,
+        Ok(None) => return Ok(Resume::Absent),
+        Err(_) => {
+            // A record this build cannot read (another build's, or damaged): see `evict`.
+            evict(store, branch)?;
+            return Ok(Resume::Evicted);
+        }
     };
     let mounts = crate::mountinfo::mounts()?;
     let there = present(store, &rec, &mounts);
@@ -301,11 +307,19 @@ fn evict_record(store: &Store, rec: &ParkRecord, now: bool) -> Result<bool> {
 /// there.
 ///
 /// # Errors
-/// Reading the record or the mount table; detaching.
+/// Reading the mount table; detaching.
 pub(super) fn evict(store: &Store, branch: &str) -> Result<bool> {
-    match read(store, branch)? {
-        Some(rec) => evict_record(store, &rec, true),
-        None => Ok(false),
+    match read(store, branch) {
+        Ok(Some(rec)) => evict_record(store, &rec, true),
+        Ok(None) => Ok(false),
+        Err(e) => {
+            // Unreadable: what is mounted at the branch's parking place goes, unfolded, and
+            // so does the record.
+            log::warn!("evicting the park of {branch}: {e}");
+            let n = detach_under(&store.parked_dir().join(branch))?;
+            fsio::remove_file(&store.park_record_path(branch))?;
+            Ok(n > 0)
+        }
     }
 }
 
@@ -339,17 +353,13 @@ pub fn evict_all(store: &Store) -> Result<usize> {
         }
     }
     let dir = store.parked_dir();
-    let mut strays: Vec<PathBuf> = crate::mountinfo::mounts()?
-        .into_iter()
-        .filter(|m| m.mountpoint.starts_with(&dir) && m.mountpoint != dir)
-        .map(|m| m.mountpoint)
-        .collect();
-    strays.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
-    for p in strays {
-        match nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH) {
-            Ok(()) => n += 1,
-            Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
-            Err(e) => return Err(Error::io(&p, std::io::Error::from(e))),
+    n += detach_under(&dir)?;
+    // What is left there is records this build cannot read (their mounts went above).
+    if let Ok(rd) = fs::read_dir(store.park_records_dir()) {
+        for e in rd.flatten() {
+            if e.path().extension().and_then(|x| x.to_str()) == Some("json") {
+                fsio::remove_file(&e.path())?;
+            }
         }
     }
     if let Ok(rd) = fs::read_dir(&dir) {
@@ -363,6 +373,28 @@ pub fn evict_all(store: &Store) -> Result<usize> {
         }
     }
     let _ignored = fs::remove_dir(&dir);
+    Ok(n)
+}
+
+/// Detaches every mount below `dir` (deepest first) and removes the then empty directories
+/// below it. Returns how many were detached.
+fn detach_under(dir: &Path) -> Result<usize> {
+    let mut found: Vec<PathBuf> = crate::mountinfo::mounts()?
+        .into_iter()
+        .filter(|m| m.mountpoint.starts_with(dir) && m.mountpoint != dir)
+        .map(|m| m.mountpoint)
+        .collect();
+    found.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+    found.dedup();
+    let mut n = 0;
+    for p in found {
+        match nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH) {
+            Ok(()) => n += 1,
+            Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
+            Err(e) => return Err(Error::io(&p, std::io::Error::from(e))),
+        }
+        let _ignored = fs::remove_dir(&p);
+    }
     Ok(n)
 }
 
@@ -401,7 +433,8 @@ pub fn parked(store: &Store) -> Result<Vec<Parked>> {
 /// # Errors
 /// Reading the record or the mount table.
 pub fn is_parked(store: &Store, branch: &str) -> Result<bool> {
-    let Some(rec) = read(store, branch)? else {
+    // An unreadable record is no park (the next switch or mount of the branch evicts it).
+    let Ok(Some(rec)) = read(store, branch) else {
         return Ok(false);
     };
     Ok(!present(store, &rec, &crate::mountinfo::mounts()?).is_empty())
