@@ -313,6 +313,12 @@ fn gc_recover_and_branch_delete_evict() {
 
     ok(["switch", w.room(), "--to", "third"]);
     assert_eq!(park_records(&w.store), ["alt"]);
+    // A parked mount no record names is a doctor warning that recover repairs.
+    fs::remove_file(park_record(&w.store, "alt")).unwrap();
+    let o = run(["doctor", w.store()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("no park record names it"), "{out}");
     let out = ok(["recover", w.store()]);
     assert!(out.contains("parked"), "{out}");
     assert!(park_records(&w.store).is_empty());
