@@ -146,6 +146,9 @@ fn switch_under_faults_leaves_the_old_workspace_or_the_new_one() {
                     .contains(&detached),
                 "{ctx}: an old overlay was left mounted in {detached}"
             );
+            // recover evicts every park: nothing is left parked, and no record.
+            assert!(mounts_under(&parked_dir(&w.store)).is_empty(), "{ctx}");
+            assert!(park_records(&w.store).is_empty(), "{ctx}");
             if branch == "alt" {
                 ok(["switch", w.room(), "--to", "main"]);
             }
@@ -288,6 +291,9 @@ fn the_lower_view_unpins_a_base_the_kernel_forgot() {
     let mut both = vec![first.clone(), head.clone()];
     both.sort();
     assert_eq!(lower_pins(w.store()), vec![both]);
+    // The tree left is parked (docs/workspaces.md), its overlay mounted on main's base: gc
+    // evicts the park, detaching it.
+    ok(["gc", w.store()]);
     eventually("the lower view unpins main's old base", || {
         // Drops unused dentries and inodes: the kernel forgets the old base's directory.
         fs::write("/proc/sys/vm/drop_caches", "2").unwrap();

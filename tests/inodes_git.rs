@@ -125,11 +125,11 @@ fn git_status_after_a_switch_back_and_a_remount_changes_nothing() {
         ok(["switch", w.room(), "--to", "main", "--checkpoint-first"]);
     };
     away_and_back();
-    // The switch folded the upper layer of the branch it left (bytes stored once,
-    // docs/workspaces.md), so back on main the root directory shows the lower one's ctime
-    // again (its number stays, docs/inodes.md): git's untracked cache re-reads that one
-    // directory and no other, and every file keeps its stat data (checked without the cache
-    // below).
+    // The switch parked main's overlay and moved it back (tests/workspace_park.rs); had it
+    // folded the upper layer instead (a park evicted), the root directory would show the
+    // lower one's ctime again (its number stays, docs/inodes.md): git's untracked cache
+    // re-reads at most that one directory, and every file keeps its stat data (checked
+    // without the cache below).
     let root_only = |after: &str| {
         let (status, stats) = traced_status(&w.room);
         assert_eq!(status, "?? notes/\n", "git status after {after}");

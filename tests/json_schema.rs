@@ -305,6 +305,15 @@ fn workspace_and_view_commands_match_their_schemas() {
         &["switch", ws.room(), "--to", "third", "--checkpoint-first"],
     );
     check("branch-list", &["branch", "list", &st]);
+    // main's tree is parked now: a `parked` row.
+    let v = check("status", &["status", &st]);
+    assert!(
+        v.as_array()
+            .expect("rows")
+            .iter()
+            .any(|r| r["kind"] == "parked"),
+        "{v}"
+    );
     ok(["umount", s(&view)]);
     ok(["umount", s(&other)]);
 }

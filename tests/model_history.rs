@@ -379,6 +379,9 @@ struct Model {
     bases: BTreeMap<String, String>,
     /// The branch mounted at the room, and the tree it shows there.
     mounted: Option<(String, Tree)>,
+    /// Branches a switch parked (their overlays kept mounted, their uppers and bases kept),
+    /// oldest first; at most `MAX_PARKED`.
+    parked: Vec<String>,
     /// The plain directory that `capture --from` records.
     src: Tree,
     /// Counter for fresh names (labels, branches, scratch directories).
@@ -387,7 +390,17 @@ struct Model {
     seq: usize,
 }
 
+/// The most branches parked at once (`workspace::MAX_PARKED`).
+const MAX_PARKED: usize = 2;
+
 impl Model {
+    /// Every park evicted (umount of the room, gc): each upper, all in its head, is dropped.
+    fn evict_parked(&mut self) {
+        for b in std::mem::take(&mut self.parked) {
+            self.bases.remove(&b);
+        }
+    }
+
     fn fresh(&mut self, prefix: &str) -> String {
         self.names += 1;
         format!("{prefix}{}", self.names)
@@ -527,6 +540,7 @@ fn mount(h: &Harness, m: &mut Model, b: &str, log: &mut Vec<String>) {
     if m.mounted.is_some() {
         ok(["umount", s(&h.room)]);
         m.mounted = None;
+        m.evict_parked();
     }
     log.push(format!("  mount {b}"));
     let st = ok_json(["mount", h.st(), "--branch", b]);
@@ -696,9 +710,19 @@ fn step(h: &Harness, m: &mut Model, rng: &mut Rng, log: &mut Vec<String>) {
                 None => target,
             };
             assert_eq!(r["to_branch"], to.as_str(), "{r}");
-            // The upper of the branch left is all in its head and nobody is inside: it goes.
-            assert_eq!(r["folded_left"], true, "{r}");
-            m.bases.remove(&from);
+            // Nobody is inside the tree of the branch left: it is parked, its upper (all in
+            // its head) and base kept; a park beyond the bound goes, its upper dropped. A
+            // parked target comes back as it was parked, on its old base.
+            assert_eq!(r["folded_left"], false, "{r}");
+            assert_eq!(r["parked_left"], true, "{r}");
+            let was_parked = m.parked.contains(&to);
+            assert_eq!(r["resumed"], was_parked, "{r}");
+            m.parked.retain(|b| *b != to);
+            m.parked.push(from.clone());
+            while m.parked.len() > MAX_PARKED {
+                let b = m.parked.remove(0);
+                m.bases.remove(&b);
+            }
             // A branch keeps the base its upper layer was made on; a new upper stands on the
             // head.
             if !m.bases.contains_key(&to) {
@@ -710,6 +734,8 @@ fn step(h: &Harness, m: &mut Model, rng: &mut Rng, log: &mut Vec<String>) {
         10 => {
             let n = 1 + rng.below(3);
             log.push(format!("gc --keep-last {n}"));
+            // gc evicts the parks first.
+            m.evict_parked();
             let must = m.must_keep(n);
             let r = ok_json(["gc", h.st(), "--keep-last", &n.to_string()]);
             let left: BTreeSet<String> = checkpoints(&h.store).into_iter().collect();

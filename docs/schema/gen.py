@@ -468,6 +468,7 @@ command("branch-list", "branch list", arr(obj("BranchRow", {
     "forked_from": t(null(ID), "the checkpoint it was forked from"),
     "last_activity": t(TIME, "its head's time or its last change, the later"),
     "mounted": t(BOOL, "mounted as a workspace"),
+    "parked": t(BOOL, "parked: its overlays kept mounted read-only by a switch away, for a switch back (its upper layer's bytes wait meanwhile)"),
     "dirty": t(BOOL, "its upper layer holds changes not checkpointed"),
     "dirty_files": t(U, "files changed"),
     "dirty_bytes": t(BYTES, "their bytes"),
@@ -484,6 +485,8 @@ command("switch", "switch", obj("SwitchReport", {
     "left_behind": t(arr(HOLDER), "processes still inside the tree left behind, at the path the workspace showed"),
     "left_behind_writable": t(BOOL, "a file open for writing kept the tree left behind writable (its writes go to the branch left)"),
     "folded_left": t(BOOL, "the upper layer of the branch left was all in its head and went (a fold)"),
+    "parked_left": t(BOOL, "the tree of the branch left stays mounted read-only, parked, for a switch back to move it back with its cached inodes (its upper layer waits meanwhile)"),
+    "resumed": t(BOOL, "the target's parked tree was moved back (nothing mounted afresh)"),
     "elapsed_ms": t(U, "time taken"),
 }), "What switch did.", "ckptfs switch ROOM --to B --json")
 
@@ -694,6 +697,16 @@ LEFT_BEHIND_ROW = obj("LeftBehindStatus", {
     "readonly": t(BOOL, "writes into it fail with EROFS (false: a file open for writing kept it writable)"),
     "holders": t(arr(HOLDER), "who is inside"),
 })
+PARKED_ROW = obj("ParkedStatus", {
+    "kind": t(const("parked"), "a branch whose overlays a switch away parked (kept mounted read-only) for a switch back"),
+    "branch": t(STR, "the branch"),
+    "base": t(ID, "the checkpoint its overlays stack on"),
+    "mountpoints": t(mapof(PATH, "path"), "each root's mountpoint in the workspace it left (where a switch back shows it)"),
+    "at": t(mapof(PATH, "path"), "where each root's overlay is parked"),
+    "parked": t(TIME, "when it was parked"),
+    "upper_files": t(U, "files in its upper layer, waiting while it is parked"),
+    "upper_bytes": t(BYTES, "their bytes"),
+})
 VIEW_ROW = obj("ViewStatus", {
     "kind": t(const("view"), "a read-only view row"),
     "mountpoint": t(PATH, "where it is mounted"),
@@ -708,9 +721,9 @@ VIEW_ROW = obj("ViewStatus", {
         "started": t(TIME, "when the daemon started"),
     })), "the daemon's state (null for a mount without one)"),
 })
-command("status", "status", arr({"oneOf": [WORKSPACE_ROW, LEFT_BEHIND_ROW, VIEW_ROW], "x-type": "WorkspaceStatus, LeftBehindStatus or ViewStatus"},
-                                "WorkspaceStatus, LeftBehindStatus or ViewStatus"),
-        "Live mounts: workspaces (`kind: \"workspace\"`), trees left behind by a switch (`kind: \"left-behind\"`), then read-only views (`kind: \"view\"`).",
+command("status", "status", arr({"oneOf": [WORKSPACE_ROW, LEFT_BEHIND_ROW, PARKED_ROW, VIEW_ROW], "x-type": "WorkspaceStatus, LeftBehindStatus, ParkedStatus or ViewStatus"},
+                                "WorkspaceStatus, LeftBehindStatus, ParkedStatus or ViewStatus"),
+        "Live mounts: workspaces (`kind: \"workspace\"`), trees left behind by a switch (`kind: \"left-behind\"`), branches a switch parked (`kind: \"parked\"`), then read-only views (`kind: \"view\"`).",
         "ckptfs status STORE --json")
 
 # --- Remotes (docs/remote.md) ---------------------------------------------------------

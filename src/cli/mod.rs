@@ -267,6 +267,11 @@ pub enum Command {
     /// A checkpoint that is not a branch head starts a new branch (named by --name, or
     /// from-<id>). Un-checkpointed changes are never lost: switch refuses unless
     /// --checkpoint-first or --discard (which sets them aside under STORE/displaced/).
+    ///
+    /// The tree left, when nobody is in it, stays mounted read-only (parked, at most 2 per
+    /// store): a switch back moves it back with the kernel's cached inodes, so the first walk
+    /// there (git status) is as fast as a steady one. Its upper layer waits meanwhile
+    /// (`status` shows it); umount, gc and recover detach parked trees.
     Switch(workspace::SwitchArgs),
     /// Start a new independent branch at a checkpoint (O(1): nothing is copied).
     Fork(workspace::ForkArgs),

@@ -562,6 +562,19 @@ pub fn switch(
             r.checkpoint.short(),
             r.elapsed_ms
         );
+        if r.resumed {
+            println!(
+                "{}'s parked tree moved back, with its cached inodes",
+                r.to_branch
+            );
+        }
+        if r.parked_left {
+            println!(
+                "{}'s tree is parked read-only (a switch back moves it back; its upper layer \
+                 waits meanwhile)",
+                r.from_branch
+            );
+        }
         print_left_behind(&r);
     }
     Ok(0)
@@ -837,6 +850,7 @@ pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
             continue;
         }
         let mounted = workspace::is_mounted(&s, &name)?;
+        let parked = !mounted && workspace::is_parked(&s, &name)?;
         let (upper_files, upper_bytes) = workspace::upper_usage(&s, &name);
         let dirty = if upper_files > 0 || s.upper_branch_dir(&name).exists() {
             workspace::dirty(&s, &name).ok()
@@ -850,6 +864,7 @@ pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
         rows.push(serde_json::json!({
             "name": name, "head": b.head, "forked_from": b.forked_from, "state": b.state,
             "last_activity": ckptfs::util::format_rfc3339(last), "mounted": mounted,
+            "parked": parked,
             "dirty": dirty.as_ref().is_some_and(|d| d.dirty),
             "dirty_files": dirty.as_ref().map_or(0, |d| d.files_changed),
             "dirty_bytes": dirty.as_ref().map_or(0, |d| d.bytes_changed),
@@ -878,11 +893,15 @@ pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
                 r["state"].as_str().unwrap_or("").to_string(),
                 local_of_utc(r["last_activity"].as_str().unwrap_or("")),
                 if r["mounted"].as_bool() == Some(true) {
-                    "yes"
+                    "yes".to_string()
+                } else if r["parked"].as_bool() == Some(true) {
+                    format!(
+                        "parked ({} waiting)",
+                        human_bytes(r["upper_bytes"].as_u64().unwrap_or(0))
+                    )
                 } else {
-                    "no"
-                }
-                .to_string(),
+                    "no".to_string()
+                },
                 if r["dirty"].as_bool() == Some(true) {
                     format!(
                         "{} files, {}",
@@ -956,11 +975,14 @@ pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
     }
     let is_store = place.join(ckptfs::store::CONFIG_FILE).is_file();
     let left = left_behind_rows(&s)?;
+    let parked = parked_rows(&s)?;
     if !json {
         print_workspace_status(&rows);
         print_left_behind_rows(&left);
+        print_parked_rows(&parked);
     }
     rows.extend(left);
+    rows.extend(parked);
     if is_store {
         for mut v in super::view::status_views(&s, json)? {
             v["kind"] = "view".into();
@@ -986,6 +1008,38 @@ fn left_behind_rows(s: &Store) -> Result<Vec<serde_json::Value>> {
         rows.push(v);
     }
     Ok(rows)
+}
+
+/// Status rows (`"kind": "parked"`) of the branches a switch parked (see docs/workspaces.md).
+fn parked_rows(s: &Store) -> Result<Vec<serde_json::Value>> {
+    let mut rows = Vec::new();
+    for p in workspace::parked(s)? {
+        let mut v =
+            serde_json::to_value(&p).map_err(|e| Error::Invalid(format!("encoding JSON: {e}")))?;
+        v["kind"] = "parked".into();
+        rows.push(v);
+    }
+    Ok(rows)
+}
+
+fn print_parked_rows(rows: &[serde_json::Value]) {
+    for p in rows {
+        let shown: Vec<&str> = p["mountpoints"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values().filter_map(|v| v.as_str()))
+            .collect();
+        println!(
+            "parked: branch {} (base {}), read-only, since {}: a switch back to it at {} moves \
+             it back; its upper layer holds {} files ({}) meanwhile",
+            p["branch"].as_str().unwrap_or(""),
+            p["base"].as_str().map_or("-", |h| &h[..12.min(h.len())]),
+            local_of_utc(p["parked"].as_str().unwrap_or("")),
+            shown.join(", "),
+            p["upper_files"],
+            human_bytes(p["upper_bytes"].as_u64().unwrap_or(0))
+        );
+    }
 }
 
 fn print_left_behind_rows(rows: &[serde_json::Value]) {

@@ -351,10 +351,46 @@ fn check_run_state(store: &Store, f: &mut Vec<Finding>) {
     }
 }
 
-/// Mounts of this store: live ones are noted, ones whose daemon is gone are errors.
+/// Mounts of this store: live ones are noted, ones whose daemon is gone are errors. An
+/// overlay under `parked/` is a branch a switch parked when a park record names it, and a
+/// warning otherwise (`recover` detaches it).
 fn check_mounts(store: &Store, f: &mut Vec<Finding>) {
+    let parked: Vec<PathBuf> = crate::workspace::parked(store)
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|p| p.at.into_values())
+        .collect();
     for m in inventory::store_mounts(store) {
-        if inventory::mount_is_dead(&m) {
+        if m.mountpoint.starts_with(store.parked_dir()) && !inventory::mount_is_dead(&m) {
+            let known = parked.contains(&m.mountpoint);
+            f.push(Finding::new(
+                if known {
+                    Severity::Info
+                } else {
+                    Severity::Warning
+                },
+                Check::Mount,
+                m.mountpoint.display().to_string(),
+                if known {
+                    format!("{} is parked (a switch back moves it back)", m.source)
+                } else {
+                    format!(
+                        "{} is mounted where parked trees go, but no park record names it",
+                        m.source
+                    )
+                },
+                if known {
+                    "nothing to do (umount of the workspace detaches it)".to_string()
+                } else {
+                    "ckptfs recover detaches it".to_string()
+                },
+                if known {
+                    Repair::Manual
+                } else {
+                    Repair::Recover
+                },
+            ));
+        } else if inventory::mount_is_dead(&m) {
             f.push(Finding::new(
                 Severity::Error,
                 Check::Mount,

@@ -920,6 +920,8 @@ pub fn gc(store: &Store, opts: &GcOptions) -> Result<GcReport> {
     let args = serde_json::json!({"policy": opts.policy, "prune_displaced": opts.prune_displaced,
         "clear_cache": opts.clear_cache});
     store.mutate("gc", args, |_| {
+        // Parked overlays go first: their uppers can then fold, and gc sees no mount of them.
+        crate::workspace::evict_parked(store)?;
         let plan = plan_gc(store, opts)?;
         let report = apply_gc(store, plan)?;
         let summary = serde_json::json!({"pruned_checkpoints": report.pruned.len(),

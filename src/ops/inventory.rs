@@ -117,7 +117,7 @@ pub fn workspace_bases(store: &Store) -> Vec<(String, ObjectId)> {
 
 /// The directories where temp files of the store's atomic writes live: `tmp/` (everything in
 /// it is a temp file) and the ones where `.tmp-*` files are renamed into place.
-pub fn temp_dirs(store: &Store) -> [PathBuf; 7] {
+pub fn temp_dirs(store: &Store) -> [PathBuf; 8] {
     [
         store.tmp_dir(),
         store.root().to_path_buf(),
@@ -126,6 +126,7 @@ pub fn temp_dirs(store: &Store) -> [PathBuf; 7] {
         store.labels_dir(),
         store.run_dir(),
         store.pins_dir(),
+        store.park_records_dir(),
     ]
 }
 

@@ -117,6 +117,13 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
             ));
         }
     }
+    // After the rollback above (which moves back a tree a crashed switch was parking).
+    let evicted = crate::workspace::evict_parked(store)?;
+    if evicted > 0 {
+        report.actions.push(format!(
+            "detached {evicted} parked workspace overlays (switched-away branches kept mounted)"
+        ));
+    }
     let reaped = crate::workspace::reap_detached(store)?;
     if reaped > 0 {
         report.actions.push(format!(

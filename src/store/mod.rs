@@ -27,9 +27,11 @@
 //!   upper/B/.snapshots-ROOT/  reflink clones of big changed files as the last checkpoint
 //!                         read them (XFS, btrfs; named in its stat cache, see `snapshot`)
 //!   run/mounts/B.json     a mounted workspace (mountpoints, lower dirs)
+//!   run/parked/B.json     branch B's overlays parked read-only by a switch away (its base, each
+//!                         root's mount as mounted; see `workspace::park`), synced
 //!
 //! No mount is inside the store: the workspaces' lower view and the overlays a switch sets
-//! aside are under `/run/ckptfs/<id>/` (see [`Store::mounts_dir`]).
+//! aside or parks are under `/run/ckptfs/<id>/` (see [`Store::mounts_dir`]).
 //!   displaced/            directories set aside by restore/switch (never deleted silently)
 //!   cache/                rebuildable only: stat/<id>-<root> caches for incremental capture
 //!                         (and <id>-<root>.upper: a workspace's upper directories, see
@@ -967,6 +969,25 @@ impl Store {
     /// and by a fold, detached once nobody uses them.
     pub fn detached_dir(&self) -> PathBuf {
         self.mounts_dir().join("detached")
+    }
+    /// `/run/ckptfs/<id>/parked/`: the overlays of branches a switch took away, kept mounted
+    /// read-only so a switch back moves them back with every inode the kernel cached (see
+    /// `workspace::park`). Never reaped as `detached/` is: each is named by a park record.
+    pub fn parked_dir(&self) -> PathBuf {
+        self.mounts_dir().join("parked")
+    }
+    /// `/run/ckptfs/<id>/parked/B/ROOT`: where the overlay of `root` of branch `branch` is parked.
+    pub fn parked_overlay_path(&self, branch: &str, root: &str) -> PathBuf {
+        self.parked_dir().join(branch).join(root)
+    }
+    /// `run/parked/`: the park records (see [`Store::park_record_path`]).
+    pub fn park_records_dir(&self) -> PathBuf {
+        self.run_dir().join("parked")
+    }
+    /// `run/parked/B.json`: branch B's overlays are parked (its base and each root's mount, as
+    /// mounted); written durably before the first move, removed after the last.
+    pub fn park_record_path(&self, branch: &str) -> PathBuf {
+        self.park_records_dir().join(format!("{branch}.json"))
     }
     /// `/run/ckptfs/<id>/lower/`: where the store's read-only view is mounted for overlay
     /// lower layers.

@@ -1,5 +1,6 @@
 //! The workspace side of a branch's lifecycle: fork, archive, unarchive, delete (refused while
-//! mounted or with un-checkpointed changes) and the space its upper layers take. The refs
+//! mounted or with un-checkpointed changes; a parked branch is evicted first, see `park`) and
+//! the space its upper layers take. The refs
 //! themselves are read and written by `store::refs`.
 
 use std::fs;
@@ -65,6 +66,9 @@ pub fn set_archived(store: &Store, branch: &str, archived: bool) -> Result<()> {
                 "branch {branch} is mounted; unmount it first"
             )));
         }
+        if archived {
+            super::park::evict(store, branch)?;
+        }
         b.state = if archived { "archived" } else { "active" }.into();
         b.updated_ns = now_ns();
         store.write_branch(branch, &b)?;
@@ -82,6 +86,8 @@ pub fn delete_branch(store: &Store, branch: &str, force: bool) -> Result<Option<
         if is_mounted(store, branch)? {
             return Err(Error::Conflict(format!("branch {branch} is mounted; unmount it first")));
         }
+        // Parked by a switch: detached first (its upper folded when its head records it).
+        super::park::evict(store, branch)?;
         if store.upper_branch_dir(branch).exists() && !force && is_dirty(store, branch)? {
             return Err(Error::Conflict(format!(
                 "branch {branch} has un-checkpointed changes in its workspace; checkpoint them or use --force"

@@ -18,13 +18,15 @@
 //!   overlay at the same path; no file is copied. A workspace with un-checkpointed changes is
 //!   refused unless `--checkpoint-first` or `--discard` (which moves the upper aside to
 //!   `displaced/`, never deleting it). [`holders`] finds who is still inside a tree.
+//! - The tree a switch leaves is parked (`park`): kept mounted read-only, and moved back
+//!   with its cached inodes by a switch back that would mount the very same overlays.
 //! - On `mount`, an upper whose contents are all in the branch head is dropped and the head
 //!   becomes the new base.
 //!
 //! The module is split by concern: `state` (the recorded mount state and upper bases),
 //! `checkpoint` (dirty checks and checkpoints, with the freeze passes), `mount` (mount, umount),
-//! `branch` (fork, archive, delete), `fold`, and `switch`; [`merge`] turns an upper layer into
-//! trees, [`overlay`] and [`lower`] make the mounts, and [`freeze`] holds writers still.
+//! `branch` (fork, archive, delete), `fold`, `switch` and `park`; [`merge`] turns an upper layer
+//! into trees, [`overlay`] and [`lower`] make the mounts, and [`freeze`] holds writers still.
 
 pub mod freeze;
 pub mod holders;
@@ -36,6 +38,7 @@ mod branch;
 mod checkpoint;
 mod fold;
 mod mount;
+mod park;
 mod state;
 mod switch;
 
@@ -47,6 +50,7 @@ pub use checkpoint::{
 };
 pub use fold::{fold, not_folded, remove_folded, roll_back_fold, waiting, FoldReport};
 pub use mount::{agent_cgroup, mount, reap_detached, umount, MountOptions};
+pub use park::{evict_all as evict_parked, is_parked, parked, ParkRecord, Parked, MAX_PARKED};
 pub use state::{
     find_by_path, is_live, is_mounted, state, states, MountedRoot, UpperBase, WorkspaceState,
 };

@@ -17,6 +17,7 @@ use crate::store::Store;
 use crate::util::{check_name, now_ns};
 
 use super::checkpoint::{first_excluded, is_dirty, Hold};
+use super::park::{self, Resume};
 use super::state::{
     answers, is_live, require_branch, source_name, state, states, upper_base, write_json,
     write_mount_state, MountedRoot, UpperBase, WorkspaceState,
@@ -223,14 +224,25 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
                 }
             }
         }
-        let base = rebase_if_clean(store, &opts.branch, head)?;
-        let roots = plan_roots(store, &opts.branch, &base, opts)?;
-        write_json(&store.upper_base_path(&opts.branch), &UpperBase { base })?;
-        for r in roots.values() {
-            fs::create_dir_all(&r.mountpoint).map_err(|e| Error::io(&r.mountpoint, e))?;
-            clear_stale(store, &r.mountpoint)?;
-        }
-        mount_roots(store, &opts.branch, &roots)?;
+        // Parked by a switch: moved back when it is what this mount would build over the
+        // upper's base (no rebase then: the parked overlay uses that upper); else evicted
+        // before the upper is touched.
+        let resumed = resume_parked(store, opts, head)?;
+        let resumed_now = resumed.is_some();
+        let (base, roots) = match resumed {
+            Some(v) => v,
+            None => {
+                let base = rebase_if_clean(store, &opts.branch, head)?;
+                let roots = plan_roots(store, &opts.branch, &base, opts)?;
+                write_json(&store.upper_base_path(&opts.branch), &UpperBase { base })?;
+                for r in roots.values() {
+                    fs::create_dir_all(&r.mountpoint).map_err(|e| Error::io(&r.mountpoint, e))?;
+                    clear_stale(store, &r.mountpoint)?;
+                }
+                mount_roots(store, &opts.branch, &roots)?;
+                (base, roots)
+            }
+        };
         let st = WorkspaceState {
             branch: opts.branch.clone(),
             base,
@@ -240,12 +252,39 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
             freeze_fs: opts.hold.filesystem,
         };
         write_mount_state(store, &st)?;
-        let summary = serde_json::json!({"base": base});
+        if resumed_now {
+            park::forget(store, &opts.branch)?;
+        }
+        let summary = serde_json::json!({"base": base, "resumed": resumed_now});
         Ok((st, summary))
     })
 }
 
-/// `ckptfs umount` of a workspace: unmounts every root (lazily when busy).
+/// The base and roots of `opts.branch`'s parked overlays once moved back to their
+/// mountpoints, when they are what a mount over the upper's base would build; `None` (the
+/// park evicted, if there was one) otherwise.
+fn resume_parked(
+    store: &Store,
+    opts: &MountOptions,
+    head: ObjectId,
+) -> Result<Option<(ObjectId, BTreeMap<String, MountedRoot>)>> {
+    if !store.park_record_path(&opts.branch).exists() {
+        return Ok(None);
+    }
+    let base = upper_base(store, &opts.branch, head)?;
+    let roots = plan_roots(store, &opts.branch, &base, opts)?;
+    for r in roots.values() {
+        fs::create_dir_all(&r.mountpoint).map_err(|e| Error::io(&r.mountpoint, e))?;
+        clear_stale(store, &r.mountpoint)?;
+    }
+    Ok(
+        (park::resume(store, &opts.branch, &base, &roots)? == Resume::Resumed)
+            .then_some((base, roots)),
+    )
+}
+
+/// `ckptfs umount` of a workspace: unmounts every root (lazily when busy), and evicts the
+/// branches parked from it (all of the store's when it was the last workspace).
 pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmounted)>> {
     let out = store.mutate("umount", serde_json::json!({"branch": branch}), |_| {
         let st = state(store, branch)?
@@ -262,6 +301,12 @@ pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmo
         }
         fs::remove_file(store.workspace_state_path(branch))
             .map_err(|e| Error::io(store.workspace_state_path(branch), e))?;
+        let mps: Vec<PathBuf> = st.roots.values().map(|r| r.mountpoint.clone()).collect();
+        park::evict_at(store, &mps)?;
+        if states(store)?.is_empty() {
+            // Nothing of ours may stay mounted: the lower view goes next.
+            park::evict_all(store)?;
+        }
         for c in &st.freeze_cgroups {
             freeze::remove_if_own_and_empty(c);
         }

@@ -22,8 +22,9 @@ pub struct UpperBase {
     pub base: ObjectId,
 }
 
-/// One mounted root.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// One mounted root. Compared whole (a parked overlay is resumed only when a fresh mount
+/// would build the very same roots, see `park`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MountedRoot {
     pub mountpoint: PathBuf,
     pub lower: PathBuf,

@@ -1,6 +1,7 @@
 //! `switch`: the workspace's mountpoints show another branch, without copying a file. The
 //! old overlays are moved aside (each move recorded first, so `recover` can roll an interrupted
-//! switch back) and detached in the background once the new ones are mounted.
+//! switch back) and detached in the background once the new ones are mounted, or parked
+//! (`park`: kept mounted read-only, for a switch back to move them back with their inodes).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,6 +22,7 @@ use super::holders::{
     holders, is_busy, mounted_elsewhere, set_aside_in_use, set_mount_readonly, Holder,
 };
 use super::mount::{mount_roots, plan_roots, MountOptions};
+use super::park::{self, Resume};
 use super::state::{
     read_json, require_branch, source_name, state, upper_base, write_json, write_mount_state,
     UpperBase, WorkspaceState,
@@ -54,6 +56,11 @@ pub struct SwitchReport {
     /// The upper layer of the branch left was all in its head, and went (a fold): that
     /// branch's base is now its head.
     pub folded_left: bool,
+    /// The tree of the branch left stays mounted read-only, parked, for a switch back to
+    /// move it back with every inode the kernel cached; its upper layer waits meanwhile.
+    pub parked_left: bool,
+    /// The target's parked tree was moved back (nothing was mounted afresh).
+    pub resumed: bool,
     pub elapsed_ms: u64,
 }
 
@@ -168,8 +175,14 @@ pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
                 mountpoint.display()
             ));
         }
-        if crate::mountinfo::mount_at(aside)?.is_some() {
-            overlay::move_mount(aside, mountpoint)?;
+        // A crash while parking may have moved it on, to where the park record says.
+        let from = match crate::mountinfo::mount_at(aside)? {
+            Some(_) => Some(aside.clone()),
+            None => park::parked_path_of(store, &p.from.branch, mountpoint)
+                .filter(|pp| crate::mountinfo::mount_at(pp).is_ok_and(|m| m.is_some())),
+        };
+        if let Some(from) = from {
+            overlay::move_mount(&from, mountpoint)?;
             if let Err(e) = set_mount_readonly(mountpoint, false) {
                 log::warn!("{e}");
             }
@@ -181,6 +194,7 @@ pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
         }
         let _ignored = fs::remove_dir(aside);
     }
+    park::forget(store, &p.from.branch)?;
     let _ignored = fs::remove_file(store.workspace_state_path(&p.to_branch));
     write_mount_state(store, &p.from)?;
     actions.push(format!("workspace is on branch {} again", p.from.branch));
@@ -347,8 +361,10 @@ pub fn switch(
             moved: Vec::new(),
         };
         let mut moved = Vec::new();
+        let mut moved_roots = Vec::new();
+        let mut resumed = false;
         let switched = (|| -> Result<Option<PathBuf>> {
-                for (name, r) in &st.roots {
+            for (name, r) in &st.roots {
                 if crate::mountinfo::mount_at(&r.mountpoint)?
                     .is_some_and(|m| m.source == source_name(store, from_branch))
                 {
@@ -357,6 +373,7 @@ pub fn switch(
                     phase.moved.push((r.mountpoint.clone(), aside.clone()));
                     m.set_phase(serde_json::to_value(&phase).unwrap_or_default())?;
                     overlay::move_mount(&r.mountpoint, &aside)?;
+                    moved_roots.push((name.clone(), aside.clone()));
                     moved.push(aside);
                 }
             }
@@ -382,14 +399,27 @@ pub fn switch(
                 },
                 lower_cache_bytes: None,
             };
-            let roots = plan_roots(store, &to_branch, &base, &opts)?;
+            let mut roots = plan_roots(store, &to_branch, &base, &opts)?;
+            // The target's parked overlays come back when they are what would be mounted.
+            let mut base = base;
+            match park::resume(store, &to_branch, &base, &roots)? {
+                Resume::Resumed => resumed = true,
+                Resume::Absent => {}
+                Resume::Evicted => {
+                    // The eviction may have folded its upper: its base may be its head now.
+                    base = upper_base(store, &to_branch, head)?;
+                    roots = plan_roots(store, &to_branch, &base, &opts)?;
+                }
+            }
             // Durable, but only when new: switching back to a branch finds it already there
             // (each sync can take a second while the disk writes back).
             let recorded = read_json::<UpperBase>(&store.upper_base_path(&to_branch))?;
             if recorded.is_none_or(|b| b.base != base) {
                 write_json(&store.upper_base_path(&to_branch), &UpperBase { base })?;
             }
-            mount_roots(store, &to_branch, &roots)?;
+            if !resumed {
+                mount_roots(store, &to_branch, &roots)?;
+            }
             let new_state = WorkspaceState {
                 branch: to_branch.clone(),
                 base,
@@ -399,6 +429,9 @@ pub fn switch(
                 freeze_fs: st.freeze_fs,
             };
             write_mount_state(store, &new_state)?;
+            if resumed {
+                park::forget(store, &to_branch)?;
+            }
             Ok(displaced.take())
         })();
         // The trees left behind: read-only from now on, so a process still inside (a shell
@@ -422,10 +455,30 @@ pub fn switch(
         } else {
             Vec::new()
         };
+        // Nobody is left in the tree of the branch left and nothing can write it: it is
+        // parked for a switch back (its upper stays, in use by it).
+        let mut parked = false;
+        if switched.is_ok()
+            && all_readonly
+            && left_behind.is_empty()
+            && to_branch_differs(&phase)
+            && !discard_upper
+            && !moved.is_empty()
+            && moved.len() == st.roots.len()
+        {
+            match park::park(store, &st, &moved_roots) {
+                Ok(()) => {
+                    parked = true;
+                    moved.clear();
+                }
+                Err(e) => log::warn!("not parking the tree of {from_branch}: {e}"),
+            }
+        }
         // Nothing can write the branch left any more: when its head records all its upper
         // holds, the upper goes (a fold: no bytes kept twice) and its base is its head.
         let mut folded = None;
         if switched.is_ok()
+            && !parked
             && all_readonly
             && left_behind.is_empty()
             && mounted_elsewhere(&moved).is_none()
@@ -460,6 +513,8 @@ pub fn switch(
                 .collect(),
             left_behind_writable: !all_readonly,
             folded_left: folded.is_some(),
+            parked_left: parked,
+            resumed,
             elapsed_ms: t0.elapsed().as_millis() as u64,
         };
         let summary = serde_json::to_value(&report).unwrap_or_default();

@@ -30,6 +30,8 @@
 //!   audit log, `log --turns`, `record_of`, and `CgroupKiller` for what a killed runner left.
 //! - `pty`: `on_terminal`, the binary under a pseudo-terminal (`script`).
 //! - `life`: where a store keeps its mounts (`store_mounts_dir`, `lower_view`, `detached_dir`).
+//! - `park`: parked overlays (`parked_dir`, `parked_at`, `park_record`, `park_records`) and
+//!   `mount_id`, which tells the very same mount from a fresh one.
 //! - `remote`: ckptfs against a Garage (`rok`, `rok_json`, `rrun` with its AWS environment,
 //!   `key_file`, `reach`, `add_remote`, `clone_remote`).
 //! - `remote_gc`: what a remote holds (`remote_bytes`, `remote_keys`) and
@@ -48,6 +50,7 @@ pub mod garage;
 pub mod hostile;
 pub mod life;
 pub mod mount;
+pub mod park;
 pub mod pty;
 pub mod remote;
 pub mod remote_gc;
@@ -60,6 +63,6 @@ pub mod workspace;
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
 pub use {
-    cli::*, conv::*, fault::*, garage::*, hostile::*, life::*, mount::*, pty::*, remote::*,
-    remote_gc::*, runner::*, store::*, tree::*, view::*, workspace::*,
+    cli::*, conv::*, fault::*, garage::*, hostile::*, life::*, mount::*, park::*, pty::*,
+    remote::*, remote_gc::*, runner::*, store::*, tree::*, view::*, workspace::*,
 };
