@@ -152,7 +152,7 @@ pub fn release_view(store: &Store) -> Result<()> {
         }
     }
     let dir = store.mounts_dir();
-    for d in [full, bare, store.detached_dir(), dir] {
+    for d in [full, bare, store.detached_dir(), store.overlay_stage_dir(), dir] {
         // Best effort: one still in use (or holding an overlay set aside) stays.
         let _ignored = fs::remove_dir(d);
     }
