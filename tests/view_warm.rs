@@ -1,8 +1,11 @@
 //! The workspaces' lower view warms a checkpoint root in the background (src/view/warm.rs):
-//! once a workspace is mounted, its daemon lists every directory of the base, and the kernel
-//! then holds the dentry of every entry, so `lstat`s of every path of the workspace, without a
-//! listing (what a first `git status` does), send the daemon no LOOKUP at all. Counted in the daemon's own request log (fuser's
-//! debug lines), on real FUSE and overlay mounts.
+//! once a workspace is mounted, its daemon lists every directory of the base and looks up
+//! `.gitignore` in each, and the kernel then holds the dentry of every entry (and a negative
+//! one for each absent `.gitignore`), so `lstat`s of every path of the workspace, without a
+//! listing, and of a `.gitignore` in every directory (what a first `git status` does), send
+//! the daemon no LOOKUP at all. `mount --branch` waits for that warm-up before it returns
+//! (`--warm-wait`). Counted in the daemon's own request log (fuser's debug lines), on real
+//! FUSE and overlay mounts.
 
 mod support;
 use support::*;
@@ -68,23 +71,28 @@ fn a_workspace_walk_after_the_warm_up_sends_the_lower_view_no_lookup() {
     ok(["capture", w.store(), "-m", "initial"]);
     let out = run_env(
         ["mount", w.store(), "--branch", "main"],
-        &[("RUST_LOG", "ckptfs::view::warm=info,fuser::request=debug")],
+        &[(
+            "RUST_LOG",
+            "ckptfs::view::warm=info,fuser::request=debug,ckptfs::workspace::mount=debug",
+        )],
     );
     assert!(out.status.success(), "mount: {}", stderr(&out));
 
-    // The warm-up reports what it listed: every directory and every entry of the base.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let line = loop {
-        let logs = view_logs(&w.store);
-        if let Some(l) = logs.lines().find(|l| l.contains("warmed ")) {
-            break l.to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no warm-up reported in the lower view's log:\n{logs}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    // `mount --branch` returned once the warm-up was done: it says so, and the warm-up
+    // reports what it listed, every directory and every entry of the base, already.
+    assert!(
+        stderr(&out).contains("ws: lower view warm after"),
+        "mount did not wait for the warm-up: {}",
+        stderr(&out)
+    );
+    let logs = view_logs(&w.store);
+    let line = logs
+        .lines()
+        .find(|l| l.contains("warmed "))
+        .unwrap_or_else(|| {
+            panic!("no warm-up in the lower view's log when mount returned:\n{logs}")
+        })
+        .to_string();
     let dirs = 1 + DIRS + DIRS * SUBDIRS;
     let entries = DIRS + DIRS * SUBDIRS + DIRS * SUBDIRS * FILES;
     assert!(
@@ -101,6 +109,11 @@ fn a_workspace_walk_after_the_warm_up_sends_the_lower_view_no_lookup() {
     for p in &all {
         fs::symlink_metadata(p).expect("lstat");
     }
+    // git opens `.gitignore` in every directory it reads for untracked files: none here.
+    for d in all.iter().filter(|p| p.is_dir()).chain([&w.room]) {
+        let e = fs::symlink_metadata(d.join(".gitignore")).expect_err("no .gitignore");
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{}", d.display());
+    }
     let after = view_logs(&w.store);
     let new = after.get(before.len()..).unwrap_or_default();
     let lookups: Vec<&str> = new.lines().filter(|l| l.contains(" LOOKUP ")).collect();
@@ -110,4 +123,51 @@ fn a_workspace_walk_after_the_warm_up_sends_the_lower_view_no_lookup() {
         lookups.len(),
         lookups.first()
     );
+}
+
+#[test]
+fn mount_warm_wait_zero_returns_at_once_and_the_warm_up_goes_on() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let w = Workspace {
+        store: tmp.path().join("store"),
+        room: tmp.path().join("room"),
+        tmp,
+    };
+    fs::create_dir_all(&w.room).unwrap();
+    populate(&w.room);
+    ok(["init", w.store(), "--root", &format!("ws={}", w.room())]);
+    ok(["capture", w.store(), "-m", "initial"]);
+
+    // Bad values, and the option without --branch: one clear line each, nothing mounted.
+    for bad in ["-1", "soon", "3601"] {
+        let arg = format!("--warm-wait={bad}");
+        let err = fails(2, ["mount", w.store(), "--branch", "main", &arg]);
+        assert!(err.contains("--warm-wait"), "{err}");
+    }
+    let err = fails(2, ["mount", w.store(), "--warm-wait", "1"]);
+    assert!(err.contains("--branch"), "{err}");
+    assert!(!view_logs(&w.store).contains("warmed "));
+
+    let out = run_env(
+        ["mount", w.store(), "--branch", "main", "--warm-wait", "0"],
+        &[(
+            "RUST_LOG",
+            "ckptfs::view::warm=info,ckptfs::workspace::mount=debug",
+        )],
+    );
+    assert!(out.status.success(), "mount: {}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("lower view warm after"),
+        "mount --warm-wait 0 waited: {}",
+        stderr(&out)
+    );
+    // The warm-up runs all the same, in the background.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !view_logs(&w.store).contains("warmed ") {
+        assert!(
+            Instant::now() < deadline,
+            "no warm-up after mount --warm-wait 0"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

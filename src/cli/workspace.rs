@@ -265,6 +265,7 @@ pub fn mount_branch(a: &super::view::MountArgs, branch: &str) -> Result<i32> {
             lower_cache_bytes,
         },
     )?;
+    workspace::wait_warm(&s, &st, a.warm_wait.unwrap_or(workspace::lower::WARM_WAIT));
     if json {
         print_json(&st)?;
     } else {

@@ -87,6 +87,9 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Worker threads.
     pub threads: usize,
+    /// The workspaces' lower view: the file recording its finished warm-ups
+    /// ([`crate::view::warm::Warmer::recording`]), which `mount --branch` waits on.
+    pub warm_record: Option<PathBuf>,
 }
 
 /// A mounted view, not serving yet: [`MountedView::run`] serves it until it is unmounted.
@@ -195,7 +198,7 @@ impl ViewFs {
             return;
         }
         if let (Some(mp), Some(rel)) = (&self.mountpoint, self.view.path_below(node.attr.ino)) {
-            self.warmer.root_looked_up(node.attr.ino, mp.join(rel));
+            self.warmer.root_looked_up(node.attr.ino, mp, rel);
         }
     }
 
@@ -278,6 +281,12 @@ pub fn mount(view: Arc<View>, mountpoint: &Path, cfg: &MountConfig) -> io::Resul
     config.clone_fd = true;
     let mut fs = ViewFs::new(view);
     fs.mountpoint = Some(mountpoint.to_path_buf());
+    if let Some(p) = &cfg.warm_record {
+        match Warmer::recording(p.clone()) {
+            Ok(w) => fs.warmer = w,
+            Err(e) => log::warn!("{}: {e}; warm-ups go unrecorded", p.display()),
+        }
+    }
     let session = match Session::from_fd(fs, device, config.acl, config) {
         Ok(s) => s,
         Err(e) => {

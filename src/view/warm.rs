@@ -20,11 +20,26 @@
 //! stop flag ends the ones still queued when the session ends. Only the
 //! workspaces' lower view warms (a `browse` or `mount` view is walked by whoever reads it).
 //!
+//! Names looked up in every directory, present or not: a `git status` opens `.gitignore` in
+//! each directory it reads for untracked files (2,284 of them in the 100k-file benchmark
+//! repository, which has none), and a listing gives the kernel no negative entries: each
+//! was a LOOKUP round trip, answered "absent" (cached from then on). So after listing a
+//! directory the walk also looks up each name of [`PROBED`] in it: the kernel then holds a
+//! negative entry where the name is absent, and a `git status` right after the warm-up sends
+//! the daemon no LOOKUP at all (`tests/view_warm.rs`). One more round trip per directory, in
+//! the background.
+//!
+//! Whoever waits for a warm-up (`mount --branch`, `workspace::lower::wait_warm`) reads the
+//! daemon's record of them ([`Warmer::recording`]): one line per finished walk, the root's
+//! path below the mount, appended when the walk ends (complete or not).
+//!
 //! The walk opens nothing but directories of this daemon's own read-only mount, through
 //! [`crate::safe::Dir`] (no symlink followed, non-blocking opens), so no agent can steer it.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -41,27 +56,92 @@ pub const MAX_ENTRIES: usize = 1_000_000;
 /// threads answer them.
 const THREADS: usize = 2;
 
-/// The warm-ups one daemon started, and the flag that stops them.
+/// Names tools look up in every directory whether it has one or not (see the module doc): a
+/// warm-up looks each up after listing a directory, so the kernel keeps a negative entry.
+pub const PROBED: &[&str] = &[".gitignore"];
+
+/// The warm-ups one daemon started, the flag that stops them, and the file that records the
+/// finished ones.
 #[derive(Debug, Default)]
 pub struct Warmer {
     started: Mutex<HashSet<u64>>,
     stop: Arc<AtomicBool>,
+    record: Option<Arc<Record>>,
+}
+
+/// The record of finished warm-ups: an append-only file, one line per walk (the root's path
+/// below the mount); read by [`finished`].
+#[derive(Debug)]
+struct Record {
+    path: PathBuf,
+    lock: Mutex<()>,
+}
+
+impl Record {
+    fn append(&self, rel: &Path) {
+        let mut line = rel.as_os_str().as_bytes().to_vec();
+        line.push(b'\n');
+        let _one = lock(&self.lock);
+        let done = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .and_then(|mut f| f.write_all(&line));
+        if let Err(e) = done {
+            log::warn!("recording a warm-up in {}: {e}", self.path.display());
+        }
+    }
+}
+
+/// Whether the record at `record` (a daemon's, see [`Warmer::recording`]) lists a finished
+/// warm-up of `rel` (a checkpoint root's path below that daemon's mount). `None` when there
+/// is no record: a daemon that keeps none (an older build), or gone.
+pub fn finished(record: &Path, rel: &Path) -> Option<bool> {
+    let text = std::fs::read(record).ok()?;
+    let want = rel.as_os_str().as_bytes();
+    Some(text.split(|&b| b == b'\n').any(|l| l == want))
 }
 
 impl Warmer {
-    /// Starts warming the checkpoint root with node id `ino`, at `path` through this
-    /// daemon's mount, unless it was warmed already.
-    pub fn root_looked_up(&self, ino: u64, path: PathBuf) {
+    /// A warmer that records each finished warm-up in the file `path`, which it creates
+    /// (empty) now: its presence tells a reader that this daemon keeps the record.
+    ///
+    /// # Errors
+    /// Creating the file.
+    pub fn recording(path: PathBuf) -> std::io::Result<Warmer> {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)?;
+        Ok(Warmer {
+            record: Some(Arc::new(Record {
+                path,
+                lock: Mutex::new(()),
+            })),
+            ..Warmer::default()
+        })
+    }
+
+    /// Starts warming the checkpoint root with node id `ino`, at `rel` below this daemon's
+    /// mount `mountpoint`, unless it was warmed already.
+    pub fn root_looked_up(&self, ino: u64, mountpoint: &Path, rel: PathBuf) {
         if !lock(&self.started).insert(ino) {
             return;
         }
         let stop = Arc::clone(&self.stop);
+        let record = self.record.clone();
+        let path = mountpoint.join(&rel);
         let shown = path.display().to_string();
+        let rel_kept = rel.clone();
         let spawned = std::thread::Builder::new()
             .name("warm".into())
             .spawn(move || {
                 let t0 = Instant::now();
-                match walk(&path, &stop, MAX_ENTRIES) {
+                let r = walk(&path, &stop, MAX_ENTRIES);
+                if let Some(rec) = &record {
+                    rec.append(&rel);
+                }
+                match r {
                     Ok(w) => log::info!(
                         "warmed {}: {} directories, {} entries listed in {} ms{}",
                         path.display(),
@@ -75,6 +155,10 @@ impl Warmer {
             });
         if let Err(e) = spawned {
             log::warn!("warming {shown}: {e}");
+            // Nothing to wait for.
+            if let Some(rec) = &self.record {
+                rec.append(&rel_kept);
+            }
         }
     }
 
@@ -167,12 +251,17 @@ pub fn walk(top: &Path, stop: &AtomicBool, limit: usize) -> crate::error::Result
     })
 }
 
-/// Lists `dir` (the READDIRPLUS that makes its entries' dentries) and queues its
-/// subdirectories.
+/// Lists `dir` (the READDIRPLUS that makes its entries' dentries), looks up the names of
+/// [`PROBED`] in it (a negative entry where absent), and queues its subdirectories.
 fn list(dir: Arc<Dir>, queue: &Mutex<Queue>, entries: &AtomicUsize, incomplete: &AtomicBool) {
     match dir.subdirs() {
         Ok((subdirs, all)) => {
             entries.fetch_add(all, Ordering::Relaxed);
+            for name in PROBED {
+                if let Err(e) = dir.stat(name) {
+                    log::debug!("warming: {e}");
+                }
+            }
             let mut q = lock(queue);
             q.pending
                 .extend(subdirs.into_iter().map(|n| (Arc::clone(&dir), n)));

@@ -23,6 +23,7 @@
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -193,5 +194,45 @@ pub fn lower_root(store: &Store, checkpoint: &ObjectId, root: &str) -> Result<Pa
             dir.display()
         ))),
         Err(e) => Err(Error::io(&dir, e)),
+    }
+}
+
+/// How long `mount --branch` waits at most, by default, for the lower view's warm-up of the
+/// roots it mounted ([`wait_warm`]): about a second per 100k entries on the 2-core bench
+/// machine; a bigger tree goes on warming in the background.
+pub const WARM_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits until `deadline` for the lower view serving `lower` (a directory [`lower_root`]
+/// returned) to finish its warm-up of it (`view::warm`: every directory listed, so the
+/// kernel holds the dentry of every entry before a `git status` looks them up one by one).
+/// Returns whether it finished; `false` also when the view keeps no record of its warm-ups
+/// (a daemon of an older build) or `lower` is not in a lower view. Polls the daemon's record
+/// (`run/views/<pid>.warmed`) every 10 ms.
+///
+/// # Errors
+/// Listing the store's view daemons.
+pub fn wait_warm(store: &Store, lower: &Path, deadline: Instant) -> Result<bool> {
+    let Some((view, rel)) = view_dirs(store)
+        .into_iter()
+        .find_map(|v| Some((v.clone(), lower.strip_prefix(&v).ok()?.to_path_buf())))
+    else {
+        return Ok(false);
+    };
+    let pid = crate::daemon::list(store)?
+        .into_iter()
+        .find(|m| m.mountpoint == view)
+        .and_then(|m| m.state)
+        .map(|s| s.pid);
+    let Some(pid) = pid else {
+        return Ok(false);
+    };
+    let record = store.view_warm_path(pid);
+    loop {
+        match crate::view::warm::finished(&record, &rel) {
+            None => return Ok(false),
+            Some(true) => return Ok(true),
+            Some(false) if Instant::now() >= deadline => return Ok(false),
+            Some(false) => std::thread::sleep(Duration::from_millis(10)),
+        }
     }
 }

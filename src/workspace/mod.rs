@@ -46,7 +46,7 @@ pub use checkpoint::{
     DirtyReport, Held, Hold, LiveTree, SpecialFile,
 };
 pub use fold::{fold, not_folded, remove_folded, roll_back_fold, waiting, FoldReport};
-pub use mount::{agent_cgroup, mount, reap_detached, umount, MountOptions};
+pub use mount::{agent_cgroup, mount, reap_detached, umount, wait_warm, MountOptions};
 pub use state::{
     find_by_path, is_live, is_mounted, state, states, MountedRoot, UpperBase, WorkspaceState,
 };
