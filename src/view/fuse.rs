@@ -135,18 +135,19 @@ fn reply_cached(fh: u64, reply: ReplyOpen) {
 }
 
 impl ViewFs {
-    /// Entry `index` of a directory, by its handle, or by its inode when the kernel opened it
-    /// itself (handle 0: OPENDIR answered ENOSYS).
-    fn dir_entry(
+    /// The listing a READDIR(PLUS) from `offset` reads, by the directory's handle, or by its
+    /// inode when the kernel opened it itself (handle 0: OPENDIR answered ENOSYS); entries
+    /// are then taken from it with `View::entry_of_listing`.
+    fn dir_listing(
         &self,
         ino: INodeNo,
         fh: FileHandle,
-        index: u64,
-    ) -> Result<Option<(Vec<u8>, Node)>, Error> {
+        offset: u64,
+    ) -> Result<Arc<crate::view::Listing>, Error> {
         if fh.0 == 0 {
-            self.view.dir_entry_unopened(ino.0, index)
+            self.view.unopened_listing(ino.0, offset)
         } else {
-            self.view.dir_entry(fh.0, index)
+            self.view.open_listing(fh.0)
         }
     }
 
@@ -700,9 +701,13 @@ impl Filesystem for ViewFs {
         mut reply: ReplyDirectory,
     ) {
         log::trace!("readdir {ino} @{offset}");
+        let listing = match self.dir_listing(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(fail("readdir", ino.0, &e)),
+        };
         let mut index = offset;
         loop {
-            match self.dir_entry(ino, fh, index) {
+            match self.view.entry_of_listing(&listing, index) {
                 Ok(Some((name, node))) => {
                     if reply.add(
                         INodeNo(node.attr.st_ino),
@@ -736,9 +741,13 @@ impl Filesystem for ViewFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         log::trace!("readdirplus {ino} @{offset}");
+        let listing = match self.dir_listing(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(fail("readdirplus", ino.0, &e)),
+        };
         let mut index = offset;
         loop {
-            match self.dir_entry(ino, fh, index) {
+            match self.view.entry_of_listing(&listing, index) {
                 Ok(Some((name, node))) => {
                     let dots = index < 2;
                     // Every entry but . and .. adds a lookup count in the kernel.
