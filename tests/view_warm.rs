@@ -230,3 +230,85 @@ fn mount_warm_wait_zero_returns_at_once_and_the_warm_up_goes_on() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The pids of the store's view daemons whose state file (`run/views/<pid>.json`) names a
+/// mountpoint ending in `view` (`lower`, `lower-bare`).
+fn view_pids(store: &Path, view: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(store.join("run/views")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_suffix(".json").and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        let text = fs::read_to_string(e.path()).unwrap_or_default();
+        if text.contains(&format!("/{view}\"")) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Kills the process on drop (a test's shell that holds a detached overlay).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn mount_waits_for_the_daemon_mounted_now_not_one_left_detached() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let w = Workspace {
+        store: tmp.path().join("store"),
+        room: tmp.path().join("room"),
+        tmp,
+    };
+    fs::create_dir_all(&w.room).unwrap();
+    populate(&w.room);
+    ok(["init", w.store(), "--root", &format!("ws={}", w.room())]);
+    ok(["capture", w.store(), "-m", "initial"]);
+    ok(["mount", w.store(), "--branch", "main"]);
+    let old = view_pids(&w.store, "lower-bare");
+    assert_eq!(old.len(), 1, "one bare lower view daemon: {old:?}");
+    let old = old[0];
+    // A shell left in the workspace keeps its overlay, and so the old lower views and their
+    // daemons, alive after the umount (detached); the old daemon's record lists the root.
+    let shell = Killed(
+        Command::new("sleep")
+            .arg("600")
+            .current_dir(w.room.join("d0"))
+            .spawn()
+            .expect("sleep"),
+    );
+    ok(["umount", w.room()]);
+    assert!(
+        view_pids(&w.store, "lower-bare").contains(&old),
+        "the old daemon lives on"
+    );
+
+    let out = run_env(
+        ["mount", w.store(), "--branch", "main"],
+        &[(
+            "RUST_LOG",
+            "ckptfs::workspace::mount=debug,ckptfs::workspace::lower=debug",
+        )],
+    );
+    assert!(out.status.success(), "mount: {}", stderr(&out));
+    let new: Vec<u32> = view_pids(&w.store, "lower-bare")
+        .into_iter()
+        .filter(|p| *p != old)
+        .collect();
+    assert_eq!(new.len(), 1, "one new bare lower view daemon: {new:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("by the lower view daemon {}", new[0])),
+        "mount waited on another daemon than the one mounted now ({}): {err}",
+        new[0]
+    );
+    assert!(err.contains("ws: lower view warm after"), "{err}");
+    ok(["umount", w.room()]);
+    drop(shell);
+}

@@ -218,14 +218,27 @@ pub fn wait_warm(store: &Store, lower: &Path, deadline: Instant) -> Result<bool>
     else {
         return Ok(false);
     };
+    // The daemon mounted there now: the one started last. A daemon whose view was detached
+    // (the last workspace went while a walk was under way, or a busy shell still holds an
+    // overlay on it) lives on with a state file naming the same mountpoint, and its record
+    // may list this very root, warmed in its own mount.
     let pid = crate::daemon::list(store)?
         .into_iter()
-        .find(|m| m.mountpoint == view)
-        .and_then(|m| m.state)
+        .filter(|m| m.mountpoint == view)
+        .filter_map(|m| m.state)
+        .max_by_key(|s| {
+            fs::metadata(store.view_state_path(s.pid))
+                .and_then(|m| m.modified())
+                .ok()
+        })
         .map(|s| s.pid);
     let Some(pid) = pid else {
         return Ok(false);
     };
+    log::debug!(
+        "waiting for the warm-up of {} by the lower view daemon {pid}",
+        rel.display()
+    );
     let record = store.view_warm_path(pid);
     loop {
         match crate::view::warm::finished(&record, &rel) {
