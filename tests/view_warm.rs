@@ -312,3 +312,71 @@ fn mount_waits_for_the_daemon_mounted_now_not_one_left_detached() {
     ok(["umount", w.room()]);
     drop(shell);
 }
+
+#[test]
+fn a_listing_of_the_checkpoint_directory_starts_its_roots_warm_ups_and_mount_waits_for_them() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let w = Workspace {
+        store: tmp.path().join("store"),
+        room: tmp.path().join("room"),
+        tmp,
+    };
+    let room2 = w.tmp.path().join("room2");
+    fs::create_dir_all(&w.room).unwrap();
+    populate(&w.room);
+    populate(&room2);
+    ok([
+        "init",
+        w.store(),
+        "--root",
+        &format!("ws={}", w.room()),
+        "--root",
+        &format!("ws2={}", s(&room2)),
+    ]);
+    ok(["capture", w.store(), "-m", "initial"]);
+    let out = run_env(
+        ["mount", w.store(), "--branch", "main", "--root", "ws"],
+        &[("RUST_LOG", "ckptfs::view::warm=info")],
+    );
+    assert!(out.status.success(), "mount: {}", stderr(&out));
+    // The checkpoint directory in the lower view, from the overlay's lowerdir.
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info
+        .lines()
+        .find(|l| l.contains(&format!(" {} ", w.room())) && l.contains("lowerdir="))
+        .expect("the workspace's overlay");
+    let lower = line
+        .split("lowerdir=")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap();
+    let checkpoint_dir = Path::new(lower).parent().unwrap().to_path_buf();
+    assert!(lower.ends_with("/ws"), "{lower}");
+    // Listed (READDIRPLUS): the kernel gets ws2's entry without looking it up.
+    let listed: Vec<String> = fs::read_dir(&checkpoint_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(listed.contains(&"ws2".to_string()), "{listed:?}");
+
+    ok(["fork", w.store(), "main", "--name", "b2"]);
+    let out = run_env(
+        ["mount", w.store(), "--branch", "b2", "--root", "ws2"],
+        &[(
+            "RUST_LOG",
+            "ckptfs::workspace::mount=debug,ckptfs::workspace::lower=debug",
+        )],
+    );
+    assert!(out.status.success(), "mount b2: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("ws2: lower view warm after"), "{err}");
+    let logs = view_logs(&w.store);
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("warmed ") && l.contains("/ws2: ")),
+        "no warm-up of ws2 in the lower view's log:\n{logs}"
+    );
+    ok(["umount", s(&room2)]);
+}

@@ -520,8 +520,9 @@ impl Filesystem for ViewFs {
             Ok(node) => {
                 let t = ttl(&node);
                 let attr = file_attr(&node.attr);
-                reply.entry_with_nodeid(INodeNo(node.attr.ino), &t, &t, &attr, Generation(0));
+                // Before the reply: whoever looked the root up finds the warm-up started.
                 self.warm_if_root(parent.0, &node);
+                reply.entry_with_nodeid(INodeNo(node.attr.ino), &t, &t, &attr, Generation(0));
             }
             Err(Error::NotFound(_)) if name.as_bytes() == b"." || name.as_bytes() == b".." => {
                 // A file handle of a node this daemon no longer knows: stale.
@@ -759,6 +760,9 @@ impl Filesystem for ViewFs {
                             }
                             break;
                         }
+                        // A listing of `checkpoints/<id>` hands the kernel its roots' entries
+                        // without a lookup: their warm-ups start here then.
+                        self.warm_if_root(ino.0, &node);
                     }
                     let full = reply.add(
                         INodeNo(node.attr.ino),

@@ -1,6 +1,7 @@
 //! Warming the workspaces' lower view: when the kernel first looks up a checkpoint root
-//! (`checkpoints/<id>/<root>`, what an overlay is about to stack on), two threads of the view
-//! daemon list every directory below it through the mount, in the background.
+//! (`checkpoints/<id>/<root>`, what an overlay is about to stack on), or gets its entry from
+//! a listing of `checkpoints/<id>`, two threads of the view daemon list every directory
+//! below it through the mount, in the background.
 //!
 //! Why: a workspace's first `git status` after a mount, a fold or a switch to another
 //! checkpoint `lstat`s every tracked file before it lists any directory, and on a fresh lower
@@ -33,8 +34,8 @@
 //! directory holding an untracked file).
 //!
 //! Whoever waits for a warm-up (`mount --branch`, `workspace::lower::wait_warm`) reads the
-//! daemon's record of them ([`Warmer::recording`]): one line per finished walk, the root's
-//! path below the mount, appended when the walk ends (complete or not).
+//! daemon's record of them ([`Warmer::recording`]): a line when a walk starts, written before
+//! the lookup that started it is answered, and one when it ends (complete or not).
 //!
 //! The walk opens nothing but directories of this daemon's own read-only mount, through
 //! [`crate::safe::Dir`] (no symlink followed, non-blocking opens), so no agent can steer it.
@@ -72,8 +73,9 @@ pub struct Warmer {
     record: Option<Arc<Record>>,
 }
 
-/// The record of finished warm-ups: an append-only file, one line per walk (the root's path
-/// below the mount); read by [`finished`].
+/// The record of warm-ups: an append-only file, a line `started <root>` when a walk starts
+/// (written before the kernel gets the root's entry) and `done <root>` when it ends, the
+/// root's path below the mount; read by [`state`].
 #[derive(Debug)]
 struct Record {
     path: PathBuf,
@@ -81,8 +83,9 @@ struct Record {
 }
 
 impl Record {
-    fn append(&self, rel: &Path) {
-        let mut line = rel.as_os_str().as_bytes().to_vec();
+    fn append(&self, what: &str, rel: &Path) {
+        let mut line = format!("{what} ").into_bytes();
+        line.extend_from_slice(rel.as_os_str().as_bytes());
         line.push(b'\n');
         let _one = lock(&self.lock);
         let done = std::fs::OpenOptions::new()
@@ -95,13 +98,32 @@ impl Record {
     }
 }
 
-/// Whether the record at `record` (a daemon's, see [`Warmer::recording`]) lists a finished
-/// warm-up of `rel` (a checkpoint root's path below that daemon's mount). `None` when there
-/// is no record: a daemon that keeps none (an older build), or gone.
-pub fn finished(record: &Path, rel: &Path) -> Option<bool> {
+/// Where a warm-up of one root stands, by a daemon's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WarmState {
+    /// None started (the root was never looked up nor listed in this daemon, or its
+    /// warm-up could not start): there is nothing to wait for.
+    NotStarted,
+    Running,
+    Done,
+}
+
+/// The state of the warm-up of `rel` (a checkpoint root's path below the daemon's mount) in
+/// the record at `record` (a daemon's, see [`Warmer::recording`]). `None` when there is no
+/// record: a daemon that keeps none (an older build), or gone.
+pub fn state(record: &Path, rel: &Path) -> Option<WarmState> {
     let text = std::fs::read(record).ok()?;
     let want = rel.as_os_str().as_bytes();
-    Some(text.split(|&b| b == b'\n').any(|l| l == want))
+    let mut st = WarmState::NotStarted;
+    for l in text.split(|&b| b == b'\n') {
+        if l.strip_prefix(b"done ") == Some(want) {
+            return Some(WarmState::Done);
+        }
+        if l.strip_prefix(b"started ") == Some(want) {
+            st = WarmState::Running;
+        }
+    }
+    Some(st)
 }
 
 impl Warmer {
@@ -126,10 +148,14 @@ impl Warmer {
     }
 
     /// Starts warming the checkpoint root with node id `ino`, at `rel` below this daemon's
-    /// mount `mountpoint`, unless it was warmed already.
+    /// mount `mountpoint`, unless it was warmed already. Call before replying to the lookup:
+    /// the record says `started` before the looker-up has its answer.
     pub fn root_looked_up(&self, ino: u64, mountpoint: &Path, rel: PathBuf) {
         if !lock(&self.started).insert(ino) {
             return;
+        }
+        if let Some(rec) = &self.record {
+            rec.append("started", &rel);
         }
         let stop = Arc::clone(&self.stop);
         let record = self.record.clone();
@@ -142,7 +168,7 @@ impl Warmer {
                 let t0 = Instant::now();
                 let r = walk(&path, &stop, MAX_ENTRIES);
                 if let Some(rec) = &record {
-                    rec.append(&rel);
+                    rec.append("done", &rel);
                 }
                 match r {
                     Ok(w) => log::info!(
@@ -160,7 +186,7 @@ impl Warmer {
             log::warn!("warming {shown}: {e}");
             // Nothing to wait for.
             if let Some(rec) = &self.record {
-                rec.append(&rel_kept);
+                rec.append("done", &rel_kept);
             }
         }
     }

@@ -205,9 +205,10 @@ pub const WARM_WAIT: Duration = Duration::from_secs(5);
 /// Waits until `deadline` for the lower view serving `lower` (a directory [`lower_root`]
 /// returned) to finish its warm-up of it (`view::warm`: every directory listed, so the
 /// kernel holds the dentry of every entry before a `git status` looks them up one by one).
-/// Returns whether it finished; `false` also when the view keeps no record of its warm-ups
-/// (a daemon of an older build) or `lower` is not in a lower view. Polls the daemon's record
-/// (`run/views/<pid>.warmed`) every 10 ms.
+/// Returns whether it finished; `false` at once when no warm-up of it started in the daemon
+/// mounted now, the view keeps no record of its warm-ups (a daemon of an older build) or
+/// `lower` is not in a lower view. Polls the
+/// daemon's record (`run/views/<pid>.warmed`) every 10 ms.
 ///
 /// # Errors
 /// Listing the store's view daemons.
@@ -240,12 +241,17 @@ pub fn wait_warm(store: &Store, lower: &Path, deadline: Instant) -> Result<bool>
         rel.display()
     );
     let record = store.view_warm_path(pid);
+    use crate::view::warm::{state, WarmState};
     loop {
-        match crate::view::warm::finished(&record, &rel) {
+        match state(&record, &rel) {
             None => return Ok(false),
-            Some(true) => return Ok(true),
-            Some(false) if Instant::now() >= deadline => return Ok(false),
-            Some(false) => std::thread::sleep(Duration::from_millis(10)),
+            Some(WarmState::NotStarted) => {
+                log::debug!("no warm-up of {} started in daemon {pid}", rel.display());
+                return Ok(false);
+            }
+            Some(WarmState::Done) => return Ok(true),
+            Some(WarmState::Running) if Instant::now() >= deadline => return Ok(false),
+            Some(WarmState::Running) => std::thread::sleep(Duration::from_millis(10)),
         }
     }
 }
