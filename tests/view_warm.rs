@@ -380,3 +380,48 @@ fn a_listing_of_the_checkpoint_directory_starts_its_roots_warm_ups_and_mount_wai
     );
     ok(["umount", s(&room2)]);
 }
+
+#[test]
+fn switch_waits_for_the_warm_up_of_the_new_base() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let w = Workspace {
+        store: tmp.path().join("store"),
+        room: tmp.path().join("room"),
+        tmp,
+    };
+    fs::create_dir_all(&w.room).unwrap();
+    populate(&w.room);
+    ok(["init", w.store(), "--root", &format!("ws={}", w.room())]);
+    ok(["capture", w.store(), "-m", "first"]);
+    write(&w.room.join("d0/new.txt"), b"new\n");
+    ok(["capture", w.store(), "-m", "second"]);
+    let log = ok_json(["log", w.store(), "--json"]);
+    let first = log[1]["id"].as_str().expect("id").to_string();
+    // main is mounted at the second capture; the first was never shown by this lower view.
+    let out = run_env(
+        ["mount", w.store(), "--branch", "main"],
+        &[("RUST_LOG", "ckptfs::view::warm=info")],
+    );
+    assert!(out.status.success(), "mount: {}", stderr(&out));
+    ok(["fork", w.store(), &first, "--name", "old"]);
+    let out = run_env(
+        ["switch", w.room(), "--to", "old"],
+        &[(
+            "RUST_LOG",
+            "ckptfs::workspace::mount=debug,ckptfs::workspace::lower=debug",
+        )],
+    );
+    assert!(out.status.success(), "switch: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("ws: lower view warm after"), "{err}");
+    let logs = view_logs(&w.store);
+    assert!(
+        logs.lines()
+            .any(|l| l.contains("warmed ") && l.contains(&format!("/{first}/ws: "))),
+        "no warm-up of the first capture in the lower view's log:\n{logs}"
+    );
+    assert!(
+        !w.room.join("d0/new.txt").exists(),
+        "switched to the first capture"
+    );
+}

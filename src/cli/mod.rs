@@ -267,6 +267,8 @@ pub enum Command {
     /// A checkpoint that is not a branch head starts a new branch (named by --name, or
     /// from-<id>). Un-checkpointed changes are never lost: switch refuses unless
     /// --checkpoint-first or --discard (which sets them aside under STORE/displaced/).
+    /// Like `mount --branch`, it returns once the lower view has listed the new base's
+    /// directories (at most 5 s), so the first `git status` finds its entries cached.
     Switch(workspace::SwitchArgs),
     /// Start a new independent branch at a checkpoint (O(1): nothing is copied).
     Fork(workspace::ForkArgs),

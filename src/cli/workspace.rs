@@ -538,6 +538,11 @@ pub fn switch(
     };
     let (s, st) = find_workspace(mountpoint)?;
     let r = workspace::switch(&s, &st.branch, to, policy, name)?;
+    // As `mount --branch`: wait (bounded) for the lower view's warm-up of the new base, so
+    // the first walk after the switch finds its entries cached.
+    if let Some(now) = workspace::state(&s, &r.to_branch)? {
+        workspace::wait_warm(&s, &now, workspace::lower::WARM_WAIT);
+    }
     if json {
         print_json(&r)?;
     } else {
