@@ -13,6 +13,8 @@
 # of a 100-file change, `find . | wc -l` and `du -s`, warm page cache unless said otherwise;
 # for ckptfs also the first `git status` after `switch` away and back, and after a remount
 # and after a fold once the lower view's background warm-up (src/view/warm.rs) is done.
+# `mount --branch` waits for that warm-up (--warm-wait); the rows "--warm-wait 0" show a
+# mount that does not, and the first `git status` right after it.
 # Prints a Markdown table (seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -122,6 +124,12 @@ n=$(warmed)
 "$B" checkpoint "$C/repo" -m "a 100-file edit, folded" >/dev/null
 wait_warm "$n"
 R[ckptfs,fold]=$(timeit git -C "$C/repo" status)
+
+# A mount that does not wait for the warm-up, and the first status right after it.
+"$B" checkpoint "$C/repo" -m settle >/dev/null 2>&1 || true
+"$B" umount "$C/repo" >/dev/null
+R[ckptfs,mount_nowait]=$(timeit "$B" mount "$C/store" --branch main --warm-wait 0)
+R[ckptfs,first_nowait]=$(timeit git -C "$C/repo" status)
 git -C "$C/repo" config core.untrackedCache true
 
 # After a switch away and back (same checkpoint).
@@ -142,8 +150,10 @@ echo "$files files, $dirs directories, $size with .git, $COMMITS commits; $(npro
 echo
 echo "| seconds | native | kernel overlayfs | ckptfs workspace |"
 echo "|---|---|---|---|"
-row "mount --branch, after umount" mount
+row "mount --branch, after umount (waits for the warm-up)" mount
 row "git status, first after mount" first
+row "mount --branch --warm-wait 0, after umount" mount_nowait
+row "git status, first after mount --warm-wait 0" first_nowait
 row "git status, steady" steady
 row "git status -uno, steady" uno
 row "git status, untrackedCache, first after mount" uc_first

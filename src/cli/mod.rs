@@ -272,6 +272,8 @@ pub enum Command {
     /// store): a switch back moves it back with the kernel's cached inodes, so the first walk
     /// there (git status) is as fast as a steady one. Its upper layer waits meanwhile
     /// (`status` shows it); umount, gc and recover detach parked trees.
+    /// Like `mount --branch`, it returns once the lower view has listed the new base's
+    /// directories (at most 5 s), so the first `git status` finds its entries cached.
     Switch(workspace::SwitchArgs),
     /// Start a new independent branch at a checkpoint (O(1): nothing is copied).
     Fork(workspace::ForkArgs),

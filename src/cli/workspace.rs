@@ -265,6 +265,7 @@ pub fn mount_branch(a: &super::view::MountArgs, branch: &str) -> Result<i32> {
             lower_cache_bytes,
         },
     )?;
+    workspace::wait_warm(&s, &st, a.warm_wait.unwrap_or(workspace::lower::WARM_WAIT));
     if json {
         print_json(&st)?;
     } else {
@@ -537,6 +538,11 @@ pub fn switch(
     };
     let (s, st) = find_workspace(mountpoint)?;
     let r = workspace::switch(&s, &st.branch, to, policy, name)?;
+    // As `mount --branch`: wait (bounded) for the lower view's warm-up of the new base, so
+    // the first walk after the switch finds its entries cached.
+    if let Some(now) = workspace::state(&s, &r.to_branch)? {
+        workspace::wait_warm(&s, &now, workspace::lower::WARM_WAIT);
+    }
     if json {
         print_json(&r)?;
     } else {

@@ -284,6 +284,7 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
     })?;
     let state_path = store.view_state_path(pid);
     let log_path = store.view_log_path(pid);
+    let store_warm_path = store.view_warm_path(pid);
     let mounts_dir = store.views_dir();
     let mut view = View::new(store, ns, &opts.view)?;
     if bare {
@@ -298,11 +299,16 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
         Some(guard)
     };
     let view = Arc::new(view);
+    // The lower views record their warm-ups (`view::warm`) for `mount --branch` to wait on.
+    if lower {
+        fs::create_dir_all(&mounts_dir).map_err(|e| Error::io(&mounts_dir, e))?;
+    }
     let cfg = MountConfig {
         fsname: name.clone(),
         auto_unmount: true,
         allow_other: opts.allow_other,
         threads: THREADS,
+        warm_record: lower.then(|| store_warm_path.clone()),
     };
     let session = crate::view::fuse::mount(view, &mp, &cfg)
         .map_err(|e| Error::io_op(format!("mounting {} at {}", name, mp.display()), e))?;
@@ -354,6 +360,11 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
     log::info!("unmounted {}", mp.display());
     if let Err(e) = fs::remove_file(&state_path) {
         log::warn!("removing {}: {e}", state_path.display());
+    }
+    if lower {
+        if let Err(e) = fs::remove_file(&store_warm_path) {
+            log::warn!("removing {}: {e}", store_warm_path.display());
+        }
     }
     if fs::metadata(&log_path)
         .map(|m| m.len() == 0)

@@ -237,13 +237,15 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
         None => false,
     };
     if !live {
-        workspace::mount(
+        let st = workspace::mount(
             store,
             &MountOptions {
                 branch: b.to_string(),
                 ..MountOptions::default()
             },
         )?;
+        // As `mount --branch`: the agent's first walk finds the base's entries cached.
+        workspace::wait_warm(store, &st, workspace::lower::WARM_WAIT);
     }
     let mut set_aside = None;
     if let Some(f) = pending_failure(store, b)? {

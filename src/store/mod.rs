@@ -894,6 +894,10 @@ impl Store {
     pub fn view_log_path(&self, pid: u32) -> PathBuf {
         self.views_dir().join(format!("{pid}.log"))
     }
+    /// The lower view daemon's record of finished warm-ups (`view::warm`).
+    pub fn view_warm_path(&self, pid: u32) -> PathBuf {
+        self.views_dir().join(format!("{pid}.warmed"))
+    }
     pub fn running_marker_path(&self) -> PathBuf {
         self.run_dir().join("RUNNING.json")
     }

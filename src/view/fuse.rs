@@ -87,6 +87,9 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Worker threads.
     pub threads: usize,
+    /// The workspaces' lower view: the file recording its finished warm-ups
+    /// ([`crate::view::warm::Warmer::recording`]), which `mount --branch` waits on.
+    pub warm_record: Option<PathBuf>,
 }
 
 /// A mounted view, not serving yet: [`MountedView::run`] serves it until it is unmounted.
@@ -132,18 +135,19 @@ fn reply_cached(fh: u64, reply: ReplyOpen) {
 }
 
 impl ViewFs {
-    /// Entry `index` of a directory, by its handle, or by its inode when the kernel opened it
-    /// itself (handle 0: OPENDIR answered ENOSYS).
-    fn dir_entry(
+    /// The listing a READDIR(PLUS) from `offset` reads, by the directory's handle, or by its
+    /// inode when the kernel opened it itself (handle 0: OPENDIR answered ENOSYS); entries
+    /// are then taken from it with `View::entry_of_listing`.
+    fn dir_listing(
         &self,
         ino: INodeNo,
         fh: FileHandle,
-        index: u64,
-    ) -> Result<Option<(Vec<u8>, Node)>, Error> {
+        offset: u64,
+    ) -> Result<Arc<crate::view::Listing>, Error> {
         if fh.0 == 0 {
-            self.view.dir_entry_unopened(ino.0, index)
+            self.view.unopened_listing(ino.0, offset)
         } else {
-            self.view.dir_entry(fh.0, index)
+            self.view.open_listing(fh.0)
         }
     }
 
@@ -195,7 +199,7 @@ impl ViewFs {
             return;
         }
         if let (Some(mp), Some(rel)) = (&self.mountpoint, self.view.path_below(node.attr.ino)) {
-            self.warmer.root_looked_up(node.attr.ino, mp.join(rel));
+            self.warmer.root_looked_up(node.attr.ino, mp, rel);
         }
     }
 
@@ -278,6 +282,12 @@ pub fn mount(view: Arc<View>, mountpoint: &Path, cfg: &MountConfig) -> io::Resul
     config.clone_fd = true;
     let mut fs = ViewFs::new(view);
     fs.mountpoint = Some(mountpoint.to_path_buf());
+    if let Some(p) = &cfg.warm_record {
+        match Warmer::recording(p.clone()) {
+            Ok(w) => fs.warmer = w,
+            Err(e) => log::warn!("{}: {e}; warm-ups go unrecorded", p.display()),
+        }
+    }
     let session = match Session::from_fd(fs, device, config.acl, config) {
         Ok(s) => s,
         Err(e) => {
@@ -510,8 +520,9 @@ impl Filesystem for ViewFs {
             Ok(node) => {
                 let t = ttl(&node);
                 let attr = file_attr(&node.attr);
-                reply.entry_with_nodeid(INodeNo(node.attr.ino), &t, &t, &attr, Generation(0));
+                // Before the reply: whoever looked the root up finds the warm-up started.
                 self.warm_if_root(parent.0, &node);
+                reply.entry_with_nodeid(INodeNo(node.attr.ino), &t, &t, &attr, Generation(0));
             }
             Err(Error::NotFound(_)) if name.as_bytes() == b"." || name.as_bytes() == b".." => {
                 // A file handle of a node this daemon no longer knows: stale.
@@ -691,9 +702,13 @@ impl Filesystem for ViewFs {
         mut reply: ReplyDirectory,
     ) {
         log::trace!("readdir {ino} @{offset}");
+        let listing = match self.dir_listing(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(fail("readdir", ino.0, &e)),
+        };
         let mut index = offset;
         loop {
-            match self.dir_entry(ino, fh, index) {
+            match self.view.entry_of_listing(&listing, index) {
                 Ok(Some((name, node))) => {
                     if reply.add(
                         INodeNo(node.attr.st_ino),
@@ -727,9 +742,13 @@ impl Filesystem for ViewFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         log::trace!("readdirplus {ino} @{offset}");
+        let listing = match self.dir_listing(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(fail("readdirplus", ino.0, &e)),
+        };
         let mut index = offset;
         loop {
-            match self.dir_entry(ino, fh, index) {
+            match self.view.entry_of_listing(&listing, index) {
                 Ok(Some((name, node))) => {
                     let dots = index < 2;
                     // Every entry but . and .. adds a lookup count in the kernel.
@@ -741,6 +760,9 @@ impl Filesystem for ViewFs {
                             }
                             break;
                         }
+                        // A listing of `checkpoints/<id>` hands the kernel its roots' entries
+                        // without a lookup: their warm-ups start here then.
+                        self.warm_if_root(ino.0, &node);
                     }
                     let full = reply.add(
                         INodeNo(node.attr.ino),

@@ -504,23 +504,33 @@ impl View {
     /// the listing as it is now. A checkpoint's directories never change, so offsets stay
     /// valid; a browse directory may shift between calls.
     pub fn dir_entry_unopened(&self, ino: Ino, index: u64) -> Result<Option<(Vec<u8>, Node)>> {
-        let listing = Arc::new(self.listing(ino, index == 0)?);
+        let listing = self.unopened_listing(ino, index)?;
         self.entry_of_listing(&listing, index)
+    }
+
+    /// The listing [`View::dir_entry_unopened`] reads entries of, from `index` on: taken once
+    /// per READDIR(PLUS) request by the FUSE adapter, not once per entry (a warm-up lists
+    /// 100k entries, about 25 a request).
+    fn unopened_listing(&self, ino: Ino, index: u64) -> Result<Arc<Listing>> {
+        Ok(Arc::new(self.listing(ino, index == 0)?))
     }
 
     /// Entry `index` of an open directory: 0 is `.`, 1 is `..`, then the children in name
     /// order; `None` past the end. The offset of the next entry is `index + 1`.
     pub fn dir_entry(&self, fh: u64, index: u64) -> Result<Option<(Vec<u8>, Node)>> {
-        let listing = match lock(&self.handles).get(&fh) {
-            Some(Handle::Dir(l)) => l.clone(),
-            _ => {
-                return Err(Error::io_op(
-                    format!("directory handle {fh}"),
-                    std::io::Error::from_raw_os_error(libc::EBADF),
-                ))
-            }
-        };
+        let listing = self.open_listing(fh)?;
         self.entry_of_listing(&listing, index)
+    }
+
+    /// The listing of the open directory `fh`.
+    fn open_listing(&self, fh: u64) -> Result<Arc<Listing>> {
+        match lock(&self.handles).get(&fh) {
+            Some(Handle::Dir(l)) => Ok(l.clone()),
+            _ => Err(Error::io_op(
+                format!("directory handle {fh}"),
+                std::io::Error::from_raw_os_error(libc::EBADF),
+            )),
+        }
     }
 
     fn entry_of_listing(

@@ -23,6 +23,7 @@
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -152,7 +153,13 @@ pub fn release_view(store: &Store) -> Result<()> {
         }
     }
     let dir = store.mounts_dir();
-    for d in [full, bare, store.detached_dir(), store.overlay_stage_dir(), dir] {
+    for d in [
+        full,
+        bare,
+        store.detached_dir(),
+        store.overlay_stage_dir(),
+        dir,
+    ] {
         // Best effort: one still in use (or holding an overlay set aside) stays.
         let _ignored = fs::remove_dir(d);
     }
@@ -193,5 +200,64 @@ pub fn lower_root(store: &Store, checkpoint: &ObjectId, root: &str) -> Result<Pa
             dir.display()
         ))),
         Err(e) => Err(Error::io(&dir, e)),
+    }
+}
+
+/// How long `mount --branch` waits at most, by default, for the lower view's warm-up of the
+/// roots it mounted ([`wait_warm`]): about a second per 100k entries on the 2-core bench
+/// machine; a bigger tree goes on warming in the background.
+pub const WARM_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits until `deadline` for the lower view serving `lower` (a directory [`lower_root`]
+/// returned) to finish its warm-up of it (`view::warm`: every directory listed, so the
+/// kernel holds the dentry of every entry before a `git status` looks them up one by one).
+/// Returns whether it finished; `false` at once when no warm-up of it started in the daemon
+/// mounted now, the view keeps no record of its warm-ups (a daemon of an older build) or
+/// `lower` is not in a lower view. Polls the
+/// daemon's record (`run/views/<pid>.warmed`) every 10 ms.
+///
+/// # Errors
+/// Listing the store's view daemons.
+pub fn wait_warm(store: &Store, lower: &Path, deadline: Instant) -> Result<bool> {
+    let Some((view, rel)) = view_dirs(store)
+        .into_iter()
+        .find_map(|v| Some((v.clone(), lower.strip_prefix(&v).ok()?.to_path_buf())))
+    else {
+        return Ok(false);
+    };
+    // The daemon mounted there now: the one started last. A daemon whose view was detached
+    // (the last workspace went while a walk was under way, or a busy shell still holds an
+    // overlay on it) lives on with a state file naming the same mountpoint, and its record
+    // may list this very root, warmed in its own mount.
+    let pid = crate::daemon::list(store)?
+        .into_iter()
+        .filter(|m| m.mountpoint == view)
+        .filter_map(|m| m.state)
+        .max_by_key(|s| {
+            fs::metadata(store.view_state_path(s.pid))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+        .map(|s| s.pid);
+    let Some(pid) = pid else {
+        return Ok(false);
+    };
+    log::debug!(
+        "waiting for the warm-up of {} by the lower view daemon {pid}",
+        rel.display()
+    );
+    let record = store.view_warm_path(pid);
+    use crate::view::warm::{state, WarmState};
+    loop {
+        match state(&record, &rel) {
+            None => return Ok(false),
+            Some(WarmState::NotStarted) => {
+                log::debug!("no warm-up of {} started in daemon {pid}", rel.display());
+                return Ok(false);
+            }
+            Some(WarmState::Done) => return Ok(true),
+            Some(WarmState::Running) if Instant::now() >= deadline => return Ok(false),
+            Some(WarmState::Running) => std::thread::sleep(Duration::from_millis(10)),
+        }
     }
 }

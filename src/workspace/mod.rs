@@ -49,7 +49,7 @@ pub use checkpoint::{
     DirtyReport, Held, Hold, LiveTree, SpecialFile,
 };
 pub use fold::{fold, not_folded, remove_folded, roll_back_fold, waiting, FoldReport};
-pub use mount::{agent_cgroup, mount, reap_detached, umount, MountOptions};
+pub use mount::{agent_cgroup, mount, reap_detached, umount, wait_warm, MountOptions};
 pub use park::{evict_all as evict_parked, is_parked, parked, ParkRecord, Parked, MAX_PARKED};
 pub use state::{
     find_by_path, is_live, is_mounted, state, states, MountedRoot, UpperBase, WorkspaceState,

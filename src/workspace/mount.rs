@@ -9,6 +9,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -281,6 +282,26 @@ fn resume_parked(
         (park::resume(store, &opts.branch, &base, &roots)? == Resume::Resumed)
             .then_some((base, roots)),
     )
+}
+
+/// Waits, up to `wait` in all, for the lower view's warm-up of every root of `st` (`mount
+/// --branch` calls it once [`mount`] returned): a `git status` right after the mount then
+/// finds every lower entry in the kernel's caches (docs/benchmarks.md, "git at 100k files").
+/// Outside the store lock (the warm-up needs none); the workspace is mounted and usable
+/// meanwhile, so a failure to wait is only logged.
+pub fn wait_warm(store: &Store, st: &WorkspaceState, wait: Duration) {
+    if wait.is_zero() {
+        return;
+    }
+    let t0 = Instant::now();
+    let deadline = t0 + wait;
+    for (name, r) in &st.roots {
+        match lower::wait_warm(store, &r.lower, deadline) {
+            Ok(true) => log::debug!("{name}: lower view warm after {:?}", t0.elapsed()),
+            Ok(false) => log::debug!("{name}: not waiting longer for the lower view's warm-up"),
+            Err(e) => log::warn!("{name}: waiting for the lower view's warm-up: {e}"),
+        }
+    }
 }
 
 /// `ckptfs umount` of a workspace: unmounts every root (lazily when busy), and evicts the
