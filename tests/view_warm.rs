@@ -352,8 +352,12 @@ fn a_listing_of_the_checkpoint_directory_starts_its_roots_warm_ups_and_mount_wai
         .split(',')
         .next()
         .unwrap();
-    let checkpoint_dir = Path::new(lower).parent().unwrap().to_path_buf();
-    assert!(lower.ends_with("/ws"), "{lower}");
+    // (The overlay is nested: its lowerdir is the checkpoint directory, docs/inodes.md.)
+    let checkpoint_dir = Path::new(lower).to_path_buf();
+    assert!(
+        checkpoint_dir.parent().unwrap().ends_with("checkpoints"),
+        "{lower}"
+    );
     // Listed (READDIRPLUS): the kernel gets ws2's entry without looking it up.
     let listed: Vec<String> = fs::read_dir(&checkpoint_dir)
         .unwrap()
