@@ -176,6 +176,17 @@ fn create_with(path: &Path, data: &[u8], mode: u32) -> Result<File> {
     Ok(f)
 }
 
+/// Creates `path` and its missing parents, mode 0700 (the store's own directories, and ours
+/// under /run/ckptfs).
+pub fn create_private_dir_all(path: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| Error::io(path, e))
+}
+
 /// fsync of a file or directory by path.
 pub fn sync_path(path: &Path) -> Result<()> {
     fault_point("fsync").map_err(|e| Error::io(path, e))?;

@@ -40,7 +40,7 @@ use super::checkpoint::{first_excluded, is_dirty, Hold};
 use super::holders::{
     holders, is_busy, mount_in_use, mounted_elsewhere, set_mount_readonly, Holder,
 };
-use super::mount::{plan_roots, MountOptions};
+use super::mount::{mount_root, plan_roots, MountOptions};
 use super::state::{
     is_live, require_branch, source_name, state, write_json, write_mount_state, UpperBase,
     WorkspaceState,
@@ -287,14 +287,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         let aside = store.detached_overlay_path(branch, name, now);
         fs::create_dir_all(&aside).map_err(|e| resume(Error::io(&aside, e)))?;
         overlay::move_mount(&r.mountpoint, &aside).map_err(resume)?;
-        if let Err(e) = overlay::mount_overlay(
-            &src,
-            &r.mountpoint,
-            &r.lower,
-            &r.upper,
-            &r.work,
-            &store.overlay_stage_dir(),
-        ) {
+        if let Err(e) = mount_root(store, &src, r) {
             // Put the old (read-only) tree back rather than leave the path empty.
             if let Err(m) = overlay::move_mount(&aside, &r.mountpoint) {
                 log::warn!("{m}");

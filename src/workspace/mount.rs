@@ -7,14 +7,13 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::safe::Dir;
-use crate::store::Store;
+use crate::store::{fsio, Store};
 use crate::util::{check_name, now_ns};
 
 use super::checkpoint::{first_excluded, is_dirty, Hold};
@@ -48,11 +47,7 @@ fn prepare_upper(store: &Store, branch: &str, root: &str) -> Result<(PathBuf, Pa
     let work = store.overlay_work_dir(branch, root);
     let top = upper.parent().unwrap_or(&upper);
     for d in [top, &work] {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(d)
-            .map_err(|e| Error::io(d, e))?;
+        fsio::create_private_dir_all(d)?;
     }
     Ok((upper, work))
 }
@@ -78,6 +73,18 @@ fn rebase_if_clean(store: &Store, branch: &str, head: ObjectId) -> Result<Object
     Ok(head)
 }
 
+/// Mounts the overlay of one prepared root (`source` names the branch in mountinfo).
+pub(super) fn mount_root(store: &Store, source: &str, r: &MountedRoot) -> Result<()> {
+    overlay::mount_overlay(
+        source,
+        &r.mountpoint,
+        &r.lower,
+        &r.upper,
+        &r.work,
+        &store.overlay_stage_dir(),
+    )
+}
+
 /// Mounts the overlays of `st` (already prepared); unmounts the ones done on failure.
 pub(super) fn mount_roots(
     store: &Store,
@@ -87,14 +94,7 @@ pub(super) fn mount_roots(
     let src = source_name(store, branch);
     let mut done: Vec<&Path> = Vec::new();
     for r in roots.values() {
-        if let Err(e) = overlay::mount_overlay(
-            &src,
-            &r.mountpoint,
-            &r.lower,
-            &r.upper,
-            &r.work,
-            &store.overlay_stage_dir(),
-        ) {
+        if let Err(e) = mount_root(store, &src, r) {
             for m in done {
                 let _ignored = overlay::detach(m);
             }
@@ -350,16 +350,7 @@ pub fn reap_detached(store: &Store) -> Result<usize> {
     let [_, legacy] = store.legacy_mount_dirs();
     let mut n = 0;
     for dir in [store.detached_dir(), legacy, store.overlay_stage_dir()] {
-        for m in crate::mountinfo::mounts()? {
-            if m.mountpoint.starts_with(&dir) && m.mountpoint != dir {
-                // A background detach may have got there first (EINVAL: not mounted now).
-                match nix::mount::umount2(&m.mountpoint, nix::mount::MntFlags::MNT_DETACH) {
-                    Ok(()) => n += 1,
-                    Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
-                    Err(e) => return Err(Error::io(&m.mountpoint, std::io::Error::from(e))),
-                }
-            }
-        }
+        n += overlay::detach_all_under(&dir)?;
         if let Ok(rd) = fs::read_dir(&dir) {
             for e in rd.flatten() {
                 let _ignored = fs::remove_dir(e.path());

@@ -22,7 +22,6 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
@@ -134,11 +133,7 @@ pub fn mount_overlay(
     let Some((lower_top, upper_top, name)) = nested_layers(lower, upper) else {
         return mount_layers(source, target, lower, upper, work);
     };
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(stage)
-        .map_err(|e| Error::io(stage, e))?;
+    crate::store::fsio::create_private_dir_all(stage)?;
     reap_stage(stage);
     let staged = stage.join(format!(
         "{}-{}",
@@ -196,8 +191,8 @@ fn reap_stage(stage: &Path) {
                 "detaching {}, staged by a process that died",
                 m.mountpoint.display()
             );
-            if let Err(e) = umount2(&m.mountpoint, MntFlags::MNT_DETACH) {
-                log::warn!("{}: {e}", m.mountpoint.display());
+            if let Err(e) = detach_if_mounted(&m.mountpoint) {
+                log::warn!("{e}");
             }
             let _ignored = fs::remove_dir(&m.mountpoint);
         }
@@ -282,6 +277,39 @@ pub fn unmount(target: &Path) -> Result<Unmounted> {
 /// Detaches `target` at once (the old tree stays alive for whoever still uses it).
 pub fn detach(target: &Path) -> Result<()> {
     umount2(target, MntFlags::MNT_DETACH).map_err(|e| Error::io(target, io::Error::from(e)))
+}
+
+/// [`detach`], where nothing mounted there is no error: `false` then (a background detach
+/// got there first: EINVAL; its directory is gone: ENOENT).
+pub fn detach_if_mounted(target: &Path) -> Result<bool> {
+    match umount2(target, MntFlags::MNT_DETACH) {
+        Ok(()) => Ok(true),
+        Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => Ok(false),
+        Err(e) => Err(Error::io(target, io::Error::from(e))),
+    }
+}
+
+/// Detaches every mount below `dir` (deepest first) and removes their then empty
+/// directories. Returns how many were detached.
+///
+/// # Errors
+/// Reading the mount table; a detach.
+pub fn detach_all_under(dir: &Path) -> Result<usize> {
+    let mut found: Vec<std::path::PathBuf> = crate::mountinfo::mounts()?
+        .into_iter()
+        .filter(|m| m.mountpoint.starts_with(dir) && m.mountpoint != dir)
+        .map(|m| m.mountpoint)
+        .collect();
+    found.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+    found.dedup();
+    let mut n = 0;
+    for p in found {
+        if detach_if_mounted(&p)? {
+            n += 1;
+        }
+        let _ignored = fs::remove_dir(&p);
+    }
+    Ok(n)
 }
 
 /// Moves the mount at `from` to `to` (MS_MOVE): processes using it keep using it.

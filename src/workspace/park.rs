@@ -28,7 +28,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -151,14 +150,6 @@ fn remove_dirs(store: &Store, branch: &str, roots: impl Iterator<Item = String>)
     let _ignored = fs::remove_dir(store.parked_dir().join(branch));
 }
 
-fn make_dir(p: &Path) -> Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(p)
-        .map_err(|e| Error::io(p, e))
-}
-
 /// Parks the overlays of the workspace `st` left, which a switch moved to `asides` (root,
 /// where) and made read-only: evicts the oldest parks beyond [`MAX_PARKED`], writes the
 /// record, then moves each overlay to its parked path.
@@ -187,14 +178,14 @@ pub(super) fn park(
     };
     // The record first (synced): no crash leaves a mount under `parked/` no record names.
     if !store.park_records_dir().exists() {
-        make_dir(&store.park_records_dir())?;
+        fsio::create_private_dir_all(&store.park_records_dir())?;
         fsio::sync_path(&store.run_dir())?;
     }
     write_json(&store.park_record_path(&st.branch), &rec)?;
     let moved = (|| -> Result<()> {
         for (name, aside) in asides {
             let to = store.parked_overlay_path(&st.branch, name);
-            make_dir(&to)?;
+            fsio::create_private_dir_all(&to)?;
             overlay::move_mount(aside, &to)?;
             let _ignored = fs::remove_dir(aside);
         }
@@ -291,13 +282,10 @@ fn evict_record(store: &Store, rec: &ParkRecord, now: bool) -> Result<bool> {
     let mut asides = Vec::new();
     for (name, p) in &there {
         if now {
-            match nix::mount::umount2(p, nix::mount::MntFlags::MNT_DETACH) {
-                Ok(()) | Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
-                Err(e) => return Err(Error::io(p, std::io::Error::from(e))),
-            }
+            overlay::detach_if_mounted(p)?;
         } else {
             let aside = store.detached_overlay_path(&rec.branch, name, now_ns());
-            make_dir(&aside)?;
+            fsio::create_private_dir_all(&aside)?;
             overlay::move_mount(p, &aside)?;
             asides.push(aside);
         }
@@ -324,7 +312,7 @@ pub(super) fn evict(store: &Store, branch: &str) -> Result<bool> {
             // Unreadable: what is mounted at the branch's parking place goes, unfolded, and
             // so does the record.
             log::warn!("evicting the park of {branch}: {e}");
-            let n = detach_under(&store.parked_dir().join(branch))?;
+            let n = overlay::detach_all_under(&store.parked_dir().join(branch))?;
             fsio::remove_file(&store.park_record_path(branch))?;
             Ok(n > 0)
         }
@@ -361,7 +349,7 @@ pub fn evict_all(store: &Store) -> Result<usize> {
         }
     }
     let dir = store.parked_dir();
-    n += detach_under(&dir)?;
+    n += overlay::detach_all_under(&dir)?;
     // What is left there is records this build cannot read (their mounts went above).
     if let Ok(rd) = fs::read_dir(store.park_records_dir()) {
         for e in rd.flatten() {
@@ -381,28 +369,6 @@ pub fn evict_all(store: &Store) -> Result<usize> {
         }
     }
     let _ignored = fs::remove_dir(&dir);
-    Ok(n)
-}
-
-/// Detaches every mount below `dir` (deepest first) and removes the then empty directories
-/// below it. Returns how many were detached.
-fn detach_under(dir: &Path) -> Result<usize> {
-    let mut found: Vec<PathBuf> = crate::mountinfo::mounts()?
-        .into_iter()
-        .filter(|m| m.mountpoint.starts_with(dir) && m.mountpoint != dir)
-        .map(|m| m.mountpoint)
-        .collect();
-    found.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
-    found.dedup();
-    let mut n = 0;
-    for p in found {
-        match nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH) {
-            Ok(()) => n += 1,
-            Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
-            Err(e) => return Err(Error::io(&p, std::io::Error::from(e))),
-        }
-        let _ignored = fs::remove_dir(&p);
-    }
     Ok(n)
 }
 
