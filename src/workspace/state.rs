@@ -132,18 +132,17 @@ pub fn is_mounted(store: &Store, branch: &str) -> Result<bool> {
 /// True when a mounted root answers: its mountpoint can be listed, and a lookup of a name
 /// no one uses reaches its lower layer and comes back (a dead lower view answers ENOTCONN;
 /// a listing alone may come from overlayfs's cache of a merged directory).
+/// The workspace is the agent's: read through a held fd of the mountpoint, nothing followed.
 pub(super) fn answers(r: &MountedRoot) -> bool {
-    let listed = fs::read_dir(&r.mountpoint).is_ok_and(|rd| rd.into_iter().all(|e| e.is_ok()));
-    let probe = r.mountpoint.join(format!(
+    let Ok(dir) = crate::safe::Dir::open(&r.mountpoint) else {
+        return false;
+    };
+    let probe = format!(
         ".ckptfs-probe-{}-{}",
         std::process::id(),
         crate::util::now_ns()
-    ));
-    listed
-        && match fs::symlink_metadata(&probe) {
-            Ok(_) => true,
-            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-        }
+    );
+    dir.entries().is_ok() && dir.stat(probe).is_ok()
 }
 
 /// Finds the mounted workspace that `path` (a mountpoint, or a path inside one) belongs to.
