@@ -58,8 +58,9 @@ fn paths(room: &Path) -> Vec<PathBuf> {
     out
 }
 
-#[test]
-fn a_workspace_walk_after_the_warm_up_sends_the_lower_view_no_lookup() {
+/// A populated room and where its store goes, not made yet (each test makes and mounts it
+/// its own way; the guard unmounts it).
+fn unmounted_room() -> Workspace {
     let tmp = tempfile::tempdir().expect("tempdir");
     let w = Workspace {
         store: tmp.path().join("store"),
@@ -68,6 +69,12 @@ fn a_workspace_walk_after_the_warm_up_sends_the_lower_view_no_lookup() {
     };
     fs::create_dir_all(&w.room).unwrap();
     populate(&w.room);
+    w
+}
+
+#[test]
+fn a_workspace_walk_after_the_warm_up_sends_the_lower_view_no_lookup() {
+    let w = unmounted_room();
     git(&w.room, &["init", "-q"]);
     git(&w.room, &["add", "-A"]);
     git(&w.room, &["commit", "-qm", "populated"]);
@@ -166,34 +173,12 @@ fn count(dir: &Path) -> (usize, usize) {
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "gc.auto=0",
-        ])
-        .args(["-c", "core.untrackedCache=false", "-C"])
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", stderr(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    git_with(dir, &["core.untrackedCache=false"], args)
 }
 
 #[test]
 fn mount_warm_wait_zero_returns_at_once_and_the_warm_up_goes_on() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let w = Workspace {
-        store: tmp.path().join("store"),
-        room: tmp.path().join("room"),
-        tmp,
-    };
-    fs::create_dir_all(&w.room).unwrap();
-    populate(&w.room);
+    let w = unmounted_room();
     ok(["init", w.store(), "--root", &format!("ws={}", w.room())]);
     ok(["capture", w.store(), "-m", "initial"]);
 
@@ -260,14 +245,7 @@ impl Drop for Killed {
 
 #[test]
 fn mount_waits_for_the_daemon_mounted_now_not_one_left_detached() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let w = Workspace {
-        store: tmp.path().join("store"),
-        room: tmp.path().join("room"),
-        tmp,
-    };
-    fs::create_dir_all(&w.room).unwrap();
-    populate(&w.room);
+    let w = unmounted_room();
     ok(["init", w.store(), "--root", &format!("ws={}", w.room())]);
     ok(["capture", w.store(), "-m", "initial"]);
     ok(["mount", w.store(), "--branch", "main"]);
@@ -315,15 +293,8 @@ fn mount_waits_for_the_daemon_mounted_now_not_one_left_detached() {
 
 #[test]
 fn a_listing_of_the_checkpoint_directory_starts_its_roots_warm_ups_and_mount_waits_for_them() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let w = Workspace {
-        store: tmp.path().join("store"),
-        room: tmp.path().join("room"),
-        tmp,
-    };
+    let w = unmounted_room();
     let room2 = w.tmp.path().join("room2");
-    fs::create_dir_all(&w.room).unwrap();
-    populate(&w.room);
     populate(&room2);
     ok([
         "init",
@@ -387,14 +358,7 @@ fn a_listing_of_the_checkpoint_directory_starts_its_roots_warm_ups_and_mount_wai
 
 #[test]
 fn switch_waits_for_the_warm_up_of_the_new_base() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let w = Workspace {
-        store: tmp.path().join("store"),
-        room: tmp.path().join("room"),
-        tmp,
-    };
-    fs::create_dir_all(&w.room).unwrap();
-    populate(&w.room);
+    let w = unmounted_room();
     ok(["init", w.store(), "--root", &format!("ws={}", w.room())]);
     ok(["capture", w.store(), "-m", "first"]);
     write(&w.room.join("d0/new.txt"), b"new\n");

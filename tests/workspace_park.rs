@@ -332,29 +332,6 @@ fn gc_recover_and_branch_delete_evict() {
     assert!(mounts_under(&parked_dir(&w.store)).is_empty());
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "gc.auto=0",
-        ])
-        .args(["-c", "maintenance.auto=false", "-C"])
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("run git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn git_status_after_a_switch_back_changes_nothing() {
     let w = Workspace::new(|room| {

@@ -28,6 +28,7 @@
 //!   and column checks for tables (`column_starts`), for the CLI convention tests.
 //! - `runner`: `ckptfs turn` in a `Workspace` (`turn`, `turn_json`, `turns_can_run`), the
 //!   audit log, `log --turns`, `record_of`, and `CgroupKiller` for what a killed runner left.
+//! - `git`: real git in a test's tree (`git`, `git_with`: fixed identity, no gc).
 //! - `pty`: `on_terminal`, the binary under a pseudo-terminal (`script`).
 //! - `life`: where a store keeps its mounts (`store_mounts_dir`, `lower_view`, `detached_dir`).
 //! - `park`: parked overlays (`parked_dir`, `parked_at`, `park_record`, `park_records`) and
@@ -47,6 +48,7 @@ pub mod cli;
 pub mod conv;
 pub mod fault;
 pub mod garage;
+pub mod git;
 pub mod hostile;
 pub mod life;
 pub mod mount;
@@ -63,6 +65,6 @@ pub mod workspace;
 // Re-exported for `use support::*`; a test that needs nothing of a module would otherwise warn.
 #[allow(unused_imports)]
 pub use {
-    cli::*, conv::*, fault::*, garage::*, hostile::*, life::*, mount::*, park::*, pty::*,
+    cli::*, conv::*, fault::*, garage::*, git::*, hostile::*, life::*, mount::*, park::*, pty::*,
     remote::*, remote_gc::*, runner::*, store::*, tree::*, view::*, workspace::*,
 };
