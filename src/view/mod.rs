@@ -502,13 +502,15 @@ impl View {
     /// Entry `index` of directory `ino` read without an open handle (the adapter answered
     /// OPENDIR with ENOSYS, so the kernel opens directories itself and reads with handle 0):
     /// the listing as it is now. A checkpoint's directories never change, so offsets stay
-    /// valid; a browse directory may shift between calls.
+    /// valid; a browse directory may shift between calls. (The FUSE adapter takes the
+    /// listing once per request instead, see `unopened_listing`; this is the tests' way.)
+    #[cfg(test)]
     pub fn dir_entry_unopened(&self, ino: Ino, index: u64) -> Result<Option<(Vec<u8>, Node)>> {
         let listing = self.unopened_listing(ino, index)?;
         self.entry_of_listing(&listing, index)
     }
 
-    /// The listing [`View::dir_entry_unopened`] reads entries of, from `index` on: taken once
+    /// The listing of directory `ino` read without an open handle, from `index` on: taken once
     /// per READDIR(PLUS) request by the FUSE adapter, not once per entry (a warm-up lists
     /// 100k entries, about 25 a request).
     fn unopened_listing(&self, ino: Ino, index: u64) -> Result<Arc<Listing>> {
@@ -516,7 +518,9 @@ impl View {
     }
 
     /// Entry `index` of an open directory: 0 is `.`, 1 is `..`, then the children in name
-    /// order; `None` past the end. The offset of the next entry is `index + 1`.
+    /// order; `None` past the end. The offset of the next entry is `index + 1`. (The tests'
+    /// way; the FUSE adapter takes `open_listing` once per request.)
+    #[cfg(test)]
     pub fn dir_entry(&self, fh: u64, index: u64) -> Result<Option<(Vec<u8>, Node)>> {
         let listing = self.open_listing(fh)?;
         self.entry_of_listing(&listing, index)
