@@ -473,8 +473,12 @@ fn run_mount(a: view::MountArgs) -> Result<i32> {
 
 /// `ckptfs umount`: a workspace, else a read-only view.
 fn run_umount(a: view::UmountArgs) -> Result<i32> {
-    match workspace::umount(&a.mountpoint)? {
+    match workspace::umount(&a.mountpoint, a.kill)? {
         Some(code) => Ok(code),
+        None if a.kill => Err(ckptfs::error::Error::Usage(format!(
+            "umount --kill: {} is not a workspace (--kill is for workspaces)",
+            a.mountpoint.display()
+        ))),
         None => view::umount(a),
     }
 }

@@ -86,6 +86,13 @@ pub struct MountArgs {
     /// the view for each file; about a second per 100k files. 0: return at once.
     #[arg(long, value_name = "SECONDS", requires = "branch", value_parser = warm_wait_arg)]
     pub warm_wait: Option<std::time::Duration>,
+    /// With --branch: when the branch's upper layer is still used by an overlay a process
+    /// holds after a `switch` or `umount` (a copy of the workspace in another mount
+    /// namespace, a shell left in a tree set aside), kill (SIGKILL) those processes and
+    /// mount. Without it such a mount is refused, naming them: one upper layer is never
+    /// mounted twice.
+    #[arg(long, requires = "branch")]
+    pub kill: bool,
     /// With --branch: print the mounted workspace as JSON.
     #[arg(long, requires = "branch")]
     pub json: bool,
@@ -135,6 +142,12 @@ pub struct BrowseArgs {
 pub struct UmountArgs {
     /// A mountpoint of `ckptfs mount` or `ckptfs browse`.
     pub mountpoint: PathBuf,
+    /// For a workspace: kill (SIGKILL) the processes that would keep a writable view of the
+    /// branch after the umount (a file open for writing in it; a copy of the workspace in
+    /// another mount namespace, such as `unshare -Urm` makes) instead of refusing, naming
+    /// them. A shell merely inside is not killed: the tree it is in turns read-only.
+    #[arg(long)]
+    pub kill: bool,
 }
 
 // Arguments of `ckptfs status`.

@@ -108,6 +108,13 @@ pub struct SwitchArgs {
     /// and not the head of exactly one branch.
     #[arg(long)]
     pub name: Option<String>,
+    /// Kill (SIGKILL) the processes that would keep a writable view of the branch left (a
+    /// file open for writing in the workspace; a copy of it in another mount namespace, such
+    /// as `unshare -Urm` makes), or that still hold the target's upper layer, instead of
+    /// refusing, naming them. A shell merely inside is not killed: the tree it is left in
+    /// turns read-only.
+    #[arg(long)]
+    pub kill: bool,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -189,6 +196,7 @@ pub fn run_switch(a: SwitchArgs) -> Result<i32> {
         a.checkpoint_first,
         a.discard,
         a.name.as_deref(),
+        a.kill,
         a.json.json,
     )
 }
@@ -263,6 +271,7 @@ pub fn mount_branch(a: &super::view::MountArgs, branch: &str) -> Result<i32> {
             relocate: reloc,
             hold,
             lower_cache_bytes,
+            kill: a.kill,
         },
     )?;
     workspace::wait_warm(&s, &st, a.warm_wait.unwrap_or(workspace::lower::WARM_WAIT));
@@ -524,6 +533,7 @@ pub fn switch(
     checkpoint_first: bool,
     discard: bool,
     name: Option<&str>,
+    kill: bool,
     json: bool,
 ) -> Result<i32> {
     let policy = match (checkpoint_first, discard) {
@@ -537,7 +547,7 @@ pub fn switch(
         (false, false) => DirtyPolicy::Refuse,
     };
     let (s, st) = find_workspace(mountpoint)?;
-    let r = workspace::switch(&s, &st.branch, to, policy, name)?;
+    let r = workspace::switch_killing(&s, &st.branch, to, policy, name, kill)?;
     // As `mount --branch`: wait (bounded) for the lower view's warm-up of the new base, so
     // the first walk after the switch finds its entries cached.
     if let Some(now) = workspace::state(&s, &r.to_branch)? {
@@ -590,22 +600,13 @@ pub fn switch(
 fn print_left_behind(r: &workspace::SwitchReport) {
     for h in &r.left_behind {
         println!(
-            "pid {} ({}) is still in the tree of {} left behind ({} {}): {}; `cd \"$PWD\"` \
-             brings a shell to {}",
+            "pid {} ({}) is still in the tree of {} left behind ({} {}): its writes there fail \
+             (read-only); `cd \"$PWD\"` brings a shell to {}",
             h.pid,
             h.command,
             r.from_branch,
             h.how,
             h.path.display(),
-            if r.left_behind_writable {
-                format!(
-                    "a file open for writing keeps that tree writable, and what is written \
-                     there goes to {}'s un-checkpointed changes",
-                    r.from_branch
-                )
-            } else {
-                "its writes there fail (read-only)".to_string()
-            },
             r.to_branch
         );
     }
@@ -619,13 +620,13 @@ pub fn fork(store: &Path, checkpoint: &str, name: &str) -> Result<i32> {
 }
 
 /// Umount of a workspace mountpoint; `Ok(None)` when the path is not a workspace.
-pub fn umount(mountpoint: &Path) -> Result<Option<i32>> {
+pub fn umount(mountpoint: &Path, kill: bool) -> Result<Option<i32>> {
     let Ok((s, st)) = find_workspace(mountpoint) else {
         return Ok(None);
     };
     // The same definition of dirty as status and switch (an error telling it is not fatal).
     let dirty = workspace::is_dirty(&s, &st.branch).unwrap_or(true);
-    for (p, how) in workspace::umount(&s, &st.branch)? {
+    for (p, how) in workspace::umount_killing(&s, &st.branch, kill)? {
         match how {
             workspace::overlay::Unmounted::Clean => println!("unmounted {}", p.display()),
             workspace::overlay::Unmounted::Detached => println!(

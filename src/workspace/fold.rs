@@ -279,6 +279,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
             filesystem: st.freeze_fs,
         },
         lower_cache_bytes: None,
+        kill: false,
     };
     let roots = plan_roots(store, branch, &head, &opts).map_err(resume)?;
     let src = source_name(store, branch);

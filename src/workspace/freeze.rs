@@ -275,7 +275,7 @@ fn holds_pid(dir: &Path, pid: u32) -> Result<bool> {
 
 /// Adds the pids in cgroup `dir` and its descendants to `pids` (a cgroup whose process list
 /// cannot be read adds none; a directory that cannot be listed is an error).
-fn collect_pids(dir: &Path, pids: &mut std::collections::HashSet<u32>) -> Result<()> {
+pub(super) fn collect_pids(dir: &Path, pids: &mut std::collections::HashSet<u32>) -> Result<()> {
     if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
         pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
     }

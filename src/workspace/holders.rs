@@ -183,7 +183,9 @@ pub fn set_aside_in_use(target: &Path) -> bool {
 /// container given the room). `(pid, mountpoint as that process sees it)`. A copy at the
 /// same path in another namespace (what `unshare -m` or a sandboxed service copies, or the
 /// kernel propagates, of every mount) counts only while a process of that namespace is inside
-/// it. Each mount namespace is read once.
+/// it, and only in a namespace of this user namespace (a service's): one an ordinary user
+/// made (`unshare -Urm`) writes through the copy from anywhere, so it always counts. Each
+/// mount namespace is read once.
 pub fn mounted_elsewhere(ours: &[PathBuf]) -> Option<(u32, PathBuf)> {
     let mine = crate::mountinfo::mounts().ok()?;
     let devs: Vec<String> = mine
@@ -201,6 +203,7 @@ pub fn mounted_elsewhere(ours: &[PathBuf]) -> Option<(u32, PathBuf)> {
         return Some((std::process::id(), m.mountpoint.clone()));
     }
     let own_ns = fs::read_link("/proc/self/ns/mnt").ok();
+    let own_user = fs::read_link("/proc/self/ns/user").ok();
     // Namespace -> its processes; the first one's mountinfo stands for all.
     let mut spaces: std::collections::HashMap<PathBuf, Vec<(u32, PathBuf)>> =
         std::collections::HashMap::new();
@@ -229,8 +232,11 @@ pub fn mounted_elsewhere(ours: &[PathBuf]) -> Option<(u32, PathBuf)> {
             if !devs.contains(&m.dev) {
                 continue;
             }
-            // Mounted at another path there: given to it (a container's bind mount).
-            if !ours.contains(&m.mountpoint) {
+            // Mounted at another path there: given to it (a container's bind mount); or
+            // in a user namespace of its own.
+            if !ours.contains(&m.mountpoint)
+                || fs::read_link(dir.join("ns/user")).ok() != own_user
+            {
                 return Some((*pid, m.mountpoint));
             }
             let inside = |p: &Path| p.starts_with(&m.mountpoint);
@@ -244,4 +250,319 @@ pub fn mounted_elsewhere(ours: &[PathBuf]) -> Option<(u32, PathBuf)> {
         }
     }
     None
+}
+
+/// The `major:minor` of the filesystems mounted at `mountpoints` in this mount namespace.
+pub fn devices(mountpoints: &[PathBuf]) -> Vec<String> {
+    let Ok(mine) = crate::mountinfo::mounts() else {
+        return Vec::new();
+    };
+    let mut devs: Vec<String> = mine
+        .into_iter()
+        .filter(|m| mountpoints.contains(&m.mountpoint))
+        .map(|m| m.dev)
+        .collect();
+    devs.sort();
+    devs.dedup();
+    devs
+}
+
+/// Every process of every other mount namespace that has a mount `wanted` accepts: a copy
+/// of a workspace's overlay that `unshare -m` (allowed to anyone with `-U`) or a container
+/// made while it was mounted. Such a copy shares the overlay's superblock, so it writes the
+/// branch's upper layer from wherever its processes' cwd is (nothing of theirs need be
+/// inside), and it survives `switch` and `umount`: locked in a user namespace, not even
+/// root can unmount it there. Only ending every process of the namespace frees it. `how` is
+/// `mount namespace`, `path` the mount as that namespace shows it. Each namespace's mount
+/// table is read once (from its first process), deduplicated by `/proc/PID/ns/mnt`.
+pub fn in_other_namespaces(wanted: impl Fn(&crate::mountinfo::MountEntry) -> bool) -> Vec<Holder> {
+    let own_ns = fs::read_link("/proc/self/ns/mnt").ok();
+    let mut spaces: std::collections::HashMap<PathBuf, Vec<u32>> = Default::default();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(ns) = fs::read_link(e.path().join("ns/mnt")) else {
+            continue;
+        };
+        if Some(&ns) != own_ns.as_ref() {
+            spaces.entry(ns).or_default().push(pid);
+        }
+    }
+    let mut out = Vec::new();
+    for pids in spaces.values() {
+        // A process may exit meanwhile: the first one whose table reads stands for all.
+        let Some(table) = pids
+            .iter()
+            .find_map(|p| fs::read_to_string(format!("/proc/{p}/mountinfo")).ok())
+        else {
+            continue;
+        };
+        let Some(m) = table
+            .lines()
+            .filter_map(|l| crate::mountinfo::parse_mountinfo(l).pop())
+            .find(|m| wanted(m))
+        else {
+            continue;
+        };
+        for &pid in pids {
+            out.push(Holder {
+                pid,
+                command: command_of(pid),
+                how: "mount namespace",
+                path: m.mountpoint.clone(),
+            });
+        }
+    }
+    out.sort_by_key(|h| h.pid);
+    out
+}
+
+/// `/proc/PID/comm`, or empty.
+fn command_of(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().to_string())
+        .unwrap_or_default()
+}
+
+/// The processes of other mount namespaces holding a mount of one of the filesystems
+/// mounted here at `mountpoints` (see [`in_other_namespaces`]), those of `cgroups` (the
+/// workspace's, where its agent runs) first.
+pub fn foreign(mountpoints: &[PathBuf], cgroups: &[PathBuf]) -> Vec<Holder> {
+    let devs = devices(mountpoints);
+    if devs.is_empty() {
+        return Vec::new();
+    }
+    agent_first(in_other_namespaces(|m| devs.contains(&m.dev)), cgroups)
+}
+
+/// `found` with the processes of `cgroups` (and their descendants) first, each part by pid.
+pub fn agent_first(mut found: Vec<Holder>, cgroups: &[PathBuf]) -> Vec<Holder> {
+    let mut agent = std::collections::HashSet::new();
+    for c in cgroups {
+        if let Err(e) = super::freeze::collect_pids(c, &mut agent) {
+            log::debug!("{e}");
+        }
+    }
+    found.sort_by_key(|h| (!agent.contains(&h.pid), h.pid));
+    found
+}
+
+/// One line naming `holders` (the first few) for an error message.
+pub fn describe(holders: &[Holder]) -> String {
+    const SHOWN: usize = 5;
+    let mut parts: Vec<String> = holders
+        .iter()
+        .take(SHOWN)
+        .map(|h| {
+            format!(
+                "pid {} ({}, {} {})",
+                h.pid,
+                h.command,
+                h.how,
+                h.path.display()
+            )
+        })
+        .collect();
+    if holders.len() > SHOWN {
+        parts.push(format!("and {} more", holders.len() - SHOWN));
+    }
+    parts.join(", ")
+}
+
+/// How long [`kill`] waits for the processes it ended to be gone.
+const KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Ends `holders` (`--kill`): SIGKILL to each, then waits until each is gone or a zombie
+/// (an exited process has left its mount namespace and closed its files). A process gone
+/// already is no error.
+///
+/// # Errors
+/// `Conflict` naming the processes still running after [`KILL_WAIT`], or one that could not
+/// be signalled.
+pub fn kill(holders: &[Holder]) -> Result<()> {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let own = std::process::id();
+    for h in holders.iter().filter(|h| h.pid != own) {
+        let Ok(pid) = i32::try_from(h.pid) else {
+            continue;
+        };
+        log::info!("killing pid {} ({}): {} {}", h.pid, h.command, h.how, h.path.display());
+        match kill(Pid::from_raw(pid), Signal::SIGKILL) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+            Err(e) => {
+                return Err(Error::Conflict(format!(
+                    "could not kill pid {} ({}): {e}",
+                    h.pid, h.command
+                )))
+            }
+        }
+    }
+    let deadline = std::time::Instant::now() + KILL_WAIT;
+    loop {
+        let alive: Vec<Holder> = holders
+            .iter()
+            .filter(|h| h.pid != own && running(h.pid))
+            .cloned()
+            .collect();
+        if alive.is_empty() {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(Error::Conflict(format!(
+                "still running {}s after SIGKILL: {}",
+                KILL_WAIT.as_secs(),
+                describe(&alive)
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` is a process that has not exited (a zombie has).
+fn running(pid: u32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) S ...`: the state follows the last `)` (comm may hold one).
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X') | None)
+}
+
+/// Makes the filesystem mounted at `target` read-only, or writable again: `MS_REMOUNT`
+/// without `MS_BIND` reconfigures the superblock, so every mount of it in every mount
+/// namespace follows (a copy in another user namespace cannot make it writable again: that
+/// takes root of the namespace the filesystem was mounted in). The kernel refuses (EBUSY)
+/// while any file of it is open for writing (or deleted while open) through any mount.
+///
+/// # Errors
+/// The remount; [`is_busy`] tells a file open for writing.
+pub fn set_superblock_readonly(target: &Path, readonly: bool) -> Result<()> {
+    let mut flags = MsFlags::MS_REMOUNT;
+    if readonly {
+        flags |= MsFlags::MS_RDONLY;
+    }
+    mount(None::<&str>, target, None::<&str>, flags, None::<&str>).map_err(|e| {
+        Error::io_op(
+            format!(
+                "making the filesystem mounted at {} {}",
+                target.display(),
+                if readonly { "read-only" } else { "writable" }
+            ),
+            io::Error::from(e),
+        )
+    })
+}
+
+/// Makes the overlays mounted at `mountpoints` (a workspace's, before `switch` takes them
+/// away or `umount` unmounts them) read-only in every mount namespace
+/// ([`set_superblock_readonly`]), so that no process keeps a writable view of the branch:
+/// a shell left inside, a copy of the mount another namespace holds, a file descriptor.
+///
+/// - A file open for writing makes the kernel refuse: its processes are named, or ended
+///   with `kill` and the remount tried again.
+/// - Then the processes of other mount namespaces holding a copy (see [`foreign`]) are
+///   named, or ended with `kill`: their copy is read-only now, but it keeps the overlay (and
+///   its upper layer) alive where nothing of ours can unmount it, and a later mount of the
+///   branch, or its parked tree made writable again, would give them back a writable view.
+///   The check runs after the remount, so a namespace made meanwhile holds a read-only copy.
+///
+/// `what` names the command for the messages (`switch`, `umount`). On refusal the overlays
+/// are made writable again: nothing changed.
+///
+/// # Errors
+/// `Conflict` naming the processes (and how to proceed); a remount that fails otherwise.
+pub fn seal(mountpoints: &[PathBuf], cgroups: &[PathBuf], kill: bool, what: &str) -> Result<()> {
+    let mut done: Vec<&PathBuf> = Vec::new();
+    let undo = |done: &[&PathBuf]| {
+        for mp in done {
+            if let Err(e) = set_superblock_readonly(mp, false) {
+                log::warn!("{e}");
+            }
+        }
+    };
+    for mp in mountpoints {
+        let mut tried_kill = false;
+        loop {
+            match set_superblock_readonly(mp, true) {
+                Ok(()) => break,
+                Err(e) if is_busy(&e) => {
+                    let inside = holders(mountpoints);
+                    let mut writers: Vec<Holder> = inside
+                        .iter()
+                        .filter(|h| h.how == "open for writing")
+                        .cloned()
+                        .collect();
+                    if writers.is_empty() {
+                        // An unlinked file still open, or a writer in another namespace.
+                        writers = inside;
+                        writers.extend(foreign(mountpoints, cgroups));
+                    }
+                    let writers = agent_first(writers, cgroups);
+                    if kill && !tried_kill && !writers.is_empty() {
+                        tried_kill = true;
+                        kill_or_undo(&writers, &done, &undo)?;
+                        continue;
+                    }
+                    undo(&done);
+                    return Err(Error::Conflict(format!(
+                        "{what}: {} is written through right now ({}); the branch must not stay \
+                         writable once the workspace leaves it: end {}, or use --kill",
+                        mp.display(),
+                        if writers.is_empty() {
+                            "no process found: a file open for writing, or deleted while open"
+                                .to_string()
+                        } else {
+                            describe(&writers)
+                        },
+                        if writers.len() == 1 { "it" } else { "them" }
+                    )));
+                }
+                Err(e) => {
+                    undo(&done);
+                    return Err(e);
+                }
+            }
+        }
+        done.push(mp);
+    }
+    let outside = foreign(mountpoints, cgroups);
+    if outside.is_empty() {
+        return Ok(());
+    }
+    if kill {
+        kill_or_undo(&outside, &done, &undo)?;
+        let left = foreign(mountpoints, cgroups);
+        if left.is_empty() {
+            return Ok(());
+        }
+        undo(&done);
+        return Err(Error::Conflict(format!(
+            "{what}: still held from another mount namespace after --kill: {}",
+            describe(&left)
+        )));
+    }
+    undo(&done);
+    Err(Error::Conflict(format!(
+        "{what}: the workspace is mounted in another mount namespace too, where it would stay \
+         writable after the {what} and keep the branch's upper layer in use: {}; end {}, or use \
+         --kill",
+        describe(&outside),
+        if outside.len() == 1 { "it" } else { "them" }
+    )))
+}
+
+/// [`kill`], undoing the remounts `done` when it fails.
+fn kill_or_undo(
+    holders: &[Holder],
+    done: &[&PathBuf],
+    undo: &impl Fn(&[&PathBuf]),
+) -> Result<()> {
+    kill(holders).inspect_err(|_| undo(done))
 }

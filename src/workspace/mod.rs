@@ -49,11 +49,13 @@ pub use checkpoint::{
     DirtyReport, Held, Hold, LiveTree, SpecialFile,
 };
 pub use fold::{fold, not_folded, remove_folded, roll_back_fold, waiting, FoldReport};
-pub use mount::{agent_cgroup, mount, reap_detached, umount, wait_warm, MountOptions};
+pub use mount::{
+    agent_cgroup, mount, reap_detached, umount, umount_killing, wait_warm, MountOptions,
+};
 pub use park::{evict_all as evict_parked, is_parked, parked, ParkRecord, Parked, MAX_PARKED};
 pub use state::{
     find_by_path, is_live, is_mounted, state, states, MountedRoot, UpperBase, WorkspaceState,
 };
 pub use switch::{
-    left_behind, roll_back_switch, switch, DirtyPolicy, LeftBehind, SwitchPhase, SwitchReport,
+    left_behind, roll_back_switch, switch, switch_killing, DirtyPolicy, LeftBehind, SwitchPhase, SwitchReport,
 };

@@ -22,7 +22,7 @@ use super::state::{
     answers, is_live, require_branch, source_name, state, states, upper_base, write_json,
     write_mount_state, MountedRoot, UpperBase, WorkspaceState,
 };
-use super::{freeze, lower, overlay};
+use super::{freeze, holders, lower, overlay};
 
 /// What to mount.
 #[derive(Clone, Debug, Default)]
@@ -37,6 +37,9 @@ pub struct MountOptions {
     /// Memory of the store's lower view for trees and chunks (`--cache-size`), when it
     /// starts; `None`: the default (see `lower::ensure_view_sized`).
     pub lower_cache_bytes: Option<u64>,
+    /// `--kill`: end the processes that still use the branch's upper layer through another
+    /// overlay (see [`mount_roots`]) instead of refusing.
+    pub kill: bool,
 }
 
 /// Creates the upper directories of `branch` for `root`: the overlay's upper directory
@@ -86,15 +89,47 @@ pub(super) fn mount_root(store: &Store, source: &str, r: &MountedRoot) -> Result
 }
 
 /// Mounts the overlays of `st` (already prepared); unmounts the ones done on failure.
+///
+/// An upper layer another overlay still uses is never mounted again (overlayfs refuses it
+/// with `index=on`): the overlay a process holds after a `switch` or `umount` (a copy in
+/// another mount namespace, a tree left behind). Refused naming those processes, or with
+/// `kill` they are ended and the mount tried again.
+///
+/// # Errors
+/// `Conflict` naming who holds the upper layer; a mount that fails otherwise.
 pub(super) fn mount_roots(
     store: &Store,
     branch: &str,
     roots: &BTreeMap<String, MountedRoot>,
+    kill: bool,
 ) -> Result<()> {
     let src = source_name(store, branch);
     let mut done: Vec<&Path> = Vec::new();
     for r in roots.values() {
-        if let Err(e) = mount_root(store, &src, r) {
+        let mut mounted = mount_root(store, &src, r);
+        if mounted.as_ref().is_err_and(holders::is_busy) {
+            let held = upper_holders(store, branch);
+            if kill && !held.is_empty() {
+                mounted = holders::kill(&held).and_then(|()| mount_root(store, &src, r));
+            }
+            if mounted.as_ref().is_err_and(holders::is_busy) {
+                mounted = Err(Error::Conflict(format!(
+                    "branch {branch}: its upper layer {} is still used by another overlay, which                      a process holds after a switch or umount; it is never mounted twice. {}",
+                    r.upper.display(),
+                    if held.is_empty() {
+                        "No process found (one still inside a tree detached while in use):                          end it and mount again"
+                            .to_string()
+                    } else {
+                        format!(
+                            "Held by {}: end {}, or use --kill",
+                            holders::describe(&held),
+                            if held.len() == 1 { "it" } else { "them" }
+                        )
+                    }
+                )));
+            }
+        }
+        if let Err(e) = mounted {
             for m in done {
                 let _ignored = overlay::detach(m);
             }
@@ -103,6 +138,31 @@ pub(super) fn mount_roots(
         done.push(&r.mountpoint);
     }
     Ok(())
+}
+
+/// The processes that keep an overlay of `branch` alive other than its workspace: those of
+/// another mount namespace with a mount of it, and those inside a tree of it set aside here
+/// (left behind by a switch, parked).
+fn upper_holders(store: &Store, branch: &str) -> Vec<holders::Holder> {
+    let src = source_name(store, branch);
+    let mounted_here: Vec<PathBuf> = state(store, branch)
+        .ok()
+        .flatten()
+        .map(|st| st.roots.values().map(|r| r.mountpoint.clone()).collect())
+        .unwrap_or_default();
+    let aside: Vec<PathBuf> = crate::mountinfo::mounts()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| {
+            m.fstype == "overlay" && m.source == src && !mounted_here.contains(&m.mountpoint)
+        })
+        .map(|m| m.mountpoint)
+        .collect();
+    let mut out = holders::holders(&aside);
+    out.extend(holders::in_other_namespaces(|m| {
+        m.fstype == "overlay" && m.source == src
+    }));
+    out
 }
 
 /// Detaches whatever of ours is stale at `mountpoint` (a dead mount from a crash).
@@ -240,7 +300,7 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
                     fs::create_dir_all(&r.mountpoint).map_err(|e| Error::io(&r.mountpoint, e))?;
                     clear_stale(store, &r.mountpoint)?;
                 }
-                mount_roots(store, &opts.branch, &roots)?;
+                mount_roots(store, &opts.branch, &roots, opts.kill)?;
                 (base, roots)
             }
         };
@@ -279,7 +339,7 @@ fn resume_parked(
         clear_stale(store, &r.mountpoint)?;
     }
     Ok(
-        (park::resume(store, &opts.branch, &base, &roots)? == Resume::Resumed)
+        (park::resume(store, &opts.branch, &base, &roots, opts.kill)? == Resume::Resumed)
             .then_some((base, roots)),
     )
 }
@@ -305,12 +365,35 @@ pub fn wait_warm(store: &Store, st: &WorkspaceState, wait: Duration) {
 }
 
 /// `ckptfs umount` of a workspace: unmounts every root (lazily when busy), and evicts the
-/// branches parked from it (all of the store's when it was the last workspace).
+/// branches parked from it (all of the store's when it was the last workspace). Refuses
+/// while a process would keep a writable view of the branch (see [`umount_killing`]).
 pub fn umount(store: &Store, branch: &str) -> Result<Vec<(PathBuf, overlay::Unmounted)>> {
+    umount_killing(store, branch, false)
+}
+
+/// [`umount`]: first every root is made read-only in every mount namespace, so a process
+/// left inside a tree detached while busy, or holding a copy of it in another mount
+/// namespace, cannot write the branch's upper layer any more (`holders::seal`). A file open
+/// for writing, or such a copy, refuses the umount naming the processes; with `kill`
+/// (`umount --kill`) they are ended instead.
+pub fn umount_killing(
+    store: &Store,
+    branch: &str,
+    kill: bool,
+) -> Result<Vec<(PathBuf, overlay::Unmounted)>> {
     let out = store.mutate("umount", serde_json::json!({"branch": branch}), |_| {
         let st = state(store, branch)?
             .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {branch}")))?;
         let src = source_name(store, branch);
+        let ours: Vec<PathBuf> = st
+            .roots
+            .values()
+            .map(|r| r.mountpoint.clone())
+            .filter(|mp| {
+                crate::mountinfo::mount_at(mp).is_ok_and(|m| m.is_some_and(|m| m.source == src))
+            })
+            .collect();
+        holders::seal(&ours, &st.freeze_cgroups, kill, "umount")?;
         let mut out = Vec::new();
         for r in st.roots.values() {
             match crate::mountinfo::mount_at(&r.mountpoint)? {

@@ -89,8 +89,8 @@ fn introduce_copies(lower: &Path, upper: &Path) {
 }
 
 /// Whether overlays mount with `index=on`, which keeps a copied-up hardlink's names joined.
-/// Overlayfs then refuses (EBUSY) an upper layer that a detached overlay still uses (what
-/// `switch` leaves while a shell works in the tree it left): that mount goes without it.
+/// Overlayfs then refuses (EBUSY) an upper layer that another overlay still uses, which is
+/// what keeps one upper layer from being mounted twice (see `mount::mount_roots`).
 const INDEX: bool = true;
 
 /// Most upper entries [`introduce_copies`] looks at (about 20 µs each).
@@ -226,22 +226,11 @@ fn mount_layers(
             Some(opts.as_str()),
         )
     };
-    let mounted = match with(if INDEX { "on" } else { "off" }) {
-        // With index=on overlayfs refuses an upper layer another overlay still uses: the one
-        // `switch` or `umount` detached while a process works in it. Without the index it
-        // allows that (as before), so the new mount goes ahead; the names of a hardlink
-        // copied up meanwhile are then not joined in it (docs/inodes.md).
-        Err(nix::errno::Errno::EBUSY) if INDEX => {
-            log::warn!(
-                "{}: its upper layer is still used by a detached overlay (a process inside the \
-                 tree left by a switch or unmount); mounting without index=on, so copied-up \
-                 hardlinks are not joined in this mount",
-                target.display()
-            );
-            with("off")
-        }
-        other => other,
-    };
+    // With index=on overlayfs refuses (EBUSY) an upper layer another overlay still uses: one
+    // a process holds after `switch` or `umount` (a copy in another mount namespace, a tree
+    // detached while in use). No fallback to index=off: two overlays on one upper layer
+    // corrupt it, and the other one may be writable. The caller names the holders.
+    let mounted = with(if INDEX { "on" } else { "off" });
     mounted.map_err(|e| {
         Error::io_op(
             format!(

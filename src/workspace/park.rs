@@ -40,7 +40,7 @@ use crate::store::Store;
 use crate::util::now_ns;
 
 use super::fold::{detach_and_remove, drop_recorded_upper};
-use super::holders::{mounted_elsewhere, set_aside_in_use, set_mount_readonly};
+use super::holders::{self, mounted_elsewhere, set_aside_in_use, set_mount_readonly};
 use super::state::{answers, read_json, source_name, state, write_json, MountedRoot};
 use super::{branch::upper_usage, overlay};
 
@@ -211,6 +211,7 @@ pub(super) fn resume(
     branch: &str,
     base: &ObjectId,
     roots: &BTreeMap<String, MountedRoot>,
+    kill: bool,
 ) -> Result<Resume> {
     let rec = match read(store, branch) {
         Ok(Some(rec)) => rec,
@@ -245,6 +246,21 @@ pub(super) fn resume(
         evict_record(store, &rec, true)?;
         return Ok(Resume::Evicted);
     }
+    // A copy of a parked overlay in another mount namespace (made while the branch was
+    // mounted) is read-only only while the tree is: made writable again, it would be a
+    // writable view of the branch for a process the workspace does not show.
+    let parked_at: Vec<PathBuf> = there.values().cloned().collect();
+    let outside = holders::foreign(&parked_at, &[]);
+    if !outside.is_empty() {
+        if !kill {
+            return Err(Error::Conflict(format!(
+                "branch {branch}: its parked tree is mounted in another mount namespace too,                  where it would become writable with the workspace: {}; end {}, or use --kill",
+                holders::describe(&outside),
+                if outside.len() == 1 { "it" } else { "them" }
+            )));
+        }
+        holders::kill(&outside)?;
+    }
     for (name, r) in roots {
         if let Some(m) = crate::mountinfo::mount_at(&r.mountpoint)? {
             return Err(Error::Conflict(format!(
@@ -255,6 +271,8 @@ pub(super) fn resume(
             )));
         }
         overlay::move_mount(&there[name], &r.mountpoint)?;
+        // Sealed by the switch away (older builds: this mount only).
+        holders::set_superblock_readonly(&r.mountpoint, false)?;
         set_mount_readonly(&r.mountpoint, false)?;
     }
     remove_dirs(store, branch, roots.keys().cloned());

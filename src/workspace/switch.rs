@@ -19,7 +19,8 @@ use crate::util::{check_name, now_ns};
 use super::checkpoint::{checkpoint_locked, dirty, first_change, is_dirty, Hold};
 use super::fold::{detach_and_remove, drop_recorded_upper};
 use super::holders::{
-    holders, is_busy, mounted_elsewhere, set_aside_in_use, set_mount_readonly, Holder,
+    holders, mounted_elsewhere, seal, set_aside_in_use, set_mount_readonly,
+    set_superblock_readonly, Holder,
 };
 use super::mount::{mount_roots, plan_roots, MountOptions};
 use super::park::{self, Resume};
@@ -46,12 +47,13 @@ pub struct SwitchReport {
     pub created_branch: bool,
     pub checkpointed: Option<ObjectId>,
     pub displaced: Option<PathBuf>,
-    /// Processes still inside the tree left behind (their cwd, an open file...), with the
-    /// path where the workspace showed it. Their writes there fail with EROFS, unless
-    /// `left_behind_writable`.
+    /// Processes still inside the tree left behind (their cwd, a file open for reading...),
+    /// with the path where the workspace showed it. Their writes there fail with EROFS.
     pub left_behind: Vec<Holder>,
-    /// A file open for writing kept the tree left behind writable: what its process writes
-    /// goes to the un-checkpointed changes of the branch left (see `status`).
+    /// Always false: a switch makes the tree it takes away read-only in every mount
+    /// namespace, or refuses (a file open for writing, a copy in another namespace). Kept
+    /// for readers of the JSON of older builds, where a file open for writing kept it
+    /// writable.
     pub left_behind_writable: bool,
     /// The upper layer of the branch left was all in its head, and went (a fold): that
     /// branch's base is now its head.
@@ -86,7 +88,7 @@ pub struct LeftBehind {
     pub branch: String,
     /// Where it is mounted now (under `Store::detached_dir`).
     pub at: PathBuf,
-    /// Writes into it fail with EROFS; false when a file open for writing kept it writable.
+    /// Writes into it fail with EROFS (false only for a tree an older build left writable).
     pub readonly: bool,
     pub holders: Vec<Holder>,
 }
@@ -183,8 +185,13 @@ pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
         };
         if let Some(from) = from {
             overlay::move_mount(&from, mountpoint)?;
-            if let Err(e) = set_mount_readonly(mountpoint, false) {
-                log::warn!("{e}");
+            for r in [
+                set_mount_readonly(mountpoint, false),
+                set_superblock_readonly(mountpoint, false),
+            ] {
+                if let Err(e) = r {
+                    log::warn!("{e}");
+                }
             }
             actions.push(format!(
                 "moved the {} workspace back to {}",
@@ -270,13 +277,29 @@ fn resolve_target(store: &Store, target: &str, new_name: Option<&str>) -> Result
     Ok((name, true))
 }
 
-/// `ckptfs switch`: shows `target` at the same paths, without copying files.
+/// `ckptfs switch`: shows `target` at the same paths, without copying files. Refuses while
+/// a process would keep a writable view of the branch left (see [`switch_killing`]).
 pub fn switch(
     store: &Store,
     from_branch: &str,
     target: &str,
     policy: DirtyPolicy,
     new_name: Option<&str>,
+) -> Result<SwitchReport> {
+    switch_killing(store, from_branch, target, policy, new_name, false)
+}
+
+/// [`switch`]; with `kill` (`switch --kill`), the processes that would keep a writable view
+/// of the branch left (a file open for writing, a copy of the workspace in another mount
+/// namespace: see `holders::seal`), or that still use the target's upper layer, are ended
+/// instead of refusing.
+pub fn switch_killing(
+    store: &Store,
+    from_branch: &str,
+    target: &str,
+    policy: DirtyPolicy,
+    new_name: Option<&str>,
+    kill: bool,
 ) -> Result<SwitchReport> {
     let t0 = std::time::Instant::now();
     // The marker names what a checkpoint first would freeze, for `recover`.
@@ -351,6 +374,18 @@ pub fn switch(
             return Err(Error::Usage(format!("the workspace is already on branch {to_branch}")));
         }
         let (_, head) = require_branch(store, &to_branch)?;
+        // Read-only everywhere before it moves (a write meanwhile gets EROFS, never the
+        // branch left), or refused naming who would keep it writable (or, --kill, ended).
+        let ours: Vec<PathBuf> = st
+            .roots
+            .values()
+            .map(|r| r.mountpoint.clone())
+            .filter(|mp| {
+                crate::mountinfo::mount_at(mp)
+                    .is_ok_and(|m| m.is_some_and(|m| m.source == source_name(store, from_branch)))
+            })
+            .collect();
+        seal(&ours, &st.freeze_cgroups, kill, "switch")?;
         // Move the old overlays out of the way (instant, even with a busy cwd inside); they are
         // detached in the background once the new ones are mounted, because tearing an
         // overlay down syncs its upper filesystem, which can take long on a busy disk.
@@ -398,11 +433,12 @@ pub fn switch(
                     filesystem: st.freeze_fs,
                 },
                 lower_cache_bytes: None,
+                kill: false,
             };
             let mut roots = plan_roots(store, &to_branch, &base, &opts)?;
             // The target's parked overlays come back when they are what would be mounted.
             let mut base = base;
-            match park::resume(store, &to_branch, &base, &roots)? {
+            match park::resume(store, &to_branch, &base, &roots, kill)? {
                 Resume::Resumed => resumed = true,
                 Resume::Absent => {}
                 Resume::Evicted => {
@@ -418,7 +454,7 @@ pub fn switch(
                 write_json(&store.upper_base_path(&to_branch), &UpperBase { base })?;
             }
             if !resumed {
-                mount_roots(store, &to_branch, &roots)?;
+                mount_roots(store, &to_branch, &roots, kill)?;
             }
             let new_state = WorkspaceState {
                 branch: to_branch.clone(),
@@ -434,32 +470,17 @@ pub fn switch(
             }
             Ok(displaced.take())
         })();
-        // The trees left behind: read-only from now on, so a process still inside (a shell
-        // whose cwd was there) gets EROFS instead of writing silently into the branch it
-        // left. One with a file open for writing there keeps it writable (the kernel
-        // refuses): the report and `status` name it.
-        let mut all_readonly = true;
-        if switched.is_ok() {
-            for a in &moved {
-                if let Err(e) = set_mount_readonly(a, true) {
-                    if !is_busy(&e) {
-                        log::warn!("{e}");
-                    }
-                    all_readonly = false;
-                }
-            }
-        }
         // The kernel says at once whether anyone is left; only then are they looked for.
         let left_behind = if switched.is_ok() && moved.iter().any(|a| set_aside_in_use(a)) {
             holders(&moved)
         } else {
             Vec::new()
         };
-        // Nobody is left in the tree of the branch left and nothing can write it: it is
-        // parked for a switch back (its upper stays, in use by it).
+        // The trees left behind are read-only (sealed above): a process still inside (a
+        // shell whose cwd was there) gets EROFS instead of writing into the branch it left.
+        // Nobody is left in the tree of the branch left: it is parked for a switch back (its upper stays, in use by it).
         let mut parked = false;
         if switched.is_ok()
-            && all_readonly
             && left_behind.is_empty()
             && to_branch_differs(&phase)
             && !discard_upper
@@ -479,7 +500,6 @@ pub fn switch(
         let mut folded = None;
         if switched.is_ok()
             && !parked
-            && all_readonly
             && left_behind.is_empty()
             && mounted_elsewhere(&moved).is_none()
             && to_branch_differs(&phase)
@@ -497,6 +517,11 @@ pub fn switch(
                 if let Err(r) = roll_back_switch(store, &phase) {
                     log::warn!("rolling back the switch failed too: {r}");
                 }
+                for mp in &ours {
+                    if let Err(e) = set_superblock_readonly(mp, false) {
+                        log::warn!("{e}");
+                    }
+                }
                 return Err(e);
             }
         };
@@ -511,7 +536,7 @@ pub fn switch(
                 .into_iter()
                 .map(|h| shown_at(h, &phase.moved))
                 .collect(),
-            left_behind_writable: !all_readonly,
+            left_behind_writable: false,
             folded_left: folded.is_some(),
             parked_left: parked,
             resumed,
