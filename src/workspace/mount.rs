@@ -108,26 +108,7 @@ pub(super) fn mount_roots(
     for r in roots.values() {
         let mut mounted = mount_root(store, &src, r);
         if mounted.as_ref().is_err_and(holders::is_busy) {
-            let held = upper_holders(store, branch);
-            if kill && !held.is_empty() {
-                mounted = holders::kill(&held).and_then(|()| mount_root(store, &src, r));
-            }
-            if mounted.as_ref().is_err_and(holders::is_busy) {
-                mounted = Err(Error::Conflict(format!(
-                    "branch {branch}: its upper layer {} is still used by another overlay, which                      a process holds after a switch or umount; it is never mounted twice. {}",
-                    r.upper.display(),
-                    if held.is_empty() {
-                        "No process found (one still inside a tree detached while in use):                          end it and mount again"
-                            .to_string()
-                    } else {
-                        format!(
-                            "Held by {}: end {}, or use --kill",
-                            holders::describe(&held),
-                            if held.len() == 1 { "it" } else { "them" }
-                        )
-                    }
-                )));
-            }
+            mounted = mount_over_held(store, branch, r, kill);
         }
         if let Err(e) = mounted {
             for m in done {
@@ -140,10 +121,67 @@ pub(super) fn mount_roots(
     Ok(())
 }
 
-/// The processes that keep an overlay of `branch` alive other than its workspace: those of
-/// another mount namespace with a mount of it, and those inside a tree of it set aside here
-/// (left behind by a switch, parked).
-fn upper_holders(store: &Store, branch: &str) -> Vec<holders::Holder> {
+/// [`mount_root`] of `r` once overlayfs refused it (EBUSY: another overlay uses its upper
+/// layer). A tree of the branch set aside here that nobody uses any more (its background
+/// detach not done yet) is detached now and the mount tried again; one a process holds
+/// (a tree left behind, a copy in another mount namespace) refuses naming the processes,
+/// or with `kill` they are ended, the trees set aside detached, and the mount tried again.
+fn mount_over_held(store: &Store, branch: &str, r: &MountedRoot, kill: bool) -> Result<()> {
+    let src = source_name(store, branch);
+    let mut held = Vec::new();
+    for attempt in 0..2 {
+        let (inside, asides) = upper_holders(store, branch);
+        held = inside;
+        if !held.is_empty() {
+            if !kill || attempt > 0 {
+                break;
+            }
+            holders::kill(&held)?;
+        }
+        for a in &asides {
+            if let Err(e) = overlay::detach_if_mounted(a) {
+                log::warn!("{e}");
+            }
+        }
+        // A detach done by another process (the background reaping) may still be ending the
+        // overlay: asked again for a bounded while.
+        let deadline = Instant::now() + HELD_WAIT;
+        loop {
+            match mount_root(store, &src, r) {
+                Err(e) if holders::is_busy(&e) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) if holders::is_busy(&e) => break,
+                other => return other,
+            }
+        }
+        held = upper_holders(store, branch).0;
+    }
+    Err(Error::Conflict(format!(
+        "branch {branch}: its upper layer {} is still used by another overlay, which a process \
+         holds after a switch or umount; one upper layer is never mounted twice. {}",
+        r.upper.display(),
+        if held.is_empty() {
+            "No process found (one still inside a tree detached while in use): end it and \
+             mount again"
+                .to_string()
+        } else {
+            format!(
+                "Held by {}: end {}, or use --kill",
+                holders::describe(&held),
+                if held.len() == 1 { "it" } else { "them" }
+            )
+        }
+    )))
+}
+
+/// How long [`mount_over_held`] asks again while an overlay nobody uses is going.
+const HELD_WAIT: Duration = Duration::from_secs(5);
+
+/// The processes that keep an overlay of `branch` alive other than its workspace (those
+/// inside a tree of it set aside here: left behind by a switch; those of another mount
+/// namespace with a mount of it), and the trees of it set aside here.
+fn upper_holders(store: &Store, branch: &str) -> (Vec<holders::Holder>, Vec<PathBuf>) {
     let src = source_name(store, branch);
     let mounted_here: Vec<PathBuf> = state(store, branch)
         .ok()
@@ -162,7 +200,7 @@ fn upper_holders(store: &Store, branch: &str) -> Vec<holders::Holder> {
     out.extend(holders::in_other_namespaces(|m| {
         m.fstype == "overlay" && m.source == src
     }));
-    out
+    (out, aside)
 }
 
 /// Detaches whatever of ours is stale at `mountpoint` (a dead mount from a crash).
