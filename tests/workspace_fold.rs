@@ -275,7 +275,12 @@ fn a_file_open_for_writing_refuses_a_switch() {
     refused(
         1,
         ["switch", w.room(), "--to", "other"],
-        &[&format!("pid {pid}"), "open for writing", s(&path), "--kill"],
+        &[
+            &format!("pid {pid}"),
+            "open for writing",
+            s(&path),
+            "--kill",
+        ],
     );
     // Nothing changed: still main, writable.
     assert!(workspace_row(&w)["branch"] == "main");

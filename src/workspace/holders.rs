@@ -234,8 +234,7 @@ pub fn mounted_elsewhere(ours: &[PathBuf]) -> Option<(u32, PathBuf)> {
             }
             // Mounted at another path there: given to it (a container's bind mount); or
             // in a user namespace of its own.
-            if !ours.contains(&m.mountpoint)
-                || fs::read_link(dir.join("ns/user")).ok() != own_user
+            if !ours.contains(&m.mountpoint) || fs::read_link(dir.join("ns/user")).ok() != own_user
             {
                 return Some((*pid, m.mountpoint));
             }
@@ -391,7 +390,13 @@ pub fn kill(holders: &[Holder]) -> Result<()> {
         let Ok(pid) = i32::try_from(h.pid) else {
             continue;
         };
-        log::info!("killing pid {} ({}): {} {}", h.pid, h.command, h.how, h.path.display());
+        log::info!(
+            "killing pid {} ({}): {} {}",
+            h.pid,
+            h.command,
+            h.how,
+            h.path.display()
+        );
         match kill(Pid::from_raw(pid), Signal::SIGKILL) {
             Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
             Err(e) => {
@@ -559,10 +564,6 @@ pub fn seal(mountpoints: &[PathBuf], cgroups: &[PathBuf], kill: bool, what: &str
 }
 
 /// [`kill`], undoing the remounts `done` when it fails.
-fn kill_or_undo(
-    holders: &[Holder],
-    done: &[&PathBuf],
-    undo: &impl Fn(&[&PathBuf]),
-) -> Result<()> {
+fn kill_or_undo(holders: &[Holder], done: &[&PathBuf], undo: &impl Fn(&[&PathBuf])) -> Result<()> {
     kill(holders).inspect_err(|_| undo(done))
 }

@@ -57,5 +57,6 @@ pub use state::{
     find_by_path, is_live, is_mounted, state, states, MountedRoot, UpperBase, WorkspaceState,
 };
 pub use switch::{
-    left_behind, roll_back_switch, switch, switch_killing, DirtyPolicy, LeftBehind, SwitchPhase, SwitchReport,
+    left_behind, roll_back_switch, switch, switch_killing, DirtyPolicy, LeftBehind, SwitchPhase,
+    SwitchReport,
 };

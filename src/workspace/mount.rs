@@ -78,13 +78,18 @@ fn rebase_if_clean(store: &Store, branch: &str, head: ObjectId) -> Result<Object
 
 /// Mounts the overlay of one prepared root (`source` names the branch in mountinfo).
 pub(super) fn mount_root(store: &Store, source: &str, r: &MountedRoot) -> Result<()> {
-    overlay::mount_overlay(
+    mount_root_indexed(store, source, r, true)
+}
+
+fn mount_root_indexed(store: &Store, source: &str, r: &MountedRoot, index: bool) -> Result<()> {
+    overlay::mount_overlay_indexed(
         source,
         &r.mountpoint,
         &r.lower,
         &r.upper,
         &r.work,
         &store.overlay_stage_dir(),
+        index,
     )
 }
 
@@ -124,39 +129,63 @@ pub(super) fn mount_roots(
 /// [`mount_root`] of `r` once overlayfs refused it (EBUSY: another overlay uses its upper
 /// layer). A tree of the branch set aside here that nobody uses any more (its background
 /// detach not done yet) is detached now and the mount tried again; one a process holds
-/// (a tree left behind, a copy in another mount namespace) refuses naming the processes,
+/// (a copy in another mount namespace, a tree left behind) refuses naming the processes,
 /// or with `kill` they are ended, the trees set aside detached, and the mount tried again.
+///
+/// One exception keeps a shell left inside a tree a switch took away where it is (what
+/// `switch` has always allowed): when every other overlay of the branch is a tree set aside
+/// here, read-only at its superblock (sealed by the switch or umount that set it aside: no
+/// mount of it anywhere can write), and no other mount namespace holds one, the branch is
+/// mounted without `index=on`, which overlayfs then allows. Nothing but this mount writes
+/// the upper layer.
 fn mount_over_held(store: &Store, branch: &str, r: &MountedRoot, kill: bool) -> Result<()> {
     let src = source_name(store, branch);
-    let mut held = Vec::new();
-    for attempt in 0..2 {
-        let (inside, asides) = upper_holders(store, branch);
-        held = inside;
-        if !held.is_empty() {
-            if !kill || attempt > 0 {
-                break;
+    let other_namespaces =
+        || holders::in_other_namespaces(|m| m.fstype == "overlay" && m.source == src);
+    // Trees set aside that nobody uses: detached now (their background detach may lag).
+    let (_, asides) = upper_holders(store, branch);
+    let unused: Vec<&PathBuf> = asides
+        .iter()
+        .filter(|a| !holders::set_aside_in_use(a))
+        .collect();
+    if !unused.is_empty() {
+        for a in unused {
+            if let Err(e) = overlay::detach_if_mounted(a) {
+                log::warn!("{e}");
             }
-            holders::kill(&held)?;
         }
+        match retry_mount(store, &src, r) {
+            Err(e) if holders::is_busy(&e) => {}
+            other => return other,
+        }
+    }
+    let (held, asides) = upper_holders(store, branch);
+    let sealed = |mp: &PathBuf| {
+        crate::mountinfo::mount_at(mp)
+            .is_ok_and(|m| m.is_some_and(|m| m.options == "ro" || m.options.starts_with("ro,")))
+    };
+    if !kill && !asides.is_empty() && asides.iter().all(sealed) && other_namespaces().is_empty() {
+        log::info!(
+            "{}: its upper layer is still used by a read-only tree left behind with a process \
+             inside; mounting without index=on",
+            r.mountpoint.display()
+        );
+        return mount_root_indexed(store, &src, r, false);
+    }
+    let held = if kill && !held.is_empty() {
+        holders::kill(&held)?;
         for a in &asides {
             if let Err(e) = overlay::detach_if_mounted(a) {
                 log::warn!("{e}");
             }
         }
-        // A detach done by another process (the background reaping) may still be ending the
-        // overlay: asked again for a bounded while.
-        let deadline = Instant::now() + HELD_WAIT;
-        loop {
-            match mount_root(store, &src, r) {
-                Err(e) if holders::is_busy(&e) && Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(e) if holders::is_busy(&e) => break,
-                other => return other,
-            }
+        match retry_mount(store, &src, r) {
+            Err(e) if holders::is_busy(&e) => upper_holders(store, branch).0,
+            other => return other,
         }
-        held = upper_holders(store, branch).0;
-    }
+    } else {
+        held
+    };
     Err(Error::Conflict(format!(
         "branch {branch}: its upper layer {} is still used by another overlay, which a process \
          holds after a switch or umount; one upper layer is never mounted twice. {}",
@@ -173,6 +202,20 @@ fn mount_over_held(store: &Store, branch: &str, r: &MountedRoot, kill: bool) -> 
             )
         }
     )))
+}
+
+/// [`mount_root`], asked again for a bounded while as long as overlayfs answers EBUSY: an
+/// overlay just detached (here, or by the background reaping) may still be ending.
+fn retry_mount(store: &Store, src: &str, r: &MountedRoot) -> Result<()> {
+    let deadline = Instant::now() + HELD_WAIT;
+    loop {
+        match mount_root(store, src, r) {
+            Err(e) if holders::is_busy(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// How long [`mount_over_held`] asks again while an overlay nobody uses is going.

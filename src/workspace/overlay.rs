@@ -130,8 +130,23 @@ pub fn mount_overlay(
     work: &Path,
     stage: &Path,
 ) -> Result<()> {
+    mount_overlay_indexed(source, target, lower, upper, work, stage, INDEX)
+}
+
+/// [`mount_overlay`], with `index=on` or not. Without it overlayfs allows an upper layer
+/// another overlay still uses: only for one that can never write it again (see
+/// `mount::mount_over_held`).
+pub(crate) fn mount_overlay_indexed(
+    source: &str,
+    target: &Path,
+    lower: &Path,
+    upper: &Path,
+    work: &Path,
+    stage: &Path,
+    index: bool,
+) -> Result<()> {
     let Some((lower_top, upper_top, name)) = nested_layers(lower, upper) else {
-        return mount_layers(source, target, lower, upper, work);
+        return mount_layers(source, target, lower, upper, work, index);
     };
     crate::store::fsio::create_private_dir_all(stage)?;
     reap_stage(stage);
@@ -141,7 +156,7 @@ pub fn mount_overlay(
         STAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     fs::create_dir(&staged).map_err(|e| Error::io(&staged, e))?;
-    let bound = mount_layers(source, &staged, lower_top, upper_top, work).and_then(|()| {
+    let bound = mount_layers(source, &staged, lower_top, upper_top, work, index).and_then(|()| {
         // `name` in the overlay's root: a directory of the lower checkpoint (the root), or its
         // copy in the upper top, which only ckptfs writes; the agent never sees this level.
         let from = staged.join(name);
@@ -209,6 +224,7 @@ fn mount_layers(
     lower: &Path,
     upper: &Path,
     work: &Path,
+    index: bool,
 ) -> Result<()> {
     introduce_copies(lower, upper);
     let with = |index: &str| {
@@ -230,7 +246,7 @@ fn mount_layers(
     // a process holds after `switch` or `umount` (a copy in another mount namespace, a tree
     // detached while in use). No fallback to index=off: two overlays on one upper layer
     // corrupt it, and the other one may be writable. The caller names the holders.
-    let mounted = with(if INDEX { "on" } else { "off" });
+    let mounted = with(if index { "on" } else { "off" });
     mounted.map_err(|e| {
         Error::io_op(
             format!(
