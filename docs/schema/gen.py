@@ -483,7 +483,7 @@ command("switch", "switch", obj("SwitchReport", {
     "checkpointed": t(null(ID), "with --checkpoint-first: the checkpoint taken first"),
     "displaced": t(null(PATH), "with --discard: where the changes were set aside"),
     "left_behind": t(arr(HOLDER), "processes still inside the tree left behind, at the path the workspace showed"),
-    "left_behind_writable": t(BOOL, "a file open for writing kept the tree left behind writable (its writes go to the branch left)"),
+    "left_behind_writable": t(BOOL, "always false: a switch makes the tree it leaves read-only in every mount namespace, or refuses (older builds: a file open for writing kept it writable)"),
     "folded_left": t(BOOL, "the upper layer of the branch left was all in its head and went (a fold)"),
     "parked_left": t(BOOL, "the tree of the branch left stays mounted read-only, parked, for a switch back to move it back with its cached inodes (its upper layer waits meanwhile)"),
     "resumed": t(BOOL, "the target's parked tree was moved back (nothing mounted afresh)"),

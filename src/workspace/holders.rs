@@ -6,8 +6,13 @@
 //!
 //! Read from `/proc/PID/{cwd,root,fd/*,maps}` as this process's mount namespace shows them:
 //! a process in another mount namespace (a container) is seen by the paths of its own, and
-//! so is not found. Processes that cannot be examined (gone meanwhile, or without the
-//! rights) are skipped: root sees every process of its namespace.
+//! so is not found that way. [`in_other_namespaces`] finds those: every namespace's mount
+//! table, read once, for a mount of the workspace's overlay (by device), and each process
+//! of a namespace that has one. [`seal`] makes a workspace read-only at its superblock
+//! (every mount of it, in every namespace) before `switch` or `umount`, refusing, or ending
+//! with `--kill`, the processes that would keep a writable view of the branch: a file open
+//! for writing, a copy in another namespace. Processes that cannot be examined (gone
+//! meanwhile, or without the rights) are skipped: root sees every process.
 
 use std::fs;
 use std::io;
