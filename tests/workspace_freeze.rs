@@ -266,9 +266,18 @@ fn a_cgroup_given_at_mount_is_frozen_by_every_checkpoint() {
         );
         assert!(!cg.frozen());
     }
-    // The writer keeps the workspace dirty: the checkpoint taken first is held too.
+    // The writer keeps the workspace dirty: the checkpoint taken first is held too. Its file
+    // open for writing would keep main writable after the switch, so the switch refuses
+    // unless it may end the writer (`--kill`, after the checkpoint).
     ok(["fork", w.store(), "main", "--name", "other"]);
-    ok(["switch", w.room(), "--to", "other", "--checkpoint-first"]);
+    ok([
+        "switch",
+        w.room(),
+        "--to",
+        "other",
+        "--checkpoint-first",
+        "--kill",
+    ]);
     let log: serde_json::Value = ok_json(["log", w.store(), "--branch", "main"]);
     let first = log[0]["id"].as_str().unwrap().to_string();
     assert_eq!(log[0]["message"], "before switch", "{log}");

@@ -201,6 +201,15 @@ pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
         }
         let _ignored = fs::remove_dir(aside);
     }
+    // Sealed before the first move (a crash may have come before any): writable again.
+    let old_src = source_name(store, &p.from.branch);
+    for r in p.from.roots.values() {
+        if crate::mountinfo::mount_at(&r.mountpoint)?.is_some_and(|m| m.source == old_src) {
+            if let Err(e) = set_superblock_readonly(&r.mountpoint, false) {
+                log::warn!("{e}");
+            }
+        }
+    }
     park::forget(store, &p.from.branch)?;
     let _ignored = fs::remove_file(store.workspace_state_path(&p.to_branch));
     write_mount_state(store, &p.from)?;
@@ -385,16 +394,18 @@ pub fn switch_killing(
                     .is_ok_and(|m| m.is_some_and(|m| m.source == source_name(store, from_branch)))
             })
             .collect();
-        seal(&ours, &st.freeze_cgroups, kill, "switch")?;
-        // Move the old overlays out of the way (instant, even with a busy cwd inside); they are
-        // detached in the background once the new ones are mounted, because tearing an
-        // overlay down syncs its upper filesystem, which can take long on a busy disk.
-        // Each move is recorded first, so `recover` can roll an interrupted switch back.
+        // Recorded first: `recover` makes the workspace writable again after a crash here.
         let mut phase = SwitchPhase {
             from: st.clone(),
             to_branch: to_branch.clone(),
             moved: Vec::new(),
         };
+        m.set_phase(serde_json::to_value(&phase).unwrap_or_default())?;
+        seal(&ours, &st.freeze_cgroups, kill, "switch")?;
+        // Move the old overlays out of the way (instant, even with a busy cwd inside); they are
+        // detached in the background once the new ones are mounted, because tearing an
+        // overlay down syncs its upper filesystem, which can take long on a busy disk.
+        // Each move is recorded first, so `recover` can roll an interrupted switch back.
         let mut moved = Vec::new();
         let mut moved_roots = Vec::new();
         let mut resumed = false;
