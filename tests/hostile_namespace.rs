@@ -303,3 +303,45 @@ fn a_file_open_for_writing_refuses_the_switch_and_kill_ends_it() {
     assert!(agent.ended());
     assert_eq!(shown_branch(&w.room), "alt");
 }
+
+/// A mount namespace root made while the workspace was mounted (what a sandboxed service
+/// started then holds: a copy of every mount), with nobody in the room: `switch` and
+/// `umount` go on (the copy turns read-only with the workspace). But it keeps main's old
+/// overlay, and so its upper layer, in use: the next `mount --branch main` is refused naming
+/// its process (today's code mounted that upper a second time, with `index=off`), and with
+/// `--kill` the process is ended and main mounted with the index.
+#[test]
+fn a_new_mount_of_an_upper_a_namespace_holds_is_refused() {
+    let _one = serial();
+    let w = Workspace::for_nobody(&[], populate);
+    let mut c = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("echo ready; exec sleep 600")
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn unshare");
+    let mut line = String::new();
+    std::io::BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut service = Agent {
+        pid: c.id(),
+        child: c,
+    };
+    assert_eq!(line.trim(), "ready");
+    ok(["umount", w.room()]);
+    assert!(!mounted(&w.room));
+    let pid = format!("pid {}", service.pid);
+    refused(
+        1,
+        ["mount", w.store(), "--branch", "main"],
+        &["upper layer", "still used", &pid, "--kill"],
+    );
+    assert!(!mounted(&w.room), "mounted over a held upper layer");
+    ok(["mount", w.store(), "--branch", "main", "--kill"]);
+    assert!(service.ended(), "mount --kill left the holder running");
+    let opts = mount_options(&w.room).expect("mounted");
+    assert!(opts.contains("index=on"), "{opts}");
+}

@@ -280,7 +280,22 @@ pub fn devices(mountpoints: &[PathBuf]) -> Vec<String> {
 /// `mount namespace`, `path` the mount as that namespace shows it. Each namespace's mount
 /// table is read once (from its first process), deduplicated by `/proc/PID/ns/mnt`.
 pub fn in_other_namespaces(wanted: impl Fn(&crate::mountinfo::MountEntry) -> bool) -> Vec<Holder> {
+    in_namespaces(wanted, true)
+}
+
+/// [`in_other_namespaces`]; without `services`, a namespace of this user namespace (what
+/// root made: a sandboxed service, `unshare -m` as root, a container) counts only by its
+/// processes inside a mount of it (by cwd, root, open file or mapping), as [`holders`]
+/// finds them. Its processes cannot have made it as the agent (an ordinary user makes a
+/// mount namespace only in a user namespace of its own), and a copy nobody is in is made
+/// read-only with the workspace ([`seal`]): refusing would stop every switch for each
+/// service started while the room was mounted.
+fn in_namespaces(
+    wanted: impl Fn(&crate::mountinfo::MountEntry) -> bool,
+    services: bool,
+) -> Vec<Holder> {
     let own_ns = fs::read_link("/proc/self/ns/mnt").ok();
+    let own_user = fs::read_link("/proc/self/ns/user").ok();
     let mut spaces: std::collections::HashMap<PathBuf, Vec<u32>> = Default::default();
     let Ok(procs) = fs::read_dir("/proc") else {
         return Vec::new();
@@ -312,6 +327,26 @@ pub fn in_other_namespaces(wanted: impl Fn(&crate::mountinfo::MountEntry) -> boo
         else {
             continue;
         };
+        let user_ns = pids
+            .iter()
+            .find_map(|p| fs::read_link(format!("/proc/{p}/ns/user")).ok());
+        if !services && user_ns == own_user {
+            let inside = |p: &Path| p.starts_with(&m.mountpoint);
+            let prefix = [m.mountpoint.display().to_string()];
+            for &pid in pids {
+                if let Some((how, path)) =
+                    held_by(Path::new(&format!("/proc/{pid}")), &inside, &prefix)
+                {
+                    out.push(Holder {
+                        pid,
+                        command: command_of(pid),
+                        how,
+                        path,
+                    });
+                }
+            }
+            continue;
+        }
         for &pid in pids {
             out.push(Holder {
                 pid,
@@ -333,14 +368,15 @@ fn command_of(pid: u32) -> String {
 }
 
 /// The processes of other mount namespaces holding a mount of one of the filesystems
-/// mounted here at `mountpoints` (see [`in_other_namespaces`]), those of `cgroups` (the
-/// workspace's, where its agent runs) first.
+/// mounted here at `mountpoints` (see [`in_other_namespaces`]; in a namespace of this user
+/// namespace, only those inside it), those of `cgroups` (the workspace's, where its agent
+/// runs) first.
 pub fn foreign(mountpoints: &[PathBuf], cgroups: &[PathBuf]) -> Vec<Holder> {
     let devs = devices(mountpoints);
     if devs.is_empty() {
         return Vec::new();
     }
-    agent_first(in_other_namespaces(|m| devs.contains(&m.dev)), cgroups)
+    agent_first(in_namespaces(|m| devs.contains(&m.dev), false), cgroups)
 }
 
 /// `found` with the processes of `cgroups` (and their descendants) first, each part by pid.
