@@ -608,3 +608,51 @@ pub fn seal(mountpoints: &[PathBuf], cgroups: &[PathBuf], kill: bool, what: &str
 fn kill_or_undo(holders: &[Holder], done: &[&PathBuf], undo: &impl Fn(&[&PathBuf])) -> Result<()> {
     kill(holders).inspect_err(|_| undo(done))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(pid: u32) -> Holder {
+        Holder {
+            pid,
+            command: "sh".into(),
+            how: "cwd",
+            path: PathBuf::from("/room"),
+        }
+    }
+
+    #[test]
+    fn a_zombie_is_not_running() {
+        assert!(running(std::process::id()));
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        // Exited but not reaped yet: a zombie, which has left its namespaces.
+        let mut exited = false;
+        for _ in 0..2000 {
+            if !running(pid) {
+                exited = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(exited, "pid {pid} still running");
+        c.wait().unwrap();
+        assert!(!running(pid));
+    }
+
+    #[test]
+    fn describe_names_the_first_few() {
+        let all: Vec<Holder> = (1..=7).map(holder).collect();
+        let d = describe(&all);
+        assert!(d.starts_with("pid 1 (sh, cwd /room), pid 2 "), "{d}");
+        assert!(d.ends_with("and 2 more"), "{d}");
+        assert!(!d.contains("pid 6"), "{d}");
+    }
+
+    #[test]
+    fn nothing_matches_nothing() {
+        assert!(in_other_namespaces(|_| false).is_empty());
+        assert!(foreign(&[PathBuf::from("/nowhere/mounted")], &[]).is_empty());
+    }
+}
