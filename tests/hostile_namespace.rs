@@ -276,9 +276,10 @@ fn a_file_open_for_writing_refuses_the_switch_and_kill_ends_it() {
     let w = Workspace::for_nobody(&[], populate);
     ok(["fork", w.store(), "main", "alt"]);
     let path = w.path("notes.md");
-    // nobody holds main's notes.md open for appending, from a namespace of its own.
+    // nobody holds main's notes.md open for appending (and has appended: dirty), from a
+    // namespace of its own.
     let script = format!(
-        "import time; f = open({:?}, 'a'); print('ready', flush=True); time.sleep(600)",
+        "import time; f = open({:?}, 'a'); f.write('more\\n'); f.flush(); print('ready', flush=True); time.sleep(600)",
         path.display().to_string()
     );
     let mut c = nobody_command(&["unshare", "-Urm", PYTHON, "-c", &script])
@@ -296,12 +297,31 @@ fn a_file_open_for_writing_refuses_the_switch_and_kill_ends_it() {
     };
     assert_eq!(line.trim(), "ready");
     let pid = format!("pid {}", agent.pid);
-    refused(1, ["switch", w.room(), "--to", "alt"], &[&pid, "--kill"]);
+    let log = || ok_json(["log", w.store(), "--branch", "main"]);
+    let before = log();
+    refused(
+        1,
+        ["switch", w.room(), "--to", "alt", "--checkpoint-first"],
+        &[&pid, "--kill"],
+    );
+    // Refused before the checkpoint it asked for: nothing recorded.
+    assert_eq!(log(), before);
     refused(1, ["umount", w.room()], &[&pid, "--kill"]);
     assert_eq!(shown_branch(&w.room), "main");
-    ok(["switch", w.room(), "--to", "alt", "--kill"]);
+    ok([
+        "switch",
+        w.room(),
+        "--to",
+        "alt",
+        "--checkpoint-first",
+        "--kill",
+    ]);
     assert!(agent.ended());
     assert_eq!(shown_branch(&w.room), "alt");
+    assert_eq!(
+        log().as_array().unwrap().len(),
+        before.as_array().unwrap().len() + 1
+    );
 }
 
 /// A mount namespace root made while the workspace was mounted (what a sandboxed service

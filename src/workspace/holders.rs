@@ -557,18 +557,7 @@ pub fn seal(mountpoints: &[PathBuf], cgroups: &[PathBuf], kill: bool, what: &str
                         continue;
                     }
                     undo(&done);
-                    return Err(Error::Conflict(format!(
-                        "{what}: {} is written through right now ({}); the branch must not stay \
-                         writable once the workspace leaves it: end {}, or use --kill",
-                        mp.display(),
-                        if writers.is_empty() {
-                            "no process found: a file open for writing, or deleted while open"
-                                .to_string()
-                        } else {
-                            describe(&writers)
-                        },
-                        if writers.len() == 1 { "it" } else { "them" }
-                    )));
+                    return Err(written_through(what, mp, &writers));
                 }
                 Err(e) => {
                     undo(&done);
@@ -595,13 +584,60 @@ pub fn seal(mountpoints: &[PathBuf], cgroups: &[PathBuf], kill: bool, what: &str
         )));
     }
     undo(&done);
-    Err(Error::Conflict(format!(
+    Err(held_outside(what, &outside))
+}
+
+/// The refusal of [`seal`] for a file open for writing through `mp` (by `writers`).
+fn written_through(what: &str, mp: &Path, writers: &[Holder]) -> Error {
+    Error::Conflict(format!(
+        "{what}: {} is written through right now ({}); the branch must not stay writable once \
+         the workspace leaves it: end {}, or use --kill",
+        mp.display(),
+        if writers.is_empty() {
+            "no process found: a file open for writing, or deleted while open".to_string()
+        } else {
+            describe(writers)
+        },
+        if writers.len() == 1 { "it" } else { "them" }
+    ))
+}
+
+/// The refusal of [`seal`] for a copy of the workspace in another mount namespace.
+fn held_outside(what: &str, outside: &[Holder]) -> Error {
+    Error::Conflict(format!(
         "{what}: the workspace is mounted in another mount namespace too, where it would stay \
          writable after the {what} and keep the branch's upper layer in use: {}; end {}, or use \
          --kill",
-        describe(&outside),
+        describe(outside),
         if outside.len() == 1 { "it" } else { "them" }
-    )))
+    ))
+}
+
+/// What [`seal`] would refuse, asked without changing anything (a switch asks it before the
+/// checkpoint `--checkpoint-first` records, so a refused switch records none): a file open
+/// for writing through `mountpoints` (as this namespace's paths show it), a copy of the
+/// workspace in another mount namespace. [`seal`] stays the authority (the kernel's answer).
+///
+/// # Errors
+/// The `Conflict` [`seal`] would return.
+pub fn check_sealable(mountpoints: &[PathBuf], cgroups: &[PathBuf], what: &str) -> Result<()> {
+    let writers: Vec<Holder> = holders(mountpoints)
+        .into_iter()
+        .filter(|h| h.how == "open for writing")
+        .collect();
+    if let Some(w) = writers.first() {
+        let mp = mountpoints
+            .iter()
+            .find(|m| w.path.starts_with(m))
+            .map_or_else(|| w.path.clone(), PathBuf::clone);
+        return Err(written_through(what, &mp, &agent_first(writers, cgroups)));
+    }
+    let outside = foreign(mountpoints, cgroups);
+    if outside.is_empty() {
+        Ok(())
+    } else {
+        Err(held_outside(what, &outside))
+    }
 }
 
 /// [`kill`], undoing the remounts `done` when it fails.

@@ -19,7 +19,7 @@ use crate::util::{check_name, now_ns};
 use super::checkpoint::{checkpoint_locked, dirty, first_change, is_dirty, Hold};
 use super::fold::{detach_and_remove, drop_recorded_upper};
 use super::holders::{
-    holders, mounted_elsewhere, seal, set_aside_in_use, set_mount_readonly,
+    check_sealable, holders, mounted_elsewhere, seal, set_aside_in_use, set_mount_readonly,
     set_superblock_readonly, Holder,
 };
 use super::mount::{mount_roots, plan_roots, MountOptions};
@@ -361,6 +361,12 @@ pub fn switch_killing(
                 }
             }
             DirtyPolicy::CheckpointFirst => {
+                // Refused before anything is recorded when the seal below would refuse.
+                if !kill {
+                    let mps: Vec<PathBuf> =
+                        st.roots.values().map(|r| r.mountpoint.clone()).collect();
+                    check_sealable(&mps, &st.freeze_cgroups, "switch")?;
+                }
                 // The cgroups the marker names, so `recover` thaws what this froze.
                 let c = checkpoint_locked(
                     store,
