@@ -418,7 +418,8 @@ const KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Ends `holders` (`--kill`): SIGKILL to each, then waits until each is gone or a zombie
 /// (an exited process has left its mount namespace and closed its files). A process gone
-/// already is no error.
+/// already is no error; nor is a pid whose command is not the holder's any more (gone, the
+/// pid reused): it is not signalled.
 ///
 /// # Errors
 /// `Conflict` naming the processes still running after [`KILL_WAIT`], or one that could not
@@ -431,6 +432,10 @@ pub fn kill(holders: &[Holder]) -> Result<()> {
         let Ok(pid) = i32::try_from(h.pid) else {
             continue;
         };
+        // Gone since it was found, its pid perhaps another process's now: not signalled.
+        if command_of(h.pid) != h.command {
+            continue;
+        }
         log::info!(
             "killing pid {} ({}): {} {}",
             h.pid,
@@ -452,7 +457,7 @@ pub fn kill(holders: &[Holder]) -> Result<()> {
     loop {
         let alive: Vec<Holder> = holders
             .iter()
-            .filter(|h| h.pid != own && running(h.pid))
+            .filter(|h| h.pid != own && running(h.pid) && command_of(h.pid) == h.command)
             .cloned()
             .collect();
         if alive.is_empty() {
