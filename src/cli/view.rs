@@ -90,7 +90,8 @@ pub struct MountArgs {
     /// holds after a `switch` or `umount` (a copy of the workspace in another mount
     /// namespace, a shell left in a tree set aside), kill (SIGKILL) those processes and
     /// mount. Without it such a mount is refused, naming them: one upper layer is never
-    /// mounted twice.
+    /// mounted twice (except beside a read-only tree a switch left a shell in, see
+    /// docs/workspaces.md).
     #[arg(long, requires = "branch")]
     pub kill: bool,
     /// With --branch: print the mounted workspace as JSON.
