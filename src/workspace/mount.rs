@@ -132,12 +132,13 @@ pub(super) fn mount_roots(
 /// (a copy in another mount namespace, a tree left behind) refuses naming the processes,
 /// or with `kill` they are ended, the trees set aside detached, and the mount tried again.
 ///
-/// One exception keeps a shell left inside a tree a switch took away where it is (what
-/// `switch` has always allowed): when every other overlay of the branch is a tree set aside
-/// here, read-only at its superblock (sealed by the switch or umount that set it aside: no
-/// mount of it anywhere can write), and no other mount namespace holds one, the branch is
-/// mounted without `index=on`, which overlayfs then allows. Nothing but this mount writes
-/// the upper layer.
+/// Two exceptions keep a shell left inside a tree where it is (what `switch` and `umount`
+/// have always allowed): when every other overlay of the branch is a tree set aside here,
+/// read-only at its superblock (sealed by the switch that set it aside: no mount of it
+/// anywhere can write), and no other mount namespace holds one; or when nothing shows any
+/// (a tree `umount` detached while a shell was inside, sealed first; an ordinary user cannot
+/// detach a mount). The branch is then mounted without `index=on`, which overlayfs allows.
+/// Nothing but this mount writes the upper layer.
 fn mount_over_held(store: &Store, branch: &str, r: &MountedRoot, kill: bool) -> Result<()> {
     let src = source_name(store, branch);
     let other_namespaces =
@@ -159,7 +160,28 @@ fn mount_over_held(store: &Store, branch: &str, r: &MountedRoot, kill: bool) -> 
             other => return other,
         }
     }
-    let (held, asides) = upper_holders(store, branch);
+    let (mut held, mut asides) = upper_holders(store, branch);
+    if held.is_empty() && asides.is_empty() {
+        // Nothing shows an overlay of the branch: one being torn down (a background detach),
+        // or one detached while a process was inside (`umount` of a busy tree), which only
+        // that process's references keep.
+        match retry_mount(store, &src, r) {
+            Err(e) if holders::is_busy(&e) => {}
+            other => return other,
+        }
+        (held, asides) = upper_holders(store, branch);
+        if held.is_empty() && asides.is_empty() {
+            // Every overlay this build detaches or sets aside is sealed read-only first
+            // (`holders::seal`), and an ordinary user cannot detach a mount: nothing but
+            // this mount writes the upper layer.
+            log::warn!(
+                "{}: its upper layer is still used by a read-only overlay detached while a \
+                 process was inside (`umount` of a busy tree); mounting without index=on",
+                r.mountpoint.display()
+            );
+            return mount_root_indexed(store, &src, r, false);
+        }
+    }
     let sealed = |mp: &PathBuf| {
         crate::mountinfo::mount_at(mp)
             .is_ok_and(|m| m.is_some_and(|m| m.options == "ro" || m.options.starts_with("ro,")))
@@ -191,8 +213,8 @@ fn mount_over_held(store: &Store, branch: &str, r: &MountedRoot, kill: bool) -> 
          holds after a switch or umount; one upper layer is never mounted twice. {}",
         r.upper.display(),
         if held.is_empty() {
-            "No process found (one still inside a tree detached while in use): end it and \
-             mount again"
+            "No process found (one still inside a tree set aside here or held from another \
+             namespace, gone meanwhile?): mount again"
                 .to_string()
         } else {
             format!(
