@@ -89,9 +89,14 @@ pub fn annotate(cmd: clap::Command) -> clap::Command {
     cmd
 }
 
-/// Whether `p` is a store directory: it holds a regular `STORE.json` (not followed).
+/// Whether `p` names a store directory: it holds a regular `STORE.json` (not followed) and
+/// is not at or under a ckptfs mount (there it is an agent's file, and `p` a workspace).
+/// Whether the store is trusted is [`Store::open`]'s to say.
 pub fn is_store(p: &Path) -> bool {
     std::fs::symlink_metadata(p.join(ckptfs::store::CONFIG_FILE)).is_ok_and(|m| m.is_file())
+        && ckptfs::store::absolute(p).is_ok_and(|a| {
+            ckptfs::store::trust::ckptfs_mount_around(&a).is_ok_and(|m| m.is_none())
+        })
 }
 
 /// The one-line error when no store is given or found.

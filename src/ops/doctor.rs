@@ -199,7 +199,7 @@ pub fn doctor(path: &Path) -> Result<DoctorReport> {
         store: root.clone(),
         ..Default::default()
     };
-    let store = match Store::open(&root) {
+    let store = match Store::open_to_repair(&root) {
         Ok(s) => s,
         Err(e) => {
             report.findings.push(Finding::new(
