@@ -223,7 +223,7 @@ pub fn resolve_decl(decl: &RuntimeDecl, roots: &[PathBuf]) -> Result<RuntimeDecl
     for f in &mut out.files {
         if !f.starts_with('/') {
             let p = lookup(f, &caller_path).ok_or_else(|| {
-                Error::Usage(format!("--file {f}: not found in PATH ({caller_path})"))
+                Error::Usage(format!("--file {f}: not found in PATH"))
             })?;
             *f = p.to_string_lossy().into_owned();
         }
@@ -236,7 +236,7 @@ pub fn resolve_decl(decl: &RuntimeDecl, roots: &[PathBuf]) -> Result<RuntimeDecl
         let program = words.next().unwrap_or_default();
         let p = lookup(program, &caller_path).ok_or_else(|| {
             Error::Usage(format!(
-                "--command {c:?}: program {program} not found in PATH ({caller_path})"
+                "--command {c:?}: program {program} not found in PATH"
             ))
         })?;
         trust::check_program(&p, roots)?;
@@ -473,10 +473,10 @@ pub fn declare(store: &Store, branch: Option<&str>, decl: &RuntimeDecl) -> Resul
         .values()
         .map(|r| r.path.clone())
         .collect();
-    let files_and_commands = resolve_decl(&files_and_commands, &roots)?;
     if let Some(b) = branch {
         crate::util::check_name("branch", b)?;
     }
+    let files_and_commands = resolve_decl(&files_and_commands, &roots)?;
     let args =
         serde_json::json!({"branch": branch, "files": decl.files, "commands": decl.commands});
     store.mutate("fingerprint-declare", args, |_| {

@@ -1,0 +1,321 @@
+//! Trust: nothing an agent writes is taken as a store, a record or a command. The agent
+//! (`nobody`) plants a store in its mounted room (`STORE.json` with a runtime command, `lock`,
+//! `run/mounts/main.json`); every documented command root runs on the room, from outside and
+//! from inside it, works on the real store and never runs the planted command. A declared
+//! fingerprint command never imports the agent's modules from root's working directory. And
+//! `Store::open` refuses a store others own or can write, one on a mounted workspace and one
+//! nested in another store, each with a one-line error naming why.
+
+mod support;
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use support::*;
+
+/// Generous bound on one command (they take well under a second here).
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A room `nobody` owns and has mounted, with a store planted in it whose runtime command
+/// would create `marker` (in the temp dir, which `nobody` cannot write: only root running the
+/// command could create it).
+struct Planted {
+    w: Workspace,
+    marker: PathBuf,
+}
+
+impl Planted {
+    fn new() -> Planted {
+        let w = Workspace::for_nobody(&[], |room| {
+            fs::create_dir(room.join("src")).unwrap();
+            fs::write(room.join("src/a.txt"), b"one\n").unwrap();
+        });
+        let marker = w.tmp.path().join("planted-command-ran");
+        let mut cfg: serde_json::Value =
+            serde_json::from_slice(&fs::read(w.store.join("STORE.json")).unwrap()).unwrap();
+        cfg["runtime"] = serde_json::json!({
+            "commands": [format!("touch {}", marker.display())]
+        });
+        let mounts = fs::read_to_string(w.store.join("run/mounts/main.json")).unwrap();
+        // The agent writes them, through its mount, as itself.
+        let room = w.room();
+        nobody_ok(&format!(
+            "set -e; cd {room}; mkdir -p run/mounts; : > lock\n\
+             cat > STORE.json <<'CKPTFS_EOF'\n{cfg}\nCKPTFS_EOF\n\
+             cat > run/mounts/main.json <<'CKPTFS_EOF'\n{mounts}\nCKPTFS_EOF\n"
+        ));
+        Planted { w, marker }
+    }
+
+    /// Runs `args` as root with working directory `cwd`, bounded.
+    fn run_in(&self, cwd: &Path, args: &[&str]) -> Output {
+        let mut c = cmd(args);
+        c.current_dir(cwd);
+        let child = c
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = std::sync::mpsc::channel();
+        let tx = out.0;
+        std::thread::spawn(move || {
+            let _sent = tx.send(child.wait_with_output());
+        });
+        out.1
+            .recv_timeout(LIMIT)
+            .unwrap_or_else(|_| panic!("{args:?} hung"))
+            .unwrap()
+    }
+
+    /// The planted command never ran; nothing in the room is root's; no mount serves the
+    /// planted store.
+    fn assert_untouched(&self, what: &str) {
+        assert!(
+            !self.marker.exists(),
+            "{what}: the planted runtime command ran as root"
+        );
+        for e in walk(&self.w.room) {
+            let md = fs::symlink_metadata(&e).unwrap();
+            assert_eq!(md.uid(), NOBODY, "{what}: root wrote {} in the room", e.display());
+        }
+        let room = self.w.room();
+        for (mp, source) in mounts() {
+            assert!(
+                !source.starts_with(&format!("ckptfs:{room}:"))
+                    && !source.starts_with(&format!("{room}#")),
+                "{what}: {} serves the planted store ({source})",
+                mp.display()
+            );
+        }
+    }
+
+    fn head(&self) -> Option<String> {
+        head(&self.w.store, "main")
+    }
+}
+
+/// Every path under `dir` (not `dir` itself), not following symlinks.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if fs::symlink_metadata(&p).unwrap().is_dir() {
+                todo.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_planted_store_is_never_used_from_outside_the_room() {
+    let p = Planted::new();
+    let room = p.w.room();
+    let outside = p.w.tmp.path().to_path_buf();
+    let before = p.head();
+    let mounts_before = mounts_under(p.w.tmp.path());
+
+    let o = p.run_in(&outside, &["exec", room, "--", "true"]);
+    assert!(o.status.success(), "{}", describe_output("exec", &o));
+    p.assert_untouched("exec ROOM");
+
+    let o = p.run_in(&outside, &["turn", room, "--", "true"]);
+    p.assert_untouched("turn ROOM");
+    assert!(o.status.success(), "{}", describe_output("turn", &o));
+    assert_ne!(p.head(), before, "turn ROOM checkpointed the real store");
+
+    let o = p.run_in(&outside, &["fingerprint", room]);
+    p.assert_untouched("fingerprint ROOM");
+    assert!(!o.status.success(), "{}", describe_output("fingerprint", &o));
+    assert!(stderr(&o).contains("not trusted"), "{}", stderr(&o));
+
+    let mid = p.head();
+    let o = p.run_in(&outside, &["checkpoint", room, "-m", "real"]);
+    assert!(o.status.success(), "{}", describe_output("checkpoint", &o));
+    p.assert_untouched("checkpoint ROOM");
+    assert_ne!(p.head(), mid, "checkpoint ROOM did not checkpoint the real store");
+
+    let o = p.run_in(&outside, &["status", room, "--json"]);
+    assert!(o.status.success(), "{}", describe_output("status", &o));
+    p.assert_untouched("status ROOM");
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let row = &rows.as_array().unwrap()[0];
+    assert!(row.get("error").is_none(), "status read the planted store: {row}");
+    assert_eq!(row["branch"], "main");
+
+    assert_eq!(mounts_under(p.w.tmp.path()), mounts_before, "mounts left behind");
+}
+
+#[test]
+fn a_planted_store_is_never_used_from_inside_the_room() {
+    let p = Planted::new();
+    let room = p.w.room();
+    let src = p.w.room.join("src");
+    let mounts_before = mounts_under(p.w.tmp.path());
+
+    // Discovery from a directory in the room finds the real store through the mount table.
+    let o = p.run_in(&src, &["exec", "--", "true"]);
+    assert!(o.status.success(), "{}", describe_output("exec", &o));
+    p.assert_untouched("cd ROOM/src && exec");
+
+    let o = p.run_in(&p.w.room, &["exec", room, "--", "true"]);
+    assert!(o.status.success(), "{}", describe_output("exec", &o));
+    p.assert_untouched("cd ROOM && exec ROOM");
+
+    let before = p.head();
+    let o = p.run_in(&p.w.room, &["turn", room, "--", "true"]);
+    p.assert_untouched("cd ROOM && turn ROOM");
+    assert!(o.status.success(), "{}", describe_output("turn", &o));
+    assert_ne!(p.head(), before);
+
+    let o = p.run_in(&src, &["fingerprint"]);
+    p.assert_untouched("cd ROOM/src && fingerprint");
+    assert!(o.status.success(), "{}", describe_output("fingerprint", &o));
+    assert!(
+        !stdout(&o).contains("planted-command-ran"),
+        "fingerprint showed the planted declaration: {}",
+        stdout(&o)
+    );
+
+    let mid = p.head();
+    let o = p.run_in(&src, &["checkpoint", "-m", "real"]);
+    assert!(o.status.success(), "{}", describe_output("checkpoint", &o));
+    p.assert_untouched("cd ROOM/src && checkpoint");
+    assert_ne!(p.head(), mid);
+
+    let o = p.run_in(&src, &["status", "--json"]);
+    assert!(o.status.success(), "{}", describe_output("status", &o));
+    p.assert_untouched("cd ROOM/src && status");
+
+    assert_eq!(mounts_under(p.w.tmp.path()), mounts_before, "mounts left behind");
+}
+
+#[test]
+fn a_fingerprint_command_never_imports_the_agents_module_from_the_cwd() {
+    let w = Workspace::for_nobody(&[], |room| {
+        fs::write(room.join("a.txt"), b"one\n").unwrap();
+    });
+    let marker = w.tmp.path().join("agent-module-ran");
+    ok([
+        "fingerprint",
+        w.store(),
+        "--command",
+        &format!("{PYTHON} -m platform"),
+    ]);
+    nobody_ok(&format!(
+        "cat > {}/platform.py <<'EOF'\nopen({:?}, 'w').write('x')\nprint('forged')\nEOF\n",
+        w.room(),
+        marker.display().to_string()
+    ));
+    let mut c = cmd(["fingerprint", w.store(), "--json"]);
+    let o = c.current_dir(&w.room).output().unwrap();
+    assert!(o.status.success(), "{}", describe_output("fingerprint", &o));
+    assert!(!marker.exists(), "root ran the agent's platform.py");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let value = v["fingerprint"]["commands"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(value.contains("Linux"), "{value}");
+    if !turns_can_run(&w) {
+        return;
+    }
+    let mut c = cmd(["turn", w.room(), "--", "true"]);
+    let o = c.current_dir(&w.room).output().unwrap();
+    assert!(o.status.success(), "{}", describe_output("turn", &o));
+    assert!(!marker.exists(), "the turn ran the agent's platform.py");
+}
+
+#[test]
+fn a_program_others_can_write_is_never_declared() {
+    let e = Env::new();
+    let dir = open_tmp();
+    let prog = dir.path().join("tool");
+    fs::write(&prog, b"#!/bin/sh\necho hi\n").unwrap();
+    chmod(&prog, 0o777);
+    let line = refused(
+        1,
+        ["fingerprint", &e.s(), "--command", s(&prog)],
+        &["not trusted", "writable by group or others"],
+    );
+    assert!(line.contains(s(&prog)), "{line}");
+    // A program in a root of the store is the agent's.
+    let in_root = e.roots["ws"].join("tool");
+    fs::write(&in_root, b"#!/bin/sh\necho hi\n").unwrap();
+    chmod(&in_root, 0o755);
+    refused(
+        1,
+        ["fingerprint", &e.s(), "--command", s(&in_root)],
+        &["inside the root"],
+    );
+}
+
+/// `log STORE` refused with a line naming the store and every word of `why`.
+fn refused_store(store: &Path, why: &[&str]) {
+    let mut words = vec!["not trusted"];
+    words.extend_from_slice(why);
+    let line = refused(1, ["log", s(store)], &words);
+    assert!(line.contains(s(store)), "{line}");
+}
+
+#[test]
+fn open_refuses_a_store_nobody_owns() {
+    let e = Env::new();
+    chmod(e.tmp.path(), 0o755);
+    chown_tree(&e.store, NOBODY);
+    refused_store(&e.store, &["owned by uid 65534"]);
+    // nobody itself may use it (its own store).
+    let o = as_nobody(&[bin(), "log", &e.s()]);
+    assert!(o.status.success(), "{}", describe_output("log as nobody", &o));
+}
+
+#[test]
+fn open_refuses_a_group_writable_store_and_doctor_still_repairs_it() {
+    let e = Env::new();
+    chmod(&e.store, 0o770);
+    refused_store(&e.store, &["writable by group or others"]);
+    let r = run(["doctor", &e.s(), "--json"]);
+    assert!(stdout(&r).contains("permissions"), "{}", stdout(&r));
+    ok(["recover", &e.s()]);
+    ok(["log", &e.s()]);
+}
+
+#[test]
+fn open_refuses_a_store_inside_a_mounted_workspace() {
+    let w = Workspace::new(|room| fs::write(room.join("a.txt"), b"one\n").unwrap());
+    let copy = w.room.join("copy");
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&w.store)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    refused_store(&copy, &["ckptfs mount"]);
+}
+
+#[test]
+fn open_refuses_a_store_nested_in_another_stores_upper_layer() {
+    let e = Env::new();
+    let nested = e.store.join("upper/main/x");
+    fs::create_dir_all(nested.parent().unwrap()).unwrap();
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&e.store)
+        .arg(e.tmp.path().join("copy"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    fs::rename(e.tmp.path().join("copy"), &nested).unwrap();
+    refused_store(&nested, &["inside the store", s(&e.store)]);
+}
