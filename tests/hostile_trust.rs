@@ -96,6 +96,11 @@ impl Planted {
     fn head(&self) -> Option<String> {
         head(&self.w.store, "main")
     }
+
+    /// The agent changes a file, so a checkpoint has something to record.
+    fn change(&self, name: &str) {
+        nobody_ok(&format!("echo {name} > {}/src/{name}", self.w.room()));
+    }
 }
 
 /// Every path under `dir` (not `dir` itself), not following symlinks.
@@ -137,6 +142,7 @@ fn a_planted_store_is_never_used_from_outside_the_room() {
     assert!(stderr(&o).contains("not trusted"), "{}", stderr(&o));
 
     let mid = p.head();
+    p.change("b.txt");
     let o = p.run_in(&outside, &["checkpoint", room, "-m", "real"]);
     assert!(o.status.success(), "{}", describe_output("checkpoint", &o));
     p.assert_untouched("checkpoint ROOM");
@@ -185,6 +191,7 @@ fn a_planted_store_is_never_used_from_inside_the_room() {
     );
 
     let mid = p.head();
+    p.change("b.txt");
     let o = p.run_in(&src, &["checkpoint", "-m", "real"]);
     assert!(o.status.success(), "{}", describe_output("checkpoint", &o));
     p.assert_untouched("cd ROOM/src && checkpoint");
@@ -293,10 +300,11 @@ fn open_refuses_a_group_writable_store_and_doctor_still_repairs_it() {
 #[test]
 fn open_refuses_a_store_inside_a_mounted_workspace() {
     let w = Workspace::new(|room| fs::write(room.join("a.txt"), b"one\n").unwrap());
+    let other = Env::new();
     let copy = w.room.join("copy");
     let st = std::process::Command::new("cp")
         .arg("-a")
-        .arg(&w.store)
+        .arg(&other.store)
         .arg(&copy)
         .status()
         .unwrap();
