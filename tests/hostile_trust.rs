@@ -80,7 +80,12 @@ impl Planted {
         );
         for e in walk(&self.w.room) {
             let md = fs::symlink_metadata(&e).unwrap();
-            assert_eq!(md.uid(), NOBODY, "{what}: root wrote {} in the room", e.display());
+            assert_eq!(
+                md.uid(),
+                NOBODY,
+                "{what}: root wrote {} in the room",
+                e.display()
+            );
         }
         let room = self.w.room();
         for (mp, source) in mounts() {
@@ -138,7 +143,11 @@ fn a_planted_store_is_never_used_from_outside_the_room() {
 
     let o = p.run_in(&outside, &["fingerprint", room]);
     p.assert_untouched("fingerprint ROOM");
-    assert!(!o.status.success(), "{}", describe_output("fingerprint", &o));
+    assert!(
+        !o.status.success(),
+        "{}",
+        describe_output("fingerprint", &o)
+    );
     assert!(stderr(&o).contains("not trusted"), "{}", stderr(&o));
 
     let mid = p.head();
@@ -146,17 +155,28 @@ fn a_planted_store_is_never_used_from_outside_the_room() {
     let o = p.run_in(&outside, &["checkpoint", room, "-m", "real"]);
     assert!(o.status.success(), "{}", describe_output("checkpoint", &o));
     p.assert_untouched("checkpoint ROOM");
-    assert_ne!(p.head(), mid, "checkpoint ROOM did not checkpoint the real store");
+    assert_ne!(
+        p.head(),
+        mid,
+        "checkpoint ROOM did not checkpoint the real store"
+    );
 
     let o = p.run_in(&outside, &["status", room, "--json"]);
     assert!(o.status.success(), "{}", describe_output("status", &o));
     p.assert_untouched("status ROOM");
     let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let row = &rows.as_array().unwrap()[0];
-    assert!(row.get("error").is_none(), "status read the planted store: {row}");
+    assert!(
+        row.get("error").is_none(),
+        "status read the planted store: {row}"
+    );
     assert_eq!(row["branch"], "main");
 
-    assert_eq!(mounts_under(p.w.tmp.path()), mounts_before, "mounts left behind");
+    assert_eq!(
+        mounts_under(p.w.tmp.path()),
+        mounts_before,
+        "mounts left behind"
+    );
 }
 
 #[test]
@@ -201,7 +221,11 @@ fn a_planted_store_is_never_used_from_inside_the_room() {
     assert!(o.status.success(), "{}", describe_output("status", &o));
     p.assert_untouched("cd ROOM/src && status");
 
-    assert_eq!(mounts_under(p.w.tmp.path()), mounts_before, "mounts left behind");
+    assert_eq!(
+        mounts_under(p.w.tmp.path()),
+        mounts_before,
+        "mounts left behind"
+    );
 }
 
 #[test]
@@ -281,9 +305,22 @@ fn open_refuses_a_store_nobody_owns() {
     chmod(e.tmp.path(), 0o755);
     chown_tree(&e.store, NOBODY);
     refused_store(&e.store, &["owned by uid 65534"]);
+    // doctor says why, as a security finding, and runs nothing.
+    let r = run(["doctor", &e.s(), "--json"]);
+    assert_eq!(
+        r.status.code(),
+        Some(1),
+        "{}",
+        describe_output("doctor", &r)
+    );
+    assert!(stdout(&r).contains("\"security\""), "{}", stdout(&r));
     // nobody itself may use it (its own store).
     let o = as_nobody(&[bin(), "log", &e.s()]);
-    assert!(o.status.success(), "{}", describe_output("log as nobody", &o));
+    assert!(
+        o.status.success(),
+        "{}",
+        describe_output("log as nobody", &o)
+    );
 }
 
 #[test]

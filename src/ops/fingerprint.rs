@@ -222,9 +222,8 @@ pub fn resolve_decl(decl: &RuntimeDecl, roots: &[PathBuf]) -> Result<RuntimeDecl
     let mut out = decl.clone();
     for f in &mut out.files {
         if !f.starts_with('/') {
-            let p = lookup(f, &caller_path).ok_or_else(|| {
-                Error::Usage(format!("--file {f}: not found in PATH"))
-            })?;
+            let p = lookup(f, &caller_path)
+                .ok_or_else(|| Error::Usage(format!("--file {f}: not found in PATH")))?;
             *f = p.to_string_lossy().into_owned();
         }
     }
@@ -270,7 +269,7 @@ fn hash_file(p: &Path) -> Result<String> {
 
 /// The process a declared command line runs as: the program checked, cwd `/`, the fixed
 /// environment, stdin empty, stdout and stderr into one pipe (whose read end is returned).
-fn command_for(cmd: &str, roots: &[PathBuf]) -> Result<(Command, std::io::PipeReader)> {
+fn command_for(cmd: &str, roots: &[PathBuf]) -> Result<(Command, std::fs::File)> {
     let mut c = if is_shell_line(cmd) {
         let shell = trust::check_program(Path::new(SHELL), roots)?;
         let mut c = Command::new(shell);
@@ -285,7 +284,8 @@ fn command_for(cmd: &str, roots: &[PathBuf]) -> Result<(Command, std::io::PipeRe
         c.args(words);
         c
     };
-    let (r, w) = std::io::pipe().map_err(|e| Error::io_op("pipe", e))?;
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| Error::io_op("pipe", e.into()))?;
     let w2 = w.try_clone().map_err(|e| Error::io_op("pipe", e))?;
     c.current_dir("/")
         .env_clear()
@@ -293,7 +293,7 @@ fn command_for(cmd: &str, roots: &[PathBuf]) -> Result<(Command, std::io::PipeRe
         .stdin(Stdio::null())
         .stdout(w)
         .stderr(w2);
-    Ok((c, r))
+    Ok((c, std::fs::File::from(r)))
 }
 
 /// A declared command's output as recorded (see [`Runtime::commands`]).

@@ -12,7 +12,7 @@
 //! - every ancestor directory is owned by root or the invoking user and is not writable by group
 //!   or others unless sticky (as `/tmp`);
 //! - it is not on a ckptfs mount ([`is_ckptfs_mount`]: an overlay or FUSE mount whose source is
-//!   `ckptfs:...`, the FUSE type [`crate::daemon::FSTYPE`], anything under `/run/ckptfs`), so a
+//!   `ckptfs:...`, the FUSE type `fuse.ckptfs`, anything under `/run/ckptfs`), so a
 //!   workspace, a view or a lower layer is never a store;
 //! - it is not inside one of its own roots (a store there would be part of what an agent
 //!   writes);
@@ -43,13 +43,16 @@ pub enum Purpose {
     Repair,
 }
 
+/// The FUSE type of ckptfs's own mounts (`crate::daemon::FSTYPE`, which sits above the
+/// store and so is not imported here; a test keeps the two equal).
+const FUSE_TYPE: &str = "fuse.ckptfs";
 const S_ISVTX: u32 = 0o1000;
 const GROUP_OTHER_WRITE: u32 = 0o022;
 
 /// Whether `m` is a mount ckptfs made (a workspace overlay, a view or lower daemon).
 pub fn is_ckptfs_mount(m: &MountEntry) -> bool {
     m.source.starts_with("ckptfs:")
-        || m.fstype == crate::daemon::FSTYPE
+        || m.fstype == FUSE_TYPE
         || m.mountpoint.starts_with(MOUNTS_BASE)
 }
 
@@ -76,9 +79,18 @@ fn euid() -> u32 {
     nix::unistd::geteuid().as_raw()
 }
 
+/// What every refusal of [`check_store`] says after the store's path.
+const NOT_TRUSTED: &str = " is not trusted: ";
+
+/// Whether `e` is [`check_store`]'s refusal (for `doctor`, which reports it as a security
+/// finding rather than a format one).
+pub fn is_untrusted(e: &Error) -> bool {
+    matches!(e, Error::Invalid(m) if m.starts_with("store ") && m.contains(NOT_TRUSTED))
+}
+
 fn untrusted(path: &Path, why: impl std::fmt::Display) -> Error {
     Error::Invalid(format!(
-        "store {} is not trusted: {why}; ckptfs opens only stores that the invoking user or \
+        "store {}{NOT_TRUSTED}{why}; ckptfs opens only stores that the invoking user or \
          root owns, that others cannot write, outside any workspace or root (docs/cli.md, \
          \"Finding the store\")",
         path.display()
@@ -94,7 +106,10 @@ fn owner_mode(md: &fs::Metadata, sticky_ok: bool) -> std::result::Result<(), Str
     }
     let mode = md.mode();
     if mode & GROUP_OTHER_WRITE != 0 && !(sticky_ok && mode & S_ISVTX != 0) {
-        return Err(format!("writable by group or others (mode {:04o})", mode & 0o7777));
+        return Err(format!(
+            "writable by group or others (mode {:04o})",
+            mode & 0o7777
+        ));
     }
     Ok(())
 }
@@ -216,6 +231,7 @@ mod tests {
 
     #[test]
     fn ckptfs_mounts_are_told() {
+        assert_eq!(FUSE_TYPE, crate::daemon::FSTYPE);
         let m = |fstype: &str, source: &str, at: &str| MountEntry {
             fstype: fstype.into(),
             source: source.into(),
