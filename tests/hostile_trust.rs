@@ -364,3 +364,25 @@ fn open_refuses_a_store_nested_in_another_stores_upper_layer() {
     fs::rename(e.tmp.path().join("copy"), &nested).unwrap();
     refused_store(&nested, &["inside the store", s(&e.store)]);
 }
+
+#[test]
+fn a_declared_file_that_is_a_fifo_is_not_waited_for() {
+    let e = Env::new();
+    let fifo = e.tmp.path().join("agent");
+    let st = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // Declaring prints the fingerprint too: neither may wait for a writer.
+    let bound = Duration::from_secs(30);
+    let (o, done) = run_bounded(["fingerprint", &e.s(), "--file", s(&fifo)], bound);
+    assert!(done, "declaring blocked on a FIFO");
+    assert!(o.status.success(), "{}", describe_output("declare", &o));
+    let (o, done) = run_bounded(["fingerprint", &e.s(), "--json"], bound);
+    assert!(done, "fingerprint blocked on a FIFO");
+    assert!(o.status.success(), "{}", describe_output("fingerprint", &o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let field = v["fingerprint"]["files"][s(&fifo)].as_str().unwrap();
+    assert!(field.starts_with("unreadable"), "{field}");
+}
