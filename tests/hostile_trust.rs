@@ -71,31 +71,36 @@ impl Planted {
             .unwrap()
     }
 
-    /// The planted command never ran; nothing in the room is root's; no mount serves the
+    /// What `what` did that it must not: the planted command ran (the marker is removed, so
+    /// the next command is judged on its own), root wrote in the room, a mount serves the
     /// planted store.
-    fn assert_untouched(&self, what: &str) {
-        assert!(
-            !self.marker.exists(),
-            "{what}: the planted runtime command ran as root"
-        );
+    fn misdeeds(&self, what: &str) -> Vec<String> {
+        let mut bad = Vec::new();
+        if self.marker.exists() {
+            bad.push(format!("{what}: the planted runtime command ran as root"));
+            let _ = fs::remove_file(&self.marker);
+        }
         for e in walk(&self.w.room) {
-            let md = fs::symlink_metadata(&e).unwrap();
-            assert_eq!(
-                md.uid(),
-                NOBODY,
-                "{what}: root wrote {} in the room",
-                e.display()
-            );
+            if fs::symlink_metadata(&e).is_ok_and(|m| m.uid() != NOBODY) {
+                bad.push(format!("{what}: root wrote {} in the room", e.display()));
+            }
         }
+        for (mp, _) in self.planted_mounts() {
+            bad.push(format!("{what}: {} serves the planted store", mp.display()));
+        }
+        bad
+    }
+
+    /// Mounts whose source names the room as their store.
+    fn planted_mounts(&self) -> Vec<(PathBuf, String)> {
         let room = self.w.room();
-        for (mp, source) in mounts() {
-            assert!(
-                !source.starts_with(&format!("ckptfs:{room}:"))
-                    && !source.starts_with(&format!("{room}#")),
-                "{what}: {} serves the planted store ({source})",
-                mp.display()
-            );
-        }
+        mounts()
+            .into_iter()
+            .filter(|(_, source)| {
+                source.starts_with(&format!("ckptfs:{room}:"))
+                    || source.starts_with(&format!("{room}#"))
+            })
+            .collect()
     }
 
     fn head(&self) -> Option<String> {
@@ -105,6 +110,19 @@ impl Planted {
     /// The agent changes a file, so a checkpoint has something to record.
     fn change(&self, name: &str) {
         nobody_ok(&format!("echo {name} > {}/src/{name}", self.w.room()));
+    }
+}
+
+impl Drop for Planted {
+    /// Detaches whatever serves the planted store (its daemons end with their mounts), even
+    /// after a failed assert: those mounts are under /run/ckptfs, not the temp dir.
+    fn drop(&mut self) {
+        for (mp, _) in self.planted_mounts().into_iter().rev() {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&mp)
+                .status();
+        }
     }
 }
 
@@ -124,59 +142,65 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// `o` succeeded, else a line saying `what` failed.
+fn succeeded(what: &str, o: &Output) -> Vec<String> {
+    if o.status.success() {
+        Vec::new()
+    } else {
+        vec![describe_output(what, o)]
+    }
+}
+
 #[test]
 fn a_planted_store_is_never_used_from_outside_the_room() {
     let p = Planted::new();
     let room = p.w.room();
     let outside = p.w.tmp.path().to_path_buf();
-    let before = p.head();
     let mounts_before = mounts_under(p.w.tmp.path());
+    let mut bad = Vec::new();
 
     let o = p.run_in(&outside, &["exec", room, "--", "true"]);
-    assert!(o.status.success(), "{}", describe_output("exec", &o));
-    p.assert_untouched("exec ROOM");
+    bad.extend(succeeded("exec ROOM", &o));
+    bad.extend(p.misdeeds("exec ROOM"));
 
+    let before = p.head();
     let o = p.run_in(&outside, &["turn", room, "--", "true"]);
-    p.assert_untouched("turn ROOM");
-    assert!(o.status.success(), "{}", describe_output("turn", &o));
-    assert_ne!(p.head(), before, "turn ROOM checkpointed the real store");
+    bad.extend(succeeded("turn ROOM", &o));
+    bad.extend(p.misdeeds("turn ROOM"));
+    if p.head() == before {
+        bad.push("turn ROOM did not checkpoint the real store".into());
+    }
 
     let o = p.run_in(&outside, &["fingerprint", room]);
-    p.assert_untouched("fingerprint ROOM");
-    assert!(
-        !o.status.success(),
-        "{}",
-        describe_output("fingerprint", &o)
-    );
-    assert!(stderr(&o).contains("not trusted"), "{}", stderr(&o));
+    bad.extend(p.misdeeds("fingerprint ROOM"));
+    if o.status.success() || !stderr(&o).contains("not trusted") {
+        bad.push(describe_output("fingerprint ROOM was not refused", &o));
+    }
 
     let mid = p.head();
     p.change("b.txt");
     let o = p.run_in(&outside, &["checkpoint", room, "-m", "real"]);
-    assert!(o.status.success(), "{}", describe_output("checkpoint", &o));
-    p.assert_untouched("checkpoint ROOM");
-    assert_ne!(
-        p.head(),
-        mid,
-        "checkpoint ROOM did not checkpoint the real store"
-    );
+    bad.extend(succeeded("checkpoint ROOM", &o));
+    bad.extend(p.misdeeds("checkpoint ROOM"));
+    if p.head() == mid {
+        bad.push("checkpoint ROOM did not checkpoint the real store".into());
+    }
 
     let o = p.run_in(&outside, &["status", room, "--json"]);
-    assert!(o.status.success(), "{}", describe_output("status", &o));
-    p.assert_untouched("status ROOM");
-    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let row = &rows.as_array().unwrap()[0];
-    assert!(
-        row.get("error").is_none(),
-        "status read the planted store: {row}"
-    );
-    assert_eq!(row["branch"], "main");
+    bad.extend(succeeded("status ROOM", &o));
+    bad.extend(p.misdeeds("status ROOM"));
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    let row = &rows[0];
+    if row.get("error").is_some() || row["branch"] != "main" {
+        bad.push(format!(
+            "status ROOM did not report the real workspace: {rows}"
+        ));
+    }
 
-    assert_eq!(
-        mounts_under(p.w.tmp.path()),
-        mounts_before,
-        "mounts left behind"
-    );
+    if mounts_under(p.w.tmp.path()) != mounts_before {
+        bad.push("mounts left behind under the temp dir".into());
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
 }
 
 #[test]
@@ -185,47 +209,52 @@ fn a_planted_store_is_never_used_from_inside_the_room() {
     let room = p.w.room();
     let src = p.w.room.join("src");
     let mounts_before = mounts_under(p.w.tmp.path());
+    let mut bad = Vec::new();
 
     // Discovery from a directory in the room finds the real store through the mount table.
     let o = p.run_in(&src, &["exec", "--", "true"]);
-    assert!(o.status.success(), "{}", describe_output("exec", &o));
-    p.assert_untouched("cd ROOM/src && exec");
+    bad.extend(succeeded("cd ROOM/src && exec", &o));
+    bad.extend(p.misdeeds("cd ROOM/src && exec"));
 
     let o = p.run_in(&p.w.room, &["exec", room, "--", "true"]);
-    assert!(o.status.success(), "{}", describe_output("exec", &o));
-    p.assert_untouched("cd ROOM && exec ROOM");
+    bad.extend(succeeded("cd ROOM && exec ROOM", &o));
+    bad.extend(p.misdeeds("cd ROOM && exec ROOM"));
 
     let before = p.head();
     let o = p.run_in(&p.w.room, &["turn", room, "--", "true"]);
-    p.assert_untouched("cd ROOM && turn ROOM");
-    assert!(o.status.success(), "{}", describe_output("turn", &o));
-    assert_ne!(p.head(), before);
+    bad.extend(succeeded("cd ROOM && turn ROOM", &o));
+    bad.extend(p.misdeeds("cd ROOM && turn ROOM"));
+    if p.head() == before {
+        bad.push("cd ROOM && turn ROOM did not checkpoint the real store".into());
+    }
 
     let o = p.run_in(&src, &["fingerprint"]);
-    p.assert_untouched("cd ROOM/src && fingerprint");
-    assert!(o.status.success(), "{}", describe_output("fingerprint", &o));
-    assert!(
-        !stdout(&o).contains("planted-command-ran"),
-        "fingerprint showed the planted declaration: {}",
-        stdout(&o)
-    );
+    bad.extend(succeeded("cd ROOM/src && fingerprint", &o));
+    bad.extend(p.misdeeds("cd ROOM/src && fingerprint"));
+    if stdout(&o).contains("planted-command-ran") {
+        bad.push(format!(
+            "fingerprint showed the planted declaration: {}",
+            stdout(&o)
+        ));
+    }
 
     let mid = p.head();
     p.change("b.txt");
     let o = p.run_in(&src, &["checkpoint", "-m", "real"]);
-    assert!(o.status.success(), "{}", describe_output("checkpoint", &o));
-    p.assert_untouched("cd ROOM/src && checkpoint");
-    assert_ne!(p.head(), mid);
+    bad.extend(succeeded("cd ROOM/src && checkpoint", &o));
+    bad.extend(p.misdeeds("cd ROOM/src && checkpoint"));
+    if p.head() == mid {
+        bad.push("cd ROOM/src && checkpoint did not checkpoint the real store".into());
+    }
 
     let o = p.run_in(&src, &["status", "--json"]);
-    assert!(o.status.success(), "{}", describe_output("status", &o));
-    p.assert_untouched("cd ROOM/src && status");
+    bad.extend(succeeded("cd ROOM/src && status", &o));
+    bad.extend(p.misdeeds("cd ROOM/src && status"));
 
-    assert_eq!(
-        mounts_under(p.w.tmp.path()),
-        mounts_before,
-        "mounts left behind"
-    );
+    if mounts_under(p.w.tmp.path()) != mounts_before {
+        bad.push("mounts left behind under the temp dir".into());
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
 }
 
 #[test]
