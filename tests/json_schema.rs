@@ -185,10 +185,17 @@ fn store_commands_match_their_schemas() {
     assert!(v["branch"].is_null(), "{v}");
     let v = check(
         "fingerprint",
-        &["fingerprint", &st, "--file", "sh", "--command", "echo one"],
+        &[
+            "fingerprint",
+            &st,
+            "--file",
+            "/bin/sh",
+            "--command",
+            "/bin/echo one",
+        ],
     );
-    assert_eq!(v["declared"]["files"][0], "sh", "{v}");
-    assert_eq!(v["fingerprint"]["commands"]["echo one"], "one", "{v}");
+    assert_eq!(v["declared"]["files"][0], "/bin/sh", "{v}");
+    assert_eq!(v["fingerprint"]["commands"]["/bin/echo one"], "one", "{v}");
     let v = check("fingerprint", &["fingerprint", &st, "--branch", "main"]);
     assert!(v["recorded"].is_null() && v["branch"] == "main", "{v}");
     let v = check(
@@ -199,10 +206,10 @@ fn store_commands_match_their_schemas() {
             "--branch",
             "side",
             "--command",
-            "echo side",
+            "/bin/echo side",
         ],
     );
-    assert_eq!(v["declared"]["commands"][0], "echo side", "{v}");
+    assert_eq!(v["declared"]["commands"][0], "/bin/echo side", "{v}");
     let v = check("fingerprint", &["fingerprint", &st, "--clear"]);
     assert!(v["fingerprint"].get("files").is_none(), "{v}");
 
@@ -326,7 +333,14 @@ fn turn_outputs_match_their_schemas() {
     let ws = Workspace::new(|room| write(&room.join("notes.md"), b"start\n"));
     let st = ws.store().to_string();
     // Declared before the first turn (turns_can_run runs one), so every turn records it.
-    ok(["fingerprint", &st, "--file", "sh", "--command", "echo one"]);
+    ok([
+        "fingerprint",
+        &st,
+        "--file",
+        "/bin/sh",
+        "--command",
+        "/bin/echo one",
+    ]);
     if !turns_can_run(&ws) {
         return;
     }
@@ -360,12 +374,12 @@ fn turn_outputs_match_their_schemas() {
     assert!(c["meta"]["none"].is_null(), "{v}");
     assert_eq!(c["turn"]["id"], r["turn"], "{v}");
     assert!(
-        c["runtime"]["files"]["sh"]
+        c["runtime"]["files"]["/bin/sh"]
             .as_str()
             .is_some_and(|f| f.starts_with("sha256:")),
         "{v}"
     );
-    assert_eq!(c["runtime"]["commands"]["echo one"], "one", "{v}");
+    assert_eq!(c["runtime"]["commands"]["/bin/echo one"], "one", "{v}");
     let v = check("log", &["log", &st, "-n", "1"]);
     assert_eq!(v[0]["turn"]["id"], r["turn"], "{v}");
     assert!(v[0]["runtime"]["platform"].is_object(), "{v}");
@@ -375,9 +389,16 @@ fn turn_outputs_match_their_schemas() {
 
     // A changed declaration: the branch differs (exit 1), a turn needs
     // --accept-runtime-change; this one fails, so its writes stay pending.
-    ok(["fingerprint", &st, "--file", "sh", "--command", "echo two"]);
+    ok([
+        "fingerprint",
+        &st,
+        "--file",
+        "/bin/sh",
+        "--command",
+        "/bin/echo two",
+    ]);
     let v = check_code(1, "fingerprint", &["fingerprint", &st, "--branch", "main"]);
-    assert_eq!(v["differences"][0]["field"], "command:echo one", "{v}");
+    assert_eq!(v["differences"][0]["field"], "command:/bin/echo one", "{v}");
     let (o, r2) = turn_json(
         &ws,
         &["--accept-runtime-change"],

@@ -26,12 +26,14 @@ fn a_changed_binary_refuses_resume_and_the_override_is_audited() {
         return;
     }
     let rec = record_of(&w.store, "main");
+    // The program of a declared command is stored as the absolute path PATH gave.
+    let uname = format!("{} -s", sh("command -v uname").trim());
     let field = rec["runtime"]["files"][agent_s]
         .as_str()
         .unwrap()
         .to_string();
     assert!(field.starts_with("sha256:"), "{field}");
-    assert_eq!(rec["runtime"]["commands"]["uname -s"], "Linux");
+    assert_eq!(rec["runtime"]["commands"][&uname], "Linux", "{rec}");
     // Same runtime: the branch compares clean.
     ok(["fingerprint", w.store(), "--branch", "main"]);
 
@@ -121,13 +123,18 @@ fn a_real_interpreter_has_the_same_fingerprint_on_two_runs() {
         eprintln!("SKIPPED: no python3");
         return;
     }
+    // A bare --file name is stored as the path PATH gives now; commands name Debian's
+    // Python (root's PATH may start with a pyenv shim, which needs the caller's environment
+    // that a declared command does not get).
+    let python3 = sh("command -v python3").trim().to_string();
+    let version = format!("{PYTHON} --version");
     ok([
         "fingerprint",
         &e.s(),
         "--file",
         "python3",
         "--command",
-        "python3 --version",
+        &version,
         "--command",
         "python3 -c 'import sys; print(sys.implementation.cache_tag)'",
     ]);
@@ -136,13 +143,13 @@ fn a_real_interpreter_has_the_same_fingerprint_on_two_runs() {
     assert_eq!(first["fingerprint"], second["fingerprint"]);
     let fp = &first["fingerprint"];
     assert!(
-        fp["files"]["python3"]
+        fp["files"][&python3]
             .as_str()
             .unwrap()
             .starts_with("sha256:"),
         "{fp}"
     );
-    assert!(fp["commands"]["python3 --version"]
+    assert!(fp["commands"][&version]
         .as_str()
         .unwrap()
         .starts_with("Python 3"));
@@ -152,12 +159,12 @@ fn a_real_interpreter_has_the_same_fingerprint_on_two_runs() {
     // The declaration is in STORE.json; --clear takes it out again.
     let cfg: serde_json::Value =
         serde_json::from_slice(&fs::read(e.store.join("STORE.json")).unwrap()).unwrap();
-    assert_eq!(cfg["runtime"]["files"][0], "python3");
+    assert_eq!(cfg["runtime"]["files"][0], python3.as_str());
     ok(["fingerprint", &e.s(), "--clear"]);
     assert!(ok_json(["fingerprint", &e.s()])["fingerprint"]["files"].is_null());
     // A branch's own declaration is used instead of the store's; --clear with --branch
     // takes it back.
-    ok(["fingerprint", &e.s(), "--command", "python3 --version"]);
+    ok(["fingerprint", &e.s(), "--command", &version]);
     ok([
         "fingerprint",
         &e.s(),
@@ -167,22 +174,19 @@ fn a_real_interpreter_has_the_same_fingerprint_on_two_runs() {
         "echo alt-runtime",
     ]);
     let alt = ok_json(["fingerprint", &e.s(), "--branch", "alt"]);
-    assert_eq!(alt["declared"]["commands"][0], "echo alt-runtime", "{alt}");
-    assert_eq!(
-        alt["fingerprint"]["commands"]["echo alt-runtime"],
-        "alt-runtime"
+    let echo = alt["declared"]["commands"][0].as_str().unwrap().to_string();
+    assert!(
+        echo.starts_with('/') && echo.ends_with("/echo alt-runtime"),
+        "{alt}"
     );
-    assert!(alt["fingerprint"]["commands"]
-        .get("python3 --version")
-        .is_none());
+    assert_eq!(alt["fingerprint"]["commands"][&echo], "alt-runtime");
+    assert!(alt["fingerprint"]["commands"].get(&version).is_none());
     let store_fp = ok_json(["fingerprint", &e.s()]);
-    assert!(store_fp["fingerprint"]["commands"]["python3 --version"].is_string());
-    assert!(store_fp["fingerprint"]["commands"]
-        .get("echo alt-runtime")
-        .is_none());
+    assert!(store_fp["fingerprint"]["commands"][&version].is_string());
+    assert!(store_fp["fingerprint"]["commands"].get(&echo).is_none());
     ok(["fingerprint", &e.s(), "--branch", "alt", "--clear"]);
     let alt = ok_json(["fingerprint", &e.s(), "--branch", "alt"]);
-    assert_eq!(alt["declared"]["commands"][0], "python3 --version", "{alt}");
+    assert_eq!(alt["declared"]["commands"][0], version.as_str(), "{alt}");
     refused(
         2,
         ["fingerprint", &e.s(), "--branch", "a/b", "--command", "x"],

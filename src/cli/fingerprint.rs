@@ -26,13 +26,18 @@ pub struct FingerprintArgs {
     #[arg(long, short)]
     pub branch: Option<String>,
     /// Declare a file whose SHA-256 is part of the runtime: an absolute path, or a command
-    /// name looked up in PATH (`python3`). Repeatable. With --file or --command the
-    /// declaration in STORE.json becomes exactly what is given (audited): the store's, or
-    /// with --branch that branch's own, which it then uses instead of the store's.
+    /// name looked up in PATH now (`python3`) and stored as its absolute path. Only a regular
+    /// file is hashed (a FIFO or device records `unreadable`). Repeatable. With --file or
+    /// --command the declaration in STORE.json becomes exactly what is given (audited): the
+    /// store's, or with --branch that branch's own, which it then uses instead of the store's.
     #[arg(long = "file", value_name = "PATH|NAME")]
     pub files: Vec<String>,
-    /// Declare a command line (run by `sh -c`, stdin empty, 10 s at most) whose output is
-    /// part of the runtime, e.g. 'python3 --version'. Repeatable.
+    /// Declare a command line whose output is part of the runtime, e.g. 'python3 --version'.
+    /// Its program is looked up in PATH now and stored as an absolute path (refused if others
+    /// can write it or its directory, or it lies in a root or a ckptfs mount); a line with
+    /// quotes or shell syntax runs in /bin/sh. It runs in `/`, with stdin empty, only
+    /// PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin, LC_ALL=C and HOME=/
+    /// in its environment, 10 s at most. Repeatable.
     #[arg(long = "command", value_name = "CMDLINE")]
     pub commands: Vec<String>,
     /// Remove the declaration: the fingerprint is the platform alone (OS, kernel release,

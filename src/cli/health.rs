@@ -234,7 +234,7 @@ pub fn run_verify(a: VerifyArgs) -> Result<i32> {
 
 /// `ckptfs recover`.
 pub fn run_recover(a: RecoverArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = Store::open_to_repair(&a.store)?;
     let r = recover::recover(&s)?;
     if a.json.json {
         print_json(&r)?;

@@ -9,7 +9,8 @@
 //! 3. the store of the mounted ckptfs workspace or view the current directory is in.
 //!
 //! The first positional is the store only when it names a store directory (one holding
-//! `STORE.json`); anything else (a checkpoint, a label, a mountpoint) is the command's next
+//! `STORE.json`, not at or under a ckptfs mount: there it is the agent's file, see
+//! `ckptfs::store::trust`); anything else (a checkpoint, a label, a mountpoint) is the command's next
 //! argument and the store comes from 1-3. When 1-3 find nothing, the line is left as it is, so
 //! a mistyped store path still gets the error it always got (`store /x not found`), and a line
 //! with no argument at all, or whose one argument is the command's own (taken as STORE, a
@@ -89,9 +90,13 @@ pub fn annotate(cmd: clap::Command) -> clap::Command {
     cmd
 }
 
-/// Whether `p` is a store directory: it holds a regular `STORE.json` (not followed).
+/// Whether `p` names a store directory: it holds a regular `STORE.json` (not followed) and
+/// is not at or under a ckptfs mount (there it is an agent's file, and `p` a workspace).
+/// Whether the store is trusted is [`Store::open`]'s to say.
 pub fn is_store(p: &Path) -> bool {
     std::fs::symlink_metadata(p.join(ckptfs::store::CONFIG_FILE)).is_ok_and(|m| m.is_file())
+        && ckptfs::store::absolute(p)
+            .is_ok_and(|a| ckptfs::store::trust::ckptfs_mount_around(&a).is_ok_and(|m| m.is_none()))
 }
 
 /// The one-line error when no store is given or found.

@@ -94,42 +94,10 @@ pub struct TurnArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
-/// Resolves `MOUNTPOINT|STORE [--branch B]`; a branch given with a store need not be mounted.
+/// Resolves `MOUNTPOINT|STORE [--branch B]`: a path in a mounted workspace is that workspace,
+/// never a store (see `workspace::resolve_place`).
 fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
-    if place.join(ckptfs::store::CONFIG_FILE).is_file() {
-        let s = Store::open(place)?;
-        if let Some(b) = branch {
-            return Ok((s, b.to_string()));
-        }
-        let live: Vec<String> = ckptfs::workspace::states(&s)?
-            .into_iter()
-            .map(|st| st.branch)
-            .collect();
-        return match live.as_slice() {
-            [one] => {
-                let b = one.clone();
-                Ok((s, b))
-            }
-            _ => Err(Error::Usage(format!(
-                "{}: name the branch with --branch (mounted: {})",
-                place.display(),
-                if live.is_empty() {
-                    "none".into()
-                } else {
-                    live.join(", ")
-                }
-            ))),
-        };
-    }
-    let (s, st) = super::workspace::find_workspace(place)?;
-    if let Some(b) = branch.filter(|b| *b != st.branch) {
-        return Err(Error::Usage(format!(
-            "{} shows branch {}, not {b}",
-            place.display(),
-            st.branch
-        )));
-    }
-    Ok((s, st.branch))
+    super::workspace::target(place, branch)
 }
 
 /// `ckptfs turn`.

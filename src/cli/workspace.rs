@@ -324,46 +324,73 @@ pub fn find_workspace(path: &Path) -> Result<(Store, workspace::WorkspaceState)>
     )))
 }
 
-/// Resolves `MOUNTPOINT|STORE [--branch B]` to a store and branch.
-fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
-    if place.join(ckptfs::store::CONFIG_FILE).is_file() {
-        let s = Store::open(place)?;
-        let b = match branch {
-            Some(b) => b.to_string(),
-            None => {
-                let live: Vec<String> = workspace::states(&s)?
-                    .into_iter()
-                    .map(|st| st.branch)
-                    .collect();
-                match live.as_slice() {
-                    [one] => one.clone(),
-                    _ => {
-                        return Err(Error::Usage(format!(
-                            "{}: name the workspace with --branch (mounted: {})",
-                            place.display(),
-                            if live.is_empty() {
-                                "none".into()
-                            } else {
-                                live.join(", ")
-                            }
-                        )))
-                    }
-                }
+/// What a `MOUNTPOINT|STORE` argument names.
+pub enum Place {
+    /// A store directory (trusted: [`Store::open`] checked it).
+    Store(Store),
+    /// A mounted workspace, found through the kernel's mount table and confirmed by its
+    /// store's records.
+    Workspace(Store, workspace::WorkspaceState),
+}
+
+/// Resolves a `MOUNTPOINT|STORE`: a path at or under a ckptfs mount is a workspace, never a
+/// store, whatever files it holds (they are the agent's); else a directory holding
+/// `STORE.json` is a store (refused unless trusted); else the workspace the path is in.
+///
+/// # Errors
+/// The store's refusal; `NotFound` when the path is in no mounted workspace.
+pub fn resolve_place(place: &Path) -> Result<Place> {
+    let abs = ckptfs::store::absolute(place)?;
+    let mounted = ckptfs::store::trust::ckptfs_mount_around(&abs)?.is_some();
+    if !mounted && super::store_arg::is_store(&abs) {
+        return Ok(Place::Store(Store::open(&abs)?));
+    }
+    let (s, st) = find_workspace(&abs)?;
+    Ok(Place::Workspace(s, st))
+}
+
+/// Resolves `MOUNTPOINT|STORE [--branch B]` (see [`resolve_place`]) to a store and branch;
+/// a branch given with a store need not be mounted.
+///
+/// # Errors
+/// As [`resolve_place`]; `Usage` when a store has no single mounted workspace and no branch
+/// is named, or the workspace shows another branch than the one named.
+pub fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
+    match resolve_place(place)? {
+        Place::Store(s) => {
+            if let Some(b) = branch {
+                return Ok((s, b.to_string()));
             }
-        };
-        return Ok((s, b));
-    }
-    let (s, st) = find_workspace(place)?;
-    if let Some(b) = branch {
-        if b != st.branch {
-            return Err(Error::Usage(format!(
-                "{} shows branch {}, not {b}",
-                place.display(),
-                st.branch
-            )));
+            let live: Vec<String> = workspace::states(&s)?
+                .into_iter()
+                .map(|st| st.branch)
+                .collect();
+            match live.as_slice() {
+                [one] => {
+                    let b = one.clone();
+                    Ok((s, b))
+                }
+                _ => Err(Error::Usage(format!(
+                    "{}: name the branch with --branch (mounted: {})",
+                    place.display(),
+                    if live.is_empty() {
+                        "none".into()
+                    } else {
+                        live.join(", ")
+                    }
+                ))),
+            }
         }
+        Place::Workspace(_, st) if branch.is_some_and(|b| b != st.branch) => {
+            Err(Error::Usage(format!(
+                "{} shows branch {}, not {}",
+                place.display(),
+                st.branch,
+                branch.unwrap_or_default()
+            )))
+        }
+        Place::Workspace(s, st) => Ok((s, st.branch)),
     }
-    Ok((s, st.branch))
 }
 
 /// `ckptfs exec`: joins the workspace's cgroup, then becomes COMMAND, so its exit status
@@ -681,11 +708,9 @@ struct WorkspaceStatus {
 
 /// Status of the workspaces of a store (or of the one a path is in).
 pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)> {
-    let (s, only) = if place.join(ckptfs::store::CONFIG_FILE).is_file() {
-        (Store::open(place)?, None)
-    } else {
-        let (s, st) = find_workspace(place)?;
-        (s, Some(st.branch))
+    let (s, only) = match resolve_place(place)? {
+        Place::Store(s) => (s, None),
+        Place::Workspace(s, st) => (s, Some(st.branch)),
     };
     let mut out = Vec::new();
     for st in workspace::states(&s)? {
@@ -956,6 +981,7 @@ pub fn branch_delete(store: &Path, name: &str, force: bool) -> Result<i32> {
 /// "workspace"`. `--short` prints only the changed paths.
 pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
     let (s, mut rows) = workspace_status(place)?;
+    let is_store = s.root() == ckptfs::store::absolute(place)?;
     if short {
         for w in &rows {
             if rows.len() > 1 {
@@ -980,7 +1006,6 @@ pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
             .and_then(|m| m.values().next().cloned());
         r["mountpoint"] = first.unwrap_or_default();
     }
-    let is_store = place.join(ckptfs::store::CONFIG_FILE).is_file();
     let left = left_behind_rows(&s)?;
     let parked = parked_rows(&s)?;
     if !json {

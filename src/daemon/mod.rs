@@ -460,6 +460,7 @@ pub fn start(
     let mp = check_mountpoint(store, mountpoint)?;
     let exe = daemon_exe(opts)?;
     let mut cmd = Command::new(&exe);
+    cmd.current_dir("/");
     match ns {
         Namespace::Checkpoint { id, root } => {
             cmd.arg("mount")

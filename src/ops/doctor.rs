@@ -199,8 +199,21 @@ pub fn doctor(path: &Path) -> Result<DoctorReport> {
         store: root.clone(),
         ..Default::default()
     };
-    let store = match Store::open(&root) {
+    let store = match Store::open_to_repair(&root) {
         Ok(s) => s,
+        Err(e) if crate::store::trust::is_untrusted(&e) => {
+            report.findings.push(Finding::new(
+                Severity::Error,
+                Check::Security,
+                root.display().to_string(),
+                e.to_string(),
+                "if the store is yours: give it and its parent directories to root or yourself \
+                 (chown), take write access from group and others (chmod go-w), and keep it \
+                 outside every workspace, root and other store; else do not use it",
+                Repair::Manual,
+            ));
+            return Ok(report);
+        }
         Err(e) => {
             report.findings.push(Finding::new(
                 Severity::Error,

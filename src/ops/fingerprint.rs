@@ -10,6 +10,17 @@
 //! line of first parents that has one (at most [`MAX_WALK`] records back); `mount --branch`,
 //! `exec` and `turn` compare it with the current one and refuse, naming each field that
 //! differs, unless `--accept-runtime-change`, which is audited.
+//!
+//! Declared commands and files are root's configuration, never the agent's: a command runs
+//! with working directory `/`, stdin empty and only the environment [`COMMAND_ENV`] (PATH
+//! [`SYSTEM_PATH`]), never the caller's. A simple command line (a program and its arguments,
+//! no quotes or shell syntax) has its program resolved to an absolute path when it is declared
+//! (in the caller's PATH) and stored so; at run time the program (a bare name, in a
+//! declaration from an older build, is looked up in [`SYSTEM_PATH`]) must pass
+//! [`trust::check_program`] (owned by root or the caller, in directories others cannot write,
+//! outside any root of the store and any ckptfs mount) or the field records `refused: ...`.
+//! A line with shell syntax is run by `/bin/sh -c` under the same rules. A declared file is
+//! hashed through a non-blocking, no-follow open of its resolved path, regular files only.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -23,7 +34,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::{Runtime, RuntimeDecl};
-use crate::store::Store;
+use crate::store::{trust, Store};
 
 /// How many records back along first parents a branch's fingerprint is looked for.
 pub const MAX_WALK: usize = 256;
@@ -36,6 +47,18 @@ pub const MAX_OUTPUT_TEXT: usize = 200;
 const MAX_OUTPUT: u64 = 1 << 20;
 /// Most files and commands a store may declare.
 pub const MAX_DECLARED: usize = 64;
+/// The PATH a declared command runs with, and where a bare name in an older declaration is
+/// looked up: system directories only.
+pub const SYSTEM_PATH: &str = crate::util::SYSTEM_PATH;
+/// The whole environment of a declared command (nothing of the caller's is passed on).
+pub const COMMAND_ENV: [(&str, &str); 3] = [("PATH", SYSTEM_PATH), ("LC_ALL", "C"), ("HOME", "/")];
+/// The shell a declared line with shell syntax runs in.
+const SHELL: &str = "/bin/sh";
+/// Characters that make a declared line a shell line rather than a program and its words.
+const SHELL_SYNTAX: &[char] = &[
+    '\'', '"', '\\', '|', '&', ';', '<', '>', '(', ')', '$', '`', '*', '?', '[', ']', '{', '}',
+    '~', '#', '!', '\t',
+];
 
 /// One field that differs between a branch's fingerprint and the current one.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -133,11 +156,17 @@ pub fn declaration(store: &Store, branch: Option<&str>) -> RuntimeDecl {
 
 /// The current fingerprint under the declaration `branch` uses (see [`declaration`]).
 pub fn current(store: &Store, branch: Option<&str>) -> Runtime {
-    compute(&declaration(store, branch))
+    let roots: Vec<PathBuf> = store
+        .config()
+        .roots
+        .values()
+        .map(|r| r.path.clone())
+        .collect();
+    compute(&declaration(store, branch), &roots)
 }
 
-/// The fingerprint of this machine under `decl`.
-pub fn compute(decl: &RuntimeDecl) -> Runtime {
+/// The fingerprint of this machine under `decl`; no declared program inside `roots` is run.
+pub fn compute(decl: &RuntimeDecl, roots: &[PathBuf]) -> Runtime {
     Runtime {
         platform: platform(),
         files: decl
@@ -148,14 +177,14 @@ pub fn compute(decl: &RuntimeDecl) -> Runtime {
         commands: decl
             .commands
             .iter()
-            .map(|c| (c.clone(), command_print(c)))
+            .map(|c| (c.clone(), command_print(c, roots)))
             .collect(),
     }
 }
 
 /// `sha256:<hex> <resolved path>` of a declared file, `missing`, or `unreadable: ERROR`.
 fn file_print(declared: &str) -> String {
-    let Some(path) = resolve(declared) else {
+    let Some(path) = lookup(declared, SYSTEM_PATH) else {
         return "missing".into();
     };
     let real = std::fs::canonicalize(&path).unwrap_or(path);
@@ -165,24 +194,71 @@ fn file_print(declared: &str) -> String {
     }
 }
 
-/// A declared file's path: absolute as given, or a name looked up in PATH.
-fn resolve(declared: &str) -> Option<PathBuf> {
+/// A declared name's path: absolute as given, or a name looked up in the directories of
+/// `path` (a PATH value).
+fn lookup(declared: &str, path: &str) -> Option<PathBuf> {
     if declared.starts_with('/') {
         let p = PathBuf::from(declared);
         return p.exists().then_some(p);
     }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
+    std::env::split_paths(path)
         .map(|d| d.join(declared))
         .find(|p| p.is_file())
 }
 
-fn hash_file(p: &Path) -> std::io::Result<String> {
-    let mut f = std::fs::File::open(p)?;
+/// Whether a declared command line needs a shell (see [`SHELL_SYNTAX`]).
+fn is_shell_line(cmd: &str) -> bool {
+    cmd.contains(SHELL_SYNTAX)
+}
+
+/// A declaration as it is stored: each simple command's program and each file named bare
+/// resolved to an absolute path in the caller's PATH, the program checked
+/// ([`trust::check_program`]).
+///
+/// # Errors
+/// `Usage` for a program or file not found; `Invalid` for a program that is not trusted.
+pub fn resolve_decl(decl: &RuntimeDecl, roots: &[PathBuf]) -> Result<RuntimeDecl> {
+    let caller_path = std::env::var("PATH").unwrap_or_else(|_| SYSTEM_PATH.to_string());
+    let mut out = decl.clone();
+    for f in &mut out.files {
+        if !f.starts_with('/') {
+            let p = lookup(f, &caller_path)
+                .ok_or_else(|| Error::Usage(format!("--file {f}: not found in PATH")))?;
+            *f = p.to_string_lossy().into_owned();
+        }
+    }
+    for c in &mut out.commands {
+        if is_shell_line(c) {
+            continue;
+        }
+        let mut words = c.split(' ').filter(|w| !w.is_empty());
+        let program = words.next().unwrap_or_default();
+        let p = lookup(program, &caller_path).ok_or_else(|| {
+            Error::Usage(format!(
+                "--command {c:?}: program {program} not found in PATH"
+            ))
+        })?;
+        trust::check_program(&p, roots)?;
+        *c = std::iter::once(p.to_string_lossy().as_ref())
+            .chain(words)
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    Ok(out)
+}
+
+/// A declared file's bytes hashed: opened without following a symlink at its last component
+/// and without blocking (a FIFO or device is refused, not read).
+fn hash_file(p: &Path) -> Result<String> {
+    let (parent, name) = match (p.parent(), p.file_name()) {
+        (Some(d), Some(n)) => (d, n),
+        _ => return Err(Error::Invalid(format!("{} is not a file", p.display()))),
+    };
+    let (mut f, _) = crate::safe::Dir::open(parent)?.open_file(name)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {
-        let n = f.read(&mut buf)?;
+        let n = f.read(&mut buf).map_err(|e| Error::io(p, e))?;
         if n == 0 {
             break;
         }
@@ -191,28 +267,55 @@ fn hash_file(p: &Path) -> std::io::Result<String> {
     Ok(ObjectId(h.finalize().into()).to_hex())
 }
 
-/// A declared command's output as recorded (see [`Runtime::commands`]).
-fn command_print(cmd: &str) -> String {
-    let spawned = Command::new("sh")
-        .arg("-c")
-        .arg(format!("exec 2>&1; {cmd}"))
+/// The process a declared command line runs as: the program checked, cwd `/`, the fixed
+/// environment, stdin empty, stdout and stderr into one pipe (whose read end is returned).
+fn command_for(cmd: &str, roots: &[PathBuf]) -> Result<(Command, std::fs::File)> {
+    let mut c = if is_shell_line(cmd) {
+        let shell = trust::check_program(Path::new(SHELL), roots)?;
+        let mut c = Command::new(shell);
+        c.arg("-c").arg(cmd);
+        c
+    } else {
+        let mut words = cmd.split(' ').filter(|w| !w.is_empty());
+        let program = words.next().unwrap_or_default();
+        let found = lookup(program, SYSTEM_PATH)
+            .ok_or_else(|| Error::NotFound(format!("program {program}")))?;
+        let mut c = Command::new(trust::check_program(&found, roots)?);
+        c.args(words);
+        c
+    };
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| Error::io_op("pipe", e.into()))?;
+    let w2 = w.try_clone().map_err(|e| Error::io_op("pipe", e))?;
+    c.current_dir("/")
+        .env_clear()
+        .envs(COMMAND_ENV)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn();
+        .stdout(w)
+        .stderr(w2);
+    Ok((c, std::fs::File::from(r)))
+}
+
+/// A declared command's output as recorded (see [`Runtime::commands`]).
+fn command_print(cmd: &str, roots: &[PathBuf]) -> String {
+    let (mut command, out) = match command_for(cmd, roots) {
+        Ok(c) => c,
+        Err(e) => return format!("refused: {e}"),
+    };
+    let spawned = command.spawn();
+    // The parent's copies of the write end go with `command`, so the reader sees EOF when
+    // the child (and whatever it left running) closes its own.
+    drop(command);
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => return format!("cannot run: {e}"),
     };
     // Read on a thread, so a command that floods its pipe cannot outlast the timeout.
-    let out = child.stdout.take();
     let reader = std::thread::spawn(move || {
         let mut buf = Vec::new();
-        if let Some(o) = out {
-            let mut o = o.take(MAX_OUTPUT);
-            let _partial = o.read_to_end(&mut buf);
-            let _drained = std::io::copy(&mut o.into_inner(), &mut std::io::sink());
-        }
+        let mut o = out.take(MAX_OUTPUT);
+        let _partial = o.read_to_end(&mut buf);
+        let _drained = std::io::copy(&mut o.into_inner(), &mut std::io::sink());
         buf
     });
     let t0 = Instant::now();
@@ -364,9 +467,16 @@ pub fn declare(store: &Store, branch: Option<&str>, decl: &RuntimeDecl) -> Resul
         branches: Default::default(),
     };
     check_decl(&files_and_commands)?;
+    let roots: Vec<PathBuf> = store
+        .config()
+        .roots
+        .values()
+        .map(|r| r.path.clone())
+        .collect();
     if let Some(b) = branch {
         crate::util::check_name("branch", b)?;
     }
+    let files_and_commands = resolve_decl(&files_and_commands, &roots)?;
     let args =
         serde_json::json!({"branch": branch, "files": decl.files, "commands": decl.commands});
     store.mutate("fingerprint-declare", args, |_| {

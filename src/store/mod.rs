@@ -65,6 +65,7 @@ pub mod pin;
 pub mod refs;
 pub mod statcache;
 pub mod tree;
+pub mod trust;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -729,8 +730,22 @@ impl Store {
     ///
     /// # Errors
     /// `NotFound` for a missing directory or one without STORE.json; `Corrupt` for an
-    /// unreadable STORE.json; `Invalid` for an unknown format or a newer version.
+    /// unreadable STORE.json; `Invalid` for an unknown format or a newer version, or for a
+    /// store that is not trusted ([`trust::check_store`]: owner, modes, where it lies).
     pub fn open(path: &Path) -> Result<Store> {
+        Self::open_for(path, trust::Purpose::Use)
+    }
+
+    /// As [`Store::open`] for `doctor` and `recover`: a store directory open to group or
+    /// others is let through (they report and repair it); every other trust rule holds.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_to_repair(path: &Path) -> Result<Store> {
+        Self::open_for(path, trust::Purpose::Repair)
+    }
+
+    fn open_for(path: &Path, purpose: trust::Purpose) -> Result<Store> {
         let root = absolute(path)?;
         let meta = fs::metadata(&root).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => Error::NotFound(format!("store {}", root.display())),
@@ -754,6 +769,7 @@ impl Store {
         check_format(&bytes, &cfg_path)?;
         let config = parse_config(&bytes)
             .map_err(|m| Error::Corrupt(format!("{}: {m}", cfg_path.display())))?;
+        trust::check_store(&root, &config, purpose)?;
         Ok(Store {
             root,
             config,

@@ -307,14 +307,10 @@ pub fn mount(view: Arc<View>, mountpoint: &Path, cfg: &MountConfig) -> io::Resul
 }
 
 /// fusermount3 from PATH, else where distributions put it.
+/// fusermount3 from the system directories, never the caller's PATH (see
+/// `util::system_program`).
 fn fusermount_bin() -> PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("fusermount3"))
-                .find(|f| f.is_file())
-        })
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/fusermount3"))
+    crate::util::system_program("fusermount3")
 }
 
 /// Mounts with fusermount3's protocol (libfuse's): it opens /dev/fuse, mounts it with
@@ -337,6 +333,7 @@ fn fusermount(
         .arg("--")
         .arg(mountpoint)
         .env("_FUSE_COMMFD", theirs.as_raw_fd().to_string())
+        .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -364,9 +364,9 @@ pub(super) fn drop_recorded_upper(store: &Store, branch: &str) -> Result<Option<
 /// `upper/.folded/`), in a child process that is not waited for: the caller returns at once,
 /// whatever the teardown costs (detaching syncs the upper's filesystem).
 pub(super) fn detach_and_remove(asides: &[PathBuf], trash: Option<&Path>) {
-    let exe = std::env::current_exe().unwrap_or_else(|_| "ckptfs".into());
+    let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
     let mut cmd = std::process::Command::new(exe);
-    cmd.arg("internal-detach").args(asides);
+    cmd.current_dir("/").arg("internal-detach").args(asides);
     if let Some(t) = trash {
         cmd.arg("--remove").arg(t);
     }

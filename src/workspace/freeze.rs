@@ -336,7 +336,7 @@ impl FrozenFs {
         // It waits for "go" (sent just before the freeze; end of input without it: nothing
         // was frozen), then for "ok" within the time limit, else thaws. Its own process
         // group: a Ctrl-C that stops the checkpoint must not stop it too.
-        let watchdog = Command::new("bash")
+        let watchdog = Command::new(crate::util::system_program("bash"))
             .arg("-c")
             .arg(format!(
                 "read -r go || exit 0; read -r -t {} ok || fsfreeze -u -- \"$1\"",
@@ -344,6 +344,9 @@ impl FrozenFs {
             ))
             .arg("ckptfs-thaw-watchdog")
             .arg(dir)
+            .current_dir("/")
+            .env_clear()
+            .env("PATH", crate::util::SYSTEM_PATH)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -330,8 +330,9 @@ pub fn move_mount(from: &Path, to: &Path) -> Result<()> {
 /// Detaches the mount at `target` and removes its (then empty) directory, in a child process
 /// that is not waited for: the caller returns at once, whatever the teardown costs.
 pub fn detach_in_background(target: &Path) {
-    let exe = std::env::current_exe().unwrap_or_else(|_| "ckptfs".into());
+    let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
     let spawned = std::process::Command::new(exe)
+        .current_dir("/")
         .arg("internal-detach")
         .arg(target)
         .stdin(std::process::Stdio::null())
