@@ -87,6 +87,8 @@ pub struct ExecArgs {
     /// this machine's (see `ckptfs fingerprint`); the change is audited.
     #[arg(long)]
     pub accept_runtime_change: bool,
+    #[command(flatten)]
+    pub run_as: super::turn::RunAsArgs,
 }
 
 /// `switch` arguments.
@@ -178,6 +180,7 @@ pub fn run_exec(a: ExecArgs) -> Result<i32> {
         a.branch.as_deref(),
         &a.command,
         a.accept_runtime_change,
+        &a.run_as.options(),
     )
 }
 
@@ -357,7 +360,8 @@ fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
     Ok((s, st.branch))
 }
 
-/// `ckptfs exec`: joins the workspace's cgroup, then becomes COMMAND, so its exit status
+/// `ckptfs exec`: joins the workspace's cgroup, becomes the agent's user (see
+/// `ops::run_as`), then becomes COMMAND, so its exit status
 /// (and a death by signal, which a shell shows as 128+N) is the command's own. Only returns
 /// when COMMAND cannot be run: as shells do, 127 when it is not found and 126 when it is
 /// found but cannot be executed (not executable, a directory, a bad interpreter...).
@@ -366,6 +370,7 @@ pub fn exec(
     branch: Option<&str>,
     command: &[std::ffi::OsString],
     accept_runtime_change: bool,
+    run_as: &ckptfs::ops::run_as::RunAsOptions,
 ) -> Result<i32> {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = command.split_first() else {
@@ -373,10 +378,18 @@ pub fn exec(
     };
     let (s, b) = target(place, branch)?;
     super::fingerprint::check_resume(&s, &b, "exec in", accept_runtime_change)?;
+    let who = ckptfs::ops::run_as::resolve(&s, &b, run_as)?;
     let cgroup = workspace::agent_cgroup(&s, &b)?;
     drop(s);
+    // Join first (moving into the cgroup needs root), then become the agent's user.
     workspace::freeze::join(&cgroup)?;
-    let err = std::process::Command::new(program).args(args).exec();
+    if let Some(sw) = &who.switch {
+        ckptfs::ops::run_as::drop_to(&sw.credentials)?;
+    }
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args);
+    who.set_env(&mut cmd);
+    let err = cmd.exec();
     let code = exec_failure_code(Path::new(program), &err);
     let what = if code == EXIT_NOT_FOUND {
         "command not found"
