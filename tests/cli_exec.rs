@@ -11,7 +11,7 @@ use std::process::Output;
 use support::*;
 
 fn exec(w: &Workspace, command: &[&str]) -> Output {
-    let mut args = vec!["exec", w.room(), "--"];
+    let mut args = vec!["exec", "--as-root", w.room(), "--"];
     args.extend_from_slice(command);
     run(&args)
 }
