@@ -73,7 +73,7 @@ fn exec_exits_as_a_shell_would() {
     let o = std::process::Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "'{}' exec '{}' -- sh -c 'kill -KILL $$'; echo $?",
+            "'{}' exec --as-root '{}' -- sh -c 'kill -KILL $$'; echo $?",
             bin(),
             w.room()
         ))

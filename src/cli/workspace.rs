@@ -1,6 +1,7 @@
 //! CLI for live workspaces: mount --branch, umount, checkpoint, exec, switch, fork, status,
 //! branch lifecycle.
 
+use ckptfs::quote;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -510,9 +511,9 @@ fn print_fold(f: &workspace::FoldReport) {
             (_, Some(h)) => format!(
                 "pid {} ({}) is inside ({} {}){}",
                 h.pid,
-                h.command,
+                quote::text(&h.command),
                 h.how,
-                h.path.display(),
+                quote::path(&h.path),
                 if f.holders.len() > 1 {
                     format!(" and {} more", f.holders.len() - 1)
                 } else {
@@ -768,7 +769,7 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
             w["head"].as_str().map_or("-", |h| &h[..12.min(h.len())]),
             w["base"].as_str().map_or("-", |h| &h[..12.min(h.len())]),
             if let Some(e) = w["error"].as_str() {
-                format!("changes unknown ({e})")
+                format!("changes unknown ({})", quote::text(e))
             } else if w["dirty"].as_bool() == Some(true) {
                 format!(
                     "{} files / {} changed since the last checkpoint",
@@ -780,7 +781,7 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
             }
         );
         if let Some(t) = w["turn"]["describe"].as_str() {
-            println!("  {t}");
+            println!("  {}", quote::text(t));
         }
         for line in short_status(w) {
             println!("  {line}");
@@ -788,7 +789,7 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
         for f in w["special_files"].as_array().into_iter().flatten() {
             println!(
                 "  not checkpointable: {} is a {} (exclude it)",
-                f["path"].as_str().unwrap_or(""),
+                quote::name(f["path"].as_str().unwrap_or("").as_bytes()),
                 f["kind"].as_str().unwrap_or("special file")
             );
         }
@@ -819,9 +820,9 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
                 println!(
                     "    pid {} ({}) {} {}",
                     h["pid"],
-                    h["command"].as_str().unwrap_or(""),
+                    quote::text(h["command"].as_str().unwrap_or("")),
                     h["how"].as_str().unwrap_or(""),
-                    h["path"].as_str().unwrap_or("")
+                    quote::name(h["path"].as_str().unwrap_or("").as_bytes())
                 );
             }
         }
@@ -829,8 +830,8 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
             println!(
                 "  not held by checkpoints: pid {} ({}) writing {}",
                 p["pid"],
-                p["command"].as_str().unwrap_or(""),
-                p["path"].as_str().unwrap_or("")
+                quote::text(p["command"].as_str().unwrap_or("")),
+                quote::name(p["path"].as_str().unwrap_or("").as_bytes())
             );
         }
     }
@@ -841,11 +842,12 @@ fn short_status(w: &serde_json::Value) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for c in w["changes"].as_array().into_iter().flatten() {
-        let path = c["path"].as_str().unwrap_or("");
+        let raw = quote::name(c["path"].as_str().unwrap_or("").as_bytes());
         // A path modified and chmod-ed is one line.
-        if !seen.insert(path.to_string()) {
+        if !seen.insert(raw.to_string()) {
             continue;
         }
+        let path = quote::name(raw.as_bytes());
         let letter = match c["change"].as_str() {
             Some("added") => 'A',
             Some("removed") => 'D',
@@ -854,7 +856,7 @@ fn short_status(w: &serde_json::Value) -> Vec<String> {
             _ => 'M',
         };
         lines.push(match c["from"].as_str() {
-            Some(f) => format!("{letter} {f} -> {path}"),
+            Some(f) => format!("{letter} {} -> {path}", quote::name(f.as_bytes())),
             None => format!("{letter} {path}"),
         });
     }
@@ -975,8 +977,9 @@ pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
             }
             if let Some(e) = w["error"].as_str() {
                 eprintln!(
-                    "ckptfs: {}: changes unknown ({e})",
-                    w["branch"].as_str().unwrap_or("")
+                    "ckptfs: {}: changes unknown ({})",
+                    w["branch"].as_str().unwrap_or(""),
+                    quote::text(e)
                 );
             }
             for line in short_status(w) {
@@ -1078,9 +1081,9 @@ fn print_left_behind_rows(rows: &[serde_json::Value]) {
             println!(
                 "  pid {} ({}) {} {}",
                 h["pid"],
-                h["command"].as_str().unwrap_or(""),
+                quote::text(h["command"].as_str().unwrap_or("")),
                 h["how"].as_str().unwrap_or(""),
-                h["path"].as_str().unwrap_or("")
+                quote::name(h["path"].as_str().unwrap_or("").as_bytes())
             );
         }
     }
