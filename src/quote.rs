@@ -20,7 +20,8 @@ use std::path::Path;
 /// Whether `c` is shown escaped: C0 and C1 controls, DEL, the line and paragraph separators
 /// and the bidirectional embeddings, overrides and isolates (they reorder what follows).
 fn is_unsafe(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
 }
 
 /// Appends the escape of `c` (unsafe, or `"`/`\` when `quoted`).

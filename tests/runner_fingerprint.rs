@@ -44,7 +44,11 @@ fn a_changed_binary_refuses_resume_and_the_override_is_audited() {
         ["turn", "--as-root", w.room(), "--", "true"],
         &[&file_field, "--accept-runtime-change"],
     );
-    refused(1, ["exec", "--as-root", w.room(), "--", "true"], &[&file_field]);
+    refused(
+        1,
+        ["exec", "--as-root", w.room(), "--", "true"],
+        &[&file_field],
+    );
     let o = run(["fingerprint", w.store(), "--branch", "main"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stdout(&o).contains(&file_field), "{}", stdout(&o));

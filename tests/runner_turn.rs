@@ -230,7 +230,16 @@ fn another_turn_or_checkpoint_during_a_turn_is_refused_naming_it() {
         go.display()
     );
     let runner = Command::new(bin())
-        .args(["turn", "--as-root", w.room(), "--json", "--", "sh", "-c", &script])
+        .args([
+            "turn",
+            "--as-root",
+            w.room(),
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -242,8 +251,16 @@ fn another_turn_or_checkpoint_during_a_turn_is_refused_naming_it() {
     assert_eq!(running[0]["outcome"], "running");
     let t = running[0]["turn"].as_str().unwrap().to_string();
     refused(1, ["checkpoint", w.room()], &[&t, "is running"]);
-    refused(1, ["turn", "--as-root", w.room(), "--", "true"], &[&t, "is running"]);
-    refused(1, ["exec", "--as-root", w.room(), "--", "true"], &[&t, "is running"]);
+    refused(
+        1,
+        ["turn", "--as-root", w.room(), "--", "true"],
+        &[&t, "is running"],
+    );
+    refused(
+        1,
+        ["exec", "--as-root", w.room(), "--", "true"],
+        &[&t, "is running"],
+    );
     refused(
         1,
         ["switch", w.room(), "--to", "main", "--discard"],

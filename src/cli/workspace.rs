@@ -842,7 +842,7 @@ fn short_status(w: &serde_json::Value) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for c in w["changes"].as_array().into_iter().flatten() {
-        let raw = quote::name(c["path"].as_str().unwrap_or("").as_bytes());
+        let raw = c["path"].as_str().unwrap_or("");
         // A path modified and chmod-ed is one line.
         if !seen.insert(raw.to_string()) {
             continue;
