@@ -155,17 +155,11 @@ fn names_from_the_room_are_quoted_in_every_human_listing() {
         shown(out.contains(form), format!("ls: {form} not in {out}"));
     }
     let out = listing("ls -r", &["ls", w.store(), "main", "-r"]);
-    shown(out.contains(TITLE_SHOWN), format!("{out}"));
+    shown(out.contains(TITLE_SHOWN), out.clone());
     let out = listing("status", &["status", w.store()]);
-    shown(
-        out.contains(&format!("ws/new-{FORGED_SHOWN}")),
-        format!("{out}"),
-    );
+    shown(out.contains(&format!("ws/new-{FORGED_SHOWN}")), out.clone());
     let out = listing("status --short", &["status", w.store(), "--short"]);
-    shown(
-        out.contains(&format!("ws/new-{TITLE_SHOWN}")),
-        format!("{out}"),
-    );
+    shown(out.contains(&format!("ws/new-{TITLE_SHOWN}")), out.clone());
     listing(
         "diff --workspace",
         &["diff", w.store(), "main", "--workspace", w.room()],
@@ -175,10 +169,7 @@ fn names_from_the_room_are_quoted_in_every_human_listing() {
     hostile_names(&plain, "dir-");
     let dir = format!("ws={}", s(&plain));
     let out = listing("diff --dir", &["diff", w.store(), "main", "--dir", &dir]);
-    shown(
-        out.contains(&format!("dir-{TITLE_SHOWN}")),
-        format!("{out}"),
-    );
+    shown(out.contains(&format!("dir-{TITLE_SHOWN}")), out.clone());
     let base = ok_json(["status", w.store(), "--json"])[0]["base"]
         .as_str()
         .unwrap()
