@@ -29,20 +29,20 @@ python3 "$GEN" gen "$ROOM" --scale "$SCALE" >/dev/null
 "$B" fingerprint "$STORE" --file python3 --command "python3 --version" >/dev/null
 "$B" mount "$STORE" --branch main >/dev/null
 # One of each first: makes the cgroup, warms the caches.
-"$B" exec "$ROOM" -- python3 "$GEN" turn "$ROOM" --seed 1000 >/dev/null
+"$B" exec --as-root "$ROOM" -- python3 "$GEN" turn "$ROOM" --seed 1000 >/dev/null
 "$B" checkpoint "$ROOM" >/dev/null
-"$B" turn "$ROOM" -- python3 "$GEN" turn "$ROOM" --seed 1001 >/dev/null 2>&1
+"$B" turn --as-root "$ROOM" -- python3 "$GEN" turn "$ROOM" --seed 1001 >/dev/null 2>&1
 
 agent=() ckpt=() hand=() turn=() fp=()
 for i in $(seq 1 "$N"); do
     t0=$(now)
-    "$B" exec "$ROOM" -- python3 "$GEN" turn "$ROOM" --seed "$i" >/dev/null
+    "$B" exec --as-root "$ROOM" -- python3 "$GEN" turn "$ROOM" --seed "$i" >/dev/null
     t1=$(now)
     "$B" checkpoint "$ROOM" >/dev/null
     t2=$(now)
     agent+=("$(secs "$t0" "$t1")") ckpt+=("$(secs "$t1" "$t2")") hand+=("$(secs "$t0" "$t2")")
     t0=$(now)
-    "$B" turn "$ROOM" -- python3 "$GEN" turn "$ROOM" --seed "$((i + 500))" >/dev/null 2>&1
+    "$B" turn --as-root "$ROOM" -- python3 "$GEN" turn "$ROOM" --seed "$((i + 500))" >/dev/null 2>&1
     t1=$(now)
     turn+=("$(secs "$t0" "$t1")")
     t0=$(now)

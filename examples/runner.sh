@@ -6,21 +6,27 @@
 #
 #   cargo build && sudo examples/runner.sh [WORKDIR]     (root: FUSE, overlayfs, cgroups)
 #
-# CKPTFS names the binary (default: ckptfs on PATH, else target/debug/ckptfs).
+# CKPTFS names the binary (default: ckptfs on PATH, else target/debug/ckptfs). The agent runs
+# as AGENT_USER (default nobody), never as root: it owns the roots, and `ckptfs turn` runs
+# COMMAND as the owner of the workspace's root (docs/runner.md, "Who the agent runs as").
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 CKPTFS=${CKPTFS:-$(command -v ckptfs || echo "$HERE/../target/debug/ckptfs")}
 WORK=${1:-$(mktemp -d /tmp/ckptfs-runner.XXXXXX)}
-STORE=$WORK/store ROOM=$WORK/room HOMEDIR=$WORK/agent-home REPLY=$WORK/reply.json
+AGENT_USER=${AGENT_USER:-nobody}
+STORE=$WORK/store ROOM=$WORK/room HOMEDIR=$WORK/agent-home REPLY=$WORK/out/reply.json
 AGENT=$WORK/bin/fake-agent
 say() { printf '\n== %s\n' "$*"; }
 cleanup() { "$CKPTFS" umount "$ROOM" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
 say "a store with two roots: the room and the agent's home; the agent is part of the runtime"
-mkdir -p "$ROOM" "$HOMEDIR" "$WORK/bin"
-cp "$HERE/fake_agent.py" "$AGENT" && chmod +x "$AGENT"
+mkdir -p "$ROOM" "$HOMEDIR" "$WORK/bin" "$WORK/out"
+chmod 755 "$WORK" "$WORK/bin"
+cp "$HERE/fake_agent.py" "$AGENT" && chmod 755 "$AGENT"
 echo "# notes" > "$ROOM/notes.md"
+# The agent's user owns what it writes: its roots and the directory of its reply.
+chown -R "$AGENT_USER" "$ROOM" "$HOMEDIR" "$WORK/out"
 "$CKPTFS" init "$STORE" --root "room=$ROOM" --root "agent=$HOMEDIR"
 "$CKPTFS" capture "$STORE" -m "empty room"
 "$CKPTFS" fingerprint "$STORE" --file "$AGENT" --command "python3 --version"

@@ -26,10 +26,11 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// Wraps an `io::Error` with the path it concerns.
+    /// Wraps an `io::Error` with the path it concerns (quoted as `quote::path` shows names
+    /// from trees: control characters and invalid UTF-8 escaped).
     pub fn io(path: impl AsRef<Path>, source: io::Error) -> Error {
         Error::Io {
-            what: path.as_ref().display().to_string(),
+            what: crate::quote::path(path.as_ref()).into_owned(),
             source,
         }
     }
@@ -63,15 +64,17 @@ impl Error {
     }
 }
 
+/// Every message prints as one line: names from trees in it may hold control characters,
+/// escaped here (`quote::text`) whatever built the message.
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::quote::text;
         match self {
-            Error::Usage(m) => write!(f, "usage: {m}"),
-            Error::Io { what, source } => write!(f, "{what}: {source}"),
-            Error::Corrupt(m) => write!(f, "corrupt: {m}"),
-            Error::NotFound(m) => write!(f, "not found: {m}"),
-            Error::Conflict(m) => write!(f, "{m}"),
-            Error::Invalid(m) => write!(f, "{m}"),
+            Error::Usage(m) => write!(f, "usage: {}", text(m)),
+            Error::Io { what, source } => write!(f, "{}: {source}", text(what)),
+            Error::Corrupt(m) => write!(f, "corrupt: {}", text(m)),
+            Error::NotFound(m) => write!(f, "not found: {}", text(m)),
+            Error::Conflict(m) | Error::Invalid(m) => write!(f, "{}", text(m)),
         }
     }
 }

@@ -30,6 +30,7 @@ pub mod meta;
 pub mod mountinfo;
 pub mod ops;
 pub mod progress;
+pub mod quote;
 pub mod remote;
 pub mod safe;
 pub mod store;

@@ -170,34 +170,56 @@ pub fn libc_version() -> String {
     }
 }
 
+/// A user to become before exec: uid, primary gid and supplementary groups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
 /// Starts `cmd` in the cgroup whose `cgroup.procs` is open as `procs`: the child writes `0`
 /// (itself) there before it executes, so the command and all it starts are born in the
 /// cgroup while this process stays out of it (a held checkpoint then freezes the cgroup
 /// without freezing itself). SIGINT and SIGQUIT get their default action back in the child
-/// (see [`IgnoreInterrupts`]).
+/// (see [`IgnoreInterrupts`]). With `user`, the child then sets its supplementary groups,
+/// gid and uid to those (in that order, after joining: moving into the cgroup needs root),
+/// before it executes.
 ///
 /// # Errors
-/// Spawning fails (not found, not executable), or the child cannot join the cgroup.
+/// Spawning fails (not found, not executable), the child cannot join the cgroup, or cannot
+/// become `user`.
 pub fn spawn_in_cgroup(
     cmd: &mut std::process::Command,
     procs: std::fs::File,
+    user: Option<&Credentials>,
 ) -> std::io::Result<std::process::Child> {
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
     let fd = procs.as_raw_fd();
+    let user = user.cloned();
     // SAFETY: the closure runs in the forked child before exec and calls only
-    // async-signal-safe functions (signal, write) on memory and a descriptor it owns; `procs`
-    // stays open in the parent until spawn returns, so the descriptor is valid in the child.
+    // async-signal-safe functions (signal, write, setgroups, setgid, setuid) on memory and a
+    // descriptor it owns (the groups vector was allocated before the fork and is only read);
+    // `procs` stays open in the parent until spawn returns, so the descriptor is valid in the
+    // child.
     unsafe {
         cmd.pre_exec(move || {
             libc::signal(libc::SIGINT, libc::SIG_DFL);
             libc::signal(libc::SIGQUIT, libc::SIG_DFL);
             let r = libc::write(fd, b"0".as_ptr().cast(), 1);
-            if r == 1 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
+            if r != 1 {
+                return Err(std::io::Error::last_os_error());
             }
+            if let Some(c) = &user {
+                if libc::setgroups(c.groups.len(), c.groups.as_ptr()) != 0
+                    || libc::setgid(c.gid) != 0
+                    || libc::setuid(c.uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
         });
     }
     let child = cmd.spawn();

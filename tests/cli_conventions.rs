@@ -252,7 +252,7 @@ fn inside_a_mounted_workspace_the_store_is_found() {
     let v: Value = serde_json::from_str(&ok_in(&deep, &[], &["find", "f.txt", "--json"])).unwrap();
     assert_eq!(v["paths"][0]["path"], "ws/sub/f.txt", "{v}");
     // `exec` joins the workspace it runs in.
-    let out = ok_in(&deep, &[], &["exec", "--", "cat", "../f.txt"]);
+    let out = ok_in(&deep, &[], &["exec", "--as-root", "--", "cat", "../f.txt"]);
     assert_eq!(out, "two");
 
     // CKPTFS_STORE and --store still come first.

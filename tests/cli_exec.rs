@@ -11,7 +11,7 @@ use std::process::Output;
 use support::*;
 
 fn exec(w: &Workspace, command: &[&str]) -> Output {
-    let mut args = vec!["exec", w.room(), "--"];
+    let mut args = vec!["exec", "--as-root", w.room(), "--"];
     args.extend_from_slice(command);
     run(&args)
 }
@@ -73,7 +73,7 @@ fn exec_exits_as_a_shell_would() {
     let o = std::process::Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "'{}' exec '{}' -- sh -c 'kill -KILL $$'; echo $?",
+            "'{}' exec --as-root '{}' -- sh -c 'kill -KILL $$'; echo $?",
             bin(),
             w.room()
         ))

@@ -13,7 +13,7 @@ fn a_turn_killed_at_any_step_leaves_a_recoverable_store_and_an_honest_record() {
         return;
     }
     let script = format!("echo x >> {}", w.path("a.txt").display());
-    let args = ["turn", w.room(), "--", "sh", "-c", &script];
+    let args = ["turn", "--as-root", w.room(), "--", "sh", "-c", &script];
     let total = io_steps(args);
     assert!(total > 5, "{total} steps");
     let (mut recorded, mut not_recorded) = (0, 0);

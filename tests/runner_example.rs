@@ -22,7 +22,8 @@ impl Drop for Unmount {
 
 #[test]
 fn the_example_runner_runs_its_story() {
-    let tmp = tempfile::tempdir().unwrap();
+    // Open to everyone: the agent runs as nobody, under the work dir.
+    let tmp = open_tmp();
     let work = tmp.path().join("work");
     let _guard = Unmount(work.clone());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/runner.sh");

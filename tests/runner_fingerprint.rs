@@ -43,10 +43,14 @@ fn a_changed_binary_refuses_resume_and_the_override_is_audited() {
     let file_field = format!("file:{agent_s}");
     refused(
         1,
-        ["turn", w.room(), "--", "true"],
+        ["turn", "--as-root", w.room(), "--", "true"],
         &[&file_field, "--accept-runtime-change"],
     );
-    refused(1, ["exec", w.room(), "--", "true"], &[&file_field]);
+    refused(
+        1,
+        ["exec", "--as-root", w.room(), "--", "true"],
+        &[&file_field],
+    );
     let o = run(["fingerprint", w.store(), "--branch", "main"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stdout(&o).contains(&file_field), "{}", stdout(&o));
@@ -67,6 +71,7 @@ fn a_changed_binary_refuses_resume_and_the_override_is_audited() {
     // The override: the turn runs, the change is audited, the new fingerprint recorded.
     let o = run([
         "turn",
+        "--as-root",
         w.store(),
         "--branch",
         "main",
@@ -106,6 +111,7 @@ fn a_changed_binary_refuses_resume_and_the_override_is_audited() {
         1,
         [
             "turn",
+            "--as-root",
             w.store(),
             "--branch",
             "before-upgrade",

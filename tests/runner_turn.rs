@@ -116,7 +116,7 @@ fn a_failing_or_killed_command_records_nothing_and_keeps_its_writes() {
     let t = r["turn"].as_str().unwrap();
     refused(
         1,
-        ["turn", w.room(), "--", "true"],
+        ["turn", "--as-root", w.room(), "--", "true"],
         &[t, "--retry", "switch --discard"],
     );
     // --retry sets them aside (displaced/) and runs again.
@@ -170,7 +170,7 @@ fn a_killed_runner_leaves_the_store_recoverable_with_the_failure_recorded() {
         ready.display()
     );
     let runner = Command::new(bin())
-        .args(["turn", w.room(), "--", "sh", "-c", &script])
+        .args(["turn", "--as-root", w.room(), "--", "sh", "-c", &script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -230,7 +230,16 @@ fn another_turn_or_checkpoint_during_a_turn_is_refused_naming_it() {
         go.display()
     );
     let runner = Command::new(bin())
-        .args(["turn", w.room(), "--json", "--", "sh", "-c", &script])
+        .args([
+            "turn",
+            "--as-root",
+            w.room(),
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -242,8 +251,16 @@ fn another_turn_or_checkpoint_during_a_turn_is_refused_naming_it() {
     assert_eq!(running[0]["outcome"], "running");
     let t = running[0]["turn"].as_str().unwrap().to_string();
     refused(1, ["checkpoint", w.room()], &[&t, "is running"]);
-    refused(1, ["turn", w.room(), "--", "true"], &[&t, "is running"]);
-    refused(1, ["exec", w.room(), "--", "true"], &[&t, "is running"]);
+    refused(
+        1,
+        ["turn", "--as-root", w.room(), "--", "true"],
+        &[&t, "is running"],
+    );
+    refused(
+        1,
+        ["exec", "--as-root", w.room(), "--", "true"],
+        &[&t, "is running"],
+    );
     refused(
         1,
         ["switch", w.room(), "--to", "main", "--discard"],
@@ -279,6 +296,7 @@ fn a_turn_mounts_the_branch_when_given_the_store() {
     let script = format!("echo m >> {}", room_file(&w, "a.txt"));
     let o = run([
         "turn",
+        "--as-root",
         w.store(),
         "--branch",
         "main",
@@ -301,6 +319,7 @@ fn a_turn_mounts_the_branch_when_given_the_store() {
         2,
         [
             "turn",
+            "--as-root",
             w.store(),
             "--branch",
             "main",
@@ -315,6 +334,7 @@ fn a_turn_mounts_the_branch_when_given_the_store() {
         2,
         [
             "turn",
+            "--as-root",
             w.store(),
             "--branch",
             "main",

@@ -162,9 +162,18 @@ fn no_fold_keeps_the_upper_until_a_checkpoint_that_folds() {
     assert_eq!(fs::read(w.path("log.jsonl")).unwrap(), want);
     // `turn --no-fold` leaves the turn's writes in the upper too.
     let script = format!("printf x >> {}", w.path("log.jsonl").display());
-    ok(["turn", w.room(), "--no-fold", "--", "sh", "-c", &script]);
+    ok([
+        "turn",
+        "--as-root",
+        w.room(),
+        "--no-fold",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
     assert!(files_under(&upper).1 > 2 << 20, "turn --no-fold folded");
-    ok(["turn", w.room(), "--", "true"]);
+    ok(["turn", "--as-root", w.room(), "--", "true"]);
     assert_eq!(
         files_under(&upper),
         (0, 0),

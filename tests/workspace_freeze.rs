@@ -298,12 +298,20 @@ fn exec_runs_the_agent_in_a_cgroup_that_checkpoints_freeze() {
     let path = w.path("db.bin");
     fs::write(&path, (b"000000000000\n").repeat(80000)).unwrap();
     let mut agent = KillOnDrop(
-        cmd(["exec", w.room(), "--", "python3", "-c", REWRITER])
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+        cmd([
+            "exec",
+            "--as-root",
+            w.room(),
+            "--",
+            "python3",
+            "-c",
+            REWRITER,
+        ])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
     );
     std::thread::sleep(Duration::from_millis(300));
     if agent.0.try_wait().unwrap().is_some() {
@@ -627,6 +635,7 @@ fn status_names_the_writers_checkpoints_do_not_hold() {
     let Some(agent) = holder(&[
         bin(),
         "exec",
+        "--as-root",
         w.room(),
         "--",
         "python3",

@@ -75,7 +75,8 @@ pub fn run_find(a: FindArgs) -> Result<i32> {
         if r.changes.is_empty() {
             println!(
                 "{}: no change in {} checkpoints",
-                r.path, r.checkpoints_searched
+                ckptfs::quote::name(r.path.as_bytes()),
+                r.checkpoints_searched
             );
         }
         for c in &r.changes {
@@ -101,7 +102,11 @@ pub fn run_find(a: FindArgs) -> Result<i32> {
         eprintln!("no path matches in {} checkpoints", r.checkpoints_searched);
     }
     for p in &r.paths {
-        println!("{}  (in {} checkpoints)", p.path, p.found_in.len());
+        println!(
+            "{}  (in {} checkpoints)",
+            ckptfs::quote::name(p.path.as_bytes()),
+            p.found_in.len()
+        );
         for f in &p.found_in {
             println!(
                 "  {}  {}  {}  {} {} {}",

@@ -212,9 +212,10 @@ pub fn run_verify(a: VerifyArgs) -> Result<i32> {
         print_json(&r)?;
     } else {
         for f in &r.findings {
-            println!("{} {}: {}", f.problem, f.object, f.detail);
+            let detail = ckptfs::quote::text(&f.detail);
+            println!("{} {}: {detail}", f.problem, f.object);
             for u in &f.used_by {
-                println!("    used by {u}");
+                println!("    used by {}", ckptfs::quote::text(u));
             }
             if f.used_by_count > f.used_by.len() {
                 println!("    ... and {} more", f.used_by_count - f.used_by.len());
@@ -488,7 +489,10 @@ pub fn run_doctor(a: DoctorArgs) -> Result<i32> {
         for f in &r.findings {
             println!(
                 "{:<7} {:<11} {}: {}",
-                f.severity, f.check, f.subject, f.detail
+                f.severity,
+                f.check,
+                ckptfs::quote::text(&f.subject),
+                ckptfs::quote::text(&f.detail)
             );
             let by = match f.repair {
                 Repair::Recover => " [ckptfs recover repairs this]",

@@ -1,6 +1,7 @@
 //! CLI of the commands that look at history: log, show, ls, cat, diff. Rendering of `log`
 //! lives in `ckptfs::ops::history`; this prints it.
 
+use ckptfs::quote;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
@@ -233,7 +234,7 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
     }
     if a.graph && !a.json.json {
         for line in history::graph_lines(&h.items, &names) {
-            println!("{line}");
+            println!("{}", quote::text(&line));
         }
         return Ok(0);
     }
@@ -259,7 +260,7 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
             for g in h.gaps.iter().filter(|g| g.before_item == i) {
                 let _ignored = writeln!(out, "  ... {}", g.line());
             }
-            let _ignored = writeln!(out, "{line}");
+            let _ignored = writeln!(out, "{}", quote::text(line));
         }
         for g in h.gaps.iter().filter(|g| g.before_item == h.items.len()) {
             let _ignored = writeln!(out, "  ... {}", g.line());
@@ -329,9 +330,10 @@ pub fn run_show(a: ShowArgs) -> Result<i32> {
     for l in &labels {
         println!("label      {l}");
     }
-    println!("message    {}", c.message);
+    println!("message    {}", quote::text(&c.message));
     for (k, v) in &c.annotations.meta {
-        println!("meta       {k}={}", ckptfs::store::checkpoint::meta_text(v));
+        let v = ckptfs::store::checkpoint::meta_text(v);
+        println!("meta       {k}={}", quote::text(&v));
     }
     if let Some(t) = &c.annotations.turn {
         println!(
@@ -345,12 +347,12 @@ pub fn run_show(a: ShowArgs) -> Result<i32> {
             } else {
                 ""
             },
-            t.command.join(" ")
+            quote::text(&t.command.join(" "))
         );
     }
     if let Some(rt) = &c.annotations.runtime {
         for (k, v) in rt.fields() {
-            println!("runtime    {k} = {v}");
+            println!("runtime    {k} = {}", quote::text(&v.to_string()));
         }
     }
     for (n, r) in &c.roots {
@@ -420,7 +422,7 @@ pub fn run_ls(a: LsArgs) -> Result<i32> {
     let mut t = Table::new().right(&[3]);
     for (p, e) in &rows {
         let tail = match &e.kind {
-            EntryKind::Symlink { target } => format!(" -> {}", String::from_utf8_lossy(target)),
+            EntryKind::Symlink { target } => format!(" -> {}", quote::name(target)),
             _ => String::new(),
         };
         let size = match e.kind {
@@ -435,7 +437,7 @@ pub fn run_ls(a: LsArgs) -> Result<i32> {
             names.group(e.gid),
             size,
             format_local(e.mtime_ns),
-            format!("{}{tail}", String::from_utf8_lossy(p)),
+            format!("{}{tail}", quote::name(p)),
         ]);
     }
     t.print();
@@ -636,9 +638,10 @@ pub fn run_diff(a: DiffArgs) -> Result<i32> {
         print_stat(&mut out, &changes);
     } else if a.name_status {
         for c in changes.iter().filter(|c| !metadata_twin(&changes, c)) {
+            let path = quote::name(c.path.as_bytes());
             let _ignored = match &c.from {
-                Some(f) => writeln!(out, "{}\t{f}\t{}", c.letter(), c.path),
-                None => writeln!(out, "{}\t{}", c.letter(), c.path),
+                Some(f) => writeln!(out, "{}\t{}\t{path}", c.letter(), quote::name(f.as_bytes())),
+                None => writeln!(out, "{}\t{path}", c.letter()),
             };
         }
     } else if a.patch {
@@ -648,14 +651,20 @@ pub fn run_diff(a: DiffArgs) -> Result<i32> {
         }
     } else {
         for c in &changes {
+            let path = quote::name(c.path.as_bytes());
             let _ignored = match (&c.from, c.nlink, c.nlink_before) {
-                (Some(f), _, _) => writeln!(out, "{:<9} {f} -> {}", c.change, c.path),
+                (Some(f), _, _) => writeln!(
+                    out,
+                    "{:<9} {} -> {path}",
+                    c.change,
+                    quote::name(f.as_bytes())
+                ),
                 (None, Some(n), Some(was)) => writeln!(
                     out,
-                    "{:<9} {} (names in the root: {n}, was {was})",
-                    c.change, c.path
+                    "{:<9} {path} (names in the root: {n}, was {was})",
+                    c.change
                 ),
-                _ => writeln!(out, "{:<9} {}", c.change, c.path),
+                _ => writeln!(out, "{:<9} {path}", c.change),
             };
         }
     }
@@ -679,8 +688,12 @@ fn print_stat(out: &mut impl Write, changes: &[diff::Change]) {
         .filter(|c| !c.is_dir() || c.change == "renamed")
         .collect();
     let name = |c: &diff::Change| match &c.from {
-        Some(f) => format!("{f} => {}", c.path),
-        None => c.path.clone(),
+        Some(f) => format!(
+            "{} => {}",
+            quote::name(f.as_bytes()),
+            quote::name(c.path.as_bytes())
+        ),
+        None => quote::name(c.path.as_bytes()).into_owned(),
     };
     let width = rows.iter().map(|c| name(c).len()).max().unwrap_or(0);
     let size = |e: &Option<ckptfs::store::tree::Entry>| match e {
@@ -731,7 +744,11 @@ fn signed(n: i128) -> String {
 /// change of metadata alone; a rename's content is the same on both sides).
 fn patch_of(s: &Store, a: &diff::Side, b: &diff::Side, c: &diff::Change) -> Result<String> {
     if let Some(f) = &c.from {
-        return Ok(format!("rename from {f}\nrename to {}\n", c.path));
+        return Ok(format!(
+            "rename from {}\nrename to {}\n",
+            quote::name(f.as_bytes()),
+            quote::name(c.path.as_bytes())
+        ));
     }
     if !matches!(c.change.as_str(), "added" | "removed" | "modified" | "type") {
         return Ok(String::new());
@@ -744,7 +761,11 @@ fn patch_of(s: &Store, a: &diff::Side, b: &diff::Side, c: &diff::Change) -> Resu
         Some(e) => b.content(s, &c.path, e)?,
         None => None,
     };
-    Ok(diff::patch(&c.path, old.as_deref(), new.as_deref()))
+    Ok(diff::patch(
+        &quote::name(c.path.as_bytes()),
+        old.as_deref(),
+        new.as_deref(),
+    ))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
+use ckptfs::ops::run_as::RunAsOptions;
 use ckptfs::ops::turn::{self, TurnOptions};
 use ckptfs::store::checkpoint::{check_meta, check_meta_key};
 use ckptfs::{Error, Result, Store};
@@ -52,6 +53,29 @@ impl MetaArgs {
     }
 }
 
+/// `--user` and `--as-root` of `turn` and `exec`.
+#[derive(Args, Debug, Default)]
+pub struct RunAsArgs {
+    /// Run COMMAND as USER (a name or uid), with its primary and supplementary groups and
+    /// its HOME, USER and LOGNAME. Default: the owner of the workspace's (first) root
+    /// directory; refused when that is root (see docs/runner.md). Only root can switch.
+    #[arg(long, value_name = "USER", conflicts_with = "as_root")]
+    pub user: Option<String>,
+    /// Run COMMAND as root (the agent then has root's power over the machine): only when
+    /// asked, never by default.
+    #[arg(long)]
+    pub as_root: bool,
+}
+
+impl RunAsArgs {
+    pub fn options(&self) -> RunAsOptions {
+        RunAsOptions {
+            user: self.user.clone(),
+            as_root: self.as_root,
+        }
+    }
+}
+
 /// `turn` arguments.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
@@ -89,6 +113,8 @@ pub struct TurnArgs {
     /// own output).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub run_as: RunAsArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
@@ -126,6 +152,7 @@ pub fn run_turn(a: TurnArgs) -> Result<i32> {
             retry: a.retry,
             accept_runtime_change: a.accept_runtime_change,
             no_fold: a.no_fold,
+            run_as: a.run_as.options(),
         },
     )?;
     if let Some(e) = &r.error {

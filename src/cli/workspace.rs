@@ -1,6 +1,7 @@
 //! CLI for live workspaces: mount --branch, umount, checkpoint, exec, switch, fork, status,
 //! branch lifecycle.
 
+use ckptfs::quote;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -87,6 +88,8 @@ pub struct ExecArgs {
     /// this machine's (see `ckptfs fingerprint`); the change is audited.
     #[arg(long)]
     pub accept_runtime_change: bool,
+    #[command(flatten)]
+    pub run_as: super::turn::RunAsArgs,
 }
 
 /// `switch` arguments.
@@ -185,6 +188,7 @@ pub fn run_exec(a: ExecArgs) -> Result<i32> {
         a.branch.as_deref(),
         &a.command,
         a.accept_runtime_change,
+        &a.run_as.options(),
     )
 }
 
@@ -393,7 +397,8 @@ pub fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
     }
 }
 
-/// `ckptfs exec`: joins the workspace's cgroup, then becomes COMMAND, so its exit status
+/// `ckptfs exec`: joins the workspace's cgroup, becomes the agent's user (see
+/// `ops::run_as`), then becomes COMMAND, so its exit status
 /// (and a death by signal, which a shell shows as 128+N) is the command's own. Only returns
 /// when COMMAND cannot be run: as shells do, 127 when it is not found and 126 when it is
 /// found but cannot be executed (not executable, a directory, a bad interpreter...).
@@ -402,6 +407,7 @@ pub fn exec(
     branch: Option<&str>,
     command: &[std::ffi::OsString],
     accept_runtime_change: bool,
+    run_as: &ckptfs::ops::run_as::RunAsOptions,
 ) -> Result<i32> {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = command.split_first() else {
@@ -409,10 +415,18 @@ pub fn exec(
     };
     let (s, b) = target(place, branch)?;
     super::fingerprint::check_resume(&s, &b, "exec in", accept_runtime_change)?;
+    let who = ckptfs::ops::run_as::resolve(&s, &b, run_as)?;
     let cgroup = workspace::agent_cgroup(&s, &b)?;
     drop(s);
+    // Join first (moving into the cgroup needs root), then become the agent's user.
     workspace::freeze::join(&cgroup)?;
-    let err = std::process::Command::new(program).args(args).exec();
+    if let Some(sw) = &who.switch {
+        ckptfs::ops::run_as::drop_to(&sw.credentials)?;
+    }
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args);
+    who.set_env(&mut cmd);
+    let err = cmd.exec();
     let code = exec_failure_code(Path::new(program), &err);
     let what = if code == EXIT_NOT_FOUND {
         "command not found"
@@ -533,9 +547,9 @@ fn print_fold(f: &workspace::FoldReport) {
             (_, Some(h)) => format!(
                 "pid {} ({}) is inside ({} {}){}",
                 h.pid,
-                h.command,
+                quote::text(&h.command),
                 h.how,
-                h.path.display(),
+                quote::path(&h.path),
                 if f.holders.len() > 1 {
                     format!(" and {} more", f.holders.len() - 1)
                 } else {
@@ -781,7 +795,7 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
             w["head"].as_str().map_or("-", |h| &h[..12.min(h.len())]),
             w["base"].as_str().map_or("-", |h| &h[..12.min(h.len())]),
             if let Some(e) = w["error"].as_str() {
-                format!("changes unknown ({e})")
+                format!("changes unknown ({})", quote::text(e))
             } else if w["dirty"].as_bool() == Some(true) {
                 format!(
                     "{} files / {} changed since the last checkpoint",
@@ -793,7 +807,7 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
             }
         );
         if let Some(t) = w["turn"]["describe"].as_str() {
-            println!("  {t}");
+            println!("  {}", quote::text(t));
         }
         for line in short_status(w) {
             println!("  {line}");
@@ -801,7 +815,7 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
         for f in w["special_files"].as_array().into_iter().flatten() {
             println!(
                 "  not checkpointable: {} is a {} (exclude it)",
-                f["path"].as_str().unwrap_or(""),
+                quote::name(f["path"].as_str().unwrap_or("").as_bytes()),
                 f["kind"].as_str().unwrap_or("special file")
             );
         }
@@ -832,9 +846,9 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
                 println!(
                     "    pid {} ({}) {} {}",
                     h["pid"],
-                    h["command"].as_str().unwrap_or(""),
+                    quote::text(h["command"].as_str().unwrap_or("")),
                     h["how"].as_str().unwrap_or(""),
-                    h["path"].as_str().unwrap_or("")
+                    quote::name(h["path"].as_str().unwrap_or("").as_bytes())
                 );
             }
         }
@@ -842,8 +856,8 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
             println!(
                 "  not held by checkpoints: pid {} ({}) writing {}",
                 p["pid"],
-                p["command"].as_str().unwrap_or(""),
-                p["path"].as_str().unwrap_or("")
+                quote::text(p["command"].as_str().unwrap_or("")),
+                quote::name(p["path"].as_str().unwrap_or("").as_bytes())
             );
         }
     }
@@ -854,11 +868,12 @@ fn short_status(w: &serde_json::Value) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for c in w["changes"].as_array().into_iter().flatten() {
-        let path = c["path"].as_str().unwrap_or("");
+        let raw = c["path"].as_str().unwrap_or("");
         // A path modified and chmod-ed is one line.
-        if !seen.insert(path.to_string()) {
+        if !seen.insert(raw.to_string()) {
             continue;
         }
+        let path = quote::name(raw.as_bytes());
         let letter = match c["change"].as_str() {
             Some("added") => 'A',
             Some("removed") => 'D',
@@ -867,7 +882,7 @@ fn short_status(w: &serde_json::Value) -> Vec<String> {
             _ => 'M',
         };
         lines.push(match c["from"].as_str() {
-            Some(f) => format!("{letter} {f} -> {path}"),
+            Some(f) => format!("{letter} {} -> {path}", quote::name(f.as_bytes())),
             None => format!("{letter} {path}"),
         });
     }
@@ -989,8 +1004,9 @@ pub fn status(place: &Path, json: bool, short: bool) -> Result<i32> {
             }
             if let Some(e) = w["error"].as_str() {
                 eprintln!(
-                    "ckptfs: {}: changes unknown ({e})",
-                    w["branch"].as_str().unwrap_or("")
+                    "ckptfs: {}: changes unknown ({})",
+                    w["branch"].as_str().unwrap_or(""),
+                    quote::text(e)
                 );
             }
             for line in short_status(w) {
@@ -1091,9 +1107,9 @@ fn print_left_behind_rows(rows: &[serde_json::Value]) {
             println!(
                 "  pid {} ({}) {} {}",
                 h["pid"],
-                h["command"].as_str().unwrap_or(""),
+                quote::text(h["command"].as_str().unwrap_or("")),
                 h["how"].as_str().unwrap_or(""),
-                h["path"].as_str().unwrap_or("")
+                quote::name(h["path"].as_str().unwrap_or("").as_bytes())
             );
         }
     }

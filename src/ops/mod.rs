@@ -22,6 +22,7 @@ pub mod history;
 pub mod inventory;
 pub mod recover;
 pub mod restore;
+pub mod run_as;
 pub mod stats;
 pub mod turn;
 pub mod verify;

@@ -11,7 +11,8 @@
 //! 5. claim the store (`Store::claim`): the RUNNING marker names the turn, so every other
 //!    mutating command refuses, naming it; a `turn-start` line is appended to the audit log
 //!    and synced;
-//! 6. run COMMAND in the cgroup (born there: `sys::spawn_in_cgroup`) and wait;
+//! 6. run COMMAND in the cgroup (born there: `sys::spawn_in_cgroup`), as the user `run_as`
+//!    resolves (the workspace's owner, `--user`, or root with `--as-root`), and wait;
 //! 7. on exit 0, take one held checkpoint (the cgroup is frozen for its second pass) as a step
 //!    of the claim, recording meta, fingerprint, command, exit status and times; on anything
 //!    else record nothing on the branch;
@@ -31,6 +32,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::ops::fingerprint::{self, RuntimeCheck};
+use crate::ops::run_as::{self, RunAsOptions};
 use crate::store::checkpoint::{check_meta, Annotations, TurnRecord, MAX_META_BYTES};
 use crate::store::lock::{pid_alive, RunningMarker};
 use crate::store::Store;
@@ -59,6 +61,8 @@ pub struct TurnOptions {
     pub accept_runtime_change: bool,
     /// Leave the upper layer unfolded after the turn's checkpoint (`--no-fold`).
     pub no_fold: bool,
+    /// Who COMMAND runs as (`--user`, `--as-root`; see `run_as`).
+    pub run_as: RunAsOptions,
 }
 
 /// What a turn did.
@@ -73,6 +77,8 @@ pub struct TurnReport {
     pub exit_status: i32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
+    /// The uid COMMAND ran as.
+    pub uid: u32,
     /// The checkpoint the turn recorded (only when `ok`).
     pub checkpoint: Option<ObjectId>,
     /// The branch head the turn started from.
@@ -261,6 +267,7 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
             set_aside = workspace::switch(store, b, b, DirtyPolicy::Discard, None)?.displaced;
         }
     }
+    let who = run_as::resolve(store, b, &opts.run_as)?;
     let cgroup = workspace::agent_cgroup(store, b)?;
     let busy = cgroup_pids(&cgroup);
     if !busy.is_empty() {
@@ -299,11 +306,13 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
         .env("CKPTFS_TURN", &turn)
         .env("CKPTFS_BRANCH", b)
         .env("CKPTFS_STORE", store.root());
+    who.set_env(&mut cmd);
+    let creds = who.switch.as_ref().map(|s| &s.credentials);
     let interrupts = crate::sys::IgnoreInterrupts::new();
     let waited: std::result::Result<std::process::ExitStatus, Spawn> =
         match std::fs::OpenOptions::new().write(true).open(&procs_path) {
             Err(e) => Err(Spawn::Other(Error::io(&procs_path, e).to_string())),
-            Ok(procs) => match crate::sys::spawn_in_cgroup(&mut cmd, procs) {
+            Ok(procs) => match crate::sys::spawn_in_cgroup(&mut cmd, procs, creds) {
                 Err(e) => Err(Spawn::Exec(e)),
                 Ok(mut child) => child
                     .wait()
@@ -318,6 +327,7 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
         outcome: String::new(),
         exit_status: 0,
         signal: None,
+        uid: who.uid,
         checkpoint: None,
         parent,
         started: format_utc(started_ns),

@@ -12,7 +12,7 @@ use super::workspace::Workspace;
 
 /// `ckptfs turn ROOM EXTRA... -- COMMAND...`.
 pub fn turn(w: &Workspace, extra: &[&str], command: &[&str]) -> Output {
-    let mut args = vec!["turn", w.room()];
+    let mut args = vec!["turn", "--as-root", w.room()];
     args.extend_from_slice(extra);
     args.push("--");
     args.extend_from_slice(command);
