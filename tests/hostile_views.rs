@@ -134,6 +134,7 @@ fn a_workspace_over_the_private_lower_view_serves_its_agent() {
         let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
         write(&room.join("src/big.bin"), &big);
         write(&room.join("run.sh"), b"#!/bin/sh\necho ran from lower\n");
+        write(&room.join("src/replaced.txt"), b"from the checkpoint\n");
         chmod(&room.join("run.sh"), 0o755);
         chmod(&room.join("src/mine.txt"), 0o600);
         // The agent owns its room; root's 0600 file in it stays root's.
@@ -172,11 +173,18 @@ fn a_workspace_over_the_private_lower_view_serves_its_agent() {
     assert_eq!(nobody_ok(&format!("{r}/run.sh")), "ran from lower\n");
     assert_eq!(nobody_ok(&format!("cat {r}/pub/open.txt")), "open to all\n");
     nobody_denied(&format!("cat {r}/pub/secret.txt"));
-    // Writes: append (copy-up), create, rename, delete.
+    // Writes: append (copy-up), create, rename, delete, and a rename over a file of the lower
+    // layer (what editors and git's lock files do: it failed with ESTALE while fuser's uid
+    // filter refused the requests the kernel makes for the overlay).
     nobody_ok(&format!(
         "set -e; cd {r}; echo more >> src/notes.txt; echo fresh > src/new.txt; \
-         mkdir out; mv src/new.txt out/; rm src/mine.txt"
+         mkdir out; mv src/new.txt out/; rm src/mine.txt; \
+         echo by the agent > src/replaced.tmp; mv src/replaced.tmp src/replaced.txt"
     ));
+    assert_eq!(
+        nobody_ok(&format!("cat {r}/src/replaced.txt")),
+        "by the agent\n"
+    );
     assert_eq!(
         nobody_ok(&format!("cat {r}/src/notes.txt {r}/out/new.txt")),
         "agent notes\nmore\nfresh\n"

@@ -271,13 +271,13 @@ pub fn mount(view: Arc<View>, mountpoint: &Path, cfg: &MountConfig) -> io::Resul
     }
     let (device, socket) = fusermount(mountpoint, &options.join(","), cfg.auto_unmount)?;
     let mut config = Config::default();
-    // The kernel already refuses other users on a private mount; what overlayfs asks for an
-    // agent carries the overlay mounter's credentials (root's), which `Owner` admits.
-    config.acl = if cfg.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
+    // No uid filter in fuser: on a private mount the kernel itself refuses other users at every
+    // path walk, getattr and access (`fuse_allow_current_process`). What still reaches us with
+    // another uid are requests the kernel makes on an overlay's behalf while an agent works in
+    // a workspace (a dentry revalidated, a file handle decoded during a rename over a lower
+    // file); fuser's `Owner` filter answered those EACCES, which overlayfs turned into ESTALE
+    // for the agent (`mv new old` failed, and with it every editor's and git's lock-rename).
+    config.acl = SessionACL::All;
     config.n_threads = Some(cfg.threads.max(1));
     config.clone_fd = true;
     let mut fs = ViewFs::new(view);
