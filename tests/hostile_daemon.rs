@@ -33,7 +33,11 @@ fn ensure_fusectl() {
             .args(["-t", "fusectl", "fusectl", FUSECTL])
             .output()
             .expect("run mount");
-        assert!(o.status.success(), "{}", describe_output("mount fusectl", &o));
+        assert!(
+            o.status.success(),
+            "{}",
+            describe_output("mount fusectl", &o)
+        );
     }
 }
 
@@ -44,7 +48,12 @@ fn connections_of(store: &Path) -> Vec<String> {
         .unwrap_or_default()
         .lines()
         .filter(|l| l.contains(" - fuse.ckptfs ") && l.contains(&ours))
-        .filter_map(|l| l.split(' ').nth(2)?.split_once(':').map(|(_, m)| m.to_string()))
+        .filter_map(|l| {
+            l.split(' ')
+                .nth(2)?
+                .split_once(':')
+                .map(|(_, m)| m.to_string())
+        })
         .collect()
 }
 
@@ -85,9 +94,8 @@ fn list_as_nobody(dir: &Path, limit: Duration) -> (usize, bool) {
         .spawn()
         .expect("run ls");
     let out = child.stdout.take().expect("stdout");
-    let counter = std::thread::spawn(move || {
-        std::io::BufRead::lines(std::io::BufReader::new(out)).count()
-    });
+    let counter =
+        std::thread::spawn(move || std::io::BufRead::lines(std::io::BufReader::new(out)).count());
     let t0 = Instant::now();
     let finished = loop {
         if child.try_wait().expect("wait ls").is_some() {
@@ -114,7 +122,11 @@ fn a_folded_huge_directory_lists_and_its_daemons_exit_on_umount() {
         big = w.path("big").display()
     );
     let o = as_nobody(&[PYTHON, "-c", &made]);
-    assert!(o.status.success(), "{}", describe_output("make entries", &o));
+    assert!(
+        o.status.success(),
+        "{}",
+        describe_output("make entries", &o)
+    );
     let report = w.checkpoint_json("200k entries");
     assert_eq!(report["fold"]["folded"], true, "{report}");
 
@@ -211,5 +223,8 @@ fn sigterm_ends_a_view_daemon_even_when_its_mount_was_detached_while_held() {
     let left = live();
     abort_all(&left);
     assert!(gone, "daemon {pid} of a detached view ignored SIGTERM");
-    assert!(left.is_empty(), "FUSE connections {left:?} left after SIGTERM");
+    assert!(
+        left.is_empty(),
+        "FUSE connections {left:?} left after SIGTERM"
+    );
 }

@@ -523,7 +523,10 @@ pub fn wait_exit(pid: u32, dev: Option<&str>, mountpoint: &Path) -> bool {
     }
     let gone = wait_until(Duration::from_secs(5), || !running(pid));
     if !gone {
-        log::warn!("view daemon {pid} of {} is still running", mountpoint.display());
+        log::warn!(
+            "view daemon {pid} of {} is still running",
+            mountpoint.display()
+        );
     }
     gone
 }
@@ -538,7 +541,10 @@ fn unmount_self(mp: &Path, dev: Option<&str>) {
     match (mount_at(mp), dev) {
         (Ok(Some(m)), Some(dev)) if m.dev == dev => {}
         (Ok(_), Some(_)) => {
-            log::info!("{} is no longer our mount: nothing to unmount", mp.display());
+            log::info!(
+                "{} is no longer our mount: nothing to unmount",
+                mp.display()
+            );
             return;
         }
         _ => {}

@@ -270,7 +270,14 @@ pub fn walk(top: &Path, stop: &AtomicBool, limits: &Limits) -> crate::error::Res
         busy: 0,
     });
     let ready = Condvar::new();
-    list(Arc::new(root), 0, limits.depth, &queue, &entries, &incomplete);
+    list(
+        Arc::new(root),
+        0,
+        limits.depth,
+        &queue,
+        &entries,
+        &incomplete,
+    );
     std::thread::scope(|s| {
         for _ in 0..THREADS {
             s.spawn(|| loop {
@@ -306,7 +313,14 @@ pub fn walk(top: &Path, stop: &AtomicBool, limits: &Limits) -> crate::error::Res
                     Ok(d) => {
                         drop(parent);
                         dirs.fetch_add(1, Ordering::Relaxed);
-                        list(Arc::new(d), depth, limits.depth, &queue, &entries, &incomplete);
+                        list(
+                            Arc::new(d),
+                            depth,
+                            limits.depth,
+                            &queue,
+                            &entries,
+                            &incomplete,
+                        );
                     }
                     Err(e) => {
                         log::debug!("warming: {e}");
@@ -350,13 +364,19 @@ fn list(
                 }
             }
             if depth >= max_depth && !subdirs.is_empty() {
-                log::debug!("warming: not below {} ({depth} levels)", dir.path().display());
+                log::debug!(
+                    "warming: not below {} ({depth} levels)",
+                    dir.path().display()
+                );
                 incomplete.store(true, Ordering::Relaxed);
                 return;
             }
             let mut q = lock(queue);
-            q.pending
-                .extend(subdirs.into_iter().map(|n| (Arc::clone(&dir), n, depth + 1)));
+            q.pending.extend(
+                subdirs
+                    .into_iter()
+                    .map(|n| (Arc::clone(&dir), n, depth + 1)),
+            );
         }
         Err(e) => {
             log::debug!("warming: {e}");
