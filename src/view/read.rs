@@ -316,3 +316,26 @@ impl View {
         self.copies.bytes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_over_the_whole_budget_are_kept_a_few_at_a_time() {
+        let lru: ByteLru<u32> = ByteLru::new(100);
+        let ids: Vec<ObjectId> = (0u8..4).map(|i| ObjectId::of(&[i])).collect();
+        lru.insert(ids[0], 0, 1000);
+        assert_eq!(lru.get(&ids[0]), Some(0));
+        lru.insert(ids[1], 1, 60);
+        lru.insert(ids[2], 2, 60);
+        // The budgeted ones evict each other; the oversized one stays.
+        assert_eq!(lru.get(&ids[1]), None);
+        assert_eq!(lru.get(&ids[0]), Some(0));
+        for (i, id) in ids.iter().enumerate().skip(1) {
+            lru.insert(*id, i as u32, 1000);
+        }
+        assert_eq!(lru.get(&ids[0]), None, "at most {OVERSIZED} oversized values");
+        assert_eq!(lru.get(&ids[3]), Some(3));
+    }
+}

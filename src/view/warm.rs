@@ -384,3 +384,32 @@ fn list(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_walk_stops_at_its_depth_bound() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut p = tmp.path().to_path_buf();
+        for _ in 0..50 {
+            p.push("d");
+        }
+        std::fs::create_dir_all(&p).unwrap();
+        let stop = AtomicBool::new(false);
+        let limits = Limits {
+            depth: 10,
+            ..Limits::default()
+        };
+        let w = walk(tmp.path(), &stop, &limits).unwrap();
+        assert_eq!(w.dirs, 11, "{w:?}");
+        assert!(!w.complete);
+        let w = walk(tmp.path(), &stop, &Limits::default()).unwrap();
+        assert_eq!(w.dirs, 51, "{w:?}");
+        assert!(w.complete);
+        stop.store(true, Ordering::Relaxed);
+        let w = walk(tmp.path(), &stop, &Limits::default()).unwrap();
+        assert!(!w.complete, "{w:?}");
+    }
+}
