@@ -335,7 +335,11 @@ mod tests {
         for (i, id) in ids.iter().enumerate().skip(1) {
             lru.insert(*id, i as u32, 1000);
         }
-        assert_eq!(lru.get(&ids[0]), None, "at most {OVERSIZED} oversized values");
+        assert_eq!(
+            lru.get(&ids[0]),
+            None,
+            "at most {OVERSIZED} oversized values"
+        );
         assert_eq!(lru.get(&ids[3]), Some(3));
     }
 }
