@@ -10,6 +10,16 @@
 //! 4. raise the mount's readahead, write `run/views/<pid>.json`, report "ready";
 //! 5. serve until unmounted (by a signal, `ckptfs umount`, or umount(8)); remove the state file.
 //!
+//! Lifetime: a daemon ends when its mount goes. A mount-watch thread sets the view's stop
+//! flag as soon as the mount leaves the mount table (unmounted, or detached lazily while
+//! still held), which ends the lower view's warm-ups (`view::warm`), the one thing of its own
+//! that could keep a detached mount alive. SIGTERM (SIGINT, SIGHUP) stops them too and
+//! unmounts the daemon's own mount (never another mounted at the same place since); should
+//! the session still run [`EXIT_WAIT`] later, the daemon aborts its own FUSE connection
+//! ([`abort_connection`]) and exits. [`stop`] (`ckptfs umount` of a view) and the
+//! workspaces' `umount` wait for the daemon to exit, and after [`EXIT_WAIT`] report it by pid
+//! and abort its connection ([`wait_exit`]).
+//!
 //! [`start`] runs the `ckptfs` binary as such a daemon in the background and returns only once
 //! the mount is ready (or with the daemon's error). [`start_browse`] and [`stop`] are the
 //! library API used by live workspaces, whose overlay lower layer is
@@ -19,6 +29,7 @@ use std::fs;
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +53,13 @@ pub const FSTYPE: &str = "fuse.ckptfs";
 const READ_AHEAD_KB: u32 = 1024;
 /// FUSE worker threads of a daemon.
 const THREADS: usize = 4;
+/// How long a daemon may take to exit once its mount is gone or it got SIGTERM, before its
+/// FUSE connection is aborted (a warm-up notices the stop flag within one directory).
+pub const EXIT_WAIT: Duration = Duration::from_secs(10);
+/// Where the kernel's fusectl filesystem lists FUSE connections, by device minor.
+const FUSECTL: &str = "/sys/fs/fuse/connections";
+/// How often a daemon looks whether its mount is still in the mount table.
+const MOUNT_WATCH: Duration = Duration::from_millis(250);
 
 /// `run/views/<pid>.json`: what a live daemon serves.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -303,21 +321,32 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
     if lower {
         fs::create_dir_all(&mounts_dir).map_err(|e| Error::io(&mounts_dir, e))?;
     }
+    let stop = Arc::new(AtomicBool::new(false));
     let cfg = MountConfig {
         fsname: name.clone(),
         auto_unmount: true,
         allow_other: opts.allow_other,
         threads: THREADS,
         warm_record: lower.then(|| store_warm_path.clone()),
+        stop: Arc::clone(&stop),
     };
     let session = crate::view::fuse::mount(view, &mp, &cfg)
         .map_err(|e| Error::io_op(format!("mounting {} at {}", name, mp.display()), e))?;
     log::info!("mounted {name} at {}", mp.display());
-    match mount_at(&mp) {
-        Ok(Some(m)) if m.source == name => write_bdi_readahead(&m.dev),
-        Ok(_) => log::warn!("mount at {} not found in mountinfo", mp.display()),
-        Err(e) => log::warn!("{e}"),
-    }
+    let dev = match mount_at(&mp) {
+        Ok(Some(m)) if m.source == name => {
+            write_bdi_readahead(&m.dev);
+            Some(m.dev)
+        }
+        Ok(_) => {
+            log::warn!("mount at {} not found in mountinfo", mp.display());
+            None
+        }
+        Err(e) => {
+            log::warn!("{e}");
+            None
+        }
+    };
     let state = MountState {
         pid,
         mountpoint: mp.clone(),
@@ -332,17 +361,40 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
         .map_err(|e| Error::Invalid(format!("encoding mount state: {e}")))?;
     fsio::write_atomic_replace(&state_path, &json, 0o600)?;
 
-    let signal_mp = mp.clone();
+    let (signal_mp, signal_dev, signal_stop) = (mp.clone(), dev.clone(), Arc::clone(&stop));
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || match signals.wait() {
             Ok(sig) => {
                 log::info!("{sig}: unmounting {}", signal_mp.display());
-                unmount_self(&signal_mp);
+                signal_stop.store(true, Ordering::Relaxed);
+                unmount_self(&signal_mp, signal_dev.as_deref());
+                std::thread::sleep(EXIT_WAIT);
+                // Still here: the session did not end (the mount is held, or a request
+                // hangs). End it: every request waiting on us fails, and we exit.
+                if let Some(dev) = &signal_dev {
+                    log::warn!(
+                        "{} still served {EXIT_WAIT:?} after {sig}: aborting its FUSE connection",
+                        signal_mp.display()
+                    );
+                    if let Err(e) = abort_connection(dev) {
+                        log::error!("{e}");
+                    }
+                    std::thread::sleep(Duration::from_secs(2));
+                }
+                log::error!("exiting without a clean end of the session");
+                std::process::exit(1);
             }
             Err(e) => log::error!("waiting for signals: {e}"),
         })
         .map_err(|e| Error::io_op("starting the signal thread", e))?;
+    if let Some(dev) = dev.clone() {
+        let watch_stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("mount-watch".into())
+            .spawn(move || watch_mount(&dev, &watch_stop))
+            .map_err(|e| Error::io_op("starting the mount-watch thread", e))?;
+    }
 
     notify(opts, &format!("ready {pid}"));
     if opts.notify_stdout {
@@ -357,6 +409,7 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
         }
     }
     let run = session.run();
+    stop.store(true, Ordering::Relaxed);
     log::info!("unmounted {}", mp.display());
     if let Err(e) = fs::remove_file(&state_path) {
         log::warn!("removing {}: {e}", state_path.display());
@@ -377,11 +430,125 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
     run.map_err(|e| Error::io_op(format!("serving {}", mp.display()), e))
 }
 
+/// Sets `stop` once no mount of device `dev` (`major:minor`, ours) is left in the mount
+/// table: unmounted, or detached lazily while something still holds it. Looks every
+/// [`MOUNT_WATCH`] (reading the mount table costs some microseconds).
+fn watch_mount(dev: &str, stop: &AtomicBool) {
+    loop {
+        match mounts() {
+            Ok(all) if !all.iter().any(|m| m.dev == dev) => {
+                log::info!("the mount of {dev} is gone: stopping its background work");
+                stop.store(true, Ordering::Relaxed);
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => log::warn!("{e}"),
+        }
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        std::thread::sleep(MOUNT_WATCH);
+    }
+}
+
+/// Aborts the FUSE connection of the mount of device `dev` (`major:minor`, as mountinfo
+/// gives it) through fusectl (`/sys/fs/fuse/connections/<minor>/abort`), mounting fusectl
+/// there first when it is not: every request waiting on that connection fails with
+/// ENOTCONN, and its daemon's session ends. For a daemon that does not exit by itself.
+///
+/// # Errors
+/// `Invalid` for a malformed `dev`; mounting fusectl; writing `abort`.
+pub fn abort_connection(dev: &str) -> Result<()> {
+    let minor = dev
+        .split_once(':')
+        .map(|(_, m)| m)
+        .filter(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| Error::Invalid(format!("device {dev:?} is not major:minor")))?;
+    let dir = Path::new(FUSECTL);
+    let mounted = mounts()?
+        .iter()
+        .any(|m| m.mountpoint == dir && m.fstype == "fusectl");
+    if !mounted {
+        nix::mount::mount(
+            Some("fusectl"),
+            dir,
+            Some("fusectl"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .map_err(|e| Error::io_op(format!("mounting fusectl at {FUSECTL}"), e.into()))?;
+    }
+    let abort = dir.join(minor).join("abort");
+    match fs::write(&abort, b"1") {
+        Ok(()) => Ok(()),
+        // The connection ended meanwhile: nothing left to abort.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(&abort, e)),
+    }
+}
+
+/// Whether process `pid` runs (a zombie does not: whoever reaps it may not be us).
+pub fn running(pid: u32) -> bool {
+    if !pid_alive(pid) {
+        return false;
+    }
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which ends with the last ')'.
+        Ok(st) => st
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// Waits up to [`EXIT_WAIT`] for the daemon `pid` of the mount of device `dev` (gone from
+/// `mountpoint`) to exit; if it is still running then, reports it (a warning naming the pid
+/// and the mount) and aborts its FUSE connection ([`abort_connection`]), then waits a little
+/// more. Returns whether it exited.
+pub fn wait_exit(pid: u32, dev: Option<&str>, mountpoint: &Path) -> bool {
+    if wait_until(EXIT_WAIT, || !running(pid)) {
+        return true;
+    }
+    let conn = dev.and_then(|d| d.split_once(':')).map_or("?", |(_, m)| m);
+    log::warn!(
+        "view daemon {pid} of {} did not exit {EXIT_WAIT:?} after its mount went: \
+         aborting its FUSE connection {conn}",
+        mountpoint.display()
+    );
+    if let Some(dev) = dev {
+        if let Err(e) = abort_connection(dev) {
+            log::warn!("{e}");
+        }
+    }
+    let gone = wait_until(Duration::from_secs(5), || !running(pid));
+    if !gone {
+        log::warn!(
+            "view daemon {pid} of {} is still running",
+            mountpoint.display()
+        );
+    }
+    gone
+}
+
 /// Unmounts our own mount so the session loop ends. fusermount3's auto-unmount only acts
 /// once the filesystem is dead (it checks that the mountpoint fails with ENOTCONN), so a
-/// clean shutdown must unmount itself; a busy mount is detached lazily.
-fn unmount_self(mp: &Path) {
+/// clean shutdown must unmount itself; a busy mount is detached lazily. Only while the mount
+/// at `mp` is ours (device `dev`): a detached view's daemon must not unmount the view that
+/// took its place.
+fn unmount_self(mp: &Path, dev: Option<&str>) {
     use nix::mount::{umount2, MntFlags};
+    match (mount_at(mp), dev) {
+        (Ok(Some(m)), Some(dev)) if m.dev == dev => {}
+        (Ok(_), Some(_)) => {
+            log::info!(
+                "{} is no longer our mount: nothing to unmount",
+                mp.display()
+            );
+            return;
+        }
+        _ => {}
+    }
     match umount2(mp, MntFlags::empty()) {
         Ok(()) => {}
         Err(nix::errno::Errno::EBUSY) => {
@@ -733,7 +900,7 @@ pub fn stop(mountpoint: &Path) -> Result<()> {
         nix::sys::signal::kill(pid, Signal::SIGTERM)
             .map_err(|e| Error::io_op(format!("signalling daemon {}", s.pid), e.into()))?;
         if wait_until(Duration::from_secs(10), || gone(&mp)) {
-            wait_until(Duration::from_secs(5), || !pid_alive(s.pid));
+            wait_exit(s.pid, Some(&m.dev), &mp);
             return Ok(());
         }
         log::warn!(

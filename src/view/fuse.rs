@@ -90,6 +90,8 @@ pub struct MountConfig {
     /// The workspaces' lower view: the file recording its finished warm-ups
     /// ([`crate::view::warm::Warmer::recording`]), which `mount --branch` waits on.
     pub warm_record: Option<PathBuf>,
+    /// Set by the daemon when its mount goes or it is told to stop: ends the warm-ups.
+    pub stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A mounted view, not serving yet: [`MountedView::run`] serves it until it is unmounted.
@@ -288,6 +290,7 @@ pub fn mount(view: Arc<View>, mountpoint: &Path, cfg: &MountConfig) -> io::Resul
             Err(e) => log::warn!("{}: {e}; warm-ups go unrecorded", p.display()),
         }
     }
+    fs.warmer.set_stop_flag(Arc::clone(&cfg.stop));
     let session = match Session::from_fd(fs, device, config.acl, config) {
         Ok(s) => s,
         Err(e) => {

@@ -33,9 +33,20 @@ pub struct OpenFile {
 /// Cached values with their charged size, and the total charged.
 type Charged<V> = (LruCache<ObjectId, (V, usize)>, usize);
 
+/// Values bigger than a whole budget kept at a time, outside it (see [`ByteLru`]).
+pub(super) const OVERSIZED: usize = 2;
+
 /// A byte-budgeted LRU of immutable values keyed by object id.
+///
+/// A value bigger than the whole budget (the tree of a directory of some 100k entries, with
+/// the default budget) is kept too, in a slot of its own that holds the [`OVERSIZED`] most
+/// recent ones: it must be decoded whole to answer any request about it, so dropping it
+/// made every READDIRPLUS and LOOKUP in such a directory decode it again, and a listing
+/// quadratic in its size (200k entries listed in 74 s). Memory: the few biggest values in
+/// use, which each request held anyway while it ran.
 pub(super) struct ByteLru<V: Clone> {
     inner: Mutex<Charged<V>>,
+    oversized: Mutex<LruCache<ObjectId, V>>,
     budget: usize,
 }
 
@@ -43,16 +54,23 @@ impl<V: Clone> ByteLru<V> {
     pub(super) fn new(budget: usize) -> Self {
         ByteLru {
             inner: Mutex::new((LruCache::unbounded(), 0)),
+            oversized: Mutex::new(LruCache::new(
+                std::num::NonZeroUsize::new(OVERSIZED).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
             budget,
         }
     }
 
     pub(super) fn get(&self, id: &ObjectId) -> Option<V> {
-        lock(&self.inner).0.get(id).map(|(v, _)| v.clone())
+        if let Some((v, _)) = lock(&self.inner).0.get(id) {
+            return Some(v.clone());
+        }
+        lock(&self.oversized).get(id).cloned()
     }
 
     pub(super) fn insert(&self, id: ObjectId, v: V, bytes: usize) {
         if bytes > self.budget {
+            lock(&self.oversized).put(id, v);
             return;
         }
         let mut g = lock(&self.inner);
@@ -296,5 +314,32 @@ impl View {
     /// Bytes held by materialized copies.
     pub fn copies_bytes(&self) -> u64 {
         self.copies.bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_over_the_whole_budget_are_kept_a_few_at_a_time() {
+        let lru: ByteLru<u32> = ByteLru::new(100);
+        let ids: Vec<ObjectId> = (0u8..4).map(|i| ObjectId::of(&[i])).collect();
+        lru.insert(ids[0], 0, 1000);
+        assert_eq!(lru.get(&ids[0]), Some(0));
+        lru.insert(ids[1], 1, 60);
+        lru.insert(ids[2], 2, 60);
+        // The budgeted ones evict each other; the oversized one stays.
+        assert_eq!(lru.get(&ids[1]), None);
+        assert_eq!(lru.get(&ids[0]), Some(0));
+        for (i, id) in ids.iter().enumerate().skip(1) {
+            lru.insert(*id, i as u32, 1000);
+        }
+        assert_eq!(
+            lru.get(&ids[0]),
+            None,
+            "at most {OVERSIZED} oversized values"
+        );
+        assert_eq!(lru.get(&ids[3]), Some(3));
     }
 }

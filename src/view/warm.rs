@@ -15,10 +15,12 @@
 //! 8k directories and 100k files on the 2-core bench machine, while the workspace is already
 //! usable), and the kernel's memory for the entries' dentries and inodes, which a full walk
 //! (`git status`, `find -ls`) would make anyway and which the kernel reclaims under memory
-//! pressure like any other cache. Bounded: a walk stops after [`MAX_ENTRIES`] entries and each
-//! root is warmed once per daemon. A walk under way when the view is detached holds the mount
-//! until it ends (about a second at 100k files), so the daemon exits that much later; the
-//! stop flag ends the ones still queued when the session ends. Only the
+//! pressure like any other cache. Bounded: a walk stops after [`MAX_ENTRIES`] entries,
+//! [`MAX_DEPTH`] levels or [`MAX_DURATION`], and each root is warmed once per daemon. A walk
+//! holds directories of its own mount open, so while it runs the kernel keeps the mount
+//! alive even once detached: the daemon sets the stop flag as soon as its mount leaves the
+//! mount table (unmounted or detached) or it gets SIGTERM (`daemon::serve`), the walk ends at
+//! its next directory, and the daemon exits. Only the
 //! workspaces' lower view warms (a `browse` or `mount` view is walked by whoever reads it).
 //!
 //! Names looked up where they are absent: a `git status` reads `.gitignore` in every
@@ -56,6 +58,18 @@ use crate::safe::Dir;
 /// kernel memory each.
 pub const MAX_ENTRIES: usize = 1_000_000;
 
+/// Directory levels below a root one warm-up lists at most: deeper directories are left to
+/// be looked up when used. The walk is iterative (a queue), so depth costs no stack, but the
+/// kernel's work per open grows with it and nothing real nests this deep; an agent's chain
+/// of 100,000 directories is cut here.
+pub const MAX_DEPTH: usize = 256;
+
+/// How long one warm-up runs at most: about a second per 100k entries on the 2-core bench
+/// machine, so only a tree far bigger than [`MAX_ENTRIES`] worth of real work, or a daemon
+/// starved of CPU, meets it. A warm-up is an optimisation; the daemon must never be busy
+/// with one for minutes.
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Threads listing directories for one warm-up: the daemon's two cores' worth; its worker
 /// threads answer them.
 const THREADS: usize = 2;
@@ -64,8 +78,9 @@ const THREADS: usize = 2;
 /// warm-up looks each up after listing a directory, so the kernel keeps a negative entry.
 pub const PROBED: &[&str] = &[".gitignore"];
 
-/// The warm-ups one daemon started, the flag that stops them, and the file that records the
-/// finished ones.
+/// The warm-ups one daemon started, the flag that stops them (shared with the daemon, which
+/// sets it when its mount is unmounted or detached, or on SIGTERM: [`Warmer::stop_flag`]),
+/// and the file that records the finished ones.
 #[derive(Debug, Default)]
 pub struct Warmer {
     started: Mutex<HashSet<u64>>,
@@ -166,7 +181,7 @@ impl Warmer {
             .name("warm".into())
             .spawn(move || {
                 let t0 = Instant::now();
-                let r = walk(&path, &stop, MAX_ENTRIES);
+                let r = walk(&path, &stop, &Limits::default());
                 if let Some(rec) = &record {
                     rec.append("done", &rel);
                 }
@@ -195,6 +210,12 @@ impl Warmer {
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+
+    /// Makes `flag` this warmer's stop flag: setting it stops every warm-up, under way or to
+    /// come (the daemon's signal and mount-watch threads hold it).
+    pub fn set_stop_flag(&mut self, flag: Arc<AtomicBool>) {
+        self.stop = flag;
+    }
 }
 
 /// What a walk listed.
@@ -206,19 +227,40 @@ pub struct Walked {
     pub complete: bool,
 }
 
-/// The directories waiting to be listed, and how many threads are listing one.
+/// Bounds of one walk: entries listed, directory levels below the top, and time.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub entries: usize,
+    pub depth: usize,
+    pub duration: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            entries: MAX_ENTRIES,
+            depth: MAX_DEPTH,
+            duration: MAX_DURATION,
+        }
+    }
+}
+
+/// The directories waiting to be listed (each with its depth below the top), and how many
+/// threads are listing one.
 struct Queue {
-    pending: Vec<(Arc<Dir>, OsString)>,
+    pending: Vec<(Arc<Dir>, OsString, usize)>,
     busy: usize,
 }
 
-/// Lists every directory below `top` (and `top`) with [`THREADS`] threads, up to `limit`
-/// entries, until `stop` is set. A directory that fails to open or list is logged and
-/// skipped.
+/// Lists every directory below `top` (and `top`) with [`THREADS`] threads, within `limits`
+/// (entries, depth, time), until `stop` is set. A directory that fails to open or list is
+/// logged and skipped.
 ///
 /// # Errors
 /// Opening `top`.
-pub fn walk(top: &Path, stop: &AtomicBool, limit: usize) -> crate::error::Result<Walked> {
+pub fn walk(top: &Path, stop: &AtomicBool, limits: &Limits) -> crate::error::Result<Walked> {
+    let deadline = Instant::now() + limits.duration;
+    let limit = limits.entries;
     let root = Dir::open(top)?;
     let entries = AtomicUsize::new(0);
     let dirs = AtomicUsize::new(1);
@@ -228,15 +270,27 @@ pub fn walk(top: &Path, stop: &AtomicBool, limit: usize) -> crate::error::Result
         busy: 0,
     });
     let ready = Condvar::new();
-    list(Arc::new(root), &queue, &entries, &incomplete);
+    list(
+        Arc::new(root),
+        0,
+        limits.depth,
+        &queue,
+        &entries,
+        &incomplete,
+    );
     std::thread::scope(|s| {
         for _ in 0..THREADS {
             s.spawn(|| loop {
                 let next = {
                     let mut q = lock(&queue);
                     loop {
-                        if stop.load(Ordering::Relaxed) || entries.load(Ordering::Relaxed) >= limit
+                        if stop.load(Ordering::Relaxed)
+                            || entries.load(Ordering::Relaxed) >= limit
+                            || Instant::now() >= deadline
                         {
+                            if !q.pending.is_empty() {
+                                incomplete.store(true, Ordering::Relaxed);
+                            }
                             q.pending.clear();
                         }
                         if let Some(item) = q.pending.pop() {
@@ -251,7 +305,7 @@ pub fn walk(top: &Path, stop: &AtomicBool, limit: usize) -> crate::error::Result
                             .unwrap_or_else(std::sync::PoisonError::into_inner);
                     }
                 };
-                let Some((parent, name)) = next else {
+                let Some((parent, name, depth)) = next else {
                     ready.notify_all();
                     return;
                 };
@@ -259,7 +313,14 @@ pub fn walk(top: &Path, stop: &AtomicBool, limit: usize) -> crate::error::Result
                     Ok(d) => {
                         drop(parent);
                         dirs.fetch_add(1, Ordering::Relaxed);
-                        list(Arc::new(d), &queue, &entries, &incomplete);
+                        list(
+                            Arc::new(d),
+                            depth,
+                            limits.depth,
+                            &queue,
+                            &entries,
+                            &incomplete,
+                        );
                     }
                     Err(e) => {
                         log::debug!("warming: {e}");
@@ -281,8 +342,16 @@ pub fn walk(top: &Path, stop: &AtomicBool, limit: usize) -> crate::error::Result
 }
 
 /// Lists `dir` (the READDIRPLUS that makes its entries' dentries), looks up the names of
-/// [`PROBED`] in it (a negative entry where absent), and queues its subdirectories.
-fn list(dir: Arc<Dir>, queue: &Mutex<Queue>, entries: &AtomicUsize, incomplete: &AtomicBool) {
+/// [`PROBED`] in it (a negative entry where absent), and queues its subdirectories, unless
+/// `dir` is `max_depth` levels below the top already.
+fn list(
+    dir: Arc<Dir>,
+    depth: usize,
+    max_depth: usize,
+    queue: &Mutex<Queue>,
+    entries: &AtomicUsize,
+    incomplete: &AtomicBool,
+) {
     match dir.subdirs() {
         Ok((subdirs, all)) => {
             entries.fetch_add(all, Ordering::Relaxed);
@@ -294,13 +363,53 @@ fn list(dir: Arc<Dir>, queue: &Mutex<Queue>, entries: &AtomicUsize, incomplete: 
                     }
                 }
             }
+            if depth >= max_depth && !subdirs.is_empty() {
+                log::debug!(
+                    "warming: not below {} ({depth} levels)",
+                    dir.path().display()
+                );
+                incomplete.store(true, Ordering::Relaxed);
+                return;
+            }
             let mut q = lock(queue);
-            q.pending
-                .extend(subdirs.into_iter().map(|n| (Arc::clone(&dir), n)));
+            q.pending.extend(
+                subdirs
+                    .into_iter()
+                    .map(|n| (Arc::clone(&dir), n, depth + 1)),
+            );
         }
         Err(e) => {
             log::debug!("warming: {e}");
             incomplete.store(true, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_walk_stops_at_its_depth_bound() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut p = tmp.path().to_path_buf();
+        for _ in 0..50 {
+            p.push("d");
+        }
+        std::fs::create_dir_all(&p).unwrap();
+        let stop = AtomicBool::new(false);
+        let limits = Limits {
+            depth: 10,
+            ..Limits::default()
+        };
+        let w = walk(tmp.path(), &stop, &limits).unwrap();
+        assert_eq!(w.dirs, 11, "{w:?}");
+        assert!(!w.complete);
+        let w = walk(tmp.path(), &stop, &Limits::default()).unwrap();
+        assert_eq!(w.dirs, 51, "{w:?}");
+        assert!(w.complete);
+        stop.store(true, Ordering::Relaxed);
+        let w = walk(tmp.path(), &stop, &Limits::default()).unwrap();
+        assert!(!w.complete, "{w:?}");
     }
 }

@@ -143,13 +143,35 @@ pub fn ensure_mounts_dir(store: &Store) -> Result<PathBuf> {
 
 /// Detaches both lower views (when no workspace of the store is mounted any more), and the one
 /// a previous build mounted inside the store (`STORE/run/lower`), if any; removes the then
-/// empty mount directories.
-pub fn release_view(store: &Store) -> Result<()> {
+/// empty mount directories. Unless `held` (an overlay on them was detached while still in use,
+/// and keeps its view alive until released), then waits for their daemons to exit, and
+/// aborts the FUSE connection of one still running after `daemon::EXIT_WAIT`, with a warning
+/// naming it (`daemon::wait_exit`).
+pub fn release_view(store: &Store, held: bool) -> Result<()> {
     let [legacy, _] = store.legacy_mount_dirs();
     let [full, bare] = view_dirs(store);
+    let daemons = crate::daemon::list(store).unwrap_or_default();
+    let mut detached = Vec::new();
     for mp in [&full, &bare, &legacy] {
-        if crate::mountinfo::mount_at(mp)?.is_some() {
+        if let Some(m) = crate::mountinfo::mount_at(mp)? {
             crate::workspace::overlay::detach(mp)?;
+            let pid = daemons
+                .iter()
+                .filter(|d| d.mountpoint == *mp && d.source == m.source)
+                .find_map(|d| d.state.as_ref().map(|s| s.pid));
+            detached.extend(pid.map(|pid| (pid, m.dev, mp.clone())));
+        }
+    }
+    if held {
+        for (pid, _, mp) in &detached {
+            log::info!(
+                "view daemon {pid} of {} serves a detached overlay still in use; it exits once that is released",
+                mp.display()
+            );
+        }
+    } else {
+        for (pid, dev, mp) in &detached {
+            crate::daemon::wait_exit(*pid, Some(dev), mp);
         }
     }
     let dir = store.mounts_dir();

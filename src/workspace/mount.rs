@@ -522,7 +522,10 @@ pub fn umount_killing(
     })?;
     if states(store)?.is_empty() {
         reap_detached(store)?;
-        lower::release_view(store)?;
+        let held = out
+            .iter()
+            .any(|(_, u)| matches!(u, overlay::Unmounted::Detached));
+        lower::release_view(store, held)?;
     } else {
         super::switch::reap_unused_detached(store)?;
     }
