@@ -99,7 +99,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            !e.contains("SECRET") && e.contains("AWS_SECRET_ACCESS_KEY"),
+            !e.contains("s3cr3t") && !e.contains("k3y") && e.contains("AWS_SECRET_ACCESS_KEY"),
             "{e}"
         );
         for bad in ["notaurl", "", "http://", "http://a b", "ftp://h"] {
