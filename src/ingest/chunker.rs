@@ -135,9 +135,14 @@ pub(crate) fn chunk_file(
     let mut chunks = Vec::new();
     if size <= u64::from(chunker.min) {
         let mut data = Vec::with_capacity(size as usize);
-        f.take(size)
-            .read_to_end(&mut data)
-            .map_err(|e| Error::io(path, e))?;
+        // By offset, as everything here: `ZeroRun` moves the file's offset (SEEK_DATA).
+        ReadAt {
+            f,
+            pos: 0,
+            end: size,
+        }
+        .read_to_end(&mut data)
+        .map_err(|e| Error::io(path, e))?;
         if !data.is_empty() {
             let id = batch.ensure(&data)?;
             chunks.push(Chunk {
