@@ -266,9 +266,10 @@ pub(crate) fn chunk_file(
 ///
 /// FastCDC's cut after a position depends only on the bytes in its window (`max` bytes), so
 /// from any cut followed by at least `max + 1` zero bytes the next chunk is always the same:
-/// `len` zeros (its gear hash settles on a constant after 64 zeros; `len` is computed once). Where `SEEK_DATA` says a hole of that length starts at a cut,
-/// that chunk is emitted again and again instead of reading and hashing the hole: the same
-/// chunks, hence the same ids, as reading the zeros would give.
+/// `len` zeros (its gear hash settles on a constant after 64 zeros; `len` is computed once).
+/// Where `SEEK_DATA` says a hole of that length starts at a cut, that chunk is emitted again
+/// and again instead of reading and hashing the hole: the same chunks, hence the same ids, as
+/// reading the zeros would give.
 struct ZeroRun {
     min: u32,
     avg: u32,
