@@ -117,6 +117,17 @@ pub fn fiemap(f: &std::fs::File) -> std::io::Result<Vec<Extent>> {
     }
 }
 
+/// The first offset at or after `pos` (below `size`) where `f` holds data (`SEEK_DATA`):
+/// `size` when only a hole follows, `pos` when `pos` is in data or the filesystem cannot say.
+/// Moves the file's offset (callers read with `pread`).
+pub fn next_data(f: &std::fs::File, pos: u64, size: u64) -> u64 {
+    match rustix::fs::seek(f, rustix::fs::SeekFrom::Data(pos)) {
+        Ok(d) => d.clamp(pos, size),
+        Err(rustix::io::Errno::NXIO) => size,
+        Err(_) => pos,
+    }
+}
+
 /// Takes a read lease on `f` (open read-only): refused (EAGAIN) while any process has the
 /// file open for writing or mapped writable; while it stands, an open for writing or a
 /// truncation waits until [`release_lease`] (or `/proc/sys/fs/lease-break-time`). The

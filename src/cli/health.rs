@@ -509,6 +509,11 @@ pub fn run_doctor(a: DoctorArgs) -> Result<i32> {
             problems,
             r.findings.len() - problems
         );
+        println!(
+            "object contents are not checked here (presence and sizes only): run `{}` to \
+             hash every object",
+            r.content_check
+        );
         if r.findings.iter().any(|f| f.repair == Repair::Recover) {
             println!(
                 "run `ckptfs recover {}` to repair the findings marked so",

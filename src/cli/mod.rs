@@ -305,7 +305,8 @@ pub enum Command {
     Unarchive(health::UnarchiveArgs),
     /// Check the store's invariants (refs, objects and sizes, markers, pins, sockets, temp
     /// files, stale mounts, permissions, format) and say how to fix each finding. Exit 1 on an
-    /// error or warning; `recover` repairs those marked so.
+    /// error or warning; `recover` repairs those marked so. Objects are checked for presence
+    /// and size only, never their contents: `verify` hashes every object.
     Doctor(health::DoctorArgs),
 
     /// Mount a checkpoint read-only, or (with --branch) a branch as a writable workspace.

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
+use ckptfs::remote::redact::redact;
 use ckptfs::remote::{self, health, prune, sync, InitRemote, Remote, RemoteConfig};
 use ckptfs::{Error, Result, Store};
 
@@ -37,6 +38,9 @@ pub struct ReachArgs {
 impl ReachArgs {
     fn config(&self, url: &str) -> Result<RemoteConfig> {
         remote::backend::parse_s3_url(url)?;
+        if let Some(e) = &self.endpoint {
+            remote::redact::check_endpoint(e)?;
+        }
         let abs = |p: &PathBuf| ckptfs::store::absolute(p);
         Ok(RemoteConfig {
             url: url.to_string(),
@@ -194,19 +198,20 @@ pub fn run_remote(c: RemoteCommand) -> Result<i32> {
             let r = Remote::open(&a.name, cfg.clone(), Some((&init, store.config())))?;
             remote::write_config(&store, &a.name, &cfg)?;
             store.append_audit(&serde_json::json!({
-                "op": "remote add", "remote": a.name, "url": cfg.url,
-                "endpoint": cfg.endpoint, "time_ns": ckptfs::util::now_ns(),
+                "op": "remote add", "remote": a.name, "url": redact(&cfg.url),
+                "endpoint": cfg.endpoint.as_deref().map(redact), "time_ns": ckptfs::util::now_ns(),
             }))?;
             if a.json.json {
                 print_json(&serde_json::json!({
-                    "name": a.name, "url": cfg.url, "endpoint": cfg.endpoint,
+                    "name": a.name, "url": redact(&cfg.url),
+                    "endpoint": cfg.endpoint.as_deref().map(redact),
                     "region": cfg.region, "encrypted": r.keys.encrypted(),
                 }))?;
             } else {
                 println!(
                     "remote {} -> {} ({})",
                     a.name,
-                    cfg.url,
+                    redact(&cfg.url),
                     if r.keys.encrypted() {
                         "encrypted"
                     } else {
@@ -222,13 +227,17 @@ pub fn run_remote(c: RemoteCommand) -> Result<i32> {
             for (name, cfg) in remote::list_configs(&store)? {
                 let refs = remote::read_refs(&store, &name)?;
                 out.push(serde_json::json!({
-                    "name": name, "url": cfg.url, "endpoint": cfg.endpoint,
+                    "name": name, "url": redact(&cfg.url),
+                    "endpoint": cfg.endpoint.as_deref().map(redact),
                     "region": cfg.region, "cache_bytes": cfg.cache_bytes,
                     "branches": refs.branches, "labels": refs.labels,
                 }));
                 if !a.json.json {
-                    let ep = cfg.endpoint.map(|e| format!(" ({e})")).unwrap_or_default();
-                    println!("{name}\t{}{ep}", cfg.url);
+                    let ep = cfg
+                        .endpoint
+                        .map(|e| format!(" ({})", redact(&e)))
+                        .unwrap_or_default();
+                    println!("{name}\t{}{ep}", redact(&cfg.url));
                     for (b, id) in &refs.branches {
                         println!("  {b}\t{}", id.short());
                     }
@@ -370,12 +379,12 @@ pub fn run_clone(a: CloneArgs) -> Result<i32> {
         },
     )?;
     store.append_audit(&serde_json::json!({
-        "op": "clone", "url": a.url, "records": rep.records, "time_ns": ckptfs::util::now_ns(),
+        "op": "clone", "url": redact(&a.url), "records": rep.records, "time_ns": ckptfs::util::now_ns(),
     }))?;
     if a.json.json {
         print_json(&rep)?;
     } else {
-        println!("cloned {} into {}", a.url, store.root().display());
+        println!("cloned {} into {}", redact(&a.url), store.root().display());
         print_fetch(&rep);
     }
     Ok(0)

@@ -135,9 +135,14 @@ pub(crate) fn chunk_file(
     let mut chunks = Vec::new();
     if size <= u64::from(chunker.min) {
         let mut data = Vec::with_capacity(size as usize);
-        f.take(size)
-            .read_to_end(&mut data)
-            .map_err(|e| Error::io(path, e))?;
+        // By offset, as everything here: `ZeroRun` moves the file's offset (SEEK_DATA).
+        ReadAt {
+            f,
+            pos: 0,
+            end: size,
+        }
+        .read_to_end(&mut data)
+        .map_err(|e| Error::io(path, e))?;
         if !data.is_empty() {
             let id = batch.ensure(&data)?;
             chunks.push(Chunk {
@@ -174,9 +179,15 @@ pub(crate) fn chunk_file(
     }
     // Whether previous chunk `i` was cut from a full window, as a chunk there would be now.
     let eligible = |i: usize| starts[i] + max <= prev_size && starts[i] + max <= size;
+    let mut zeros = ZeroRun::new(chunker);
     let mut pos = 0u64;
     let mut i = 0usize;
     while pos < size {
+        // A hole is not read: its chunks are the zero chunk, over and over (see `ZeroRun`).
+        pos = zeros.skip(batch, f, pos, size, &mut chunks, progress)?;
+        if pos >= size {
+            break;
+        }
         while i < previous.len() && starts[i] < pos {
             i += 1;
         }
@@ -238,7 +249,8 @@ pub(crate) fn chunk_file(
             while i < previous.len() && starts[i] < pos {
                 i += 1;
             }
-            if i < previous.len() && starts[i] == pos && eligible(i) {
+            if i < previous.len() && starts[i] == pos && eligible(i) || zeros.at_hole(f, pos, size)
+            {
                 resynced = true;
                 break;
             }
@@ -248,6 +260,77 @@ pub(crate) fn chunk_file(
         }
     }
     Ok((chunks, pos))
+}
+
+/// The chunks of a file's holes, computed without reading them.
+///
+/// FastCDC's cut after a position depends only on the bytes in its window (`max` bytes), so
+/// from any cut followed by at least `max + 1` zero bytes the next chunk is always the same:
+/// `len` zeros (its gear hash settles on a constant after 64 zeros; `len` is computed once).
+/// Where `SEEK_DATA` says a hole of that length starts at a cut, that chunk is emitted again
+/// and again instead of reading and hashing the hole: the same chunks, hence the same ids, as
+/// reading the zeros would give.
+struct ZeroRun {
+    min: u32,
+    avg: u32,
+    max: u32,
+    /// The zero chunk, once a hole has needed it.
+    chunk: Option<Chunk>,
+}
+
+impl ZeroRun {
+    fn new(chunker: &ChunkerConfig) -> ZeroRun {
+        ZeroRun {
+            min: chunker.min,
+            avg: chunker.avg,
+            max: chunker.max,
+            chunk: None,
+        }
+    }
+
+    /// True when `[pos, pos + max + 1)` lies in a hole of the file (all zeros, not stored).
+    fn at_hole(&self, f: &File, pos: u64, size: u64) -> bool {
+        let need = pos + u64::from(self.max) + 1;
+        need <= size && crate::sys::next_data(f, pos, size) >= need
+    }
+
+    /// From the cut `pos`, appends the zero chunk for as long as the hole there allows;
+    /// the new position (a cut).
+    fn skip(
+        &mut self,
+        batch: &ObjectBatch<'_>,
+        f: &File,
+        mut pos: u64,
+        size: u64,
+        chunks: &mut Vec<Chunk>,
+        progress: &AtomicU64,
+    ) -> Result<u64> {
+        if !self.at_hole(f, pos, size) {
+            return Ok(pos);
+        }
+        let chunk = match self.chunk {
+            Some(c) => c,
+            None => {
+                let zeros = vec![0u8; self.max as usize];
+                let len = fastcdc::v2020::FastCDC::new(&zeros, self.min, self.avg, self.max)
+                    .next()
+                    .map_or(self.max as usize, |c| c.length);
+                let c = Chunk {
+                    id: batch.ensure(&zeros[..len])?,
+                    len: len as u32,
+                };
+                self.chunk = Some(c);
+                c
+            }
+        };
+        let data = crate::sys::next_data(f, pos, size);
+        while pos + u64::from(self.max) < data {
+            chunks.push(chunk);
+            pos += u64::from(chunk.len);
+            progress.fetch_add(u64::from(chunk.len), Ordering::Relaxed);
+        }
+        Ok(pos)
+    }
 }
 
 /// The block size a SQLite database (over `min` bytes: the caller checks) is cut into, or
@@ -484,6 +567,59 @@ mod tests {
             data.len() as u64
         );
         chunks
+    }
+
+    /// Holes are chunked without being read, into exactly the chunks their zeros give when
+    /// written out: with small chunks and the store's real sizes, holes at the start, the
+    /// middle and the end, shorter and longer than `max`, and data that is itself zeros.
+    #[test]
+    fn holes_chunk_like_the_same_zeros_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = temp_store(dir.path());
+        let batch = ObjectBatch::dry_run(&store);
+        let real = ChunkerConfig {
+            algorithm: "fastcdc-v2020".into(),
+            min: 64 << 10,
+            avg: 256 << 10,
+            max: 1 << 20,
+            sqlite_block: None,
+        };
+        for (cfg, unit) in [(small_chunks(4096, None), 4096u64), (real, 64 << 10)] {
+            // (offset, data) in units; the rest is holes, and the file ends in one.
+            let parts: [(u64, Vec<u8>); 4] = [
+                (300, noise(31, 5 * unit as usize + 17)),
+                (310, vec![0; 40 * unit as usize]),
+                (351, noise(32, 3 * unit as usize)),
+                (700, noise(33, 100)),
+            ];
+            let size = 1000 * unit;
+            let sparse = dir.path().join("sparse");
+            let f = File::create(&sparse).unwrap();
+            let mut dense = vec![0u8; size as usize];
+            for (at, data) in &parts {
+                f.write_all_at(data, at * unit).unwrap();
+                let at = (at * unit) as usize;
+                dense[at..at + data.len()].copy_from_slice(data);
+            }
+            f.set_len(size).unwrap();
+            drop(f);
+            let f = File::open(&sparse).unwrap();
+            assert!(
+                crate::sys::next_data(&f, 0, size) > 0,
+                "no holes on this filesystem"
+            );
+            let progress = AtomicU64::new(0);
+            let (holey, total) =
+                chunk_file(&batch, &cfg, &f, size, &sparse, &[], &[], &progress).unwrap();
+            assert_eq!(total, size);
+            assert_eq!(progress.load(Ordering::Relaxed), size);
+            let written = chunks_of(&batch, &cfg, dir.path(), &dense, &[]);
+            assert_eq!(holey, written, "max {}", cfg.max);
+            // And again with the dense chunks as the previous version.
+            let (again, _) =
+                chunk_file(&batch, &cfg, &f, size, &sparse, &written, &[], &progress).unwrap();
+            assert_eq!(again, written);
+        }
     }
 
     /// Every kind of edit gives exactly the chunks of a pass without a previous version,

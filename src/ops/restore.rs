@@ -1332,8 +1332,19 @@ fn write_file(store: &Store, e: &Entry, at: &Dir, name: &OsStr) -> Result<()> {
     let p = at.display_path(name);
     let mut f: File = at.create_file(name, 0o600)?;
     let mut hole = false;
+    // The chunk found all zeros (a sparse file's holes repeat one): skipped unread after.
+    let mut zero_chunk = None;
     for c in chunks {
+        if zero_chunk == Some(c.id) {
+            f.seek(SeekFrom::Current(i64::from(c.len)))
+                .map_err(|err| Error::io(&p, err))?;
+            hole = true;
+            continue;
+        }
         let data = store.read_chunk(c)?;
+        if data.len() >= HOLE_BLOCK && data.iter().all(|&b| b == 0) {
+            zero_chunk = Some(c.id);
+        }
         for block in data.chunks(HOLE_BLOCK) {
             if block.len() == HOLE_BLOCK && block.iter().all(|&b| b == 0) {
                 f.seek(SeekFrom::Current(HOLE_BLOCK as i64))

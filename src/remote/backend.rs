@@ -21,6 +21,7 @@ use object_store::path::Path as ObjPath;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
 
 use crate::error::{Error, Result};
+use crate::remote::redact::{check_endpoint, redact};
 
 /// Requests a batch keeps in flight at once.
 pub const IN_FLIGHT: usize = 8;
@@ -63,9 +64,10 @@ pub struct S3Options {
 /// # Errors
 /// `Usage` naming the URL when it is not of that form.
 pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
-    let rest = url
-        .strip_prefix("s3://")
-        .ok_or_else(|| Error::Usage(format!("remote URL {url:?}: expected s3://BUCKET/PREFIX")))?;
+    let shown = redact(url);
+    let rest = url.strip_prefix("s3://").ok_or_else(|| {
+        Error::Usage(format!("remote URL {shown:?}: expected s3://BUCKET/PREFIX"))
+    })?;
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let prefix = prefix.trim_matches('/');
     let ok_bucket = !bucket.is_empty()
@@ -78,7 +80,7 @@ pub fn parse_s3_url(url: &str) -> Result<(String, String)> {
         || prefix.is_empty();
     if !ok_bucket || !ok_prefix || prefix.contains(|c: char| c.is_control()) {
         return Err(Error::Usage(format!(
-            "remote URL {url:?}: expected s3://BUCKET/PREFIX (bucket of a-z 0-9 . -, prefix of \
+            "remote URL {shown:?}: expected s3://BUCKET/PREFIX (bucket of a-z 0-9 . -, prefix of \
              non-empty path parts)"
         )));
     }
@@ -137,10 +139,12 @@ fn read_credentials_file(path: &Path, profile: &str) -> Result<(String, String, 
 }
 
 fn s3_error(what: &str, url: &str, e: object_store::Error) -> Error {
-    // object_store's messages name the request, never the credentials.
-    let msg = e.to_string();
-    let short = msg.lines().next().unwrap_or(&msg).to_string();
-    Error::io_op(format!("{what} {url}"), std::io::Error::other(short))
+    // object_store's messages name the request URL: without its userinfo.
+    let short = first_line(&e.to_string());
+    Error::io_op(
+        format!("{what} {}", redact(url)),
+        std::io::Error::other(short),
+    )
 }
 
 impl S3Backend {
@@ -151,6 +155,7 @@ impl S3Backend {
     pub fn new(o: &S3Options) -> Result<S3Backend> {
         let mut b = AmazonS3Builder::from_env().with_bucket_name(&o.bucket);
         if let Some(e) = &o.endpoint {
+            check_endpoint(e)?;
             b = b
                 .with_endpoint(e)
                 .with_allow_http(e.starts_with("http://"))
@@ -228,8 +233,9 @@ impl S3Backend {
     }
 }
 
+/// The first line of a client's message, without credentials of any URL it quotes.
 fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or(s).to_string()
+    redact(s.lines().next().unwrap_or(s))
 }
 
 impl Backend for S3Backend {

@@ -34,6 +34,7 @@ pub mod health;
 pub mod lock;
 pub mod pack;
 pub mod prune;
+pub mod redact;
 pub mod sync;
 
 use std::collections::BTreeMap;
