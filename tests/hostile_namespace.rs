@@ -43,6 +43,24 @@ struct Agent {
 }
 
 impl Agent {
+    /// Spawns `cmd` (stdout piped) and waits for its first line, `ready`.
+    fn spawn_ready(cmd: &mut std::process::Command) -> Agent {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the agent");
+        let pid = child.id();
+        let mut line = String::new();
+        let out = child.stdout.take().expect("stdout");
+        std::io::BufReader::new(out)
+            .read_line(&mut line)
+            .expect("agent's ready line");
+        let agent = Agent { child, pid };
+        assert_eq!(line.trim(), "ready", "the agent did not start");
+        agent
+    }
+
     fn start(dir: &Path, go: &Path, unshare_first: bool, cwd_inside: bool) -> Agent {
         let script = format!(
             "import os, time\n\
@@ -75,19 +93,8 @@ impl Agent {
             argv.extend(["unshare", "-Urm"]);
         }
         argv.extend([PYTHON, "-c", &script]);
-        let mut child = nobody_command(&argv)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn the agent");
-        let pid = child.id();
-        let mut line = String::new();
-        let out = child.stdout.take().expect("stdout");
-        std::io::BufReader::new(out)
-            .read_line(&mut line)
-            .expect("agent's ready line");
-        let agent = Agent { child, pid };
-        assert_eq!(line.trim(), "ready", "the agent did not start");
+        let agent = Agent::spawn_ready(&mut nobody_command(&argv));
+        let pid = agent.pid;
         if unshare_first {
             let ns = |p: &str| fs::read_link(format!("/proc/{p}/ns/mnt")).unwrap();
             assert_ne!(
@@ -222,21 +229,7 @@ fn a_held_upper_layer_is_never_mounted_again() {
         "cd {dir:?} && echo ready && while [ ! -e {go:?} ]; do sleep 0.05; done; exec unshare -Urm {PYTHON} -c \"$LOOP\"",
         dir = w.path("sub"),
     );
-    let mut c = nobody_command(&[SH, "-c", &script])
-        .env("LOOP", lp)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the agent");
-    let mut line = String::new();
-    std::io::BufReader::new(c.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let mut agent = Agent {
-        pid: c.id(),
-        child: c,
-    };
-    assert_eq!(line.trim(), "ready");
+    let mut agent = Agent::spawn_ready(nobody_command(&[SH, "-c", &script]).env("LOOP", lp));
     let pid = format!("pid {}", agent.pid);
     let r = ok_json(["switch", w.room(), "--to", "alt", "--json"]);
     assert!(
@@ -282,20 +275,9 @@ fn a_file_open_for_writing_refuses_the_switch_and_kill_ends_it() {
         "import time; f = open({:?}, 'a'); f.write('more\\n'); f.flush(); print('ready', flush=True); time.sleep(600)",
         path.display().to_string()
     );
-    let mut c = nobody_command(&["unshare", "-Urm", PYTHON, "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut line = String::new();
-    std::io::BufReader::new(c.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let mut agent = Agent {
-        pid: c.id(),
-        child: c,
-    };
-    assert_eq!(line.trim(), "ready");
+    let mut agent = Agent::spawn_ready(&mut nobody_command(&[
+        "unshare", "-Urm", PYTHON, "-c", &script,
+    ]));
     let pid = format!("pid {}", agent.pid);
     let log = || ok_json(["log", w.store(), "--branch", "main"]);
     let before = log();
@@ -334,23 +316,12 @@ fn a_file_open_for_writing_refuses_the_switch_and_kill_ends_it() {
 fn a_new_mount_of_an_upper_a_namespace_holds_is_refused() {
     let _one = serial();
     let w = Workspace::for_nobody(&[], populate);
-    let mut c = std::process::Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c"])
-        .arg("echo ready; exec sleep 600")
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn unshare");
-    let mut line = String::new();
-    std::io::BufReader::new(c.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let mut service = Agent {
-        pid: c.id(),
-        child: c,
-    };
-    assert_eq!(line.trim(), "ready");
+    let mut service = Agent::spawn_ready(
+        std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c"])
+            .arg("echo ready; exec sleep 600")
+            .current_dir("/"),
+    );
     ok(["umount", w.room()]);
     assert!(!mounted(&w.room));
     let pid = format!("pid {}", service.pid);
