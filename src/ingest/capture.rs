@@ -25,7 +25,7 @@ use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
 use crate::store::exclude::Excluder;
 use crate::store::object::ObjectBatch;
 use crate::store::statcache::{Cached, StatCache, RACY_WINDOW_NS};
-use crate::store::tree::{Entry, Tree};
+use crate::store::tree::{check_depth, Entry, Tree};
 use crate::store::{ChunkerConfig, Store};
 
 /// What to capture.
@@ -334,6 +334,9 @@ fn walk_dir(
         };
         let node = match m.kind() {
             Kind::Dir => {
+                check_depth(child_rel.components().count(), || {
+                    child_abs.display().to_string()
+                })?;
                 let sub = dir
                     .open_dir(&name)
                     .map_err(|e| crate::safe::swapped_error(&child_abs, e))?;

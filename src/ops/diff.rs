@@ -261,6 +261,7 @@ impl Walker<'_> {
         if a == b {
             return Ok(());
         }
+        crate::store::tree::check_depth(prefix.split('/').count(), || prefix.to_string())?;
         let load = |side: &Side, id: Option<ObjectId>| match id {
             Some(id) => side.tree(self.store, &id),
             None => Ok(Tree::default()),

@@ -1248,6 +1248,11 @@ fn materialize(
         };
         match &e.kind {
             EntryKind::Dir { tree, .. } => {
+                // Bounded: a stored tree can nest deeper than any stack, and the staged copy
+                // is removed again by a walk of its own.
+                crate::store::tree::check_depth(path.components().count(), || {
+                    path.display().to_string()
+                })?;
                 let sub = at.create_private_dir(name)?;
                 let kept = materialize(
                     store, tree, &sub, counts, filter, &path, included, progress, links,

@@ -116,23 +116,29 @@ pub fn locate(store: &Store, spec: &str) -> Result<Located> {
 }
 
 /// Visits every entry below tree `id` depth-first (parents before children), with its path
-/// relative to the tree. Stops at the first error from `f` or from reading a tree.
+/// relative to the tree. Stops at the first error from `f` or from reading a tree. Iterative
+/// (an explicit stack of open trees), so a stored tree of any depth walks.
 pub fn walk_tree(
     store: &Store,
     id: &ObjectId,
     prefix: &[u8],
     f: &mut dyn FnMut(&[u8], &Entry) -> Result<()>,
 ) -> Result<()> {
-    let tree = store.read_tree(id)?;
-    for e in &tree.entries {
-        let mut path = prefix.to_vec();
+    // Each level: the tree's entries, the next one to visit, and the level's path.
+    let mut stack = vec![(store.read_tree(id)?.entries.into_iter(), prefix.to_vec())];
+    while let Some((entries, prefix)) = stack.last_mut() {
+        let Some(e) = entries.next() else {
+            stack.pop();
+            continue;
+        };
+        let mut path = prefix.clone();
         if !path.is_empty() {
             path.push(b'/');
         }
         path.extend_from_slice(&e.name);
-        f(&path, e)?;
+        f(&path, &e)?;
         if let EntryKind::Dir { tree, .. } = &e.kind {
-            walk_tree(store, tree, &path, f)?;
+            stack.push((store.read_tree(tree)?.entries.into_iter(), path));
         }
     }
     Ok(())

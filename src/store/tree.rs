@@ -35,6 +35,34 @@
 use crate::error::{Error, Result};
 use crate::id::{ObjectId, ID_LEN};
 
+/// The deepest directory nesting any walk accepts, in a stored tree (a root's entries are at
+/// depth 1) or on disk (capture, the workspace's upper layer, restore). Deeper input is refused
+/// with one line naming the path or tree and this bound, never followed until the stack runs
+/// out. Why 1024: a chain that deep of one-byte names still has paths within PATH_MAX (4096
+/// bytes) below a root of some depth, which the parts of capture and restore that name files
+/// by path need; git's `core.maxTreeDepth` (4096, 2048 on Windows) is of the same order, and
+/// real trees (node_modules included) stay far below it.
+pub const MAX_TREE_DEPTH: usize = 1024;
+
+/// The stack every thread that walks trees runs on (the CLI's main work included): a walk at
+/// [`MAX_TREE_DEPTH`] needs a few KiB per level in a debug build, far beyond the 2 MiB of a
+/// default Rust thread. Only the pages touched are ever committed.
+pub const WALK_STACK_BYTES: usize = 256 << 20;
+
+/// Refuses `depth` past [`MAX_TREE_DEPTH`]; `what` names the directory or tree at fault.
+///
+/// # Errors
+/// `Invalid` naming `what` and the bound.
+pub fn check_depth(depth: usize, what: impl FnOnce() -> String) -> Result<()> {
+    if depth > MAX_TREE_DEPTH {
+        return Err(Error::Invalid(format!(
+            "{}: directories nested deeper than {MAX_TREE_DEPTH} levels are not supported",
+            what()
+        )));
+    }
+    Ok(())
+}
+
 const MAGIC: &[u8; 4] = b"CKT1";
 /// Largest chunk: the largest chunker `max` a store may be configured with.
 pub const MAX_CHUNK_LEN: u32 = 64 << 20;

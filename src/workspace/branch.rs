@@ -107,17 +107,17 @@ pub fn delete_branch(store: &Store, branch: &str, force: bool) -> Result<Option<
 /// never followed, so what it links in is not counted (nor listed). Best effort: what cannot
 /// be read is not counted.
 pub fn upper_usage(store: &Store, branch: &str) -> (u64, u64) {
-    fn walk(dir: &Dir, acc: &mut (u64, u64)) {
+    fn walk(dir: &Dir, acc: &mut (u64, u64), depth: usize) {
         let Ok(names) = dir.entries() else { return };
         for name in names {
             let Ok(Some(m)) = dir.stat(&name) else {
                 continue;
             };
-            if m.is_dir() {
+            if m.is_dir() && depth < crate::store::tree::MAX_TREE_DEPTH {
                 let sub = dir.open_dir(&name);
                 if let Ok(sub) = sub.and_then(|d| Ok((d.stat_self()?, d))) {
                     if sub.0.same_object(&m) {
-                        walk(&sub.1, acc);
+                        walk(&sub.1, acc, depth + 1);
                     }
                 }
             } else if m.is_file() {
@@ -140,7 +140,7 @@ pub fn upper_usage(store: &Store, branch: &str) -> (u64, u64) {
             }
             if e.file_type().is_ok_and(|t| t.is_dir()) {
                 if let Ok(d) = Dir::open(&e.path()) {
-                    walk(&d, &mut acc);
+                    walk(&d, &mut acc, 1);
                 }
             }
         }

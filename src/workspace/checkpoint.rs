@@ -472,6 +472,9 @@ pub(super) fn first_excluded(store: &Store, branch: &str) -> Result<Option<Strin
                 return Ok(Some(path));
             }
             if m.is_dir() {
+                crate::store::tree::check_depth(path.components().count(), || {
+                    path.display().to_string()
+                })?;
                 let Ok(sub) = dir.open_dir(&name) else {
                     continue;
                 };
@@ -529,6 +532,9 @@ impl ChangeWalk<'_> {
                         if owner(e) {
                             true
                         } else {
+                            crate::store::tree::check_depth(path.components().count(), || {
+                                path.display().to_string()
+                            })?;
                             // Replaced since the stat: the merge's to judge.
                             let Ok(sub) = dir.open_dir(&name) else {
                                 continue;

@@ -43,7 +43,7 @@ use crate::store::checkpoint::RootRecord;
 use crate::store::exclude::Excluder;
 use crate::store::object::ObjectBatch;
 use crate::store::statcache::{Cached, CachedDir, StatCache, StatKey, UpperCache};
-use crate::store::tree::{Entry, EntryKind, Tree};
+use crate::store::tree::{check_depth, Entry, EntryKind, Tree};
 use crate::store::Store;
 
 const OVERLAY_XATTR_PREFIX: &[u8] = b"trusted.overlay.";
@@ -590,29 +590,29 @@ fn split_xattrs(
     Ok(x)
 }
 
-/// Recursive totals of a lower entry (reads the subtree of a directory).
+/// Recursive totals of a lower entry (reads the subtree of a directory). Iterative: a stored
+/// tree can be deeper than any stack.
 fn totals_of(store: &Store, e: &Entry) -> Result<Totals> {
-    Ok(match &e.kind {
-        EntryKind::File { .. } => Totals {
-            files: 1,
-            bytes: e.size as i64,
-            ..Totals::default()
-        },
-        EntryKind::Symlink { .. } => Totals {
-            symlinks: 1,
-            ..Totals::default()
-        },
-        EntryKind::Dir { tree, .. } => {
-            let mut t = Totals {
-                dirs: 1,
-                ..Totals::default()
-            };
-            for child in &load_tree(store, tree)?.entries {
-                t.add(totals_of(store, child)?, 1);
-            }
-            t
+    let mut t = Totals::default();
+    let mut todo: Vec<ObjectId> = Vec::new();
+    let count = |t: &mut Totals, e: &Entry, todo: &mut Vec<ObjectId>| match &e.kind {
+        EntryKind::File { .. } => {
+            t.files += 1;
+            t.bytes += e.size as i64;
         }
-    })
+        EntryKind::Symlink { .. } => t.symlinks += 1,
+        EntryKind::Dir { tree, .. } => {
+            t.dirs += 1;
+            todo.push(*tree);
+        }
+    };
+    count(&mut t, e, &mut todo);
+    while let Some(id) = todo.pop() {
+        for child in &load_tree(store, &id)?.entries {
+            count(&mut t, child, &mut todo);
+        }
+    }
+    Ok(t)
 }
 
 /// The lower directory tree at `/a/b` (absolute from the root) or `None`.
@@ -859,6 +859,9 @@ fn merge_changed_dir(
     lower: Option<&Tree>,
     c: UpperChild<'_, '_>,
 ) -> Result<Looked> {
+    check_depth(c.rel.components().count(), || {
+        ctx.top.display_path(&c.rel).display().to_string()
+    })?;
     let Some(sub) = open_walked_dir(c.dir, c.os_name, &c.meta)? else {
         return Ok(Looked::Replaced);
     };

@@ -51,7 +51,7 @@ fn escape(p: &Path) -> String {
 /// the agent's: walked through held fds, never following a symlink, in either layer. Best
 /// effort: what cannot be looked up is skipped.
 fn introduce_copies(lower: &Path, upper: &Path) {
-    fn walk(lower: &Dir, upper: &Dir, budget: &mut usize) {
+    fn walk(lower: &Dir, upper: &Dir, budget: &mut usize, depth: usize) {
         let Ok(names) = upper.entries() else { return };
         for name in names {
             if *budget == 0 {
@@ -67,9 +67,9 @@ fn introduce_copies(lower: &Path, upper: &Path) {
             let Ok(Some(l)) = lower.stat(&name) else {
                 continue;
             };
-            if m.is_dir() && l.is_dir() {
+            if m.is_dir() && l.is_dir() && depth < crate::store::tree::MAX_TREE_DEPTH {
                 if let (Ok(u), Ok(l)) = (upper.open_dir(&name), lower.open_dir(&name)) {
-                    walk(&l, &u, budget);
+                    walk(&l, &u, budget, depth + 1);
                 }
             }
         }
@@ -79,7 +79,7 @@ fn introduce_copies(lower: &Path, upper: &Path) {
     };
     let t = std::time::Instant::now();
     let mut budget = INTRODUCE_LIMIT;
-    walk(&l, &u, &mut budget);
+    walk(&l, &u, &mut budget, 1);
     log::debug!(
         "{}: lower entries of {} upper entries looked up in {:?}",
         upper.display(),

@@ -86,6 +86,12 @@ fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
     }
 }
 
+/// Refuses a stored directory `rel` (from the root) nested deeper than the walks go.
+fn check_rel_depth(rel: &[u8]) -> Result<()> {
+    let depth = rel.split(|&c| c == b'/').count();
+    crate::store::tree::check_depth(depth, || String::from_utf8_lossy(rel).into_owned())
+}
+
 fn collect_dir(
     ctx: &Ctx<'_>,
     dir: &MDir,
@@ -115,6 +121,7 @@ fn collect_tree(
     rel: &[u8],
     out: &mut Vec<Member>,
 ) -> Result<()> {
+    check_rel_depth(rel)?;
     for e in ctx.store.read_tree(tree)?.entries {
         let path = join(rel, &e.name);
         match &e.kind {
@@ -252,6 +259,7 @@ impl Fix<'_> {
         id: &crate::id::ObjectId,
         rel: &[u8],
     ) -> Result<crate::id::ObjectId> {
+        check_rel_depth(rel)?;
         let mut tree: Tree = ctx.store.read_tree(id)?;
         for e in &mut tree.entries {
             let path = join(rel, &e.name);
