@@ -14,7 +14,31 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp_millis()
         .init();
-    let result = ckptfs_cli::run(cli);
+    // The work runs on a thread whose stack holds a walk at `MAX_TREE_DEPTH` (a debug build
+    // needs several KiB per level; the main thread has 8 MiB). Only touched pages are
+    // committed. The main thread then blocks every signal while it waits, so signals reach the
+    // worker with the mask the work set (a daemon's SIGTERM thread, turn's SIGINT), as they
+    // reached the main thread before.
+    let worker = std::thread::Builder::new()
+        .name("ckptfs".into())
+        .stack_size(256 << 20)
+        .spawn(move || ckptfs_cli::run(cli));
+    let result = match worker {
+        Ok(h) => {
+            if let Err(e) = nix::sys::signal::pthread_sigmask(
+                nix::sys::signal::SigmaskHow::SIG_BLOCK,
+                Some(&nix::sys::signal::SigSet::all()),
+                None,
+            ) {
+                log::warn!("blocking signals in the main thread: {e}");
+            }
+            match h.join() {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        Err(e) => Err(ckptfs::Error::io_op("starting the worker thread", e)),
+    };
     ckptfs::store::fsio::report_io_steps();
     match result {
         Ok(code) => std::process::exit(code),

@@ -154,14 +154,19 @@ pub fn declaration(store: &Store, branch: Option<&str>) -> RuntimeDecl {
         .unwrap_or_default()
 }
 
-/// The current fingerprint under the declaration `branch` uses (see [`declaration`]).
-pub fn current(store: &Store, branch: Option<&str>) -> Runtime {
-    let roots: Vec<PathBuf> = store
+/// The paths of the store's roots: no declared program inside them is run.
+fn root_paths(store: &Store) -> Vec<PathBuf> {
+    store
         .config()
         .roots
         .values()
         .map(|r| r.path.clone())
-        .collect();
+        .collect()
+}
+
+/// The current fingerprint under the declaration `branch` uses (see [`declaration`]).
+pub fn current(store: &Store, branch: Option<&str>) -> Runtime {
+    let roots = root_paths(store);
     compute(&declaration(store, branch), &roots)
 }
 
@@ -467,12 +472,7 @@ pub fn declare(store: &Store, branch: Option<&str>, decl: &RuntimeDecl) -> Resul
         branches: Default::default(),
     };
     check_decl(&files_and_commands)?;
-    let roots: Vec<PathBuf> = store
-        .config()
-        .roots
-        .values()
-        .map(|r| r.path.clone())
-        .collect();
+    let roots = root_paths(store);
     if let Some(b) = branch {
         crate::util::check_name("branch", b)?;
     }

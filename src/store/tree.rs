@@ -44,11 +44,6 @@ use crate::id::{ObjectId, ID_LEN};
 /// real trees (node_modules included) stay far below it.
 pub const MAX_TREE_DEPTH: usize = 1024;
 
-/// The stack every thread that walks trees runs on (the CLI's main work included): a walk at
-/// [`MAX_TREE_DEPTH`] needs a few KiB per level in a debug build, far beyond the 2 MiB of a
-/// default Rust thread. Only the pages touched are ever committed.
-pub const WALK_STACK_BYTES: usize = 256 << 20;
-
 /// Refuses `depth` past [`MAX_TREE_DEPTH`]; `what` names the directory or tree at fault.
 ///
 /// # Errors
