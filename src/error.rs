@@ -30,7 +30,7 @@ impl Error {
     /// from trees: control characters and invalid UTF-8 escaped).
     pub fn io(path: impl AsRef<Path>, source: io::Error) -> Error {
         Error::Io {
-            what: crate::quote::path(path.as_ref()).into_owned(),
+            what: crate::text::quote::path(path.as_ref()).into_owned(),
             source,
         }
     }
@@ -68,7 +68,7 @@ impl Error {
 /// escaped here (`quote::text`) whatever built the message.
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use crate::quote::text;
+        use crate::text::quote::text;
         match self {
             Error::Usage(m) => write!(f, "usage: {}", text(m)),
             Error::Io { what, source } => write!(f, "{}: {source}", text(what)),

@@ -6,36 +6,39 @@
 //! [`store::checkpoint::Checkpoint`] record ties one tree per root together. Branches (movable)
 //! and labels (immutable) name checkpoints.
 //!
-//! - [`workspace`] mounts a branch writable at its roots' paths (kernel overlayfs over the
-//!   store's read-only [`view`]) and checkpoints it by merging the upper layer with the base
-//!   tree through the same reading engine; [`daemon`] runs the FUSE mount processes.
-//! - [`ops`] holds the operations over stored history: restore, verify, diff, recover, and
-//!   keeping a store healthy: `gc` (retention classes and policy, plan then apply),
-//!   `archive`/`unarchive` (portable tar+zstd exports with SHA-256) and `doctor` (invariant
-//!   checks with fixes), `history` (what `log` lists and draws). `gc`, `doctor` and `recover`
-//!   see the store's state and its stale artifacts through one `ops::inventory`.
-//! - [`meta`] reads and applies file metadata (timestamps, stat keys, xattrs) the same way for
-//!   capture, the workspace merge and restore; [`util`], [`sys`] and [`mountinfo`] are leaf
-//!   helpers.
+//! The rooms, from the ground up (each imports only rooms listed before it):
+//! - [`text`] (quoting, times), [`error`], [`units`] (sizes, durations, modes), [`fs`] (the safe path module, the durable
+//!   write path, mountinfo, the one `unsafe` module), [`id`].
+//! - [`store`]: objects, trees, checkpoints, refs, locks, trust; [`meta`] reads and applies
+//!   file metadata for capture, the workspace and restore; [`progress`].
+//! - [`view`] (the read-only FUSE view of checkpoints) and [`daemon`] (the processes that
+//!   serve it); [`remote`] (encrypted packs on object storage).
+//! - [`ingest`]: capture of whole roots and of a workspace's upper layer, through one reader.
+//! - [`history`]: read-only queries (diff, walk, log, find, stats).
+//! - [`workspace`]: a branch mounted writable at its roots' paths (kernel overlayfs over the
+//!   view), checkpointed by ingesting its upper layer.
+//! - [`upkeep`] (gc, forget, verify, doctor, recover), [`transfer`] (restore, archive) and
+//!   [`runner`] (turn, fingerprint, whom the agent runs as).
 //!
-//! Layering: `store` imports none of `ingest`, `workspace`, `ops` or the CLI; `meta` only the
-//! store's types; `ingest` builds on `store` and `meta`; `workspace` on all of those.
 //! The CLI (`src/cli`) is a thin layer over this library; the library never sees clap.
+
+#![deny(unsafe_code)]
 
 pub mod daemon;
 pub mod error;
+pub mod fs;
+pub mod history;
 pub mod id;
 pub mod ingest;
 pub mod meta;
-pub mod mountinfo;
-pub mod ops;
 pub mod progress;
-pub mod quote;
 pub mod remote;
-pub mod safe;
+pub mod runner;
 pub mod store;
-pub mod sys;
-pub mod util;
+pub mod text;
+pub mod transfer;
+pub mod units;
+pub mod upkeep;
 pub mod view;
 pub mod workspace;
 

@@ -1,9 +1,9 @@
 //! The `ckptfs` binary: parse the command line, set up logging, run, map errors to exit codes.
 
 fn main() {
-    let cli = ckptfs_cli::parse();
+    let cli = cli::parse();
     if !cli.serves_a_mount() {
-        ckptfs::sys::default_sigpipe();
+        ckptfs::fs::sys::default_sigpipe();
     }
     let level = match cli.verbose {
         0 => "warn",
@@ -22,7 +22,7 @@ fn main() {
     let worker = std::thread::Builder::new()
         .name("ckptfs".into())
         .stack_size(256 << 20)
-        .spawn(move || ckptfs_cli::run(cli));
+        .spawn(move || cli::run(cli));
     let result = match worker {
         Ok(h) => {
             if let Err(e) = nix::sys::signal::pthread_sigmask(
@@ -39,7 +39,7 @@ fn main() {
         }
         Err(e) => Err(ckptfs::Error::io_op("starting the worker thread", e)),
     };
-    ckptfs::store::fsio::report_io_steps();
+    ckptfs::fs::atomic::report_io_steps();
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
@@ -49,5 +49,4 @@ fn main() {
     }
 }
 
-#[path = "cli/mod.rs"]
-mod ckptfs_cli;
+mod cli;

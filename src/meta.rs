@@ -13,7 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::safe::{self, Dir};
+use crate::fs::safe::{self, Dir};
 use crate::store::statcache::{StatKey, RACY_WINDOW_NS};
 use crate::store::tree::{Entry, EntryKind};
 
@@ -45,13 +45,13 @@ pub(crate) fn coarse_now_ns() -> i64 {
     match clock_gettime(ClockId::CLOCK_REALTIME_COARSE) {
         Ok(t) => t.tv_sec() * 1_000_000_000 + t.tv_nsec(),
         // Not offered (never on Linux): the fine clock less a generous tick.
-        Err(_) => crate::util::now_ns() - RACY_WINDOW_NS,
+        Err(_) => crate::text::time::now_ns() - RACY_WINDOW_NS,
     }
 }
 
 /// The error for a socket, fifo or device found at `path`: captures fail closed on them.
 pub(crate) fn special_file_error(path: &Path, m: &impl MetadataExt) -> Error {
-    let what = crate::safe::Kind::of_mode(m.mode()).describe();
+    let what = crate::fs::safe::Kind::of_mode(m.mode()).describe();
     Error::Invalid(format!(
         "{} is {what}: only files, directories and symlinks can be captured (exclude it with --exclude)",
         path.display()
@@ -108,7 +108,7 @@ pub(crate) fn symlink_entry(
 
 /// Reads the xattrs of the open file `f` (`path` names it in errors). Unsupported = none.
 pub(crate) fn read_xattrs_file(f: &File, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    crate::safe::file_xattrs(f, path)
+    crate::fs::safe::file_xattrs(f, path)
 }
 
 /// The metadata a restore gives an entry, as the tree recorded it.

@@ -220,7 +220,7 @@ impl Inner {
                 let n = other.load(Ordering::Relaxed);
                 let _ignored = match main {
                     _ if n == 0 => Ok(()),
-                    Main::Items => write!(w, ", {}", crate::util::human_bytes(n)),
+                    Main::Items => write!(w, ", {}", crate::units::human_bytes(n)),
                     Main::Bytes => write!(w, ", {n} {noun}"),
                 };
             },

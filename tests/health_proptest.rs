@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 
 use ckptfs::id::ObjectId;
-use ckptfs::ops::archive::{check_entry_path, parse_manifest, read_archive};
 use ckptfs::store::checkpoint::{Checkpoint, RootRecord, Stats};
 use ckptfs::store::parse_config;
 use ckptfs::store::tree::{Chunk, Entry, EntryKind, Tree};
+use ckptfs::transfer::archive::{check_entry_path, parse_manifest, read_archive};
 use proptest::prelude::*;
 
 fn valid_tree() -> Vec<u8> {

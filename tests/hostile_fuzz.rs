@@ -14,12 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ckptfs::id::ObjectId;
-use ckptfs::ops::archive::{parse_manifest, read_archive, MAX_MANIFEST_BYTES};
 use ckptfs::store::checkpoint::{Checkpoint, RootRecord, Stats, MAX_CHECKPOINT_BYTES};
 use ckptfs::store::tree::{
     Chunk, Entry, EntryKind, Tree, MAX_CHUNK_LEN, MAX_SYMLINK_TARGET, MAX_TREE_BYTES,
 };
 use ckptfs::store::{InitOptions, RootConfig, Store};
+use ckptfs::transfer::archive::{parse_manifest, read_archive, MAX_MANIFEST_BYTES};
 use ckptfs::Error;
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -386,7 +386,7 @@ fn check_record_bytes(data: &[u8]) -> Result<(), TestCaseError> {
             prop_assert!(c
                 .roots
                 .keys()
-                .all(|n| ckptfs::util::check_name("root", n).is_ok()));
+                .all(|n| ckptfs::store::refs::check_name("root", n).is_ok()));
             prop_assert!(c.parents.len() <= 64);
         }
         Err(Error::Corrupt(_)) => {}
@@ -453,7 +453,7 @@ fn check_manifest_bytes(data: &[u8]) -> Result<(), TestCaseError> {
     match r {
         Ok(m) => {
             for (name, rc) in &m.roots {
-                prop_assert!(ckptfs::util::check_name("root", name).is_ok());
+                prop_assert!(ckptfs::store::refs::check_name("root", name).is_ok());
                 prop_assert!(ckptfs::store::check_root_path(name, &rc.path).is_ok());
             }
             prop_assert!(m.chunker.check().is_ok());
@@ -465,11 +465,11 @@ fn check_manifest_bytes(data: &[u8]) -> Result<(), TestCaseError> {
             prop_assert!(m
                 .branches
                 .keys()
-                .all(|n| ckptfs::util::check_name("branch", n).is_ok()));
+                .all(|n| ckptfs::store::refs::check_name("branch", n).is_ok()));
             prop_assert!(m
                 .labels
                 .keys()
-                .all(|n| ckptfs::util::check_name("label", n).is_ok()));
+                .all(|n| ckptfs::store::refs::check_name("label", n).is_ok()));
         }
         Err(Error::Invalid(_)) => {}
         Err(e) => prop_assert!(false, "not an Invalid error: {e:?}"),

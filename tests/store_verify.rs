@@ -12,7 +12,7 @@ fn chunk_of(env: &Env, spec: &str) -> String {
     let ls = ok_json(["ls", &env.s(), spec]);
     let _ = ls; // ls does not expose chunk ids; read the tree through the library instead.
     let store = ckptfs::Store::open(&env.store).unwrap();
-    let loc = ckptfs::ops::walk::locate(&store, spec).unwrap();
+    let loc = ckptfs::history::walk::locate(&store, spec).unwrap();
     match loc.entry.unwrap().kind {
         ckptfs::store::tree::EntryKind::File { chunks } => chunks[0].id.to_hex(),
         _ => panic!("{spec} is not a file"),
@@ -135,7 +135,7 @@ fn verify_finds_a_corrupt_tree_and_a_corrupt_record() {
     let rec = record(&env.store, &a);
     let sub_tree = {
         let store = ckptfs::Store::open(&env.store).unwrap();
-        let loc = ckptfs::ops::walk::locate(&store, &format!("{a}:ws/sub")).unwrap();
+        let loc = ckptfs::history::walk::locate(&store, &format!("{a}:ws/sub")).unwrap();
         loc.dir_tree().unwrap().to_hex()
     };
     flip_byte(&env.object_file(&sub_tree));

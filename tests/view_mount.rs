@@ -373,7 +373,7 @@ fn big_files_are_read_through_a_materialized_copy_with_passthrough() {
 fn corrupt_chunk_of_a_big_file_gives_eio_and_no_copy() {
     let f = ViewFixture::new();
     let store = ckptfs::Store::open(&f.store).unwrap();
-    let loc = ckptfs::ops::walk::locate(&store, "first:work/big.bin").unwrap();
+    let loc = ckptfs::history::walk::locate(&store, "first:work/big.bin").unwrap();
     let chunks = match loc.entry.unwrap().kind {
         ckptfs::store::tree::EntryKind::File { chunks } => chunks,
         _ => panic!("big.bin is not a file"),

@@ -22,7 +22,7 @@ impl Cgroup {
     /// `None` (the test is skipped, saying why) only where no cgroup can be made at all: no
     /// cgroup2 or v1 freezer mount, or a read-only one (an unprivileged container).
     fn new(name: &str) -> Option<Cgroup> {
-        let mounts = ckptfs::mountinfo::mounts().unwrap();
+        let mounts = ckptfs::fs::mountinfo::mounts().unwrap();
         let v2 = mounts.iter().find(|m| m.fstype == "cgroup2");
         let v1 = mounts
             .iter()

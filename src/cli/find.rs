@@ -1,13 +1,14 @@
 //! CLI of `ckptfs find`: which checkpoints hold paths matching a glob, and when one path
-//! changed (`--history`). The search is `ckptfs::ops::find`'s (its module doc says how
+//! changed (`--history`). The search is `ckptfs::history::find`'s (its module doc says how
 //! patterns match and what counts as a change); docs/json.md documents the JSON.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use ckptfs::ops::find::{find, path_history, FindOptions};
-use ckptfs::util::{format_local, human_bytes};
+use ckptfs::history::find::{find, path_history, FindOptions};
+use ckptfs::text::time::format_local;
+use ckptfs::units::human_bytes;
 use ckptfs::{Error, Result, Store};
 
 use super::{print_json, JsonFlag};
@@ -52,7 +53,7 @@ pub struct FindArgs {
 pub fn run_find(a: FindArgs) -> Result<i32> {
     let s = Store::open(&a.store)?;
     if let Some(b) = &a.branch {
-        ckptfs::util::check_name("branch", b)?;
+        ckptfs::store::refs::check_name("branch", b)?;
     }
     let opts = FindOptions {
         root: a.root.clone(),
@@ -75,7 +76,7 @@ pub fn run_find(a: FindArgs) -> Result<i32> {
         if r.changes.is_empty() {
             println!(
                 "{}: no change in {} checkpoints",
-                ckptfs::quote::name(r.path.as_bytes()),
+                ckptfs::text::quote::name(r.path.as_bytes()),
                 r.checkpoints_searched
             );
         }
@@ -104,7 +105,7 @@ pub fn run_find(a: FindArgs) -> Result<i32> {
     for p in &r.paths {
         println!(
             "{}  (in {} checkpoints)",
-            ckptfs::quote::name(p.path.as_bytes()),
+            ckptfs::text::quote::name(p.path.as_bytes()),
             p.found_in.len()
         );
         for f in &p.found_in {

@@ -1,11 +1,11 @@
 //! CLI of `ckptfs fingerprint`: print this machine's runtime fingerprint, compare it with a
-//! branch's, or set what the store declares makes up its runtime (`ckptfs::ops::fingerprint`).
+//! branch's, or set what the store declares makes up its runtime (`ckptfs::runner::fingerprint`).
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use ckptfs::ops::fingerprint;
+use ckptfs::runner::fingerprint;
 use ckptfs::store::checkpoint::RuntimeDecl;
 use ckptfs::{Result, Store};
 

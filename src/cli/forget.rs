@@ -1,13 +1,13 @@
-//! CLI of `forget`: prints the plan `ckptfs::ops::forget` makes (the same for `--dry-run`).
+//! CLI of `forget`: prints the plan `ckptfs::upkeep::forget` makes (the same for `--dry-run`).
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use ckptfs::ops::forget::{self, ForgetOptions, ForgetReport};
+use ckptfs::upkeep::forget::{self, ForgetOptions, ForgetReport};
 use ckptfs::{Result, Store};
 
-use ckptfs::util::local_of_utc;
+use ckptfs::text::time::local_of_utc;
 
 use super::table::Table;
 use super::{print_json, JsonFlag};

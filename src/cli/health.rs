@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use ckptfs::ops::archive::{self, ArchiveOptions, UnarchiveOptions};
-use ckptfs::ops::doctor::{self, Repair};
-use ckptfs::ops::gc::{self, GcOptions, GcReport, PolicySource};
-use ckptfs::ops::{recover, verify};
 use ckptfs::store::RetentionPolicy;
-use ckptfs::util::{human_bytes, local_of_utc};
+use ckptfs::text::time::local_of_utc;
+use ckptfs::transfer::archive::{self, ArchiveOptions, UnarchiveOptions};
+use ckptfs::units::human_bytes;
+use ckptfs::upkeep::doctor::{self, Repair};
+use ckptfs::upkeep::gc::{self, GcOptions, GcReport, PolicySource};
+use ckptfs::upkeep::{recover, verify};
 use ckptfs::{Error, Result, Store};
 
 use super::table::Table;
@@ -212,10 +213,10 @@ pub fn run_verify(a: VerifyArgs) -> Result<i32> {
         print_json(&r)?;
     } else {
         for f in &r.findings {
-            let detail = ckptfs::quote::text(&f.detail);
+            let detail = ckptfs::text::quote::text(&f.detail);
             println!("{} {}: {detail}", f.problem, f.object);
             for u in &f.used_by {
-                println!("    used by {}", ckptfs::quote::text(u));
+                println!("    used by {}", ckptfs::text::quote::text(u));
             }
             if f.used_by_count > f.used_by.len() {
                 println!("    ... and {} more", f.used_by_count - f.used_by.len());
@@ -383,7 +384,7 @@ pub fn run_gc(a: GcArgs) -> Result<i32> {
 
 /// `--split SIZE`: a size of at least one byte.
 fn parse_split(s: &str) -> Result<u64> {
-    match ckptfs::util::parse_size(s)? {
+    match ckptfs::units::parse_size(s)? {
         0 => Err(Error::Usage(format!(
             "--split {s:?}: a part must hold at least one byte"
         ))),
@@ -491,8 +492,8 @@ pub fn run_doctor(a: DoctorArgs) -> Result<i32> {
                 "{:<7} {:<11} {}: {}",
                 f.severity,
                 f.check,
-                ckptfs::quote::text(&f.subject),
-                ckptfs::quote::text(&f.detail)
+                ckptfs::text::quote::text(&f.subject),
+                ckptfs::text::quote::text(&f.detail)
             );
             let by = match f.repair {
                 Repair::Recover => " [ckptfs recover repairs this]",

@@ -1,16 +1,17 @@
 //! CLI of the commands that look at history: log, show, ls, cat, diff. Rendering of `log`
-//! lives in `ckptfs::ops::history`; this prints it.
+//! lives in `ckptfs::history::timeline`; this prints it.
 
-use ckptfs::quote;
+use ckptfs::text::quote;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
 use clap::Args;
 
-use ckptfs::ops::walk::{locate, walk_tree};
-use ckptfs::ops::{diff, history};
+use ckptfs::history::walk::{locate, walk_tree};
+use ckptfs::history::{diff, timeline};
 use ckptfs::store::tree::EntryKind;
-use ckptfs::util::{format_local, human_bytes};
+use ckptfs::text::time::format_local;
+use ckptfs::units::human_bytes;
 use ckptfs::{Error, Result, Store};
 
 use super::table::Table;
@@ -52,7 +53,7 @@ pub(crate) fn since_arg(s: &str) -> std::result::Result<i64, String> {
     let s = s.trim();
     if let Ok(d) = humantime::parse_duration(s) {
         let back = i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-        return Ok(ckptfs::util::now_ns().saturating_sub(back));
+        return Ok(ckptfs::text::time::now_ns().saturating_sub(back));
     }
     parse_time(s).ok_or_else(|| {
         format!(
@@ -195,7 +196,7 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
             .ok_or_else(|| Error::Usage(format!("--meta {kv:?}: expected KEY=VALUE")))?;
         wanted.push((k.to_string(), v.to_string()));
     }
-    let mut h = history::history(&s, a.branch.as_deref())?;
+    let mut h = timeline::history(&s, a.branch.as_deref())?;
     h.items.retain(|(_, c)| {
         wanted.iter().all(|(k, v)| {
             c.annotations
@@ -204,7 +205,7 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
                 .is_some_and(|x| ckptfs::store::checkpoint::meta_text(x) == *v)
         })
     });
-    let (names, ref_problems) = history::names_lenient(&s, a.graph && !a.json.json)?;
+    let (names, ref_problems) = timeline::names_lenient(&s, a.graph && !a.json.json)?;
     for p in h.problems.iter().chain(&ref_problems) {
         eprintln!("ckptfs: warning: {p}; left out (run `ckptfs doctor`)");
     }
@@ -233,7 +234,7 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
         }
     }
     if a.graph && !a.json.json {
-        for line in history::graph_lines(&h.items, &names) {
+        for line in timeline::graph_lines(&h.items, &names) {
             println!("{}", quote::text(&line));
         }
         return Ok(0);
@@ -242,12 +243,12 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
         let mut rows: Vec<_> = h
             .items
             .iter()
-            .map(|(id, c)| history::log_row(id, c, &labels))
+            .map(|(id, c)| timeline::log_row(id, c, &labels))
             .collect();
         // --graph --json: the same rows, each with how the graph draws it (parents are the
         // edges).
         if a.graph {
-            for (row, g) in rows.iter_mut().zip(history::graph_rows(&h.items)) {
+            for (row, g) in rows.iter_mut().zip(timeline::graph_rows(&h.items)) {
                 row["graph"] = serde_json::to_value(g).unwrap_or_default();
             }
         }
@@ -278,7 +279,7 @@ fn log_table(
 ) -> Vec<String> {
     let mut t = Table::new().right(&[4, 5]);
     for (id, c) in items {
-        let ls = history::labels_of(labels, id);
+        let ls = timeline::labels_of(labels, id);
         t.row(vec![
             id.short(),
             format_local(c.time_ns),
@@ -292,7 +293,7 @@ fn log_table(
             human_bytes(c.stats.bytes),
             {
                 let first = c.message.lines().next().unwrap_or("");
-                match history::meta_summary(c) {
+                match timeline::meta_summary(c) {
                     m if m.is_empty() => first.to_string(),
                     m => format!("{first}  {m}"),
                 }
@@ -411,7 +412,7 @@ pub fn run_ls(a: LsArgs) -> Result<i32> {
                     _ => None,
                 };
                 serde_json::json!({"path": String::from_utf8_lossy(p), "type": e.kind_name(),
-                    "mode": ckptfs::util::mode_octal(e.mode), "uid": e.uid, "gid": e.gid,
+                    "mode": ckptfs::units::mode_octal(e.mode), "uid": e.uid, "gid": e.gid,
                     "size": e.size, "mtime_ns": e.mtime_ns, "target": target})
             })
             .collect();

@@ -19,12 +19,12 @@ pub(crate) fn fix_checkpoint(v: &mut Value) {
     if let Some(roots) = v.get_mut("roots").and_then(Value::as_object_mut) {
         for r in roots.values_mut() {
             if let Some(m) = r.get("mode").and_then(Value::as_u64) {
-                r["mode"] = Value::from(ckptfs::util::mode_octal(m as u32));
+                r["mode"] = Value::from(ckptfs::units::mode_octal(m as u32));
             }
         }
     }
     if let Some(t) = v.get("time_ns").and_then(Value::as_i64) {
-        v["time_rfc3339"] = Value::from(ckptfs::util::format_rfc3339(t));
+        v["time_rfc3339"] = Value::from(ckptfs::text::time::format_rfc3339(t));
     }
 }
 
@@ -46,7 +46,7 @@ pub(crate) fn rfc3339_of_utc(s: &str) -> String {
     }
 }
 
-pub(crate) use ckptfs::ops::history::labels_of;
+pub(crate) use ckptfs::history::timeline::labels_of;
 
 #[cfg(test)]
 mod tests {

@@ -88,7 +88,7 @@ fn who() -> serde_json::Value {
 /// `ckptfs label delete`.
 fn run_label_delete(a: LabelDeleteArgs) -> Result<i32> {
     let s = Store::open(&a.store)?;
-    ckptfs::util::check_name("label", &a.name)?;
+    ckptfs::store::refs::check_name("label", &a.name)?;
     // Looked up first so the audit line's args name the checkpoint (the lock is taken again
     // by `mutate`; the deletion reports what it found under the lock).
     let named = match s.read_label(&a.name) {

@@ -393,10 +393,10 @@ pub(crate) fn split_kv<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str)>
         .ok_or_else(|| Error::Usage(format!("{flag} {s:?}: expected NAME=VALUE")))
 }
 
-/// [`ckptfs::util::parse_size`] as a clap value parser: its message, without the `usage:`
+/// [`ckptfs::units::parse_size`] as a clap value parser: its message, without the `usage:`
 /// prefix that clap's own "invalid value" error already implies.
 pub(crate) fn size_arg(s: &str) -> std::result::Result<u64, String> {
-    ckptfs::util::parse_size(s).map_err(|e| match e {
+    ckptfs::units::parse_size(s).map_err(|e| match e {
         Error::Usage(m) => m,
         other => other.to_string(),
     })

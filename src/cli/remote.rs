@@ -199,7 +199,7 @@ pub fn run_remote(c: RemoteCommand) -> Result<i32> {
             remote::write_config(&store, &a.name, &cfg)?;
             store.append_audit(&serde_json::json!({
                 "op": "remote add", "remote": a.name, "url": redact(&cfg.url),
-                "endpoint": cfg.endpoint.as_deref().map(redact), "time_ns": ckptfs::util::now_ns(),
+                "endpoint": cfg.endpoint.as_deref().map(redact), "time_ns": ckptfs::text::time::now_ns(),
             }))?;
             if a.json.json {
                 print_json(&serde_json::json!({
@@ -252,9 +252,9 @@ pub fn run_remote(c: RemoteCommand) -> Result<i32> {
             let store = Store::open(&a.store)?;
             remote::read_config(&store, &a.name)?;
             let dir = remote::remote_dir(&store, &a.name);
-            ckptfs::store::fsio::remove_dir_all(&dir)?;
+            ckptfs::fs::atomic::remove_dir_all(&dir)?;
             store.append_audit(&serde_json::json!({
-                "op": "remote remove", "remote": a.name, "time_ns": ckptfs::util::now_ns(),
+                "op": "remote remove", "remote": a.name, "time_ns": ckptfs::text::time::now_ns(),
             }))?;
             if a.json.json {
                 print_json(&serde_json::json!({ "removed": a.name }))?;
@@ -295,7 +295,7 @@ pub fn run_push(a: PushArgs) -> Result<i32> {
     store.append_audit(&serde_json::json!({
         "op": "push", "remote": name, "objects": rep.objects, "bytes": rep.bytes,
         "records": rep.records, "branches": rep.branches, "labels": rep.labels,
-        "time_ns": ckptfs::util::now_ns(),
+        "time_ns": ckptfs::text::time::now_ns(),
     }))?;
     if a.json.json {
         print_json(&rep)?;
@@ -379,7 +379,7 @@ pub fn run_clone(a: CloneArgs) -> Result<i32> {
         },
     )?;
     store.append_audit(&serde_json::json!({
-        "op": "clone", "url": redact(&a.url), "records": rep.records, "time_ns": ckptfs::util::now_ns(),
+        "op": "clone", "url": redact(&a.url), "records": rep.records, "time_ns": ckptfs::text::time::now_ns(),
     }))?;
     if a.json.json {
         print_json(&rep)?;
@@ -397,7 +397,7 @@ pub fn run_fetch(a: FetchArgs) -> Result<i32> {
     let _x = store.lock_exclusive()?;
     let rep = sync::fetch(&store, &r)?;
     store.append_audit(&serde_json::json!({
-        "op": "fetch", "remote": name, "records": rep.records, "time_ns": ckptfs::util::now_ns(),
+        "op": "fetch", "remote": name, "records": rep.records, "time_ns": ckptfs::text::time::now_ns(),
     }))?;
     if a.json.json {
         print_json(&rep)?;
@@ -415,7 +415,7 @@ pub fn run_pull(a: FetchArgs) -> Result<i32> {
     let rep = sync::pull(&store, &r)?;
     store.append_audit(&serde_json::json!({
         "op": "pull", "remote": name, "forwarded": rep.forwarded,
-        "time_ns": ckptfs::util::now_ns(),
+        "time_ns": ckptfs::text::time::now_ns(),
     }))?;
     if a.json.json {
         print_json(&rep)?;
@@ -480,7 +480,7 @@ pub fn run_gc_remote(a: &super::health::GcArgs, name: &str) -> Result<i32> {
         store.append_audit(&serde_json::json!({
             "op": "gc --remote", "remote": name, "records": plan.records.len(),
             "packs": plan.packs.len(), "repacked": plan.repacked.len(),
-            "bytes_freed": plan.bytes_freed, "time_ns": ckptfs::util::now_ns(),
+            "bytes_freed": plan.bytes_freed, "time_ns": ckptfs::text::time::now_ns(),
         }))?;
     }
     if json {
@@ -493,7 +493,7 @@ pub fn run_gc_remote(a: &super::health::GcArgs, name: &str) -> Result<i32> {
 
 /// The text of a remote gc plan: the same lines for `--dry-run` and the real run.
 fn print_gc_plan(name: &str, p: &prune::RemoteGcPlan) {
-    use ckptfs::util::human_bytes as hb;
+    use ckptfs::units::human_bytes as hb;
     let (go, went) = if p.applied {
         ("removed", "freed")
     } else {

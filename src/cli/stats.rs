@@ -1,13 +1,14 @@
 //! CLI of `ckptfs stats`: what a store holds, logical against stored bytes, and what each
-//! checkpoint and branch holds alone. The figures are computed by `ckptfs::ops::stats`, whose
+//! checkpoint and branch holds alone. The figures are computed by `ckptfs::history::stats`, whose
 //! module doc defines them (and docs/json.md the JSON).
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use ckptfs::ops::stats::{stats, StatsReport, StatsScope};
-use ckptfs::util::{format_local, human_bytes};
+use ckptfs::history::stats::{stats, StatsReport, StatsScope};
+use ckptfs::text::time::format_local;
+use ckptfs::units::human_bytes;
 use ckptfs::{Result, Store};
 
 use super::{print_json, JsonFlag};
@@ -46,7 +47,7 @@ pub fn run_stats(a: StatsArgs) -> Result<i32> {
     let scope = match (&a.checkpoint, &a.branch) {
         (Some(c), _) => StatsScope::Checkpoint(s.resolve(c)?),
         (None, Some(b)) => {
-            ckptfs::util::check_name("branch", b)?;
+            ckptfs::store::refs::check_name("branch", b)?;
             StatsScope::Branch(b.clone())
         }
         (None, None) => StatsScope::All,

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use ckptfs::history::walk::locate;
 use ckptfs::ingest::capture::{capture, CaptureOptions};
-use ckptfs::ops::restore;
-use ckptfs::ops::walk::locate;
 use ckptfs::store::refs::DEFAULT_BRANCH;
 use ckptfs::store::{InitOptions, RootConfig};
-use ckptfs::util::human_bytes;
+use ckptfs::transfer::restore;
+use ckptfs::units::human_bytes;
 use ckptfs::{Error, Result, Store};
 
 use super::{print_json, split_kv, JsonFlag};
@@ -285,7 +285,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<i32> {
 /// `ckptfs label`.
 pub fn run_label(a: LabelArgs) -> Result<i32> {
     let s = Store::open(&a.store)?;
-    ckptfs::util::check_name("label", &a.name)?;
+    ckptfs::store::refs::check_name("label", &a.name)?;
     let id = s.resolve(&a.checkpoint)?;
     s.mutate(
         "label",

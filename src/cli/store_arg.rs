@@ -145,7 +145,7 @@ pub fn implicit(flag: Option<&OsStr>) -> Option<Implicit> {
 ///
 /// Returns the store, the mountpoint and whether it is a workspace (else a view).
 pub fn discover(dir: &Path) -> Option<(PathBuf, PathBuf, bool)> {
-    let mut candidates: Vec<_> = ckptfs::mountinfo::mounts()
+    let mut candidates: Vec<_> = ckptfs::fs::mountinfo::mounts()
         .ok()?
         .into_iter()
         .filter(|m| dir.starts_with(&m.mountpoint))

@@ -1,14 +1,14 @@
 //! CLI of the runner's contract: `turn`, the `--meta`/`--meta-file` arguments that
 //! `checkpoint`, `capture` and `turn` share, `log --turns`, and the turn line of `status`.
-//! The contract is docs/runner.md; the composition is `ckptfs::ops::turn`.
+//! The contract is docs/runner.md; the composition is `ckptfs::runner::turn`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use ckptfs::ops::run_as::RunAsOptions;
-use ckptfs::ops::turn::{self, TurnOptions};
+use ckptfs::runner::run_as::RunAsOptions;
+use ckptfs::runner::turn::{self, TurnOptions};
 use ckptfs::store::checkpoint::{check_meta, check_meta_key};
 use ckptfs::{Error, Result, Store};
 
@@ -263,7 +263,7 @@ pub fn print_turns(s: &Store, branch: Option<&str>, max: Option<usize>, json: bo
             out,
             "{} {} {:<12} {:<18} {:<12} {}",
             r.turn,
-            ckptfs::util::local_of_utc(&r.started),
+            ckptfs::text::time::local_of_utc(&r.started),
             r.branch,
             format!("{}{exit}", r.outcome),
             ck,

@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use clap::Args;
 
 use ckptfs::daemon::{self, MountState, ServeOptions, StartOptions};
-use ckptfs::ops::walk::split_spec;
+use ckptfs::history::walk::split_spec;
 use ckptfs::view::materialize::DEFAULT_FILE_CACHE_BYTES;
 use ckptfs::view::{Namespace, ViewOptions, DEFAULT_CACHE_BYTES};
 use ckptfs::{Error, Result, Store};
 
-use ckptfs::util::local_of_utc;
+use ckptfs::text::time::local_of_utc;
 
 use super::size_arg;
 use super::table::Table;

@@ -1,14 +1,15 @@
 //! CLI for live workspaces: mount --branch, umount, checkpoint, exec, switch, fork, status,
 //! branch lifecycle.
 
-use ckptfs::quote;
+use ckptfs::text::quote;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
 use ckptfs::id::ObjectId;
-use ckptfs::util::{human_bytes, local_of_utc};
+use ckptfs::text::time::local_of_utc;
+use ckptfs::units::human_bytes;
 use ckptfs::workspace::{self, DirtyPolicy, Hold, MountOptions};
 use ckptfs::{Error, Result, Store};
 
@@ -307,7 +308,7 @@ pub fn mount_branch(a: &super::view::MountArgs, branch: &str) -> Result<i32> {
 /// mountinfo (`ckptfs:<store>:<branch>` sources).
 pub fn find_workspace(path: &Path) -> Result<(Store, workspace::WorkspaceState)> {
     let abs = ckptfs::store::absolute(path)?;
-    for m in ckptfs::mountinfo::mounts()?.iter().rev() {
+    for m in ckptfs::fs::mountinfo::mounts()?.iter().rev() {
         if m.fstype != "overlay" || !abs.starts_with(&m.mountpoint) {
             continue;
         }
@@ -398,7 +399,7 @@ pub fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
 }
 
 /// `ckptfs exec`: joins the workspace's cgroup, becomes the agent's user (see
-/// `ops::run_as`), then becomes COMMAND, so its exit status
+/// `runner::run_as`), then becomes COMMAND, so its exit status
 /// (and a death by signal, which a shell shows as 128+N) is the command's own. Only returns
 /// when COMMAND cannot be run: as shells do, 127 when it is not found and 126 when it is
 /// found but cannot be executed (not executable, a directory, a bad interpreter...).
@@ -407,7 +408,7 @@ pub fn exec(
     branch: Option<&str>,
     command: &[std::ffi::OsString],
     accept_runtime_change: bool,
-    run_as: &ckptfs::ops::run_as::RunAsOptions,
+    run_as: &ckptfs::runner::run_as::RunAsOptions,
 ) -> Result<i32> {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = command.split_first() else {
@@ -415,13 +416,13 @@ pub fn exec(
     };
     let (s, b) = target(place, branch)?;
     super::fingerprint::check_resume(&s, &b, "exec in", accept_runtime_change)?;
-    let who = ckptfs::ops::run_as::resolve(&s, &b, run_as)?;
+    let who = ckptfs::runner::run_as::resolve(&s, &b, run_as)?;
     let cgroup = workspace::agent_cgroup(&s, &b)?;
     drop(s);
     // Join first (moving into the cgroup needs root), then become the agent's user.
     workspace::freeze::join(&cgroup)?;
     if let Some(sw) = &who.switch {
-        ckptfs::ops::run_as::drop_to(&sw.credentials)?;
+        ckptfs::runner::run_as::drop_to(&sw.credentials)?;
     }
     let mut cmd = std::process::Command::new(program);
     cmd.args(args);
@@ -700,8 +701,8 @@ struct WorkspaceStatus {
     bytes_changed: u64,
     /// FIFOs, sockets and devices no exclude rule skips: its checkpoints fail on them.
     special_files: Vec<workspace::SpecialFile>,
-    /// What changed since the last checkpoint, path by path (see `ops::diff::Change`).
-    changes: Vec<ckptfs::ops::diff::Change>,
+    /// What changed since the last checkpoint, path by path (see `history::diff::Change`).
+    changes: Vec<ckptfs::history::diff::Change>,
     /// Why its changes could not be told (it is then not reported clean).
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
@@ -910,7 +911,7 @@ pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
             .map_or(b.updated_ns, |c| c.time_ns.max(b.updated_ns));
         rows.push(serde_json::json!({
             "name": name, "head": b.head, "forked_from": b.forked_from, "state": b.state,
-            "last_activity": ckptfs::util::format_rfc3339(last), "mounted": mounted,
+            "last_activity": ckptfs::text::time::format_rfc3339(last), "mounted": mounted,
             "parked": parked,
             "dirty": dirty.as_ref().is_some_and(|d| d.dirty),
             "dirty_files": dirty.as_ref().map_or(0, |d| d.files_changed),

@@ -38,16 +38,17 @@ use nix::sys::signal::{SigSet, Signal};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
 use crate::id::ObjectId;
 use crate::store::lock::pid_alive;
 use crate::store::pin::Pin;
-use crate::store::{absolute, fsio, Store};
-use crate::util::now_ns;
+use crate::store::{absolute, Store};
+use crate::text::time::now_ns;
 use crate::view::fuse::MountConfig;
 use crate::view::{Namespace, View, ViewOptions};
 
 /// Filesystem type of our mounts in /proc/self/mountinfo.
-pub const FSTYPE: &str = "fuse.ckptfs";
+pub const FSTYPE: &str = crate::store::trust::FUSE_TYPE;
 /// Readahead given to each mount (KiB): with the FUSE default of 128 KiB, cold reads of large
 /// files run at about a third of the speed they reach with 1 MiB.
 const READ_AHEAD_KB: u32 = 1024;
@@ -83,7 +84,7 @@ pub struct MountStatus {
     pub state: Option<MountState>,
 }
 
-pub use crate::mountinfo::{mount_at, mounts, parse_mountinfo, MountEntry};
+pub use crate::fs::mountinfo::{mount_at, mounts, parse_mountinfo, MountEntry};
 
 /// `fsname` of a view: `ckptfs:<store>:<checkpoint id>:<root>` or `ckptfs:<store>:browse`.
 pub fn fsname(store: &Store, ns: &Namespace) -> String {
@@ -354,12 +355,12 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
         kind: kind.into(),
         checkpoint,
         root,
-        started: crate::util::format_rfc3339(now_ns()),
+        started: crate::text::time::format_rfc3339(now_ns()),
     };
     fs::create_dir_all(&mounts_dir).map_err(|e| Error::io(&mounts_dir, e))?;
     let json = serde_json::to_vec_pretty(&state)
         .map_err(|e| Error::Invalid(format!("encoding mount state: {e}")))?;
-    fsio::write_atomic_replace(&state_path, &json, 0o600)?;
+    atomic::write_atomic_replace(&state_path, &json, 0o600)?;
 
     let (signal_mp, signal_dev, signal_stop) = (mp.clone(), dev.clone(), Arc::clone(&stop));
     std::thread::Builder::new()

@@ -18,9 +18,9 @@ use std::time::Instant;
 
 use super::reader::{read_files, split_cached, FileData, FileJob, OnChange, Progress};
 use crate::error::{Error, Result};
+use crate::fs::safe::{Dir, Kind, Stat};
 use crate::id::ObjectId;
 use crate::meta::{dir_entry, mtime_ns, special_file_error, symlink_entry};
-use crate::safe::{Dir, Kind, Stat};
 use crate::store::checkpoint::{Checkpoint, RootRecord, Stats};
 use crate::store::exclude::Excluder;
 use crate::store::object::ObjectBatch;
@@ -70,9 +70,9 @@ struct DirNode {
 /// `Invalid` for special files and files that kept changing, `NotFound` for a missing root,
 /// `Conflict` for an existing label or a branch moved concurrently; I/O errors with their path.
 pub fn capture(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport> {
-    crate::util::check_name("branch", &opts.branch)?;
+    crate::store::refs::check_name("branch", &opts.branch)?;
     if let Some(l) = &opts.label {
-        crate::util::check_name("label", l)?;
+        crate::store::refs::check_name("label", l)?;
     }
     for name in opts.from.keys() {
         store.root_config(name)?;
@@ -98,7 +98,7 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
     }
     let parent_branch = store.read_branch(&opts.branch)?;
     let parent = parent_branch.as_ref().and_then(|b| b.head);
-    let start_ns = crate::util::now_ns();
+    let start_ns = crate::text::time::now_ns();
     let batch = ObjectBatch::new(store);
     let progress = if opts.progress {
         Progress::shown("capture")
@@ -161,7 +161,7 @@ fn capture_locked(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport>
         branch: opts.branch.clone(),
         label: opts.label.clone(),
         message: opts.message.clone(),
-        time_ns: crate::util::now_ns(),
+        time_ns: crate::text::time::now_ns(),
         stats,
         annotations: Box::new(opts.annotations.clone()),
     };
@@ -202,7 +202,7 @@ pub fn capture_dry_run(
         dir,
         &excl,
         StatCache::new(),
-        crate::util::now_ns(),
+        crate::text::time::now_ns(),
         &mut stats,
         &Progress::new(),
     )?;
@@ -339,7 +339,7 @@ fn walk_dir(
                 })?;
                 let sub = dir
                     .open_dir(&name)
-                    .map_err(|e| crate::safe::swapped_error(&child_abs, e))?;
+                    .map_err(|e| crate::fs::safe::swapped_error(&child_abs, e))?;
                 if !sub.stat_self()?.same_object(&m) {
                     return Err(Error::Invalid(format!(
                         "{} was replaced while being captured; retry",

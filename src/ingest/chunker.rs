@@ -291,7 +291,7 @@ impl ZeroRun {
     /// True when `[pos, pos + max + 1)` lies in a hole of the file (all zeros, not stored).
     fn at_hole(&self, f: &File, pos: u64, size: u64) -> bool {
         let need = pos + u64::from(self.max) + 1;
-        need <= size && crate::sys::next_data(f, pos, size) >= need
+        need <= size && crate::fs::sys::next_data(f, pos, size) >= need
     }
 
     /// From the cut `pos`, appends the zero chunk for as long as the hole there allows;
@@ -323,7 +323,7 @@ impl ZeroRun {
                 c
             }
         };
-        let data = crate::sys::next_data(f, pos, size);
+        let data = crate::fs::sys::next_data(f, pos, size);
         while pos + u64::from(self.max) < data {
             chunks.push(chunk);
             pos += u64::from(chunk.len);
@@ -605,7 +605,7 @@ mod tests {
             drop(f);
             let f = File::open(&sparse).unwrap();
             assert!(
-                crate::sys::next_data(&f, 0, size) > 0,
+                crate::fs::sys::next_data(&f, 0, size) > 0,
                 "no holes on this filesystem"
             );
             let progress = AtomicU64::new(0);

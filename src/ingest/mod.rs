@@ -1,7 +1,7 @@
 //! Ingest: files on disk -> chunk and tree objects in the store.
 //!
 //! ```text
-//!   capture (a root)          workspace::merge (an overlay upper)
+//!   capture (a root)          ingest::upper (an overlay upper)
 //!        \  walk: lstat, exclude rules, stat cache    /
 //!         `------------> FileJob list <--------------'
 //!                            |
@@ -28,3 +28,4 @@ pub mod capture;
 pub(crate) mod chunker;
 pub(crate) mod reader;
 pub(crate) mod snapshot;
+pub mod upper;

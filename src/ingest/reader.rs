@@ -1,7 +1,7 @@
 //! The reading engine: the files a walk found -> chunk objects, on every core.
 //!
 //! Both walks (a plain [`capture`](super::capture) of a directory, and the merge of a
-//! workspace's upper layer in `workspace::merge`) list what they found as [`FileJob`]s and hand
+//! workspace's upper layer in `ingest::upper`) list what they found as [`FileJob`]s and hand
 //! them to [`read_files`], which returns one [`FileData`] per job, in job order:
 //! - a job whose stat cache entry still matches (`split_cached`) is reused unread;
 //! - every other file is opened beneath the walk's directory fd, never through a symlink,
@@ -25,8 +25,8 @@ use std::sync::Mutex;
 
 use super::snapshot::{self, Snapshots, SNAPSHOT_MIN};
 use crate::error::{Error, Result};
+use crate::fs::safe::{Dir, Stat};
 use crate::meta::{ctime_ns, read_xattrs_file, special_file_error, stat_key};
-use crate::safe::{Dir, Stat};
 use crate::store::object::ObjectBatch;
 use crate::store::statcache::{Cached, StatKey};
 use crate::store::tree::{Chunk, Entry, EntryKind};
@@ -85,7 +85,7 @@ pub(crate) struct FileData {
     pub(crate) xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     pub(crate) read: bool,
     /// The inode number and ctime the tree entry records: the file's own, except for a
-    /// file a workspace copied up (see `workspace::merge`).
+    /// file a workspace copied up (see `ingest::upper`).
     pub(crate) ino: u64,
     pub(crate) ctime_ns: i64,
     /// The reflink snapshot kept of these bytes (see `snapshot`).
@@ -473,7 +473,7 @@ fn open_regular(job: &FileJob) -> Result<(File, Metadata)> {
         let opened = job
             .top
             .open_walked(rel, &walked)
-            .map_err(|e| crate::safe::swapped_error(&job.abs, e))?;
+            .map_err(|e| crate::fs::safe::swapped_error(&job.abs, e))?;
         if let Some((f, _)) = opened {
             let m = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
             return Ok((f, m));
@@ -485,7 +485,7 @@ fn open_regular(job: &FileJob) -> Result<(File, Metadata)> {
         match job
             .top
             .stat(rel)
-            .map_err(|e| crate::safe::swapped_error(&job.abs, e))?
+            .map_err(|e| crate::fs::safe::swapped_error(&job.abs, e))?
         {
             Some(st) if st.is_file() => walked = st,
             Some(st) => return Err(special_file_error(&job.abs, &st)),

@@ -44,8 +44,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::safe::Dir;
-use crate::sys::{Extent, FIEMAP_EXTENT_SHARED};
+use crate::fs::safe::Dir;
+use crate::fs::sys::{Extent, FIEMAP_EXTENT_SHARED};
 
 /// Files smaller than this are read whole (a clone and two extent maps cost more).
 pub(crate) const SNAPSHOT_MIN: u64 = 1 << 20;
@@ -187,7 +187,7 @@ fn unique_name() -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     format!(
         "{:x}-{}-{}",
-        crate::util::now_ns(),
+        crate::text::time::now_ns(),
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     )
@@ -236,7 +236,7 @@ impl Lease<'_> {
     /// Takes a read lease on `f` (open read-only); `None` while a process has it open for
     /// writing or mapped writable (or leases are not supported).
     pub(crate) fn take(f: &File) -> Option<Lease<'_>> {
-        crate::sys::read_lease(f).ok()?;
+        crate::fs::sys::read_lease(f).ok()?;
         Some(Lease {
             file: f,
             since: std::time::Instant::now(),
@@ -256,7 +256,7 @@ impl Lease<'_> {
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
-        if let Err(e) = crate::sys::release_lease(self.file) {
+        if let Err(e) = crate::fs::sys::release_lease(self.file) {
             log::warn!("could not release a read lease: {e}");
         }
     }
@@ -274,7 +274,7 @@ pub(crate) struct Comparison {
 
 /// Compares the new snapshot `new` with the previous one, `old` (if any).
 pub(crate) fn compare(old: Option<&File>, new: &File) -> Comparison {
-    let b = match crate::sys::fiemap(new) {
+    let b = match crate::fs::sys::fiemap(new) {
         Ok(b) => b,
         Err(e) => {
             log::debug!("no extent map: {e}");
@@ -287,7 +287,7 @@ pub(crate) fn compare(old: Option<&File>, new: &File) -> Comparison {
     let same = old.map_or_else(Vec::new, |old| {
         let maps = (|| -> io::Result<_> {
             let limit = old.metadata()?.len().min(new.metadata()?.len());
-            Ok((crate::sys::fiemap(old)?, limit))
+            Ok((crate::fs::sys::fiemap(old)?, limit))
         })();
         match maps {
             Ok((a, limit)) => same_blocks(&a, &b, limit),
@@ -365,7 +365,7 @@ pub(crate) fn covered(ranges: &[(u64, u64)], start: u64, len: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys::FIEMAP_EXTENT_LAST;
+    use crate::fs::sys::FIEMAP_EXTENT_LAST;
 
     fn ext(logical: u64, physical: u64, length: u64, flags: u32) -> Extent {
         Extent {

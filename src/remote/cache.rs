@@ -22,11 +22,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
 use crate::id::ObjectId;
 use crate::remote::pack::{Index, Kind};
 use crate::remote::{list_configs, Remote};
 use crate::store::tree::{EntryKind, Tree};
-use crate::store::{fsio, ObjectSource, Store};
+use crate::store::{ObjectSource, Store};
 
 /// Objects a chunk fetch queues ahead of a sequential read.
 const READ_AHEAD_CHUNKS: usize = 8;
@@ -449,15 +450,15 @@ impl RemoteSource {
             data.into()
         };
         let dest = store.object_path(id, compressed);
-        let tmp = fsio::temp_path(&store.tmp_dir(), "fetched");
-        fsio::write_new(&tmp, &stored, 0o444)?;
-        let published = fsio::publish_new(&tmp, &dest);
+        let tmp = atomic::temp_path(&store.tmp_dir(), "fetched");
+        atomic::write_new(&tmp, &stored, 0o444)?;
+        let published = atomic::publish_new(&tmp, &dest);
         let _ignored_cleanup = std::fs::remove_file(&tmp);
         if !published? {
             return Ok(());
         }
         let list = store.cache_dir().join(FETCHED_LIST);
-        fsio::append_line_with(&list, &format!("{} {}", id.to_hex(), stored.len()), false)?;
+        atomic::append_line_with(&list, &format!("{} {}", id.to_hex(), stored.len()), false)?;
         let over = {
             let mut fb = lock(&self.fetched_bytes);
             let total = fb.get_or_insert_with(|| listed_bytes(&list));
@@ -525,7 +526,7 @@ pub fn evict(store: &Store, target: u64) -> Result<u64> {
         .iter()
         .map(|(id, n)| format!("{} {n}\n", id.to_hex()))
         .collect();
-    fsio::write_atomic_replace_volatile(&list, rest.as_bytes(), 0o600)?;
+    atomic::write_atomic_replace_volatile(&list, rest.as_bytes(), 0o600)?;
     log::info!("evicted {keep_from} lazily fetched objects ({total} bytes remain)");
     Ok(total)
 }
@@ -556,12 +557,12 @@ impl ObjectSource for RemoteSource {
         };
         // Whichever form the bad copy had goes; the good one takes the store's form.
         if let Some((p, _)) = store.locate_object(id) {
-            fsio::remove_file(&p)?;
+            atomic::remove_file(&p)?;
         }
-        let tmp = fsio::temp_path(&store.tmp_dir(), "repaired");
-        fsio::write_new(&tmp, &stored, 0o444)?;
-        fsio::sync_path(&tmp)?;
-        let published = fsio::publish_new(&tmp, &store.object_path(id, compressed));
+        let tmp = atomic::temp_path(&store.tmp_dir(), "repaired");
+        atomic::write_new(&tmp, &stored, 0o444)?;
+        atomic::sync_path(&tmp)?;
+        let published = atomic::publish_new(&tmp, &store.object_path(id, compressed));
         let _ignored_cleanup = std::fs::remove_file(&tmp);
         published?;
         Ok(true)

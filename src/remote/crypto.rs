@@ -171,7 +171,7 @@ impl Keys {
             lanes: 1,
             salt: hex(&salt),
             wrapped: hex(&wrapped),
-            created_ns: crate::util::now_ns(),
+            created_ns: crate::text::time::now_ns(),
         };
         Ok((Keys::from_master(&master), rec))
     }

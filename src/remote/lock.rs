@@ -64,7 +64,7 @@ fn holder_is_dead(h: &str) -> bool {
 }
 
 fn record(op: &str, created_ns: i64) -> LockRecord {
-    let now = crate::util::now_ns();
+    let now = crate::text::time::now_ns();
     LockRecord {
         holder: holder(),
         op: op.into(),
@@ -88,7 +88,7 @@ pub fn acquire<'a>(remote: &'a Remote, op: &str) -> Result<RemoteLock<'a>> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let created = crate::util::now_ns();
+        let created = crate::text::time::now_ns();
         let key = format!(
             "locks/{created:020}-{}",
             crate::remote::crypto::random_hex(4)?
@@ -105,7 +105,9 @@ pub fn acquire<'a>(remote: &'a Remote, op: &str) -> Result<RemoteLock<'a>> {
                 continue;
             };
             match serde_json::from_slice::<LockRecord>(&d) {
-                Ok(r) if r.expires_ns < crate::util::now_ns() || holder_is_dead(&r.holder) => {
+                Ok(r)
+                    if r.expires_ns < crate::text::time::now_ns() || holder_is_dead(&r.holder) =>
+                {
                     log::info!(
                         "remote {}: removing the stale lock of {} ({k})",
                         remote.name,

@@ -43,11 +43,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
 use crate::id::ObjectId;
 use crate::remote::backend::{Backend, S3Backend, S3Options};
 use crate::remote::crypto::{KeyRecord, Keys};
 use crate::remote::pack::Index;
-use crate::store::{fsio, Config, Store};
+use crate::store::{Config, Store};
 
 /// `format` of a remote's `config`.
 pub const REMOTE_FORMAT: &str = "ckptfs-remote";
@@ -199,7 +200,7 @@ pub fn write_config(store: &Store, name: &str, c: &RemoteConfig) -> Result<()> {
     for d in [&dir, &index_cache_dir(store, name)] {
         std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
     }
-    fsio::write_atomic_replace(&config_path(store, name), &to_json(c)?, 0o600)
+    atomic::write_atomic_replace(&config_path(store, name), &to_json(c)?, 0o600)
 }
 
 pub fn read_refs(store: &Store, name: &str) -> Result<RemoteRefs> {
@@ -207,7 +208,7 @@ pub fn read_refs(store: &Store, name: &str) -> Result<RemoteRefs> {
 }
 
 pub fn write_refs(store: &Store, name: &str, r: &RemoteRefs) -> Result<()> {
-    fsio::write_atomic_replace(&refs_path(store, name), &to_json(r)?, 0o600)
+    atomic::write_atomic_replace(&refs_path(store, name), &to_json(r)?, 0o600)
 }
 
 /// How to initialize a remote that has no `config` yet.
@@ -288,7 +289,7 @@ impl Remote {
                 format: REMOTE_FORMAT.into(),
                 version: REMOTE_VERSION,
                 encrypted: !how.no_encryption,
-                created_ns: crate::util::now_ns(),
+                created_ns: crate::text::time::now_ns(),
             };
             // `config` last: its presence is what makes the prefix a remote.
             backend.put("config", to_json(&h)?)?;
@@ -420,7 +421,7 @@ impl Remote {
                             self.name
                         )));
                     }
-                    fsio::write_atomic_replace_volatile(&local, &d, 0o600)?;
+                    atomic::write_atomic_replace_volatile(&local, &d, 0o600)?;
                     progress.add_items(1);
                     progress.add_bytes(d.len() as u64);
                     d
@@ -600,7 +601,7 @@ impl Remote {
             let Some(n) = k.strip_prefix(&format!("refs/{kind}/")) else {
                 continue;
             };
-            if crate::util::check_name("ref", n).is_err() {
+            if crate::store::refs::check_name("ref", n).is_err() {
                 continue;
             }
             if let Some(v) = self.read_ref(&format!("{kind}/{n}"))? {

@@ -81,7 +81,7 @@ impl FromStr for MaxUnused {
             }
             return Ok(MaxUnused::Percent(p));
         }
-        crate::util::parse_size(s)
+        crate::units::parse_size(s)
             .map(MaxUnused::Bytes)
             .map_err(|_| bad())
     }

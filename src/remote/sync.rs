@@ -16,6 +16,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
 use crate::id::ObjectId;
 use crate::progress::Progress;
 use crate::remote::pack::{self, Index, Kind, PackWriter};
@@ -25,7 +26,7 @@ use crate::remote::{
 };
 use crate::store::checkpoint::Checkpoint;
 use crate::store::tree::EntryKind;
-use crate::store::{fsio, InitOptions, Store};
+use crate::store::{InitOptions, Store};
 
 /// Packs a push keeps in flight to the server at once.
 const PACKS_IN_FLIGHT: usize = 4;
@@ -157,7 +158,7 @@ fn upload_index(remote: &Remote, store: &Store, entries: &[pack::IndexEntry]) ->
         .put(&format!("index/{name}"), sealed.clone())?;
     let dir = crate::remote::index_cache_dir(store, &remote.name);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    fsio::write_atomic_replace_volatile(&dir.join(&name), &sealed, 0o600)
+    atomic::write_atomic_replace_volatile(&dir.join(&name), &sealed, 0o600)
 }
 
 /// The objects of `checkpoints` the remote lacks, data first then trees (children before
@@ -224,7 +225,7 @@ fn targets(store: &Store, what: &[String]) -> Result<Targets> {
         return Ok((branches, labels, extra));
     }
     for w in what {
-        if crate::util::check_name("branch", w).is_ok() {
+        if crate::store::refs::check_name("branch", w).is_ok() {
             if let Some(b) = store.read_branch(w)? {
                 let h = b.head.ok_or_else(|| {
                     Error::Invalid(format!("branch {w} has no checkpoint to push"))
@@ -430,7 +431,7 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
     }
     report.records = recs.len() as u64;
     remote.backend.put_many(recs)?;
-    let now = crate::util::now_ns();
+    let now = crate::text::time::now_ns();
     let mut tracked = RemoteRefs {
         branches: remote_branches,
         labels: remote_labels,
@@ -524,7 +525,7 @@ pub fn fetch(store: &Store, remote: &Remote) -> Result<FetchReport> {
                     continue;
                 };
                 let c = Checkpoint::decode(&id, &data)?;
-                fsio::write_atomic_new(&store.checkpoint_path(&id), &data, 0o444)?;
+                atomic::write_atomic_new(&store.checkpoint_path(&id), &data, 0o444)?;
                 report.records += 1;
                 progress.add_bytes(data.len() as u64);
                 c
@@ -562,7 +563,7 @@ pub fn fetch(store: &Store, remote: &Remote) -> Result<FetchReport> {
         &RemoteRefs {
             branches: branches.clone(),
             labels: labels.clone(),
-            updated_ns: crate::util::now_ns(),
+            updated_ns: crate::text::time::now_ns(),
         },
     )?;
     report.branches = branches;

@@ -11,9 +11,10 @@ use std::fs;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
 use crate::id::{is_hex_prefix, ObjectId};
 use crate::store::tree::{MAX_XATTR_LIST, MAX_XATTR_NAME, MAX_XATTR_VALUE};
-use crate::store::{fsio, Store};
+use crate::store::Store;
 
 /// Largest checkpoint record written or read (a record is a few hundred bytes plus its
 /// message).
@@ -342,7 +343,7 @@ impl Checkpoint {
             )));
         }
         for (name, root) in &c.roots {
-            crate::util::check_name("root", name)
+            crate::store::refs::check_name("root", name)
                 .map_err(|_| bad(format!("bad root name {name:?}")))?;
             if root.mode & !0o7777 != 0 {
                 return Err(bad(format!("root {name}: mode has non-permission bits")));
@@ -356,11 +357,11 @@ impl Checkpoint {
             }
         }
         if !c.branch.is_empty() {
-            crate::util::check_name("branch", &c.branch)
+            crate::store::refs::check_name("branch", &c.branch)
                 .map_err(|_| bad(format!("bad branch name {:?}", c.branch)))?;
         }
         if let Some(label) = &c.label {
-            crate::util::check_name("label", label)
+            crate::store::refs::check_name("label", label)
                 .map_err(|_| bad(format!("bad label name {label:?}")))?;
         }
         check_meta(&c.annotations.meta).map_err(|e| bad(e.to_string()))?;
@@ -403,7 +404,8 @@ impl Store {
             return;
         }
         let p = self.checkpoint_path(id);
-        let removed = fsio::remove_file(&p).and_then(|()| fsio::sync_path(&self.checkpoints_dir()));
+        let removed =
+            atomic::remove_file(&p).and_then(|()| atomic::sync_path(&self.checkpoints_dir()));
         if let Err(e) = removed {
             log::warn!(
                 "checkpoint {} is recorded but on no branch (removing it failed: {e})",
@@ -422,7 +424,7 @@ impl Store {
             )));
         }
         let id = ObjectId::of(&data);
-        fsio::write_atomic_new(&self.checkpoint_path(&id), &data, 0o444)?;
+        atomic::write_atomic_new(&self.checkpoint_path(&id), &data, 0o444)?;
         Ok(id)
     }
 
@@ -462,7 +464,7 @@ impl Store {
         if spec.is_empty() {
             return Err(Error::Usage("empty checkpoint name".into()));
         }
-        if crate::util::check_name("label", spec).is_ok() {
+        if crate::store::refs::check_name("label", spec).is_ok() {
             if let Some(id) = self.read_label(spec)? {
                 return Ok(id);
             }
@@ -526,7 +528,7 @@ impl Store {
                 Some(c) => format!(
                     "{} ({} {} {:?})",
                     id.short(),
-                    crate::util::format_rfc3339(c.time_ns),
+                    crate::text::time::format_rfc3339(c.time_ns),
                     c.branch,
                     first_line(&c.message, MAX_LISTED_MESSAGE)
                 ),

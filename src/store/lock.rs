@@ -18,7 +18,8 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::store::{fsio, Store};
+use crate::fs::atomic;
+use crate::store::Store;
 
 /// Contents of run/RUNNING.json.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -114,9 +115,9 @@ impl Store {
         let data = serde_json::to_vec_pretty(m)
             .map_err(|e| Error::Invalid(format!("encoding RUNNING marker: {e}")))?;
         if durable {
-            fsio::write_atomic_replace(&self.running_marker_path(), &data, 0o600)
+            atomic::write_atomic_replace(&self.running_marker_path(), &data, 0o600)
         } else {
-            fsio::write_atomic_replace_volatile(&self.running_marker_path(), &data, 0o600)
+            atomic::write_atomic_replace_volatile(&self.running_marker_path(), &data, 0o600)
         }
     }
 
@@ -128,7 +129,7 @@ impl Store {
     fn clear_marker_with(&self, durable: bool) -> Result<()> {
         let p = self.running_marker_path();
         match fs::remove_file(&p) {
-            Ok(()) if durable => fsio::sync_path(&self.run_dir()),
+            Ok(()) if durable => atomic::sync_path(&self.run_dir()),
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io(&p, e)),
@@ -199,7 +200,7 @@ impl Store {
                     "turn {turn} is running on branch {branch} of store {store} (pid {}, since \
                      {}: {command}); wait for it to end",
                     m.pid,
-                    crate::util::format_utc(m.started_ns)
+                    crate::text::time::format_utc(m.started_ns)
                 ));
             }
             return Error::Conflict(format!(
@@ -233,7 +234,7 @@ impl Store {
         let marker = RunningMarker {
             pid: std::process::id(),
             op: op.into(),
-            started_ns: crate::util::now_ns(),
+            started_ns: crate::text::time::now_ns(),
             args,
             phase: serde_json::Value::Null,
         };
@@ -269,7 +270,7 @@ impl Store {
         claim.phase = serde_json::json!({ "step": op });
         self.write_marker(claim, true)?;
         let line = |ok: bool, key: &str, v: serde_json::Value| {
-            serde_json::json!({"time": crate::util::format_utc(crate::util::now_ns()),
+            serde_json::json!({"time": crate::text::time::format_utc(crate::text::time::now_ns()),
                 "op": op, "pid": std::process::id(), "args": args, "ok": ok, key: v})
         };
         let (ret, line) = match f() {
@@ -348,7 +349,7 @@ impl Store {
         let marker = RunningMarker {
             pid: std::process::id(),
             op: op.into(),
-            started_ns: crate::util::now_ns(),
+            started_ns: crate::text::time::now_ns(),
             args: args.clone(),
             phase: serde_json::Value::Null,
         };
@@ -362,16 +363,16 @@ impl Store {
         let (ret, line) = match result {
             Ok((v, summary)) => (
                 Ok(v),
-                serde_json::json!({"time": crate::util::format_utc(crate::util::now_ns()),
+                serde_json::json!({"time": crate::text::time::format_utc(crate::text::time::now_ns()),
                     "op": op, "pid": std::process::id(), "args": args, "ok": true, "result": summary}),
             ),
             Err(e) => {
-                let line = serde_json::json!({"time": crate::util::format_utc(crate::util::now_ns()),
+                let line = serde_json::json!({"time": crate::text::time::format_utc(crate::text::time::now_ns()),
                     "op": op, "pid": std::process::id(), "args": args, "ok": false, "error": e.to_string()});
                 (Err(e), line)
             }
         };
-        let audit = fsio::append_line_with(&self.audit_path(), &line.to_string(), durable);
+        let audit = atomic::append_line_with(&self.audit_path(), &line.to_string(), durable);
         let cleared = self.clear_marker_with(durable);
         let v = ret?;
         audit?;
@@ -381,7 +382,7 @@ impl Store {
 
     /// Appends one JSON line to audit.jsonl (synced).
     pub fn append_audit(&self, line: &serde_json::Value) -> Result<()> {
-        fsio::append_line(&self.audit_path(), &line.to_string())
+        atomic::append_line(&self.audit_path(), &line.to_string())
     }
 }
 

@@ -49,7 +49,7 @@
 //! one `syncfs` for big batches — renamed to their names, directories synced) before its record
 //! is written; the record is durable before a ref moves.
 //! Garbage-collection roots are the refs (branch heads and labels), labelled checkpoints, the
-//! checkpoints kept by the retention policy, and live pins (`run/pins/`); see `ops::gc` for the
+//! checkpoints kept by the retention policy, and live pins (`run/pins/`); see `upkeep::gc` for the
 //! retention class of every path above.
 //!
 //! This module is the one path authority: nothing else joins store paths by hand. The
@@ -58,7 +58,6 @@
 pub mod audit;
 pub mod checkpoint;
 pub mod exclude;
-pub mod fsio;
 pub mod lock;
 pub mod object;
 pub mod pin;
@@ -76,6 +75,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
 use crate::id::ObjectId;
 
 /// Value of `format` in STORE.json.
@@ -314,7 +314,7 @@ impl DefaultExclude {
     }
 }
 
-/// gc retention policy (per branch; see `ops::gc`). Every field absent = keep every checkpoint.
+/// gc retention policy (per branch; see `upkeep::gc`). Every field absent = keep every checkpoint.
 ///
 /// The rules are restic's `forget` rules, with restic's names: a checkpoint is kept when any
 /// rule keeps it. The bucket rules (`keep_hourly` ... `keep_yearly`) take the checkpoints of a
@@ -327,7 +327,7 @@ pub struct RetentionPolicy {
     pub keep_last: Option<u32>,
     /// Keep checkpoints less than this duration older than the newest of their branch (as
     /// restic: relative to the newest, not to now), e.g. "36h", "7d", "2w", "6mo", "1y"; parsed by
-    /// [`crate::util::parse_duration`] (a bare `m` is refused as ambiguous).
+    /// [`crate::units::parse_duration`] (a bare `m` is refused as ambiguous).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_within: Option<String>,
     /// Keep the newest checkpoint of each of the last N hours (UTC) that have one.
@@ -366,11 +366,11 @@ impl RetentionPolicy {
     /// `keep_within` in nanoseconds, when set.
     ///
     /// # Errors
-    /// `Usage` for a duration [`crate::util::parse_duration`] refuses.
+    /// `Usage` for a duration [`crate::units::parse_duration`] refuses.
     pub fn within_ns(&self) -> Result<Option<i64>> {
         self.keep_within
             .as_deref()
-            .map(crate::util::parse_duration)
+            .map(crate::units::parse_duration)
             .transpose()
     }
 
@@ -381,7 +381,7 @@ impl RetentionPolicy {
     pub fn check(&self) -> Result<()> {
         self.within_ns()?;
         for b in &self.keep_branch {
-            crate::util::check_name("branch", b)?;
+            crate::store::refs::check_name("branch", b)?;
         }
         Ok(())
     }
@@ -422,7 +422,7 @@ pub struct Store {
     root: PathBuf,
     config: Config,
     /// `objects/`, opened on first use; every object is opened beneath it (see `object`).
-    objects_fd: std::sync::OnceLock<crate::safe::Dir>,
+    objects_fd: std::sync::OnceLock<crate::fs::safe::Dir>,
     /// Where objects missing here come from (a remote, see `crate::remote`): looked up on the
     /// first miss only, so a store without remotes never pays for it.
     lazy: std::sync::OnceLock<Option<std::sync::Arc<dyn ObjectSource>>>,
@@ -544,7 +544,7 @@ pub fn check_root_path(name: &str, path: &Path) -> Result<()> {
 /// `Usage` naming the root and what is wrong with it.
 pub fn check_roots(store: &Path, roots: &BTreeMap<String, RootConfig>) -> Result<()> {
     for (name, rc) in roots {
-        crate::util::check_name("root", name)?;
+        crate::store::refs::check_name("root", name)?;
         check_root_path(name, &rc.path)?;
         for pat in &rc.exclude {
             exclude::Excluder::compile(name, std::slice::from_ref(pat))?;
@@ -685,7 +685,7 @@ impl Store {
             chunker: ChunkerConfig::default(),
             compression: if opts.zstd { "zstd" } else { "none" }.into(),
             roots: with_default_excludes(&opts.roots, opts.no_default_excludes),
-            created_ns: crate::util::now_ns(),
+            created_ns: crate::text::time::now_ns(),
             retention: None,
             runtime: None,
         };
@@ -721,8 +721,8 @@ impl Store {
         // STORE.json last: its presence is what makes the directory a store.
         let json = serde_json::to_vec_pretty(&store.config)
             .map_err(|e| Error::Invalid(format!("encoding STORE.json: {e}")))?;
-        fsio::sync_filesystem(&store.root)?;
-        fsio::write_atomic_new(&store.config_path(), &json, 0o600)?;
+        atomic::sync_filesystem(&store.root)?;
+        atomic::write_atomic_new(&store.config_path(), &json, 0o600)?;
         Ok(store)
     }
 
@@ -818,7 +818,7 @@ impl Store {
                         "{} is {}, not a directory: this store's layout was changed outside \
                          ckptfs; nothing is written to it (see `ckptfs doctor`)",
                         d.display(),
-                        crate::safe::Kind::of_mode(std::os::unix::fs::MetadataExt::mode(&m))
+                        crate::fs::safe::Kind::of_mode(std::os::unix::fs::MetadataExt::mode(&m))
                             .describe()
                     )))
                 }
@@ -887,7 +887,7 @@ impl Store {
     pub fn label_path(&self, name: &str) -> PathBuf {
         self.labels_dir().join(name)
     }
-    /// `refs/forgotten/`: tombstones of forgotten checkpoints (see `ops::forget`).
+    /// `refs/forgotten/`: tombstones of forgotten checkpoints (see `upkeep::forget`).
     pub fn forgotten_dir(&self) -> PathBuf {
         self.root.join("refs").join("forgotten")
     }
@@ -1069,7 +1069,7 @@ impl Store {
     /// nanoseconds keep two set-asides within one second apart (the second rename failed
     /// on the first's directory).
     pub fn displaced_upper_path(&self, branch: &str, time_ns: i64) -> PathBuf {
-        let stamp = crate::util::format_utc(time_ns).replace(':', "");
+        let stamp = crate::text::time::format_utc(time_ns).replace(':', "");
         let ns = time_ns.rem_euclid(1_000_000_000);
         self.displaced_dir()
             .join(format!("{stamp}.{ns:09}-{branch}"))
@@ -1077,7 +1077,7 @@ impl Store {
     /// `displaced/<UTC time>-<pid>-restore-ROOT[-PATH]` (`/` in PATH as `%`, the name cut to
     /// 255 bytes): where an in-place restore sets aside what was at the place of PATH in ROOT.
     pub fn displaced_restore_path(&self, root: &str, path: &str, time_ns: i64) -> PathBuf {
-        let stamp = crate::util::format_utc(time_ns).replace(':', "");
+        let stamp = crate::text::time::format_utc(time_ns).replace(':', "");
         let mut name = format!("{stamp}-{}-restore-{root}", std::process::id());
         if !path.is_empty() {
             name.push('-');
@@ -1177,7 +1177,7 @@ impl Store {
         let json = serde_json::to_vec_pretty(config)
             .map_err(|e| Error::Invalid(format!("encoding STORE.json: {e}")))?;
         parse_config(&json).map_err(Error::Invalid)?;
-        fsio::write_atomic_replace(&self.config_path(), &json, 0o600)
+        atomic::write_atomic_replace(&self.config_path(), &json, 0o600)
     }
 }
 
@@ -1231,7 +1231,7 @@ pub fn parse_config(bytes: &[u8]) -> std::result::Result<Config, String> {
     }
     config.chunker.check()?;
     for (name, rc) in &config.roots {
-        crate::util::check_name("root", name).map_err(|e| e.to_string())?;
+        crate::store::refs::check_name("root", name).map_err(|e| e.to_string())?;
         check_root_path(name, &rc.path).map_err(|e| e.to_string())?;
     }
     // `retention` is checked by gc, not here: a rule a newer ckptfs refuses (a bare `m`, once

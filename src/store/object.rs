@@ -15,10 +15,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
+use crate::fs::safe::Dir;
+use crate::fs::{file_name, list_dir};
 use crate::id::ObjectId;
-use crate::safe::Dir;
 use crate::store::tree::{Chunk, Tree, MAX_TREE_BYTES};
-use crate::store::{fsio, Store};
+use crate::store::Store;
 
 /// zstd level for compressed stores: fast, still ~3x on text.
 const ZSTD_LEVEL: i32 = 3;
@@ -31,7 +33,7 @@ const FSYNC_EACH_LIMIT: usize = 2048;
 /// Threads issuing those fsyncs.
 const FSYNC_THREADS: usize = 16;
 /// Objects this large start their writeback as soon as they are written (see
-/// `fsio::write_new_early`): a checkpoint's new chunks reach the disk while hashing goes on.
+/// `atomic::write_new_early`): a checkpoint's new chunks reach the disk while hashing goes on.
 /// 4 KiB takes in the 16 KiB blocks of SQLite databases: on the large bench room their 400
 /// fsyncs went from 50 ms to 40 ms.
 const EARLY_WRITEBACK_BYTES: usize = 4 << 10;
@@ -179,7 +181,7 @@ impl Store {
             };
             // A symlink or a file as a directory on the way, as the safe module reports it.
             let refused = |e: Error| {
-                if crate::safe::is_swapped(&e) {
+                if crate::fs::safe::is_swapped(&e) {
                     odd(format!(
                         "objects/{rel} is a symlink or is reached through one"
                     ))
@@ -435,11 +437,11 @@ pub(crate) fn read_regular_file(
     follow: bool,
     what: &str,
 ) -> Result<Option<Vec<u8>>> {
-    let (file, st) = match crate::safe::open_regular_path(path, follow) {
+    let (file, st) = match crate::fs::safe::open_regular_path(path, follow) {
         Ok(Some(x)) => x,
         Ok(None) => return Ok(None),
         Err(Error::Invalid(m)) => return Err(Error::Corrupt(format!("{what}: {m}"))),
-        Err(e) if crate::safe::is_swapped(&e) => {
+        Err(e) if crate::fs::safe::is_swapped(&e) => {
             return Err(Error::Corrupt(format!(
                 "{what} is not a regular file (a symlink: {})",
                 path.display()
@@ -605,11 +607,11 @@ impl<'a> ObjectBatch<'a> {
         } else {
             data.into()
         };
-        let tmp = fsio::temp_path(&self.store.tmp_dir(), "obj");
+        let tmp = atomic::temp_path(&self.store.tmp_dir(), "obj");
         if stored.len() >= EARLY_WRITEBACK_BYTES {
-            fsio::write_new_early(&tmp, &stored, 0o444)?;
+            atomic::write_new_early(&tmp, &stored, 0o444)?;
         } else {
-            fsio::write_new(&tmp, &stored, 0o444)?;
+            atomic::write_new(&tmp, &stored, 0o444)?;
         }
         lock(&self.pending).insert(id, tmp);
         self.new_objects.fetch_add(1, Ordering::Relaxed);
@@ -772,7 +774,7 @@ impl<'a> ObjectBatch<'a> {
             let tmps: Vec<PathBuf> = pending.iter().map(|(_, t)| t.clone()).collect();
             sync_parallel(&tmps)?;
         } else {
-            fsio::sync_filesystem(self.store.root())?;
+            atomic::sync_filesystem(self.store.root())?;
         }
         let synced = t0.elapsed();
         let n_ahead = ahead.len();
@@ -780,9 +782,9 @@ impl<'a> ObjectBatch<'a> {
         let mut dirs = BTreeSet::new();
         for (id, tmp) in ahead.into_iter().chain(pending) {
             let dest = self.store.object_path(&id, compressed);
-            fsio::fault_point("rename").map_err(|e| Error::io(&dest, e))?;
+            atomic::fault_point("rename").map_err(|e| Error::io(&dest, e))?;
             // Never replaces an existing object; an existing one is success (dedup).
-            fsio::publish_new(&tmp, &dest)?;
+            atomic::publish_new(&tmp, &dest)?;
             if let Some(d) = dest.parent() {
                 dirs.insert(d.to_path_buf());
             }
@@ -792,7 +794,7 @@ impl<'a> ObjectBatch<'a> {
         if few {
             sync_parallel(&dirs)?;
         } else {
-            fsio::sync_filesystem(self.store.root())?;
+            atomic::sync_filesystem(self.store.root())?;
         }
         log::debug!(
             "{} objects ({n_ahead} synced ahead) synced in {synced:?}, renamed by {renamed:?}, \
@@ -830,7 +832,7 @@ fn sync_parallel(paths: &[PathBuf]) -> Result<()> {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                 let Some(p) = paths.get(i) else { return };
-                if let Err(e) = fsio::sync_path(p) {
+                if let Err(e) = atomic::sync_path(p) {
                     lock(&err).get_or_insert(e);
                     return;
                 }
@@ -845,6 +847,30 @@ fn sync_parallel(paths: &[PathBuf]) -> Result<()> {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Every object file with its id (names that are not object ids are skipped).
+///
+/// # Errors
+/// I/O listing `objects/` or one of its fan-out directories.
+pub fn object_files(store: &Store) -> Result<Vec<(PathBuf, ObjectId)>> {
+    let mut out = Vec::new();
+    for fan in list_dir(&store.objects_dir())? {
+        let prefix = file_name(&fan);
+        // A symlinked fan-out directory is not followed (doctor reports it).
+        let is_dir = std::fs::symlink_metadata(&fan).is_ok_and(|m| m.is_dir());
+        if prefix.len() != 2 || !is_dir {
+            continue;
+        }
+        for p in list_dir(&fan)? {
+            let name = file_name(&p);
+            let hex = name.strip_suffix(".zst").unwrap_or(&name);
+            if let Ok(id) = ObjectId::parse(&format!("{prefix}{hex}")) {
+                out.push((p, id));
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -10,9 +10,10 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
 use crate::id::ObjectId;
 use crate::store::lock::pid_alive;
-use crate::store::{fsio, Store};
+use crate::store::Store;
 
 /// Contents of a pin file.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -46,7 +47,7 @@ impl PinGuard {
     pub fn replace_unlocked(&self, pin: &Pin) -> Result<()> {
         let data = serde_json::to_vec_pretty(pin)
             .map_err(|e| Error::Invalid(format!("encoding pin: {e}")))?;
-        fsio::write_atomic_replace_volatile(&self.path, &data, 0o600)
+        atomic::write_atomic_replace_volatile(&self.path, &data, 0o600)
     }
 }
 
@@ -63,7 +64,7 @@ impl Drop for PinGuard {
 fn write_pin(path: &std::path::Path, pin: &Pin) -> Result<()> {
     let data =
         serde_json::to_vec_pretty(pin).map_err(|e| Error::Invalid(format!("encoding pin: {e}")))?;
-    fsio::write_atomic_replace(path, &data, 0o600)
+    atomic::write_atomic_replace(path, &data, 0o600)
 }
 
 impl Store {
@@ -79,7 +80,7 @@ impl Store {
         mut pin: Pin,
         check: impl FnOnce() -> Result<()>,
     ) -> Result<PinGuard> {
-        crate::util::check_name("pin owner", owner)?;
+        crate::store::refs::check_name("pin owner", owner)?;
         pin.pid = std::process::id();
         pin.owner = owner.to_string();
         let dir = self.pins_dir();

@@ -9,10 +9,10 @@ use std::os::unix::fs::DirBuilderExt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
 use crate::id::ObjectId;
 use crate::store::object::read_regular_file;
-use crate::store::{fsio, Store};
-use crate::util::check_name;
+use crate::store::Store;
 
 /// The largest branch or label file read (a few hundred bytes in practice).
 const MAX_REF_BYTES: u64 = 64 << 10;
@@ -51,7 +51,7 @@ impl Store {
         check_name("branch", name)?;
         let data = serde_json::to_vec_pretty(b)
             .map_err(|e| Error::Invalid(format!("encoding branch {name}: {e}")))?;
-        fsio::write_atomic_replace(&self.branch_path(name), &data, 0o600)
+        atomic::write_atomic_replace(&self.branch_path(name), &data, 0o600)
     }
 
     /// Moves branch `name` from `expected` to `new` (compare-and-swap). Creates the branch when
@@ -65,7 +65,7 @@ impl Store {
         expected: Option<ObjectId>,
         new: ObjectId,
     ) -> Result<()> {
-        let now = crate::util::now_ns();
+        let now = crate::text::time::now_ns();
         let mut b = match self.read_branch(name)? {
             Some(b) => b,
             None => Branch {
@@ -137,7 +137,7 @@ impl Store {
             )));
         }
         let created =
-            fsio::write_atomic_new(&self.label_path(name), format!("{id}\n").as_bytes(), 0o444)?;
+            atomic::write_atomic_new(&self.label_path(name), format!("{id}\n").as_bytes(), 0o444)?;
         if !created {
             let existing = self.read_label(name)?;
             if existing != Some(*id) {
@@ -164,8 +164,8 @@ impl Store {
             Err(Error::Corrupt(m)) => LabelDeletion::DeletedUnreadable(m),
             Err(e) => return Err(e),
         };
-        fsio::remove_file(&self.label_path(name))?;
-        fsio::sync_path(&self.labels_dir())?;
+        atomic::remove_file(&self.label_path(name))?;
+        atomic::sync_path(&self.labels_dir())?;
         Ok(what)
     }
 
@@ -225,12 +225,12 @@ impl Store {
                     _ => Err(Error::io(&dir, e)),
                 })?;
             if let Some(refs) = dir.parent() {
-                fsio::sync_path(refs)?;
+                atomic::sync_path(refs)?;
             }
         }
         let data = serde_json::to_vec_pretty(t)
             .map_err(|e| Error::Invalid(format!("encoding tombstone {}: {e}", t.id)))?;
-        fsio::write_atomic_new(&self.forgotten_path(&t.id), &data, 0o444)?;
+        atomic::write_atomic_new(&self.forgotten_path(&t.id), &data, 0o444)?;
         Ok(())
     }
 
@@ -307,4 +307,39 @@ pub struct Tombstone {
     pub branch: String,
     pub time_ns: i64,
     pub forgotten_ns: i64,
+}
+
+/// Checks a name used as a file name inside the store (branch, label, root): 1-100 chars of
+/// `[A-Za-z0-9._-]`, not starting with `.` or `-`.
+///
+/// # Errors
+/// `Usage` naming the kind and the value.
+pub fn check_name(kind: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with('.')
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Usage(format!(
+            "invalid {kind} name {name:?}: use 1-100 characters of A-Z a-z 0-9 . _ - (not starting with . or -)"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_name("branch", "main").is_ok());
+        assert!(check_name("branch", "a/b").is_err());
+        assert!(check_name("branch", "..").is_err());
+        assert!(check_name("branch", "").is_err());
+    }
 }

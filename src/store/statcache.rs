@@ -38,7 +38,7 @@ pub struct Cached {
     pub chunks: Vec<Chunk>,
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     /// The inode number and ctime its tree entry records: the key's, except for a file a
-    /// workspace copied up (see `workspace::merge`).
+    /// workspace copied up (see `ingest::upper`).
     pub ino: u64,
     pub ctime_ns: i64,
     /// The reflink snapshot holding exactly these chunks' bytes, in the workspace's snapshot

@@ -29,7 +29,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::mountinfo::MountEntry;
+use crate::fs::mountinfo::MountEntry;
 
 use super::{Config, CONFIG_FILE, MOUNTS_BASE};
 
@@ -43,9 +43,8 @@ pub enum Purpose {
     Repair,
 }
 
-/// The FUSE type of ckptfs's own mounts (`crate::daemon::FSTYPE`, which sits above the
-/// store and so is not imported here; a test keeps the two equal).
-const FUSE_TYPE: &str = "fuse.ckptfs";
+/// The FUSE type of ckptfs's own mounts (what the daemons mount as `FUSE_TYPE`).
+pub const FUSE_TYPE: &str = "fuse.ckptfs";
 const S_ISVTX: u32 = 0o1000;
 const GROUP_OTHER_WRITE: u32 = 0o022;
 
@@ -62,7 +61,7 @@ pub fn is_ckptfs_mount(m: &MountEntry) -> bool {
 /// I/O reading the mount table.
 pub fn ckptfs_mount_around(path: &Path) -> Result<Option<MountEntry>> {
     let mut best: Option<MountEntry> = None;
-    for m in crate::mountinfo::mounts()? {
+    for m in crate::fs::mountinfo::mounts()? {
         if path.starts_with(&m.mountpoint)
             && is_ckptfs_mount(&m)
             && best.as_ref().is_none_or(|b| {
@@ -231,7 +230,6 @@ mod tests {
 
     #[test]
     fn ckptfs_mounts_are_told() {
-        assert_eq!(FUSE_TYPE, crate::daemon::FSTYPE);
         let m = |fstype: &str, source: &str, at: &str| MountEntry {
             fstype: fstype.into(),
             source: source.into(),
@@ -239,7 +237,7 @@ mod tests {
             ..Default::default()
         };
         assert!(is_ckptfs_mount(&m("overlay", "ckptfs:/s:main", "/w")));
-        assert!(is_ckptfs_mount(&m(crate::daemon::FSTYPE, "/s#x", "/v")));
+        assert!(is_ckptfs_mount(&m(FUSE_TYPE, "/s#x", "/v")));
         assert!(is_ckptfs_mount(&m("tmpfs", "x", "/run/ckptfs/ab/lower")));
         assert!(!is_ckptfs_mount(&m("overlay", "overlay", "/w")));
     }

@@ -11,8 +11,9 @@ use super::{
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::Checkpoint;
+use crate::store::refs::check_name;
 use crate::store::Store;
-use crate::util::{check_name, format_utc};
+use crate::text::time::format_utc;
 
 /// The synthetic directories of the browse namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

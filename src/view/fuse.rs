@@ -313,7 +313,7 @@ pub fn mount(view: Arc<View>, mountpoint: &Path, cfg: &MountConfig) -> io::Resul
 /// fusermount3 from the system directories, never the caller's PATH (see
 /// `util::system_program`).
 fn fusermount_bin() -> PathBuf {
-    crate::util::system_program("fusermount3")
+    crate::fs::programs::system_program("fusermount3")
 }
 
 /// Mounts with fusermount3's protocol (libfuse's): it opens /dev/fuse, mounts it with

@@ -149,7 +149,7 @@ fn anonymous_file(dir: &Path) -> io::Result<File> {
             let name = dir.join(format!(
                 ".materialize-{}-{}",
                 std::process::id(),
-                crate::util::now_ns()
+                crate::text::time::now_ns()
             ));
             let f = OpenOptions::new()
                 .read(true)
@@ -211,7 +211,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!(
             "ckptfs-materialize-{}-{}",
             std::process::id(),
-            crate::util::now_ns()
+            crate::text::time::now_ns()
         ));
         std::fs::create_dir_all(&d).unwrap();
         d

@@ -265,7 +265,7 @@ impl View {
     /// # Errors
     /// `NotFound` for an unknown checkpoint or root; errors reading the checkpoint record.
     pub fn new(store: Store, namespace: Namespace, opts: &ViewOptions) -> Result<View> {
-        let created_ns = crate::util::now_ns();
+        let created_ns = crate::text::time::now_ns();
         let mut checkpoints = HashMap::new();
         let root = match &namespace {
             Namespace::Checkpoint { id, root } => {

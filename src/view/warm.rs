@@ -40,7 +40,7 @@
 //! the lookup that started it is answered, and one when it ends (complete or not).
 //!
 //! The walk opens nothing but directories of this daemon's own read-only mount, through
-//! [`crate::safe::Dir`] (no symlink followed, non-blocking opens), so no agent can steer it.
+//! [`crate::fs::safe::Dir`] (no symlink followed, non-blocking opens), so no agent can steer it.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -52,7 +52,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use super::lock;
-use crate::safe::Dir;
+use crate::fs::safe::Dir;
 
 /// Entries one warm-up lists at most (its directories' entries counted): about 1 KiB of
 /// kernel memory each.

@@ -7,12 +7,13 @@ use std::fs;
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
+use crate::fs::safe::Dir;
 use crate::id::ObjectId;
-use crate::safe::Dir;
-use crate::store::fsio;
+use crate::store::refs::check_name;
 use crate::store::refs::Branch;
 use crate::store::Store;
-use crate::util::{check_name, now_ns};
+use crate::text::time::now_ns;
 
 use super::checkpoint::is_dirty;
 use super::state::is_mounted;
@@ -96,7 +97,7 @@ pub fn delete_branch(store: &Store, branch: &str, force: bool) -> Result<Option<
         let displaced = displace_upper(store, branch)?;
         let p = store.branch_path(branch);
         fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
-        fsio::sync_path(&store.branches_dir())?;
+        atomic::sync_path(&store.branches_dir())?;
         let _ignored = fs::remove_file(store.workspace_state_path(branch));
         Ok((displaced.clone(), serde_json::json!({"displaced": displaced})))
     })

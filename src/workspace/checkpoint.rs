@@ -11,17 +11,19 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
+use crate::fs::safe::Kind;
 use crate::id::ObjectId;
 use crate::ingest::reader::OnChange;
-use crate::safe::Kind;
 use crate::store::checkpoint::{Annotations, Checkpoint, RootRecord, Stats};
-use crate::store::fsio;
 use crate::store::object::ObjectBatch;
+use crate::store::refs::check_name;
 use crate::store::Store;
-use crate::util::{check_name, now_ns};
+use crate::text::time::now_ns;
 
+use super::freeze;
 use super::state::{require_branch, state, upper_base, WorkspaceState};
-use super::{freeze, merge};
+use crate::ingest::upper;
 
 /// What a checkpoint holds still for its second pass (see `freeze`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -93,7 +95,7 @@ pub struct DirtyReport {
     pub special_files: Vec<SpecialFile>,
     /// What changed since the branch head, path by path (a renamed file or directory is one
     /// change), from the same dry-run merge.
-    pub changes: Vec<crate::ops::diff::Change>,
+    pub changes: Vec<crate::history::diff::Change>,
 }
 
 /// A file a checkpoint cannot record.
@@ -180,15 +182,15 @@ struct MergedAll {
     special: Vec<(String, PathBuf, Kind)>,
 }
 
-/// How a merge pass starting now reads (see `merge::Pass`): the clock is read here, so call
+/// How a merge pass starting now reads (see `upper::Pass`): the clock is read here, so call
 /// it right before the merge.
 fn pass_now(
     on_change: OnChange,
     snapshots: bool,
     exclude: &[String],
     report_special: bool,
-) -> merge::Pass<'_> {
-    merge::Pass {
+) -> upper::Pass<'_> {
+    upper::Pass {
         start_ns: crate::meta::coarse_now_ns(),
         on_change,
         snapshots,
@@ -203,8 +205,8 @@ fn merge_all(
     batch: &ObjectBatch<'_>,
     branch: &str,
     base: &Checkpoint,
-    mut previous: impl FnMut(&str) -> merge::Previous,
-    pass: merge::Pass<'_>,
+    mut previous: impl FnMut(&str) -> upper::Previous,
+    pass: upper::Pass<'_>,
 ) -> Result<MergedAll> {
     let mut special = Vec::new();
     let mut roots = BTreeMap::new();
@@ -221,7 +223,7 @@ fn merge_all(
             roots.insert(name.clone(), rec.clone());
             continue;
         }
-        let m = merge::merge_root(store, batch, branch, name, rec, previous(name), pass)?;
+        let m = upper::merge_root(store, batch, branch, name, rec, previous(name), pass)?;
         special.extend(m.special.into_iter().map(|(p, k)| (name.clone(), p, k)));
         stats.dirs = (stats.dirs as i64 + m.delta.dirs).max(0) as u64;
         stats.symlinks = (stats.symlinks as i64 + m.delta.symlinks).max(0) as u64;
@@ -255,12 +257,12 @@ fn saved_caches(
     store: &Store,
     head: ObjectId,
     base: ObjectId,
-) -> impl FnMut(&str) -> merge::Previous + '_ {
+) -> impl FnMut(&str) -> upper::Previous + '_ {
     move |root| {
         if head == base {
-            return merge::Previous::default();
+            return upper::Previous::default();
         }
-        merge::Previous {
+        upper::Previous {
             files: store.load_statcache(&head, root),
             upper: store.load_upper_cache(&head, root),
         }
@@ -304,7 +306,7 @@ pub struct LiveTree {
     pub head: ObjectId,
     /// The merged tree, as a diff side: the trees the dry run built, and the upper layers
     /// where the files it hashed without storing are.
-    pub side: crate::ops::diff::Side,
+    pub side: crate::history::diff::Side,
     /// The merged roots.
     pub roots: BTreeMap<String, RootRecord>,
     merged: MergedAll,
@@ -323,7 +325,7 @@ pub fn live_tree(store: &Store, branch: &str) -> Result<LiveTree> {
     let previous = saved_caches(store, head, base_id);
     let pass = pass_now(OnChange::AcceptPrefix, true, &[], true);
     let m = merge_all(store, &batch, branch, &base, previous, pass)?;
-    let side = crate::ops::diff::Side {
+    let side = crate::history::diff::Side {
         roots: m.roots.iter().map(|(n, r)| (n.clone(), r.tree)).collect(),
         trees: batch.take_dry_trees(),
         live: m
@@ -357,12 +359,12 @@ pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
             kind: kind_name(*kind),
         });
     }
-    let opts = crate::ops::diff::DiffOptions {
+    let opts = crate::history::diff::DiffOptions {
         renames: true,
         ..Default::default()
     };
-    let head_side = crate::ops::diff::Side::checkpoint(&head_c);
-    let changes = crate::ops::diff::diff_sides(store, &head_side, &live.side, &opts)?;
+    let head_side = crate::history::diff::Side::checkpoint(&head_c);
+    let changes = crate::history::diff::diff_sides(store, &head_side, &live.side, &opts)?;
     let mut report = DirtyReport {
         files_changed: live.merged.files_read,
         bytes_changed: live.merged.bytes_read,
@@ -436,7 +438,7 @@ pub fn first_change(store: &Store, branch: &str) -> Result<Option<String>> {
             store,
             exclude: crate::store::exclude::Excluder::compile(name, &rules)?,
         };
-        let top = crate::safe::Dir::open(&upper)?;
+        let top = crate::fs::safe::Dir::open(&upper)?;
         let top_meta = top.stat_self()?;
         if (top_meta.mode & 0o7777, top_meta.uid, top_meta.gid) != (rec.mode, rec.uid, rec.gid) {
             return Ok(Some(name.clone()));
@@ -459,7 +461,7 @@ pub fn first_change(store: &Store, branch: &str) -> Result<Option<String>> {
 pub(super) fn first_excluded(store: &Store, branch: &str) -> Result<Option<String>> {
     fn walk(
         ex: &crate::store::exclude::Excluder,
-        dir: &crate::safe::Dir,
+        dir: &crate::fs::safe::Dir,
         rel: &Path,
     ) -> Result<Option<PathBuf>> {
         for name in dir.entries()? {
@@ -491,7 +493,7 @@ pub(super) fn first_excluded(store: &Store, branch: &str) -> Result<Option<Strin
             continue;
         }
         let ex = crate::store::exclude::Excluder::compile(name, &rc.exclude)?;
-        if let Some(p) = walk(&ex, &crate::safe::Dir::open(&upper)?, Path::new(""))? {
+        if let Some(p) = walk(&ex, &crate::fs::safe::Dir::open(&upper)?, Path::new(""))? {
             return Ok(Some(format!("{name}/{}", p.display())));
         }
     }
@@ -508,7 +510,7 @@ impl ChangeWalk<'_> {
     /// `head`, the head's tree of the same directory.
     fn first_in(
         &self,
-        dir: &crate::safe::Dir,
+        dir: &crate::fs::safe::Dir,
         rel: &Path,
         head: &crate::store::tree::Tree,
     ) -> Result<Option<PathBuf>> {
@@ -672,15 +674,15 @@ pub(super) fn checkpoint_locked(
         let metas_same = roots
             .iter()
             .all(|(n, r)| same_root_meta(head_c.roots.get(n), r));
-        let new_side = crate::ops::diff::Side {
+        let new_side = crate::history::diff::Side {
             roots: roots.iter().map(|(n, r)| (n.clone(), r.tree)).collect(),
             ..Default::default()
         };
-        let head_side = crate::ops::diff::Side::checkpoint(&head_c);
-        let opts = crate::ops::diff::DiffOptions::default();
+        let head_side = crate::history::diff::Side::checkpoint(&head_c);
+        let opts = crate::history::diff::DiffOptions::default();
         if metas_same
             && roots.len() == head_c.roots.len()
-            && crate::ops::diff::diff_sides(store, &head_side, &new_side, &opts)?.is_empty()
+            && crate::history::diff::diff_sides(store, &head_side, &new_side, &opts)?.is_empty()
         {
             return Ok(unrecorded(
                 head,
@@ -764,10 +766,10 @@ fn second_pass(
     exclude: &[String],
     first: MergedAll,
 ) -> Result<(MergedAll, Held)> {
-    let mut pre: BTreeMap<String, merge::Previous> = first
+    let mut pre: BTreeMap<String, upper::Previous> = first
         .caches
         .into_iter()
-        .map(|(name, files, upper)| (name, merge::Previous { files, upper }))
+        .map(|(name, files, upper)| (name, upper::Previous { files, upper }))
         .collect();
     // The first pass's objects are synced after the thaw, not while the writers wait.
     batch.hold_back();
@@ -776,7 +778,7 @@ fn second_pass(
         // (freezing syncs it with them already held). While it is frozen, new objects wait
         // in memory (a write there would wait for the thaw, that is for this very pass).
         let f = freeze::FrozenFs::prepare(store.root())?;
-        fsio::sync_filesystem(store.root())?;
+        atomic::sync_filesystem(store.root())?;
         batch.defer_writes();
         Some(f)
     } else {
@@ -788,7 +790,7 @@ fn second_pass(
     if let Some(f) = &mut frozen_fs {
         f.freeze()?;
         // Lets crash tests stop or die here, with the filesystem frozen.
-        fsio::fault_point("frozen").map_err(|e| Error::io(store.root(), e))?;
+        atomic::fault_point("frozen").map_err(|e| Error::io(store.root(), e))?;
     }
     let previous = |name: &str| pre.remove(name).unwrap_or_default();
     let pass = pass_now(OnChange::AcceptPrefix, !hold.filesystem, exclude, false);

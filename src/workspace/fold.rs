@@ -32,9 +32,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::store::fsio;
+use crate::fs::atomic;
 use crate::store::Store;
-use crate::util::now_ns;
+use crate::text::time::now_ns;
 
 use super::checkpoint::{first_excluded, is_dirty, Hold};
 use super::holders::{
@@ -251,7 +251,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
             .mode(0o700)
             .create(folded_dir(store))
             .map_err(|e| Error::io(folded_dir(store), e))?;
-        fsio::rename(&store.upper_branch_dir(branch), &trash)
+        atomic::rename(&store.upper_branch_dir(branch), &trash)
     })();
     if let Err(e) = taken {
         writable_again(&done);
@@ -264,7 +264,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
              and nothing is lost: run `ckptfs umount` and `ckptfs mount --branch {branch}`"
         ))
     };
-    fsio::sync_path(&store.upper_base_dir()).map_err(resume)?;
+    atomic::sync_path(&store.upper_base_dir()).map_err(resume)?;
     write_json(&store.upper_base_path(branch), &UpperBase { base: head }).map_err(resume)?;
     let opts = MountOptions {
         branch: branch.to_string(),
@@ -351,8 +351,8 @@ pub(super) fn drop_recorded_upper(store: &Store, branch: &str) -> Result<Option<
         .create(folded_dir(store))
         .map_err(|e| Error::io(folded_dir(store), e))?;
     let trash = folded_dir(store).join(format!("{branch}-{}", now_ns()));
-    fsio::rename(&upper, &trash)?;
-    fsio::sync_path(&store.upper_base_dir())?;
+    atomic::rename(&upper, &trash)?;
+    atomic::sync_path(&store.upper_base_dir())?;
     if let Some(head) = store.read_branch(branch)?.and_then(|b| b.head) {
         let roots: Vec<String> = store.config().roots.keys().cloned().collect();
         drop_head_caches(store, &head, &roots);
@@ -407,7 +407,7 @@ pub fn remove_folded(dir: &Path) -> Result<()> {
             dir.display()
         )));
     }
-    let parent = crate::safe::Dir::open(parent)?;
+    let parent = crate::fs::safe::Dir::open(parent)?;
     // Held while removing, so `reap_folded` tells a removal in progress from one a crash
     // left (a second remover waits, then finds it gone).
     let Some(lock) = lock_folded(&parent, name, true)? else {
@@ -421,7 +421,7 @@ pub fn remove_folded(dir: &Path) -> Result<()> {
 /// The flock of `.folded/NAME` (waiting for it, or `None` when `wait` is false and another
 /// process holds it, or when it is gone).
 fn lock_folded(
-    parent: &crate::safe::Dir,
+    parent: &crate::fs::safe::Dir,
     name: &std::ffi::OsStr,
     wait: bool,
 ) -> Result<Option<nix::fcntl::Flock<std::os::fd::OwnedFd>>> {
@@ -453,7 +453,7 @@ fn lock_folded(
 /// holds. Under the store lock, so no fold is adding one.
 fn reap_folded(store: &Store) {
     let dir = folded_dir(store);
-    let Ok(parent) = crate::safe::Dir::open(&dir) else {
+    let Ok(parent) = crate::fs::safe::Dir::open(&dir) else {
         return;
     };
     for name in parent.entries().unwrap_or_default() {
@@ -483,7 +483,7 @@ pub fn roll_back_fold(store: &Store, args: &serde_json::Value) -> Result<Vec<Str
     let src = source_name(store, branch);
     let mut actions = Vec::new();
     for r in st.roots.values() {
-        let ours = crate::mountinfo::mount_at(&r.mountpoint)?.is_some_and(|m| m.source == src);
+        let ours = crate::fs::mountinfo::mount_at(&r.mountpoint)?.is_some_and(|m| m.source == src);
         let readonly = nix::sys::statvfs::statvfs(&r.mountpoint)
             .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
         if !ours || !readonly {

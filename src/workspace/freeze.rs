@@ -99,7 +99,7 @@ const OWN_DIR: &str = "ckptfs";
 /// `Usage` when no freezable hierarchy is mounted; `Io` when the directory cannot be made
 /// (a read-only cgroupfs in a container), saying what to do instead.
 pub fn make_cgroup(name: &str) -> Result<PathBuf> {
-    let mounts = crate::mountinfo::mounts()?;
+    let mounts = crate::fs::mountinfo::mounts()?;
     let v2 = mounts.iter().find(|m| m.fstype == "cgroup2");
     let v1 = mounts
         .iter()
@@ -336,7 +336,7 @@ impl FrozenFs {
         // It waits for "go" (sent just before the freeze; end of input without it: nothing
         // was frozen), then for "ok" within the time limit, else thaws. Its own process
         // group: a Ctrl-C that stops the checkpoint must not stop it too.
-        let watchdog = Command::new(crate::util::system_program("bash"))
+        let watchdog = Command::new(crate::fs::programs::system_program("bash"))
             .arg("-c")
             .arg(format!(
                 "read -r go || exit 0; read -r -t {} ok || fsfreeze -u -- \"$1\"",
@@ -346,7 +346,7 @@ impl FrozenFs {
             .arg(dir)
             .current_dir("/")
             .env_clear()
-            .env("PATH", crate::util::SYSTEM_PATH)
+            .env("PATH", crate::fs::programs::SYSTEM_PATH)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -394,7 +394,7 @@ impl FrozenFs {
                 ))
             }
         }
-        crate::sys::freeze_filesystem(&self.file).map_err(|e| {
+        crate::fs::sys::freeze_filesystem(&self.file).map_err(|e| {
             Error::io_op(
                 format!(
                     "--freeze-fs: freezing the filesystem of {}",
@@ -419,7 +419,7 @@ impl FrozenFs {
     /// operator): what was read is then not one instant. `Io` when thawing fails.
     pub fn thaw(&mut self) -> Result<()> {
         self.frozen = false;
-        match crate::sys::thaw_filesystem(&self.file) {
+        match crate::fs::sys::thaw_filesystem(&self.file) {
             Ok(()) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Err(Error::Invalid(format!(
                 "the filesystem of {} was thawed before the frozen pass ended (held over {} s, \
@@ -439,7 +439,7 @@ impl Drop for FrozenFs {
     fn drop(&mut self) {
         if self.frozen {
             self.frozen = false;
-            if let Err(e) = crate::sys::thaw_filesystem(&self.file) {
+            if let Err(e) = crate::fs::sys::thaw_filesystem(&self.file) {
                 log::warn!("thawing the filesystem of {}: {e}", self.dir.display());
             }
         }
@@ -460,7 +460,7 @@ impl Drop for FrozenFs {
 /// frozen (and its watchdog too); says what it did.
 pub fn thaw_fs_after_crash(dir: &Path) -> Option<String> {
     let f = fs::File::open(dir).ok()?;
-    match crate::sys::thaw_filesystem(&f) {
+    match crate::fs::sys::thaw_filesystem(&f) {
         Ok(()) => Some(format!(
             "thawed the filesystem of {} that the interrupted checkpoint had frozen",
             dir.display()

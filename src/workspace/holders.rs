@@ -192,7 +192,7 @@ pub fn set_aside_in_use(target: &Path) -> bool {
 /// made (`unshare -Urm`) writes through the copy from anywhere, so it always counts. Each
 /// mount namespace is read once.
 pub fn mounted_elsewhere(ours: &[PathBuf]) -> Option<(u32, PathBuf)> {
-    let mine = crate::mountinfo::mounts().ok()?;
+    let mine = crate::fs::mountinfo::mounts().ok()?;
     let devs: Vec<String> = mine
         .iter()
         .filter(|m| ours.contains(&m.mountpoint))
@@ -231,7 +231,7 @@ pub fn mounted_elsewhere(ours: &[PathBuf]) -> Option<(u32, PathBuf)> {
             continue;
         };
         for line in text.lines() {
-            let Some(m) = crate::mountinfo::parse_mountinfo(line).pop() else {
+            let Some(m) = crate::fs::mountinfo::parse_mountinfo(line).pop() else {
                 continue;
             };
             if !devs.contains(&m.dev) {
@@ -258,7 +258,7 @@ pub fn mounted_elsewhere(ours: &[PathBuf]) -> Option<(u32, PathBuf)> {
 
 /// The `major:minor` of the filesystems mounted at `mountpoints` in this mount namespace.
 pub fn devices(mountpoints: &[PathBuf]) -> Vec<String> {
-    let Ok(mine) = crate::mountinfo::mounts() else {
+    let Ok(mine) = crate::fs::mountinfo::mounts() else {
         return Vec::new();
     };
     let mut devs: Vec<String> = mine
@@ -279,7 +279,9 @@ pub fn devices(mountpoints: &[PathBuf]) -> Vec<String> {
 /// root can unmount it there. Only ending every process of the namespace frees it. `how` is
 /// `mount namespace`, `path` the mount as that namespace shows it. Each namespace's mount
 /// table is read once (from its first process), deduplicated by `/proc/PID/ns/mnt`.
-pub fn in_other_namespaces(wanted: impl Fn(&crate::mountinfo::MountEntry) -> bool) -> Vec<Holder> {
+pub fn in_other_namespaces(
+    wanted: impl Fn(&crate::fs::mountinfo::MountEntry) -> bool,
+) -> Vec<Holder> {
     in_namespaces(wanted, true)
 }
 
@@ -291,7 +293,7 @@ pub fn in_other_namespaces(wanted: impl Fn(&crate::mountinfo::MountEntry) -> boo
 /// read-only with the workspace ([`seal`]): refusing would stop every switch for each
 /// service started while the room was mounted.
 fn in_namespaces(
-    wanted: impl Fn(&crate::mountinfo::MountEntry) -> bool,
+    wanted: impl Fn(&crate::fs::mountinfo::MountEntry) -> bool,
     services: bool,
 ) -> Vec<Holder> {
     let own_ns = fs::read_link("/proc/self/ns/mnt").ok();
@@ -322,7 +324,7 @@ fn in_namespaces(
         };
         let Some(m) = table
             .lines()
-            .filter_map(|l| crate::mountinfo::parse_mountinfo(l).pop())
+            .filter_map(|l| crate::fs::mountinfo::parse_mountinfo(l).pop())
             .find(|m| wanted(m))
         else {
             continue;

@@ -61,7 +61,7 @@ fn ensure_one_view(store: &Store, mp: &Path, cache_bytes: Option<u64>) -> Result
     // detach it now so a fresh daemon can take its place.
     // (statfs always reaches the daemon: the view answers OPENDIR with ENOSYS, so the kernel
     // lists directories from its cache, even for a dead daemon.)
-    if crate::mountinfo::mount_at(mp)?.is_some() && nix::sys::statfs::statfs(mp).is_err() {
+    if crate::fs::mountinfo::mount_at(mp)?.is_some() && nix::sys::statfs::statfs(mp).is_err() {
         log::warn!(
             "the store's lower view at {} is dead; restarting it",
             mp.display()
@@ -74,14 +74,14 @@ fn ensure_one_view(store: &Store, mp: &Path, cache_bytes: Option<u64>) -> Result
         return crate::daemon::ensure_browse(store, mp);
     };
     let browse = crate::daemon::fsname(store, &crate::view::Namespace::Browse);
-    if crate::mountinfo::mount_at(mp)?.is_some_and(|m| m.source == browse) {
+    if crate::fs::mountinfo::mount_at(mp)?.is_some_and(|m| m.source == browse) {
         let running = running_cache_bytes(store, mp);
         if running != Some(want) {
             return Err(Error::Conflict(format!(
                 "the lower view of {} (shared by every workspace of the store) already runs \
                  with --cache-size {}; a size applies when the first workspace is mounted",
                 store.root().display(),
-                running.map_or("unknown".to_string(), crate::util::human_bytes)
+                running.map_or("unknown".to_string(), crate::units::human_bytes)
             )));
         }
         return Ok(());
@@ -153,7 +153,7 @@ pub fn release_view(store: &Store, held: bool) -> Result<()> {
     let daemons = crate::daemon::list(store).unwrap_or_default();
     let mut detached = Vec::new();
     for mp in [&full, &bare, &legacy] {
-        if let Some(m) = crate::mountinfo::mount_at(mp)? {
+        if let Some(m) = crate::fs::mountinfo::mount_at(mp)? {
             crate::workspace::overlay::detach(mp)?;
             let pid = daemons
                 .iter()

@@ -31,7 +31,6 @@
 pub mod freeze;
 pub mod holders;
 pub mod lower;
-pub mod merge;
 pub mod overlay;
 
 mod branch;

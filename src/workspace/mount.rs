@@ -11,10 +11,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
+use crate::fs::safe::Dir;
 use crate::id::ObjectId;
-use crate::safe::Dir;
-use crate::store::{fsio, Store};
-use crate::util::{check_name, now_ns};
+use crate::store::refs::check_name;
+use crate::store::Store;
+use crate::text::time::now_ns;
 
 use super::checkpoint::{first_excluded, is_dirty, Hold};
 use super::park::{self, Resume};
@@ -50,7 +52,7 @@ fn prepare_upper(store: &Store, branch: &str, root: &str) -> Result<(PathBuf, Pa
     let work = store.overlay_work_dir(branch, root);
     let top = upper.parent().unwrap_or(&upper);
     for d in [top, &work] {
-        fsio::create_private_dir_all(d)?;
+        atomic::create_private_dir_all(d)?;
     }
     Ok((upper, work))
 }
@@ -183,7 +185,7 @@ fn mount_over_held(store: &Store, branch: &str, r: &MountedRoot, kill: bool) -> 
         }
     }
     let sealed = |mp: &PathBuf| {
-        crate::mountinfo::mount_at(mp)
+        crate::fs::mountinfo::mount_at(mp)
             .is_ok_and(|m| m.is_some_and(|m| m.options == "ro" || m.options.starts_with("ro,")))
     };
     if !kill && !asides.is_empty() && asides.iter().all(sealed) && other_namespaces().is_empty() {
@@ -253,7 +255,7 @@ fn upper_holders(store: &Store, branch: &str) -> (Vec<holders::Holder>, Vec<Path
         .flatten()
         .map(|st| st.roots.values().map(|r| r.mountpoint.clone()).collect())
         .unwrap_or_default();
-    let aside: Vec<PathBuf> = crate::mountinfo::mounts()
+    let aside: Vec<PathBuf> = crate::fs::mountinfo::mounts()
         .unwrap_or_default()
         .into_iter()
         .filter(|m| {
@@ -270,7 +272,7 @@ fn upper_holders(store: &Store, branch: &str) -> (Vec<holders::Holder>, Vec<Path
 
 /// Detaches whatever of ours is stale at `mountpoint` (a dead mount from a crash).
 fn clear_stale(store: &Store, mountpoint: &Path) -> Result<()> {
-    if let Some(m) = crate::mountinfo::mount_at(mountpoint)? {
+    if let Some(m) = crate::fs::mountinfo::mount_at(mountpoint)? {
         let ours = m
             .source
             .starts_with(&format!("ckptfs:{}:", store.root().display()));
@@ -493,13 +495,13 @@ pub fn umount_killing(
             .values()
             .map(|r| r.mountpoint.clone())
             .filter(|mp| {
-                crate::mountinfo::mount_at(mp).is_ok_and(|m| m.is_some_and(|m| m.source == src))
+                crate::fs::mountinfo::mount_at(mp).is_ok_and(|m| m.is_some_and(|m| m.source == src))
             })
             .collect();
         holders::seal(&ours, &st.freeze_cgroups, kill, "umount")?;
         let mut out = Vec::new();
         for r in st.roots.values() {
-            match crate::mountinfo::mount_at(&r.mountpoint)? {
+            match crate::fs::mountinfo::mount_at(&r.mountpoint)? {
                 Some(m) if m.source == src => {
                     out.push((r.mountpoint.clone(), overlay::unmount(&r.mountpoint)?))
                 }

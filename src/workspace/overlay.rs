@@ -27,7 +27,7 @@ use std::path::Path;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 use crate::error::{Error, Result};
-use crate::safe::{Dir, Kind};
+use crate::fs::safe::{Dir, Kind};
 
 /// Escapes a path for an overlay mount option (`,` `:` `\` are special).
 fn escape(p: &Path) -> String {
@@ -148,7 +148,7 @@ pub(crate) fn mount_overlay_indexed(
     let Some((lower_top, upper_top, name)) = nested_layers(lower, upper) else {
         return mount_layers(source, target, lower, upper, work, index);
     };
-    crate::store::fsio::create_private_dir_all(stage)?;
+    crate::fs::atomic::create_private_dir_all(stage)?;
     reap_stage(stage);
     let staged = stage.join(format!(
         "{}-{}",
@@ -188,7 +188,7 @@ pub(crate) fn mount_overlay_indexed(
 /// overlay would hold its upper directory in use, and overlayfs refuses a second mount of an
 /// upper with `index=on`). A staged mount is named `<pid>-<n>` by the process that made it.
 fn reap_stage(stage: &Path) {
-    let Ok(mounts) = crate::mountinfo::mounts() else {
+    let Ok(mounts) = crate::fs::mountinfo::mounts() else {
         return;
     };
     for m in mounts {
@@ -300,7 +300,7 @@ pub fn detach_if_mounted(target: &Path) -> Result<bool> {
 /// # Errors
 /// Reading the mount table; a detach.
 pub fn detach_all_under(dir: &Path) -> Result<usize> {
-    let mut found: Vec<std::path::PathBuf> = crate::mountinfo::mounts()?
+    let mut found: Vec<std::path::PathBuf> = crate::fs::mountinfo::mounts()?
         .into_iter()
         .filter(|m| m.mountpoint.starts_with(dir) && m.mountpoint != dir)
         .map(|m| m.mountpoint)

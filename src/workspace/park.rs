@@ -33,11 +33,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
+use crate::fs::mountinfo::MountEntry;
 use crate::id::ObjectId;
-use crate::mountinfo::MountEntry;
-use crate::store::fsio;
 use crate::store::Store;
-use crate::util::now_ns;
+use crate::text::time::now_ns;
 
 use super::fold::{detach_and_remove, drop_recorded_upper};
 use super::holders::{self, mounted_elsewhere, set_aside_in_use, set_mount_readonly};
@@ -121,8 +121,8 @@ pub(super) fn forget(store: &Store, branch: &str) -> Result<()> {
     if !p.exists() {
         return Ok(());
     }
-    fsio::remove_file(&p)?;
-    fsio::sync_path(&store.park_records_dir())
+    atomic::remove_file(&p)?;
+    atomic::sync_path(&store.park_records_dir())
 }
 
 /// The parked mounts of `rec` still there: an overlay at the parked path with the branch's
@@ -178,14 +178,14 @@ pub(super) fn park(
     };
     // The record first (synced): no crash leaves a mount under `parked/` no record names.
     if !store.park_records_dir().exists() {
-        fsio::create_private_dir_all(&store.park_records_dir())?;
-        fsio::sync_path(&store.run_dir())?;
+        atomic::create_private_dir_all(&store.park_records_dir())?;
+        atomic::sync_path(&store.run_dir())?;
     }
     write_json(&store.park_record_path(&st.branch), &rec)?;
     let moved = (|| -> Result<()> {
         for (name, aside) in asides {
             let to = store.parked_overlay_path(&st.branch, name);
-            fsio::create_private_dir_all(&to)?;
+            atomic::create_private_dir_all(&to)?;
             overlay::move_mount(aside, &to)?;
             let _ignored = fs::remove_dir(aside);
         }
@@ -222,7 +222,7 @@ pub(super) fn resume(
             return Ok(Resume::Evicted);
         }
     };
-    let mounts = crate::mountinfo::mounts()?;
+    let mounts = crate::fs::mountinfo::mounts()?;
     let there = present(store, &rec, &mounts);
     if there.is_empty() {
         // Its mounts are gone (a reboot, or detached by hand): nothing to evict.
@@ -262,7 +262,7 @@ pub(super) fn resume(
         holders::kill(&outside)?;
     }
     for (name, r) in roots {
-        if let Some(m) = crate::mountinfo::mount_at(&r.mountpoint)? {
+        if let Some(m) = crate::fs::mountinfo::mount_at(&r.mountpoint)? {
             return Err(Error::Conflict(format!(
                 "{} already has a {} mount ({}); unmount it first",
                 r.mountpoint.display(),
@@ -286,7 +286,7 @@ pub(super) fn resume(
 /// (moved under `detached/` first, where the reaping finds them); then removes the record.
 /// Returns whether any of its mounts was still there.
 fn evict_record(store: &Store, rec: &ParkRecord, now: bool) -> Result<bool> {
-    let there = present(store, rec, &crate::mountinfo::mounts()?);
+    let there = present(store, rec, &crate::fs::mountinfo::mounts()?);
     let mps: Vec<PathBuf> = there.values().cloned().collect();
     let idle = !mps.iter().any(|m| set_aside_in_use(m)) && mounted_elsewhere(&mps).is_none();
     let trash = if idle && state(store, &rec.branch)?.is_none() {
@@ -303,7 +303,7 @@ fn evict_record(store: &Store, rec: &ParkRecord, now: bool) -> Result<bool> {
             overlay::detach_if_mounted(p)?;
         } else {
             let aside = store.detached_overlay_path(&rec.branch, name, now_ns());
-            fsio::create_private_dir_all(&aside)?;
+            atomic::create_private_dir_all(&aside)?;
             overlay::move_mount(p, &aside)?;
             asides.push(aside);
         }
@@ -331,7 +331,7 @@ pub(super) fn evict(store: &Store, branch: &str) -> Result<bool> {
             // so does the record.
             log::warn!("evicting the park of {branch}: {e}");
             let n = overlay::detach_all_under(&store.parked_dir().join(branch))?;
-            fsio::remove_file(&store.park_record_path(branch))?;
+            atomic::remove_file(&store.park_record_path(branch))?;
             Ok(n > 0)
         }
     }
@@ -372,7 +372,7 @@ pub fn evict_all(store: &Store) -> Result<usize> {
     if let Ok(rd) = fs::read_dir(store.park_records_dir()) {
         for e in rd.flatten() {
             if e.path().extension().and_then(|x| x.to_str()) == Some("json") {
-                fsio::remove_file(&e.path())?;
+                atomic::remove_file(&e.path())?;
             }
         }
     }
@@ -395,7 +395,7 @@ pub fn evict_all(store: &Store) -> Result<usize> {
 /// # Errors
 /// Reading the records or the mount table.
 pub fn parked(store: &Store) -> Result<Vec<Parked>> {
-    let mounts = crate::mountinfo::mounts()?;
+    let mounts = crate::fs::mountinfo::mounts()?;
     let mut out = Vec::new();
     for rec in records(store)? {
         let at = present(store, &rec, &mounts);
@@ -410,7 +410,7 @@ pub fn parked(store: &Store) -> Result<Vec<Parked>> {
                 .map(|(n, r)| (n.clone(), r.mountpoint.clone()))
                 .collect(),
             at,
-            parked: crate::util::format_rfc3339(rec.parked_ns),
+            parked: crate::text::time::format_rfc3339(rec.parked_ns),
             upper_files,
             upper_bytes,
             branch: rec.branch,
@@ -429,7 +429,7 @@ pub fn is_parked(store: &Store, branch: &str) -> Result<bool> {
     let Ok(Some(rec)) = read(store, branch) else {
         return Ok(false);
     };
-    Ok(!present(store, &rec, &crate::mountinfo::mounts()?).is_empty())
+    Ok(!present(store, &rec, &crate::fs::mountinfo::mounts()?).is_empty())
 }
 
 /// Where `branch`'s root with mountpoint `mountpoint` is parked, if its record names one:

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
 use crate::id::ObjectId;
-use crate::store::fsio;
 use crate::store::refs::Branch;
 use crate::store::Store;
 
@@ -74,14 +74,14 @@ fn json_for(p: &Path, v: &impl Serialize) -> Result<Vec<u8>> {
 }
 
 pub(super) fn write_json(p: &Path, v: &impl Serialize) -> Result<()> {
-    fsio::write_atomic_replace(p, &json_for(p, v)?, 0o600)
+    atomic::write_atomic_replace(p, &json_for(p, v)?, 0o600)
 }
 
 /// Writes the state of a mounted workspace (`run/mounts/B.json`): atomically, not synced,
-/// since it describes mounts that a reboot removes (see `fsio::write_atomic_replace_volatile`).
+/// since it describes mounts that a reboot removes (see `atomic::write_atomic_replace_volatile`).
 pub(super) fn write_mount_state(store: &Store, st: &WorkspaceState) -> Result<()> {
     let p = store.workspace_state_path(&st.branch);
-    fsio::write_atomic_replace_volatile(&p, &json_for(&p, st)?, 0o600)
+    atomic::write_atomic_replace_volatile(&p, &json_for(&p, st)?, 0o600)
 }
 
 /// The mounted workspace of `branch`, if its state file exists.
@@ -113,7 +113,7 @@ pub fn states(store: &Store) -> Result<Vec<WorkspaceState>> {
 /// True when the state's overlays are really mounted (its first root is, with our source).
 pub fn is_live(store: &Store, st: &WorkspaceState) -> Result<bool> {
     let src = source_name(store, &st.branch);
-    let mounts = crate::mountinfo::mounts()?;
+    let mounts = crate::fs::mountinfo::mounts()?;
     Ok(st.roots.values().any(|r| {
         mounts
             .iter()
@@ -134,13 +134,13 @@ pub fn is_mounted(store: &Store, branch: &str) -> Result<bool> {
 /// a listing alone may come from overlayfs's cache of a merged directory).
 /// The workspace is the agent's: read through a held fd of the mountpoint, nothing followed.
 pub(super) fn answers(r: &MountedRoot) -> bool {
-    let Ok(dir) = crate::safe::Dir::open(&r.mountpoint) else {
+    let Ok(dir) = crate::fs::safe::Dir::open(&r.mountpoint) else {
         return false;
     };
     let probe = format!(
         ".ckptfs-probe-{}-{}",
         std::process::id(),
-        crate::util::now_ns()
+        crate::text::time::now_ns()
     );
     dir.entries().is_ok() && dir.stat(probe).is_ok()
 }

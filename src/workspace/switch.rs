@@ -10,11 +10,12 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
 use crate::id::ObjectId;
-use crate::store::fsio;
+use crate::store::refs::check_name;
 use crate::store::refs::Branch;
 use crate::store::Store;
-use crate::util::{check_name, now_ns};
+use crate::text::time::now_ns;
 
 use super::checkpoint::{checkpoint_locked, dirty, first_change, is_dirty, Hold};
 use super::fold::{detach_and_remove, drop_recorded_upper};
@@ -99,7 +100,7 @@ pub fn left_behind(store: &Store) -> Result<Vec<LeftBehind>> {
     let [_, legacy] = store.legacy_mount_dirs();
     let dirs = [store.detached_dir(), legacy];
     let mut out = Vec::new();
-    for m in crate::mountinfo::mounts()? {
+    for m in crate::fs::mountinfo::mounts()? {
         if m.fstype != "overlay" || !dirs.iter().any(|d| m.mountpoint.starts_with(d)) {
             continue;
         }
@@ -129,7 +130,7 @@ pub fn left_behind(store: &Store) -> Result<Vec<LeftBehind>> {
 pub(super) fn reap_unused_detached(store: &Store) -> Result<()> {
     let [_, legacy] = store.legacy_mount_dirs();
     let dirs = [store.detached_dir(), legacy];
-    let unused: Vec<PathBuf> = crate::mountinfo::mounts()?
+    let unused: Vec<PathBuf> = crate::fs::mountinfo::mounts()?
         .into_iter()
         .filter(|m| m.fstype == "overlay" && dirs.iter().any(|d| m.mountpoint.starts_with(d)))
         .map(|m| m.mountpoint)
@@ -159,7 +160,7 @@ pub(super) fn displace_upper(store: &Store, branch: &str) -> Result<Option<PathB
     }
     let dest = store.displaced_upper_path(branch, now_ns());
     fs::create_dir_all(store.displaced_dir()).map_err(|e| Error::io(store.displaced_dir(), e))?;
-    fsio::rename(&upper, &dest)?;
+    atomic::rename(&upper, &dest)?;
     Ok(Some(dest))
 }
 
@@ -170,7 +171,7 @@ pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
     let mut actions = Vec::new();
     let new_src = source_name(store, &p.to_branch);
     for (mountpoint, aside) in &p.moved {
-        if crate::mountinfo::mount_at(mountpoint)?.is_some_and(|m| m.source == new_src) {
+        if crate::fs::mountinfo::mount_at(mountpoint)?.is_some_and(|m| m.source == new_src) {
             overlay::detach(mountpoint)?;
             actions.push(format!(
                 "detached the half-switched mount at {}",
@@ -178,10 +179,10 @@ pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
             ));
         }
         // A crash while parking may have moved it on, to where the park record says.
-        let from = match crate::mountinfo::mount_at(aside)? {
+        let from = match crate::fs::mountinfo::mount_at(aside)? {
             Some(_) => Some(aside.clone()),
             None => park::parked_path_of(store, &p.from.branch, mountpoint)
-                .filter(|pp| crate::mountinfo::mount_at(pp).is_ok_and(|m| m.is_some())),
+                .filter(|pp| crate::fs::mountinfo::mount_at(pp).is_ok_and(|m| m.is_some())),
         };
         if let Some(from) = from {
             overlay::move_mount(&from, mountpoint)?;
@@ -204,7 +205,7 @@ pub fn roll_back_switch(store: &Store, p: &SwitchPhase) -> Result<Vec<String>> {
     // Sealed before the first move (a crash may have come before any): writable again.
     let old_src = source_name(store, &p.from.branch);
     for r in p.from.roots.values() {
-        if crate::mountinfo::mount_at(&r.mountpoint)?.is_some_and(|m| m.source == old_src) {
+        if crate::fs::mountinfo::mount_at(&r.mountpoint)?.is_some_and(|m| m.source == old_src) {
             if let Err(e) = set_superblock_readonly(&r.mountpoint, false) {
                 log::warn!("{e}");
             }
@@ -396,7 +397,7 @@ pub fn switch_killing(
             .values()
             .map(|r| r.mountpoint.clone())
             .filter(|mp| {
-                crate::mountinfo::mount_at(mp)
+                crate::fs::mountinfo::mount_at(mp)
                     .is_ok_and(|m| m.is_some_and(|m| m.source == source_name(store, from_branch)))
             })
             .collect();
@@ -417,7 +418,7 @@ pub fn switch_killing(
         let mut resumed = false;
         let switched = (|| -> Result<Option<PathBuf>> {
             for (name, r) in &st.roots {
-                if crate::mountinfo::mount_at(&r.mountpoint)?
+                if crate::fs::mountinfo::mount_at(&r.mountpoint)?
                     .is_some_and(|m| m.source == source_name(store, from_branch))
                 {
                     let aside = store.detached_overlay_path(from_branch, name, now_ns());

@@ -31,12 +31,14 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::ops::fingerprint::{self, RuntimeCheck};
-use crate::ops::run_as::{self, RunAsOptions};
+use crate::runner::fingerprint::{self, RuntimeCheck};
+use crate::runner::run_as::{self, RunAsOptions};
 use crate::store::checkpoint::{check_meta, Annotations, TurnRecord, MAX_META_BYTES};
 use crate::store::lock::{pid_alive, RunningMarker};
+use crate::store::refs::check_name;
 use crate::store::Store;
-use crate::util::{check_name, format_utc, now_ns};
+use crate::text::time::format_utc;
+use crate::text::time::now_ns;
 use crate::workspace::{self, DirtyPolicy, Hold, MountOptions};
 
 /// Exit status of a shell for a command that is not found.
@@ -308,11 +310,11 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
         .env("CKPTFS_STORE", store.root());
     who.set_env(&mut cmd);
     let creds = who.switch.as_ref().map(|s| &s.credentials);
-    let interrupts = crate::sys::IgnoreInterrupts::new();
+    let interrupts = crate::fs::sys::IgnoreInterrupts::new();
     let waited: std::result::Result<std::process::ExitStatus, Spawn> =
         match std::fs::OpenOptions::new().write(true).open(&procs_path) {
             Err(e) => Err(Spawn::Other(Error::io(&procs_path, e).to_string())),
-            Ok(procs) => match crate::sys::spawn_in_cgroup(&mut cmd, procs, creds) {
+            Ok(procs) => match crate::fs::sys::spawn_in_cgroup(&mut cmd, procs, creds) {
                 Err(e) => Err(Spawn::Exec(e)),
                 Ok(mut child) => child
                     .wait()

@@ -6,68 +6,21 @@
 //! Nothing here deletes or changes anything.
 
 use std::fs;
-use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::fs::atomic;
+use crate::fs::mountinfo::{self, MountEntry};
+use crate::fs::{file_name, list_dir};
 use crate::id::ObjectId;
-use crate::mountinfo::{self, MountEntry};
 use crate::store::lock::pid_alive;
+use crate::store::object::object_files;
 use crate::store::pin::Pin;
-use crate::store::{fsio, Store};
+use crate::store::Store;
 
 /// A socket younger than this may belong to a daemon between bind(2) and listen(2).
 const SOCKET_GRACE_SECS: u64 = 30;
-
-/// Entries of `dir` (empty when it does not exist), sorted.
-///
-/// # Errors
-/// I/O reading the directory.
-pub fn list_dir(dir: &Path) -> Result<Vec<PathBuf>> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(dir, e)),
-    };
-    let mut out = Vec::new();
-    for ent in rd {
-        out.push(ent.map_err(|e| Error::io(dir, e))?.path());
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// The last component of `p`, lossily as text ("" for none).
-pub fn file_name(p: &Path) -> String {
-    p.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
-/// Every object file with its id (names that are not object ids are skipped).
-///
-/// # Errors
-/// I/O listing `objects/` or one of its fan-out directories.
-pub fn object_files(store: &Store) -> Result<Vec<(PathBuf, ObjectId)>> {
-    let mut out = Vec::new();
-    for fan in list_dir(&store.objects_dir())? {
-        let prefix = file_name(&fan);
-        // A symlinked fan-out directory is not followed (doctor reports it).
-        let is_dir = fs::symlink_metadata(&fan).is_ok_and(|m| m.is_dir());
-        if prefix.len() != 2 || !is_dir {
-            continue;
-        }
-        for p in list_dir(&fan)? {
-            let name = file_name(&p);
-            let hex = name.strip_suffix(".zst").unwrap_or(&name);
-            if let Ok(id) = ObjectId::parse(&format!("{prefix}{hex}")) {
-                out.push((p, id));
-            }
-        }
-    }
-    Ok(out)
-}
 
 /// Object files that are writable by anyone (objects are 0444). Only regular files: a symlink
 /// where an object should be is never a way to chmod what it points to (doctor reports it).
@@ -144,7 +97,7 @@ pub fn leftover_temps(store: &Store) -> Result<Vec<PathBuf>> {
             if p.is_dir() || !(in_tmp || name.starts_with(".tmp-")) {
                 continue;
             }
-            if fsio::temp_owner_pid(&name).is_none_or(|pid| !pid_alive(pid)) {
+            if atomic::temp_owner_pid(&name).is_none_or(|pid| !pid_alive(pid)) {
                 out.push(p);
             }
         }

@@ -104,7 +104,7 @@ pub fn remove_dir_all(path: &Path) -> Result<()> {
             path.display()
         )));
     };
-    match crate::safe::Dir::open(parent) {
+    match crate::fs::safe::Dir::open(parent) {
         Ok(dir) => dir.remove_all(name),
         Err(Error::NotFound(_)) => Ok(()),
         Err(e) => Err(e),

@@ -246,7 +246,7 @@ pub fn stats(store: &Store, scope: &StatsScope) -> Result<StatsReport> {
         .map(|(i, b)| (b.as_str(), i))
         .collect();
     let line: std::collections::HashSet<ObjectId> = match scope {
-        StatsScope::Branch(b) => crate::ops::history::history(store, Some(b))?
+        StatsScope::Branch(b) => crate::history::timeline::history(store, Some(b))?
             .items
             .into_iter()
             .map(|(id, _)| id)
@@ -334,8 +334,8 @@ pub fn stats(store: &Store, scope: &StatsScope) -> Result<StatsReport> {
                 id: *id,
                 branch: c.branch.clone(),
                 time_ns: c.time_ns,
-                time_rfc3339: crate::util::format_rfc3339(c.time_ns),
-                labels: crate::ops::history::labels_of(&labels, id),
+                time_rfc3339: crate::text::time::format_rfc3339(c.time_ns),
+                labels: crate::history::timeline::labels_of(&labels, id),
                 files: files(c),
                 logical_bytes: logical(c),
                 unique_bytes: ck_content.get(&i).copied().unwrap_or(0),
@@ -396,7 +396,7 @@ pub fn stats(store: &Store, scope: &StatsScope) -> Result<StatsReport> {
         compressed: store.compressed(),
         ..Default::default()
     };
-    for (path, _) in crate::ops::inventory::object_files(store)? {
+    for (path, _) in crate::store::object::object_files(store)? {
         figures.objects += 1;
         figures.stored_bytes += std::fs::symlink_metadata(&path).map_or(0, |m| m.len());
     }

@@ -36,13 +36,14 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
+use crate::fs::{file_name, list_dir};
 use crate::id::{is_hex_prefix, ObjectId};
-use crate::ops::gc::{self, GcOptions, GcPlan, GcReport};
-use crate::ops::inventory::{self, file_name, list_dir};
 use crate::store::checkpoint::Checkpoint;
-use crate::store::fsio;
 use crate::store::refs::Tombstone;
 use crate::store::Store;
+use crate::upkeep::gc::{self, GcOptions, GcPlan, GcReport};
+use crate::upkeep::inventory;
 
 /// What to forget.
 #[derive(Clone, Debug, Default)]
@@ -200,7 +201,7 @@ pub fn plan_forget(store: &Store, opts: &ForgetOptions) -> Result<ForgetPlan> {
     }
     let records = gc::read_records(store)?;
     let labels: BTreeSet<String> = store.list_labels()?.into_iter().map(|(n, _)| n).collect();
-    let now = crate::util::now_ns();
+    let now = crate::text::time::now_ns();
     let mut report = ForgetReport {
         already_forgotten: already.into_iter().collect(),
         ..Default::default()
@@ -214,7 +215,7 @@ pub fn plan_forget(store: &Store, opts: &ForgetOptions) -> Result<ForgetPlan> {
         report.checkpoints.push(ForgottenCheckpoint {
             id: *id,
             branch: c.branch.clone(),
-            time: crate::util::format_rfc3339(c.time_ns),
+            time: crate::text::time::format_rfc3339(c.time_ns),
             parents: c.parents.clone(),
             message: c.message.clone(),
             recorded_label: c.label.clone().filter(|l| !labels.contains(l)),
@@ -291,13 +292,13 @@ pub fn apply_forget(store: &Store, plan: ForgetPlan) -> Result<ForgetReport> {
         store.write_tombstone(t)?;
     }
     for p in &plan.records {
-        fsio::remove_file(p)?;
+        atomic::remove_file(p)?;
     }
     if !plan.records.is_empty() {
-        fsio::sync_path(&store.checkpoints_dir())?;
+        atomic::sync_path(&store.checkpoints_dir())?;
     }
     for p in &plan.stat_caches {
-        fsio::remove_file(p)?;
+        atomic::remove_file(p)?;
     }
     if let Some(g) = plan.gc {
         gc::apply_gc(store, g)?;

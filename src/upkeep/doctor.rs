@@ -23,13 +23,15 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::fs::safe::Dir;
+use crate::fs::{file_name, list_dir};
 use crate::id::ObjectId;
-use crate::ops::inventory::{self, file_name, list_dir, object_files};
 use crate::progress::Progress;
-use crate::safe::Dir;
 use crate::store::lock::pid_alive;
+use crate::store::object::object_files;
 use crate::store::tree::{EntryKind, Tree};
 use crate::store::{Store, DEFAULT_EXCLUDES, TOP_LEVEL};
+use crate::upkeep::inventory;
 
 /// Object findings listed one by one; past this many, one finding counts the rest.
 const MAX_OBJECT_FINDINGS: usize = 50;
@@ -467,7 +469,7 @@ fn check_layout(store: &Store, f: &mut Vec<Finding>) -> Result<()> {
     // Inside checkpoints/ and refs/: symlinks, special files and foreign names (a store
     // copied or received from elsewhere is untrusted input), as `verify` finds them; objects/
     // has its own phase (`check_object_files`).
-    for u in crate::ops::verify::scan_layout(store)? {
+    for u in crate::upkeep::verify::scan_layout(store)? {
         if u.object.starts_with("objects") {
             continue;
         }

@@ -34,13 +34,14 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
 use crate::id::ObjectId;
 use crate::progress::Progress;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::object::ObjectBatch;
 use crate::store::refs::Branch;
 use crate::store::tree::{EntryKind, Tree};
-use crate::store::{fsio, ChunkerConfig, InitOptions, RootConfig, Store};
+use crate::store::{ChunkerConfig, InitOptions, RootConfig, Store};
 
 /// `format` of MANIFEST.json.
 pub const ARCHIVE_FORMAT: &str = "ckptfs-archive";
@@ -177,7 +178,7 @@ fn select(store: &Store, opts: &ArchiveOptions) -> Result<Selection> {
         }
     } else {
         for spec in &opts.specs {
-            let as_name = crate::util::check_name("label", spec).is_ok();
+            let as_name = crate::store::refs::check_name("label", spec).is_ok();
             if as_name {
                 if let Some(id) = store.read_label(spec)? {
                     let c = store.read_checkpoint(&id)?;
@@ -219,7 +220,7 @@ struct PartWriter {
 
 impl PartWriter {
     fn open_part(&mut self) -> io::Result<()> {
-        fsio::fault_point("write")?;
+        atomic::fault_point("write")?;
         let n = self.parts.len();
         let p = self.dir.join(format!("{}{n}", self.temp_prefix));
         let f = OpenOptions::new()
@@ -352,7 +353,7 @@ pub fn archive(store: &Store, opts: &ArchiveOptions) -> Result<ArchiveReport> {
             opts.split,
         );
         if result.is_err() {
-            for p in crate::ops::inventory::list_dir(&dir).unwrap_or_default() {
+            for p in crate::fs::list_dir(&dir).unwrap_or_default() {
                 if file_name_of(&p).is_ok_and(|n| n.starts_with(&temp_prefix)) {
                     let _ignored_cleanup = fs::remove_file(&p);
                 }
@@ -403,7 +404,7 @@ fn write_archive(
     let mut manifest = Manifest {
         format: ARCHIVE_FORMAT.into(),
         version: ARCHIVE_VERSION,
-        created: crate::util::format_utc(crate::util::now_ns()),
+        created: crate::text::time::format_utc(crate::text::time::now_ns()),
         roots: store.config().roots.clone(),
         compression: store.config().compression.clone(),
         chunker: store.config().chunker.clone(),
@@ -467,7 +468,7 @@ fn write_archive(
     let whole = hex(&w.whole.finalize_reset());
     let mut parts = Vec::new();
     for (n, (tmp, h, len)) in w.parts.drain(..).enumerate() {
-        fsio::sync_path(&tmp)?;
+        atomic::sync_path(&tmp)?;
         let dest = if single {
             out.to_path_buf()
         } else {
@@ -476,9 +477,9 @@ fn write_archive(
         parts.push((tmp, dest, hex(&h.finalize()), len));
     }
     for (tmp, dest, _, _) in &parts {
-        fsio::rename(tmp, dest)?;
+        atomic::rename(tmp, dest)?;
     }
-    fsio::sync_path(dir)?;
+    atomic::sync_path(dir)?;
     let mut side = String::new();
     let mut part_digests = Vec::new();
     for (_, dest, h, len) in &parts {
@@ -493,7 +494,7 @@ fn write_archive(
     }
     side.push_str(&format!("{whole}  {}\n", w.base_name));
     let sidecar = sidecar_path(out);
-    if !fsio::write_atomic_new(&sidecar, side.as_bytes(), 0o644)? {
+    if !atomic::write_atomic_new(&sidecar, side.as_bytes(), 0o644)? {
         return Err(Error::Conflict(format!(
             "{} appeared while the archive was written",
             sidecar.display()
@@ -664,7 +665,7 @@ pub fn parse_manifest(data: &[u8]) -> Result<Manifest> {
         return Err(bad_field("created", "longer than a timestamp"));
     }
     for (name, rc) in &m.roots {
-        crate::util::check_name("root", name).map_err(|e| bad_field("roots", e))?;
+        crate::store::refs::check_name("root", name).map_err(|e| bad_field("roots", e))?;
         crate::store::check_root_path(name, &rc.path)
             .map_err(|e| bad_field(&format!("roots.{name}.path"), e))?;
         if rc.exclude.len() > MAX_EXCLUDES || rc.exclude.iter().any(|p| p.len() > 4096) {
@@ -688,7 +689,7 @@ pub fn parse_manifest(data: &[u8]) -> Result<Manifest> {
         }
     }
     for (name, b) in &m.branches {
-        crate::util::check_name("branch", name).map_err(|e| bad_field("branches", e))?;
+        crate::store::refs::check_name("branch", name).map_err(|e| bad_field("branches", e))?;
         if !BRANCH_STATES.contains(&b.state.as_str()) {
             return Err(bad_field(
                 &format!("branches.{name}.state"),
@@ -697,7 +698,7 @@ pub fn parse_manifest(data: &[u8]) -> Result<Manifest> {
         }
     }
     for name in m.labels.keys() {
-        crate::util::check_name("label", name).map_err(|e| bad_field("labels", e))?;
+        crate::store::refs::check_name("label", name).map_err(|e| bad_field("labels", e))?;
         if m.branches.contains_key(name) {
             return Err(bad_field(
                 &format!("labels.{name}"),
@@ -1286,7 +1287,7 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
             if store.checkpoint_path(id).exists() {
                 report.checkpoints_present += 1;
             } else {
-                fsio::write_atomic_new(&store.checkpoint_path(id), data, 0o444)?;
+                atomic::write_atomic_new(&store.checkpoint_path(id), data, 0o444)?;
                 report.checkpoints_new += 1;
             }
         }

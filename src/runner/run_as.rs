@@ -21,8 +21,8 @@ use std::os::unix::fs::MetadataExt;
 use nix::unistd::{Gid, Uid, User};
 
 use crate::error::{Error, Result};
+use crate::fs::sys::Credentials;
 use crate::store::Store;
-use crate::sys::Credentials;
 
 /// What the command line asked for.
 #[derive(Clone, Debug, Default)]

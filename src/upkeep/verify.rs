@@ -240,7 +240,7 @@ enum Expected {
     Branches,
     /// `refs/labels/`: `NAME`.
     Labels,
-    /// `refs/forgotten/`: tombstones `<64 hex>.json` (see `ops::forget`).
+    /// `refs/forgotten/`: tombstones `<64 hex>.json` (see `upkeep::forget`).
     Tombstones,
 }
 
@@ -362,11 +362,11 @@ fn scan_dir(root: &Path, rel: &Path, expected: Expected, out: &mut Vec<Finding>)
             Expected::Branches => {
                 let valid = n
                     .strip_suffix(".json")
-                    .is_some_and(|b| crate::util::check_name("branch", b).is_ok());
+                    .is_some_and(|b| crate::store::refs::check_name("branch", b).is_ok());
                 (valid || temp, false, None)
             }
             Expected::Labels => (
-                crate::util::check_name("label", n).is_ok() || temp,
+                crate::store::refs::check_name("label", n).is_ok() || temp,
                 false,
                 None,
             ),

@@ -4,7 +4,7 @@
 //! A side is a [`Side`]: a stored checkpoint's roots, or a live tree (a workspace's merge, a
 //! plain directory's capture) built by a dry run, whose new trees are held in memory beside
 //! the store's. Contents for `--patch` come from the store, or, for files a dry run hashed but
-//! did not store, from the live directory, read through [`safe::Dir`](crate::safe::Dir).
+//! did not store, from the live directory, read through [`safe::Dir`](crate::fs::safe::Dir).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
@@ -143,7 +143,7 @@ impl Side {
                 "{path}: a chunk of this file is missing from the store (run `ckptfs verify`)"
             )));
         };
-        let top = crate::safe::Dir::open(dir)?;
+        let top = crate::fs::safe::Dir::open(dir)?;
         let (mut f, st) = top.open_file(rel)?;
         let mut out = Vec::new();
         (&mut f)

@@ -9,7 +9,7 @@
 //! rollback (both keep the store consistent at every step: rerun them to finish). A checkpoint
 //! that died holding writers has its cgroups thawed, and its store's filesystem
 //! (`--freeze-fs`) before anything else, since every write there would wait. A turn whose
-//! runner died is recorded as `crashed` once no process of it is left (`ops::turn`).
+//! runner died is recorded as `crashed` once no process of it is left (`runner::turn`).
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -18,10 +18,10 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::ops::inventory;
-use crate::safe::Dir;
+use crate::fs::safe::Dir;
 use crate::store::lock::pid_alive;
 use crate::store::Store;
+use crate::upkeep::inventory;
 
 /// What recover did.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -61,7 +61,7 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
         if m.op == "restore" {
             report
                 .actions
-                .extend(crate::ops::restore::roll_back_marker(&m.phase)?);
+                .extend(crate::transfer::restore::roll_back_marker(&m.phase)?);
         }
         if m.op == "switch" {
             if let Ok(phase) =
@@ -91,13 +91,13 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
         if m.op == "turn" {
             report
                 .actions
-                .extend(crate::ops::turn::recover_turn(store, m)?);
+                .extend(crate::runner::turn::recover_turn(store, m)?);
         }
         if m.op == "archive" {
             let dir = m.phase.get("temp_dir").and_then(|d| d.as_str());
             let prefix = m.phase.get("temp_prefix").and_then(|d| d.as_str());
             if let (Some(dir), Some(prefix)) = (dir, prefix) {
-                for t in inventory::list_dir(Path::new(dir))? {
+                for t in crate::fs::list_dir(Path::new(dir))? {
                     let ours = t
                         .file_name()
                         .is_some_and(|n| n.to_string_lossy().starts_with(prefix));

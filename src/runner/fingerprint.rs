@@ -49,7 +49,7 @@ const MAX_OUTPUT: u64 = 1 << 20;
 pub const MAX_DECLARED: usize = 64;
 /// The PATH a declared command runs with, and where a bare name in an older declaration is
 /// looked up: system directories only.
-pub const SYSTEM_PATH: &str = crate::util::SYSTEM_PATH;
+pub const SYSTEM_PATH: &str = crate::fs::programs::SYSTEM_PATH;
 /// The whole environment of a declared command (nothing of the caller's is passed on).
 pub const COMMAND_ENV: [(&str, &str); 3] = [("PATH", SYSTEM_PATH), ("LC_ALL", "C"), ("HOME", "/")];
 /// The shell a declared line with shell syntax runs in.
@@ -99,7 +99,7 @@ pub fn platform() -> BTreeMap<String, String> {
             out.insert("os".into(), format!("unknown ({e})"));
         }
     }
-    out.insert("libc".into(), crate::sys::libc_version());
+    out.insert("libc".into(), crate::fs::sys::libc_version());
     out
 }
 
@@ -109,7 +109,7 @@ pub fn platform() -> BTreeMap<String, String> {
 /// `Usage` naming the entry at fault.
 pub fn check_decl(d: &RuntimeDecl) -> Result<()> {
     for (b, own) in &d.branches {
-        crate::util::check_name("branch", b)?;
+        crate::store::refs::check_name("branch", b)?;
         if !own.branches.is_empty() {
             return Err(Error::Usage(format!(
                 "the runtime declaration of branch {b} declares branches of its own"
@@ -259,7 +259,7 @@ fn hash_file(p: &Path) -> Result<String> {
         (Some(d), Some(n)) => (d, n),
         _ => return Err(Error::Invalid(format!("{} is not a file", p.display()))),
     };
-    let (mut f, _) = crate::safe::Dir::open(parent)?.open_file(name)?;
+    let (mut f, _) = crate::fs::safe::Dir::open(parent)?.open_file(name)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {
@@ -443,7 +443,7 @@ pub fn check_branch(store: &Store, branch: &str, what: &str, accept: bool) -> Re
         )));
     }
     store.append_audit(&serde_json::json!({
-        "time": crate::util::format_utc(crate::util::now_ns()),
+        "time": crate::text::time::format_utc(crate::text::time::now_ns()),
         "op": "accept-runtime-change", "pid": std::process::id(),
         "args": {"branch": branch, "for": what, "recorded_in": id},
         "ok": true, "result": {"differences": differences},
@@ -474,7 +474,7 @@ pub fn declare(store: &Store, branch: Option<&str>, decl: &RuntimeDecl) -> Resul
     check_decl(&files_and_commands)?;
     let roots = root_paths(store);
     if let Some(b) = branch {
-        crate::util::check_name("branch", b)?;
+        crate::store::refs::check_name("branch", b)?;
     }
     let files_and_commands = resolve_decl(&files_and_commands, &roots)?;
     let args =

@@ -71,7 +71,7 @@ impl EntryInfo {
         EntryInfo {
             kind: e.kind_name(),
             size: e.size,
-            mode: crate::util::mode_octal(e.mode),
+            mode: crate::units::mode_octal(e.mode),
             uid: e.uid,
             gid: e.gid,
             mtime_ns: e.mtime_ns,
@@ -127,7 +127,7 @@ pub struct HistoryReport {
 
 /// The checkpoints to search, oldest first.
 fn selected(store: &Store, opts: &FindOptions) -> Result<Vec<(ObjectId, Checkpoint)>> {
-    let h = crate::ops::history::history(store, opts.branch.as_deref())?;
+    let h = crate::history::timeline::history(store, opts.branch.as_deref())?;
     for p in &h.problems {
         log::warn!("find: {p}");
     }
@@ -152,8 +152,8 @@ fn reference(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> Ch
         id: *id,
         branch: c.branch.clone(),
         time_ns: c.time_ns,
-        time_rfc3339: crate::util::format_rfc3339(c.time_ns),
-        labels: crate::ops::history::labels_of(labels, id),
+        time_rfc3339: crate::text::time::format_rfc3339(c.time_ns),
+        labels: crate::history::timeline::labels_of(labels, id),
     }
 }
 

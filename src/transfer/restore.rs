@@ -42,13 +42,13 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
+use crate::fs::safe::{Dir, Stat};
+use crate::history::walk::Located;
 use crate::id::ObjectId;
 use crate::meta::{apply_meta_at, apply_meta_fd, Meta};
-use crate::ops::walk::Located;
 use crate::progress::Progress;
-use crate::safe::{Dir, Stat};
 use crate::store::exclude::Excluder;
-use crate::store::fsio;
 use crate::store::tree::{Chunk, Entry, EntryKind};
 use crate::store::Store;
 
@@ -700,7 +700,7 @@ fn run(
             if let Some((name, dir)) = &j.staging {
                 remove_staging(&j.target, name, dir);
             }
-            fsio::fault_point("fsync").map_err(|e| Error::io(&j.target.parent_real, e))?;
+            atomic::fault_point("fsync").map_err(|e| Error::io(&j.target.parent_real, e))?;
             j.target.parent.sync()?;
             if let Some(d) = &j.displaced {
                 d.sync()?;
@@ -793,7 +793,7 @@ fn stage(
         }
     }
     job.phase.staged_id = staging.stat(tree_name)?.map(|st| EntryId::of(&st));
-    fsio::fault_point("syncfs").map_err(|e| Error::io(staging.path(), e))?;
+    atomic::fault_point("syncfs").map_err(|e| Error::io(staging.path(), e))?;
     staging.sync_filesystem()?;
     record(jobs, false)
 }
@@ -821,7 +821,7 @@ fn swap(
     }
     jobs[i].phase.swapped = true;
     record(jobs, false)?;
-    fsio::fault_point("rename").map_err(|e| Error::io(&real, e))?;
+    atomic::fault_point("rename").map_err(|e| Error::io(&real, e))?;
     let job = &jobs[i];
     let Some((_, staging)) = &job.staging else {
         return Err(Error::Invalid(format!(
@@ -849,12 +849,13 @@ fn move_aside(
     let real = jobs[i].phase.dir.clone();
     jobs[i].phase.aside_id = Some(EntryId::of(st));
     if jobs[i].displaced.is_some() {
-        let p = store.displaced_restore_path(&jobs[i].root, &jobs[i].path, crate::util::now_ns());
+        let p =
+            store.displaced_restore_path(&jobs[i].root, &jobs[i].path, crate::text::time::now_ns());
         let name = p.file_name().unwrap_or_default().to_os_string();
         jobs[i].phase.aside = Some(p);
         jobs[i].phase.aside_in_store = true;
         record(jobs, false)?;
-        fsio::fault_point("rename").map_err(|e| Error::io(&real, e))?;
+        atomic::fault_point("rename").map_err(|e| Error::io(&real, e))?;
         let job = &jobs[i];
         let Some(dir) = &job.displaced else {
             return Ok(());
@@ -877,14 +878,18 @@ fn move_aside(
     jobs[i].phase.aside = Some(jobs[i].target.in_parent(&aside));
     jobs[i].phase.aside_in_store = false;
     record(jobs, false)?;
-    fsio::fault_point("rename").map_err(|e| Error::io(&real, e))?;
+    atomic::fault_point("rename").map_err(|e| Error::io(&real, e))?;
     let t = &jobs[i].target;
     t.parent.rename(&t.name, &t.parent, &aside, false)
 }
 
 /// `.ckptfs-restore-<pid>-<8 hex>`: fixed length, whatever DIR's name.
 fn staging_name(attempt: u32) -> String {
-    let seed = format!("{}-{}-{attempt}", std::process::id(), crate::util::now_ns());
+    let seed = format!(
+        "{}-{}-{attempt}",
+        std::process::id(),
+        crate::text::time::now_ns()
+    );
     let hex = ObjectId::of(seed.as_bytes()).to_hex();
     format!("{STAGING_PREFIX}{}-{}", std::process::id(), &hex[..8])
 }
@@ -893,7 +898,7 @@ fn staging_name(attempt: u32) -> String {
 fn aside_name(base: &OsStr) -> OsString {
     let suffix = format!(
         ".ckptfs-aside-{}-{}",
-        crate::util::format_utc(crate::util::now_ns()).replace(':', ""),
+        crate::text::time::format_utc(crate::text::time::now_ns()).replace(':', ""),
         std::process::id()
     );
     let keep = NAME_MAX.saturating_sub(suffix.len());

@@ -34,11 +34,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::fs::safe::{is_swapped, Dir, Kind, Stat};
 use crate::id::ObjectId;
 use crate::ingest::reader::{read_files, split_cached, FileData, FileJob, OnChange, Progress};
 use crate::ingest::snapshot::Snapshots;
 use crate::meta::{dir_entry, entry_of, mtime_ns, special_file_error, stat_key, symlink_entry};
-use crate::safe::{is_swapped, Dir, Kind, Stat};
 use crate::store::checkpoint::RootRecord;
 use crate::store::exclude::Excluder;
 use crate::store::object::ObjectBatch;

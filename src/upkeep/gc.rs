@@ -52,13 +52,16 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::fs::atomic;
+use crate::fs::mountinfo::MountEntry;
+use crate::fs::{file_name, list_dir};
 use crate::id::ObjectId;
-use crate::mountinfo::MountEntry;
-use crate::ops::inventory::{self, file_name, list_dir, object_files};
 use crate::progress::Progress;
 use crate::store::checkpoint::Checkpoint;
+use crate::store::object::object_files;
 use crate::store::tree::{EntryKind, Tree};
-use crate::store::{fsio, RetentionPolicy, Store};
+use crate::store::{RetentionPolicy, Store};
+use crate::upkeep::inventory;
 
 const NS_PER_HOUR: i64 = 3_600 * 1_000_000_000;
 const NS_PER_DAY: i64 = 24 * NS_PER_HOUR;
@@ -383,11 +386,11 @@ pub fn select_by_policy(
             (t.div_euclid(NS_PER_DAY) + 3).div_euclid(7)
         }),
         (policy.keep_monthly, KeepReason::Monthly, |t| {
-            let (y, m) = crate::util::utc_year_month(t);
+            let (y, m) = crate::text::time::utc_year_month(t);
             y * 12 + i64::from(m)
         }),
         (policy.keep_yearly, KeepReason::Yearly, |t| {
-            crate::util::utc_year_month(t).0
+            crate::text::time::utc_year_month(t).0
         }),
     ];
     for (n, why, bucket) in buckets {
@@ -684,9 +687,9 @@ fn decide(
             let d = CheckpointDecision {
                 id: *id,
                 branch: c.branch.clone(),
-                time: crate::util::format_rfc3339(c.time_ns),
+                time: crate::text::time::format_rfc3339(c.time_ns),
                 label: c.label.clone(),
-                labels: crate::ops::history::labels_of(labels, id),
+                labels: crate::history::timeline::labels_of(labels, id),
                 message: c.message.lines().next().unwrap_or("").to_string(),
                 kept: reasons,
                 pruned,
@@ -716,7 +719,7 @@ fn prune_records(
             report.pruned.push(PrunedCheckpoint {
                 id: *id,
                 branch: c.branch.clone(),
-                time: crate::util::format_rfc3339(c.time_ns),
+                time: crate::text::time::format_rfc3339(c.time_ns),
             });
             paths.push(store.checkpoint_path(id));
         }
@@ -803,7 +806,7 @@ fn collect_garbage(
     retention: &Retention,
     report: &mut GcReport,
 ) -> Result<Vec<(PathBuf, bool, Garbage)>> {
-    let mounted: Vec<MountEntry> = crate::mountinfo::mounts().unwrap_or_default();
+    let mounted: Vec<MountEntry> = crate::fs::mountinfo::mounts().unwrap_or_default();
     let mut paths: Vec<(PathBuf, bool, Garbage)> = Vec::new();
     if opts.clear_cache {
         for p in list_dir(&store.cache_dir())? {
@@ -878,27 +881,27 @@ pub fn apply_gc(store: &Store, plan: GcPlan) -> Result<GcReport> {
     let total = plan.records.len() + plan.objects.len() + plan.paths.len();
     let progress = Progress::items("gc delete", "files", Some(total as u64));
     for p in &plan.records {
-        fsio::remove_file(p)?;
+        atomic::remove_file(p)?;
         progress.add_items(1);
     }
     if !plan.records.is_empty() {
-        fsio::sync_path(&store.checkpoints_dir())?;
+        atomic::sync_path(&store.checkpoints_dir())?;
     }
     for p in &plan.objects {
-        fsio::remove_file(p)?;
+        atomic::remove_file(p)?;
         progress.add_items(1);
     }
     for (p, is_dir) in &plan.paths {
         if *is_dir {
-            fsio::remove_dir_all(p)?;
+            atomic::remove_dir_all(p)?;
         } else {
-            fsio::remove_file(p)?;
+            atomic::remove_file(p)?;
         }
         progress.add_items(1);
     }
     progress.finish();
     if !plan.objects.is_empty() || !plan.paths.is_empty() {
-        fsio::sync_filesystem(store.root())?;
+        atomic::sync_filesystem(store.root())?;
     }
     Ok(plan.report)
 }

@@ -9,7 +9,8 @@ use crate::id::ObjectId;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::refs::{NamedId, Tombstone};
 use crate::store::Store;
-use crate::util::{format_local, format_rfc3339};
+use crate::text::time::format_local;
+use crate::text::time::format_rfc3339;
 
 /// The checkpoints `log` lists, in order.
 #[derive(Clone, Debug, Default)]

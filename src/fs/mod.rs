@@ -1,0 +1,44 @@
+//! The ground floor: how ckptfs touches a filesystem.
+//!
+//! - [`safe`]: every path operation on a tree an agent can write (directory fds, `*at` calls,
+//!   no symlink followed, non-blocking opens).
+//! - [`atomic`]: the durable write path (temp name, sync, rename, directory sync) with its
+//!   fault injection for crash tests.
+//! - [`mountinfo`]: the mount table; [`programs`]: the system programs ckptfs starts.
+//! - [`sys`]: the few libc calls without a safe wrapper; the only module allowed `unsafe`.
+
+pub mod atomic;
+pub mod mountinfo;
+pub mod programs;
+pub mod safe;
+pub mod sys;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Entries of `dir` (empty when it does not exist), sorted.
+///
+/// # Errors
+/// I/O reading the directory.
+pub fn list_dir(dir: &Path) -> Result<Vec<PathBuf>> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    let mut out = Vec::new();
+    for ent in rd {
+        out.push(ent.map_err(|e| Error::io(dir, e))?.path());
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The last component of `p`, lossily as text ("" for none).
+pub fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
