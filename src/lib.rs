@@ -42,6 +42,6 @@ pub mod upkeep;
 pub mod view;
 pub mod workspace;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use id::ObjectId;
 pub use store::Store;

@@ -81,14 +81,8 @@ fn euid() -> u32 {
 /// What every refusal of [`check_store`] says after the store's path.
 const NOT_TRUSTED: &str = " is not trusted: ";
 
-/// Whether `e` is [`check_store`]'s refusal (for `doctor`, which reports it as a security
-/// finding rather than a format one).
-pub fn is_untrusted(e: &Error) -> bool {
-    matches!(e, Error::Invalid(m) if m.starts_with("store ") && m.contains(NOT_TRUSTED))
-}
-
 fn untrusted(path: &Path, why: impl std::fmt::Display) -> Error {
-    Error::Invalid(format!(
+    Error::Untrusted(format!(
         "store {}{NOT_TRUSTED}{why}; ckptfs opens only stores that the invoking user or \
          root owns, that others cannot write, outside any workspace or root (docs/cli.md, \
          \"Finding the store\")",

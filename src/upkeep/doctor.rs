@@ -209,7 +209,7 @@ pub fn doctor(path: &Path) -> Result<DoctorReport> {
     };
     let store = match Store::open_to_repair(&root) {
         Ok(s) => s,
-        Err(e) if crate::store::trust::is_untrusted(&e) => {
+        Err(e) if e.kind() == crate::error::ErrorKind::Untrusted => {
             report.findings.push(Finding::new(
                 Severity::Error,
                 Check::Security,
