@@ -12,6 +12,7 @@
 //! one rule, docs/cli.md); `table` lays out text tables. `-q`/`--quiet` and `--json` turn
 //! progress bars off (`ckptfs::progress`).
 
+mod args;
 mod find;
 mod fingerprint;
 mod forget;
@@ -286,7 +287,7 @@ pub enum Command {
     /// branches, reflink snapshots left by a failed checkpoint, and stale caches. Never
     /// touches refs, labels, branch heads or what a live pin (mount, view, capture) reaches.
     /// --dry-run prints the same report without deleting.
-    Gc(health::GcArgs),
+    Gc(args::GcArgs),
     /// Export checkpoints or branches (or --all) to one portable file: zstd-compressed tar with
     /// a manifest, records and objects; prints its SHA-256 and writes FILE.sha256.
     ///

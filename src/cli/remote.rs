@@ -457,7 +457,7 @@ pub fn run_verify_remote(store: &std::path::Path, name: &str, json: bool) -> Res
 }
 
 /// `gc --remote NAME [--dry-run] [--max-unused LIMIT] [--repack-small] [--max-repack-size SIZE]`.
-pub fn run_gc_remote(a: &super::health::GcArgs, name: &str) -> Result<i32> {
+pub fn run_gc_remote(a: &super::args::GcArgs, name: &str) -> Result<i32> {
     let max_unused = match &a.max_unused {
         Some(m) => m.parse::<prune::MaxUnused>()?,
         None => prune::MaxUnused::default(),

@@ -72,7 +72,7 @@ pub struct CaptureArgs {
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
     #[command(flatten)]
-    pub meta: super::turn::MetaArgs,
+    pub meta: super::args::MetaArgs,
     #[command(flatten)]
     pub json: JsonFlag,
 }

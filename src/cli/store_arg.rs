@@ -26,7 +26,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use ckptfs::{Error, Result, Store};
+use ckptfs::{Error, Result};
 
 /// The environment variable naming the store.
 pub const ENV: &str = "CKPTFS_STORE";
@@ -90,15 +90,6 @@ pub fn annotate(cmd: clap::Command) -> clap::Command {
     cmd
 }
 
-/// Whether `p` names a store directory: it holds a regular `STORE.json` (not followed) and
-/// is not at or under a ckptfs mount (there it is an agent's file, and `p` a workspace).
-/// Whether the store is trusted is [`Store::open`]'s to say.
-pub fn is_store(p: &Path) -> bool {
-    std::fs::symlink_metadata(p.join(ckptfs::store::CONFIG_FILE)).is_ok_and(|m| m.is_file())
-        && ckptfs::store::absolute(p)
-            .is_ok_and(|a| ckptfs::store::trust::ckptfs_mount_around(&a).is_ok_and(|m| m.is_none()))
-}
-
 /// The one-line error when no store is given or found.
 pub fn no_store() -> Error {
     Error::Usage(format!(
@@ -131,55 +122,11 @@ pub fn implicit(flag: Option<&OsStr>) -> Option<Implicit> {
         return Some(Implicit::Env(PathBuf::from(e)));
     }
     let cwd = std::env::current_dir().ok()?;
-    discover(&cwd).map(|(store, mountpoint, workspace)| Implicit::Mount {
+    ckptfs::workspace::place::discover(&cwd).map(|(store, mountpoint, workspace)| Implicit::Mount {
         store,
         mountpoint,
         workspace,
     })
-}
-
-/// The store of the ckptfs mount `dir` is in: the nearest mount above `dir` whose source names
-/// a store (`ckptfs:<store>:...`, or fstab's `<store>#...`), confirmed by the store's own
-/// records of that mount (its workspace state, or a view daemon's state file), so a FUSE
-/// mount that merely calls itself ckptfs is not believed.
-///
-/// Returns the store, the mountpoint and whether it is a workspace (else a view).
-pub fn discover(dir: &Path) -> Option<(PathBuf, PathBuf, bool)> {
-    let mut candidates: Vec<_> = ckptfs::fs::mountinfo::mounts()
-        .ok()?
-        .into_iter()
-        .filter(|m| dir.starts_with(&m.mountpoint))
-        .collect();
-    // Deepest first; among mounts stacked on one path, the last (visible) one.
-    candidates.reverse();
-    candidates.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.components().count()));
-    for m in candidates {
-        let workspace = m.fstype == "overlay";
-        if !workspace && m.fstype != ckptfs::daemon::FSTYPE {
-            continue;
-        }
-        let Some(store_path) = ckptfs::daemon::store_of_source(&m.source) else {
-            continue;
-        };
-        let Ok(store) = Store::open(&store_path) else {
-            continue;
-        };
-        let recorded = if workspace {
-            ckptfs::workspace::find_by_path(&store, &m.mountpoint)
-                .ok()
-                .flatten()
-                .is_some_and(|st| st.roots.values().any(|r| r.mountpoint == m.mountpoint))
-        } else {
-            ckptfs::daemon::list(&store).ok().is_some_and(|l| {
-                l.iter()
-                    .any(|v| v.mountpoint == m.mountpoint && v.state.is_some())
-            })
-        };
-        if recorded {
-            return Some((store.root().to_path_buf(), m.mountpoint, workspace));
-        }
-    }
-    None
 }
 
 /// What a scan of the command line found.
@@ -307,7 +254,10 @@ pub fn complete(root: &clap::Command, args: Vec<OsString>) -> Result<Vec<OsStrin
     if kind == Kind::Place && given.is_some() {
         return Ok(args);
     }
-    if given.as_deref().is_some_and(is_store) {
+    if given
+        .as_deref()
+        .is_some_and(ckptfs::workspace::place::is_store)
+    {
         return Ok(args);
     }
     let fill = match implicit(s.flag.as_deref()) {
@@ -371,7 +321,7 @@ pub fn unarchive_order(
             (true, false) => Ok((first, second)),
             // Neither is there: the import names the missing archive; which one it is
             // follows the store, if one of them is, else the old FILE STORE order.
-            (false, false) if is_store(&first) => Ok((second, first)),
+            (false, false) if ckptfs::workspace::place::is_store(&first) => Ok((second, first)),
             (false, false) => Ok((first, second)),
         },
         None => match implicit(flag.map(Path::as_os_str)) {

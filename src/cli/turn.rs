@@ -2,79 +2,16 @@
 //! `checkpoint`, `capture` and `turn` share, `log --turns`, and the turn line of `status`.
 //! The contract is docs/runner.md; the composition is `ckptfs::runner::turn`.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use ckptfs::runner::run_as::RunAsOptions;
 use ckptfs::runner::turn::{self, TurnOptions};
-use ckptfs::store::checkpoint::{check_meta, check_meta_key};
 use ckptfs::{Error, Result, Store};
 
+use super::args::{MetaArgs, RunAsArgs};
 use super::json::rfc3339_of_utc;
 use super::print_json;
-
-/// `--meta` and `--meta-file`.
-#[derive(Args, Debug, Default)]
-pub struct MetaArgs {
-    /// Record KEY=VALUE in the checkpoint (repeatable; VALUE is a string, may be empty).
-    /// Keys: letters, digits, '_', '.', '-' (at most 128 bytes); at most 256 keys and
-    /// 64 KiB in all. Shown by `show` and `log` (and their --json), selected by `log --meta`.
-    #[arg(long = "meta", value_name = "KEY=VALUE")]
-    pub meta: Vec<String>,
-    /// Record every key of the JSON object in FILE ('-': stdin); values are strings,
-    /// numbers, booleans or null. `--meta` wins over a key given in both. `turn` reads it
-    /// once COMMAND has exited 0 (a missing file is no metadata), so the agent can write
-    /// its final reply there.
-    #[arg(long, value_name = "FILE.json")]
-    pub meta_file: Option<PathBuf>,
-}
-
-impl MetaArgs {
-    /// The metadata the arguments give, checked.
-    ///
-    /// # Errors
-    /// `Usage` naming the argument, key or file at fault.
-    pub fn to_map(&self) -> Result<BTreeMap<String, serde_json::Value>> {
-        let mut out = BTreeMap::new();
-        if let Some(f) = &self.meta_file {
-            out = turn::read_meta_file(f)?;
-        }
-        for kv in &self.meta {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| Error::Usage(format!("--meta {kv:?}: expected KEY=VALUE")))?;
-            check_meta_key(k)?;
-            out.insert(k.to_string(), serde_json::Value::String(v.to_string()));
-        }
-        check_meta(&out)?;
-        Ok(out)
-    }
-}
-
-/// `--user` and `--as-root` of `turn` and `exec`.
-#[derive(Args, Debug, Default)]
-pub struct RunAsArgs {
-    /// Run COMMAND as USER (a name or uid), with its primary and supplementary groups and
-    /// its HOME, USER and LOGNAME. Default: the owner of the workspace's (first) root
-    /// directory; refused when that is root (see docs/runner.md). Only root can switch.
-    #[arg(long, value_name = "USER", conflicts_with = "as_root")]
-    pub user: Option<String>,
-    /// Run COMMAND as root (the agent then has root's power over the machine): only when
-    /// asked, never by default.
-    #[arg(long)]
-    pub as_root: bool,
-}
-
-impl RunAsArgs {
-    pub fn options(&self) -> RunAsOptions {
-        RunAsOptions {
-            user: self.user.clone(),
-            as_root: self.as_root,
-        }
-    }
-}
 
 /// `turn` arguments.
 #[derive(Args, Debug)]
@@ -120,12 +57,6 @@ pub struct TurnArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
-/// Resolves `MOUNTPOINT|STORE [--branch B]`: a path in a mounted workspace is that workspace,
-/// never a store (see `workspace::resolve_place`).
-fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
-    super::workspace::target(place, branch)
-}
-
 /// `ckptfs turn`.
 pub fn run_turn(a: TurnArgs) -> Result<i32> {
     // The file is read after COMMAND: only the flags now.
@@ -139,7 +70,7 @@ pub fn run_turn(a: TurnArgs) -> Result<i32> {
             "turn reads --meta-file after COMMAND, whose stdin is its own: give a file".into(),
         ));
     }
-    let (s, branch) = target(&a.place, a.branch.as_deref())?;
+    let (s, branch) = ckptfs::workspace::place::target(&a.place, a.branch.as_deref())?;
     let r = turn::run(
         &s,
         &TurnOptions {

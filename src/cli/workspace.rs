@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use ckptfs::id::ObjectId;
 use ckptfs::text::time::local_of_utc;
 use ckptfs::units::human_bytes;
-use ckptfs::workspace::{self, DirtyPolicy, Hold, MountOptions};
+use ckptfs::workspace::{self, place, DirtyPolicy, Hold, MountOptions};
 use ckptfs::{Error, Result, Store};
 
 use super::table::Table;
@@ -66,7 +66,7 @@ pub struct CheckpointArgs {
     #[arg(long)]
     pub no_fold: bool,
     #[command(flatten)]
-    pub meta: super::turn::MetaArgs,
+    pub meta: super::args::MetaArgs,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -90,7 +90,7 @@ pub struct ExecArgs {
     #[arg(long)]
     pub accept_runtime_change: bool,
     #[command(flatten)]
-    pub run_as: super::turn::RunAsArgs,
+    pub run_as: super::args::RunAsArgs,
 }
 
 /// `switch` arguments.
@@ -304,100 +304,6 @@ pub fn mount_branch(a: &super::view::MountArgs, branch: &str) -> Result<i32> {
     Ok(0)
 }
 
-/// Finds the workspace a path belongs to, searching the store given or the stores named in
-/// mountinfo (`ckptfs:<store>:<branch>` sources).
-pub fn find_workspace(path: &Path) -> Result<(Store, workspace::WorkspaceState)> {
-    let abs = ckptfs::store::absolute(path)?;
-    for m in ckptfs::fs::mountinfo::mounts()?.iter().rev() {
-        if m.fstype != "overlay" || !abs.starts_with(&m.mountpoint) {
-            continue;
-        }
-        let Some(rest) = m.source.strip_prefix("ckptfs:") else {
-            continue;
-        };
-        let Some((store_path, _branch)) = rest.rsplit_once(':') else {
-            continue;
-        };
-        let s = Store::open(Path::new(store_path))?;
-        if let Some(st) = workspace::find_by_path(&s, &m.mountpoint)? {
-            return Ok((s, st));
-        }
-    }
-    Err(Error::NotFound(format!(
-        "{} is not in a mounted ckptfs workspace",
-        abs.display()
-    )))
-}
-
-/// What a `MOUNTPOINT|STORE` argument names.
-pub enum Place {
-    /// A store directory (trusted: [`Store::open`] checked it).
-    Store(Store),
-    /// A mounted workspace, found through the kernel's mount table and confirmed by its
-    /// store's records.
-    Workspace(Store, workspace::WorkspaceState),
-}
-
-/// Resolves a `MOUNTPOINT|STORE`: a path at or under a ckptfs mount is a workspace, never a
-/// store, whatever files it holds (they are the agent's); else a directory holding
-/// `STORE.json` is a store (refused unless trusted); else the workspace the path is in.
-///
-/// # Errors
-/// The store's refusal; `NotFound` when the path is in no mounted workspace.
-pub fn resolve_place(place: &Path) -> Result<Place> {
-    let abs = ckptfs::store::absolute(place)?;
-    let mounted = ckptfs::store::trust::ckptfs_mount_around(&abs)?.is_some();
-    if !mounted && super::store_arg::is_store(&abs) {
-        return Ok(Place::Store(Store::open(&abs)?));
-    }
-    let (s, st) = find_workspace(&abs)?;
-    Ok(Place::Workspace(s, st))
-}
-
-/// Resolves `MOUNTPOINT|STORE [--branch B]` (see [`resolve_place`]) to a store and branch;
-/// a branch given with a store need not be mounted.
-///
-/// # Errors
-/// As [`resolve_place`]; `Usage` when a store has no single mounted workspace and no branch
-/// is named, or the workspace shows another branch than the one named.
-pub fn target(place: &Path, branch: Option<&str>) -> Result<(Store, String)> {
-    match resolve_place(place)? {
-        Place::Store(s) => {
-            if let Some(b) = branch {
-                return Ok((s, b.to_string()));
-            }
-            let live: Vec<String> = workspace::states(&s)?
-                .into_iter()
-                .map(|st| st.branch)
-                .collect();
-            match live.as_slice() {
-                [one] => {
-                    let b = one.clone();
-                    Ok((s, b))
-                }
-                _ => Err(Error::Usage(format!(
-                    "{}: name the branch with --branch (mounted: {})",
-                    place.display(),
-                    if live.is_empty() {
-                        "none".into()
-                    } else {
-                        live.join(", ")
-                    }
-                ))),
-            }
-        }
-        Place::Workspace(_, st) if branch.is_some_and(|b| b != st.branch) => {
-            Err(Error::Usage(format!(
-                "{} shows branch {}, not {}",
-                place.display(),
-                st.branch,
-                branch.unwrap_or_default()
-            )))
-        }
-        Place::Workspace(s, st) => Ok((s, st.branch)),
-    }
-}
-
 /// `ckptfs exec`: joins the workspace's cgroup, becomes the agent's user (see
 /// `runner::run_as`), then becomes COMMAND, so its exit status
 /// (and a death by signal, which a shell shows as 128+N) is the command's own. Only returns
@@ -414,7 +320,7 @@ pub fn exec(
     let Some((program, args)) = command.split_first() else {
         return Err(Error::Usage("exec needs a command after --".into()));
     };
-    let (s, b) = target(place, branch)?;
+    let (s, b) = place::target(place, branch)?;
     super::fingerprint::check_resume(&s, &b, "exec in", accept_runtime_change)?;
     let who = ckptfs::runner::run_as::resolve(&s, &b, run_as)?;
     let cgroup = workspace::agent_cgroup(&s, &b)?;
@@ -458,7 +364,7 @@ fn exec_failure_code(program: &Path, err: &std::io::Error) -> i32 {
 pub const NO_FOLD: &str = "--no-fold";
 
 pub fn checkpoint(a: &CheckpointArgs, hold: &Hold) -> Result<i32> {
-    let (s, b) = target(&a.place, a.branch.as_deref())?;
+    let (s, b) = place::target(&a.place, a.branch.as_deref())?;
     let ann = ckptfs::store::checkpoint::Annotations {
         meta: a.meta.to_map()?,
         ..Default::default()
@@ -588,7 +494,7 @@ pub fn switch(
         (false, true) => DirtyPolicy::Discard,
         (false, false) => DirtyPolicy::Refuse,
     };
-    let (s, st) = find_workspace(mountpoint)?;
+    let (s, st) = place::find_workspace(mountpoint)?;
     let r = workspace::switch_killing(&s, &st.branch, to, policy, name, kill)?;
     // As `mount --branch`: wait (bounded) for the lower view's warm-up of the new base, so
     // the first walk after the switch finds its entries cached.
@@ -663,7 +569,7 @@ pub fn fork(store: &Path, checkpoint: &str, name: &str) -> Result<i32> {
 
 /// Umount of a workspace mountpoint; `Ok(None)` when the path is not a workspace.
 pub fn umount(mountpoint: &Path, kill: bool) -> Result<Option<i32>> {
-    let Ok((s, st)) = find_workspace(mountpoint) else {
+    let Ok((s, st)) = place::find_workspace(mountpoint) else {
         return Ok(None);
     };
     // The same definition of dirty as status and switch (an error telling it is not fatal).
@@ -723,9 +629,9 @@ struct WorkspaceStatus {
 
 /// Status of the workspaces of a store (or of the one a path is in).
 pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)> {
-    let (s, only) = match resolve_place(place)? {
-        Place::Store(s) => (s, None),
-        Place::Workspace(s, st) => (s, Some(st.branch)),
+    let (s, only) = match place::resolve_place(place)? {
+        place::Place::Store(s) => (s, None),
+        place::Place::Workspace(s, st) => (s, Some(st.branch)),
     };
     let mut out = Vec::new();
     for st in workspace::states(&s)? {

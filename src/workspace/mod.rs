@@ -32,6 +32,7 @@ pub mod freeze;
 pub mod holders;
 pub mod lower;
 pub mod overlay;
+pub mod place;
 
 mod branch;
 mod checkpoint;
