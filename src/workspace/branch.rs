@@ -8,7 +8,6 @@ use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 use crate::fs::atomic;
-use crate::fs::safe::Dir;
 use crate::id::ObjectId;
 use crate::store::refs::check_name;
 use crate::store::refs::Branch;
@@ -17,7 +16,7 @@ use crate::text::time::now_ns;
 
 use super::checkpoint::is_dirty;
 use super::state::is_mounted;
-use super::switch::displace_upper;
+use super::upper::displace_upper;
 
 /// `ckptfs fork`: a new branch whose head is `checkpoint` (O(1); nothing is copied).
 pub fn fork(store: &Store, checkpoint: &str, name: &str) -> Result<ObjectId> {
@@ -101,50 +100,4 @@ pub fn delete_branch(store: &Store, branch: &str, force: bool) -> Result<Option<
         let _ignored = fs::remove_file(store.workspace_state_path(branch));
         Ok((displaced.clone(), serde_json::json!({"displaced": displaced})))
     })
-}
-
-/// Bytes and files held by a branch's upper layers (cheap: a walk of the upper only). The
-/// layers are the agent's trees: walked through held directory fds (see `safe`), symlinks
-/// never followed, so what it links in is not counted (nor listed). Best effort: what cannot
-/// be read is not counted.
-pub fn upper_usage(store: &Store, branch: &str) -> (u64, u64) {
-    fn walk(dir: &Dir, acc: &mut (u64, u64), depth: usize) {
-        let Ok(names) = dir.entries() else { return };
-        for name in names {
-            let Ok(Some(m)) = dir.stat(&name) else {
-                continue;
-            };
-            if m.is_dir() && depth < crate::store::tree::MAX_TREE_DEPTH {
-                let sub = dir.open_dir(&name);
-                if let Ok(sub) = sub.and_then(|d| Ok((d.stat_self()?, d))) {
-                    if sub.0.same_object(&m) {
-                        walk(&sub.1, acc, depth + 1);
-                    }
-                }
-            } else if m.is_file() {
-                acc.0 += 1;
-                acc.1 += m.size;
-            }
-        }
-    }
-    let mut acc = (0, 0);
-    // `upper/B` is the store's: `.top-ROOT/` per root (the overlay's upper directory, `ROOT/`
-    // in it the root's changes; `ROOT/` itself in an upper made before 2026-12), and
-    // ckptfs's own other dotted entries.
-    let dir = store.upper_branch_dir(branch);
-    if let Ok(rd) = fs::read_dir(&dir) {
-        for e in rd.flatten() {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with('.') && !name.starts_with(Store::UPPER_TOP_PREFIX) {
-                continue;
-            }
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                if let Ok(d) = Dir::open(&e.path()) {
-                    walk(&d, &mut acc, 1);
-                }
-            }
-        }
-    }
-    acc
 }

@@ -27,7 +27,7 @@
 
 use std::fs;
 use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -40,12 +40,13 @@ use super::checkpoint::{first_excluded, is_dirty, Hold};
 use super::holders::{
     holders, is_busy, mount_in_use, mounted_elsewhere, set_mount_readonly, Holder,
 };
-use super::mount::{mount_root, plan_roots, MountOptions};
+use super::overlay;
+use super::plan::{mount_root, plan_roots, MountOptions};
 use super::state::{
     is_live, require_branch, source_name, state, write_json, write_mount_state, UpperBase,
     WorkspaceState,
 };
-use super::{branch::upper_usage, overlay};
+use super::upper::{detach_and_remove, drop_head_caches, folded_dir, reap_folded, upper_usage};
 
 /// What a fold did, or why it waits.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -310,158 +311,6 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
     detach_and_remove(&asides, Some(&trash));
     report.folded = true;
     Ok(report)
-}
-
-/// Removes the stat and upper caches saved with `head` for `roots`: they describe the upper
-/// layer a fold took away (its file and whiteout names too), and a checkpoint on a base that
-/// is its head never reads them. Best effort: they are caches.
-fn drop_head_caches(store: &Store, head: &crate::id::ObjectId, roots: &[String]) {
-    for name in roots {
-        let p = store.statcache_path(head, name);
-        let mut upper = p.clone().into_os_string();
-        upper.push(".upper");
-        for c in [p, PathBuf::from(upper)] {
-            if let Err(e) = fs::remove_file(&c) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    log::warn!("{}: {e}", c.display());
-                }
-            }
-        }
-    }
-}
-
-/// `upper/.folded/`: upper layers a fold (or a switch) took out of their branch, being
-/// removed. Not a branch name (those never start with `.`).
-pub(super) fn folded_dir(store: &Store) -> PathBuf {
-    store.upper_base_dir().join(".folded")
-}
-
-/// Takes `branch`'s upper layers out of the branch (into `upper/.folded/`) when its head
-/// records all of them and nothing can write them any more (its overlays are detached or
-/// read-only): the branch's base becomes its head. Returns where they went.
-pub(super) fn drop_recorded_upper(store: &Store, branch: &str) -> Result<Option<PathBuf>> {
-    let upper = store.upper_branch_dir(branch);
-    if !upper.exists() || first_excluded(store, branch)?.is_some() || is_dirty(store, branch)? {
-        return Ok(None);
-    }
-    reap_folded(store);
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(folded_dir(store))
-        .map_err(|e| Error::io(folded_dir(store), e))?;
-    let trash = folded_dir(store).join(format!("{branch}-{}", now_ns()));
-    atomic::rename(&upper, &trash)?;
-    atomic::sync_path(&store.upper_base_dir())?;
-    if let Some(head) = store.read_branch(branch)?.and_then(|b| b.head) {
-        let roots: Vec<String> = store.config().roots.keys().cloned().collect();
-        drop_head_caches(store, &head, &roots);
-    }
-    Ok(Some(trash))
-}
-
-/// Detaches the old overlays `asides` and then removes `trash` (a directory under
-/// `upper/.folded/`), in a child process that is not waited for: the caller returns at once,
-/// whatever the teardown costs (detaching syncs the upper's filesystem).
-pub(super) fn detach_and_remove(asides: &[PathBuf], trash: Option<&Path>) {
-    let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
-    let mut cmd = std::process::Command::new(exe);
-    cmd.current_dir("/").arg("internal-detach").args(asides);
-    if let Some(t) = trash {
-        cmd.arg("--remove").arg(t);
-    }
-    let spawned = cmd
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    if let Err(e) = spawned {
-        log::warn!("detaching now ({e})");
-        for a in asides {
-            if let Err(e) = overlay::detach(a) {
-                log::warn!("could not detach {}: {e}", a.display());
-            }
-            let _ignored = fs::remove_dir(a);
-        }
-        if let Some(t) = trash {
-            if let Err(e) = remove_folded(t) {
-                log::warn!("{e}");
-            }
-        }
-    }
-}
-
-/// Removes `dir`, an upper layer a fold took out of its branch (`STORE/upper/.folded/X`):
-/// anything else is refused. The layers are the agent's trees: removed through held fds,
-/// never following what it linked in.
-///
-/// # Errors
-/// `dir` is not under a `.folded` directory; removing it.
-pub fn remove_folded(dir: &Path) -> Result<()> {
-    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
-        return Err(Error::Usage(format!("{}: no parent", dir.display())));
-    };
-    if parent.file_name().and_then(|n| n.to_str()) != Some(".folded") {
-        return Err(Error::Usage(format!(
-            "{} is not a folded upper layer",
-            dir.display()
-        )));
-    }
-    let parent = crate::fs::safe::Dir::open(parent)?;
-    // Held while removing, so `reap_folded` tells a removal in progress from one a crash
-    // left (a second remover waits, then finds it gone).
-    let Some(lock) = lock_folded(&parent, name, true)? else {
-        return Ok(());
-    };
-    let removed = parent.remove_all(name);
-    drop(lock);
-    removed
-}
-
-/// The flock of `.folded/NAME` (waiting for it, or `None` when `wait` is false and another
-/// process holds it, or when it is gone).
-fn lock_folded(
-    parent: &crate::fs::safe::Dir,
-    name: &std::ffi::OsStr,
-    wait: bool,
-) -> Result<Option<nix::fcntl::Flock<std::os::fd::OwnedFd>>> {
-    use nix::fcntl::{Flock, FlockArg};
-    use std::os::fd::AsFd;
-    let Some(d) = parent.try_open_dir(name)? else {
-        return Ok(None);
-    };
-    let d = d
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(|e| Error::io(parent.display_path(name), e))?;
-    let arg = if wait {
-        FlockArg::LockExclusive
-    } else {
-        FlockArg::LockExclusiveNonblock
-    };
-    match Flock::lock(d, arg) {
-        Ok(l) => Ok(Some(l)),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
-        Err((_, e)) => Err(Error::io(
-            parent.display_path(name),
-            std::io::Error::from(e),
-        )),
-    }
-}
-
-/// Removes (in the background) what a crash left in `upper/.folded/`: the entries no remover
-/// holds. Under the store lock, so no fold is adding one.
-fn reap_folded(store: &Store) {
-    let dir = folded_dir(store);
-    let Ok(parent) = crate::fs::safe::Dir::open(&dir) else {
-        return;
-    };
-    for name in parent.entries().unwrap_or_default() {
-        if let Ok(Some(lock)) = lock_folded(&parent, &name, false) {
-            drop(lock);
-            detach_and_remove(&[], Some(&dir.join(&name)));
-        }
-    }
 }
 
 /// What `recover` does after a fold was interrupted (its RUNNING marker's `args`): before the

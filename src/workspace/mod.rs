@@ -39,20 +39,21 @@ mod checkpoint;
 mod fold;
 mod mount;
 mod park;
+mod plan;
 mod state;
 mod switch;
+mod upper;
 
-pub use branch::{delete_branch, fork, set_archived, upper_usage};
+pub use branch::{delete_branch, fork, set_archived};
 pub(crate) use checkpoint::unused_snapshots;
 pub use checkpoint::{
     checkpoint, dirty, first_change, is_dirty, live_tree, CheckpointOptions, CheckpointReport,
     DirtyReport, Held, Hold, LiveTree, SpecialFile,
 };
-pub use fold::{fold, not_folded, remove_folded, roll_back_fold, waiting, FoldReport};
-pub use mount::{
-    agent_cgroup, mount, reap_detached, umount, umount_killing, wait_warm, MountOptions,
-};
+pub use fold::{fold, not_folded, roll_back_fold, waiting, FoldReport};
+pub use mount::{agent_cgroup, mount, reap_detached, umount, umount_killing, wait_warm};
 pub use park::{evict_all as evict_parked, is_parked, parked, ParkRecord, Parked, MAX_PARKED};
+pub use plan::MountOptions;
 pub use state::{
     find_by_path, is_live, is_mounted, state, states, MountedRoot, UpperBase, WorkspaceState,
 };
@@ -60,3 +61,4 @@ pub use switch::{
     left_behind, roll_back_switch, switch, switch_killing, DirtyPolicy, LeftBehind, SwitchPhase,
     SwitchReport,
 };
+pub use upper::{remove_folded, upper_usage};

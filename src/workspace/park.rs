@@ -39,10 +39,10 @@ use crate::id::ObjectId;
 use crate::store::Store;
 use crate::text::time::now_ns;
 
-use super::fold::{detach_and_remove, drop_recorded_upper};
 use super::holders::{self, mounted_elsewhere, set_aside_in_use, set_mount_readonly};
+use super::overlay;
 use super::state::{answers, read_json, source_name, state, write_json, MountedRoot};
-use super::{branch::upper_usage, overlay};
+use super::upper::{detach_and_remove, drop_recorded_upper, upper_usage};
 
 /// The most branches parked at once per store; a new park evicts the oldest beyond it.
 pub const MAX_PARKED: usize = 2;

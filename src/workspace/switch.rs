@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::fs::atomic;
 use crate::id::ObjectId;
 use crate::store::refs::check_name;
 use crate::store::refs::Branch;
@@ -18,17 +17,17 @@ use crate::store::Store;
 use crate::text::time::now_ns;
 
 use super::checkpoint::{checkpoint_locked, dirty, first_change, is_dirty, Hold};
-use super::fold::{detach_and_remove, drop_recorded_upper};
 use super::holders::{
     check_sealable, holders, mounted_elsewhere, seal, set_aside_in_use, set_mount_readonly,
     set_superblock_readonly, Holder,
 };
-use super::mount::{mount_roots, plan_roots, MountOptions};
 use super::park::{self, Resume};
+use super::plan::{mount_roots, plan_roots, MountOptions};
 use super::state::{
     read_json, require_branch, source_name, state, upper_base, write_json, write_mount_state,
     UpperBase, WorkspaceState,
 };
+use super::upper::{detach_and_remove, displace_upper, drop_recorded_upper, reap_unused_detached};
 use super::{lower, overlay};
 
 /// How `switch` treats un-checkpointed changes.
@@ -126,22 +125,6 @@ pub fn left_behind(store: &Store) -> Result<Vec<LeftBehind>> {
     Ok(out)
 }
 
-/// Detaches (in the background) the trees set aside that nobody is inside any more.
-pub(super) fn reap_unused_detached(store: &Store) -> Result<()> {
-    let [_, legacy] = store.legacy_mount_dirs();
-    let dirs = [store.detached_dir(), legacy];
-    let unused: Vec<PathBuf> = crate::fs::mountinfo::mounts()?
-        .into_iter()
-        .filter(|m| m.fstype == "overlay" && dirs.iter().any(|d| m.mountpoint.starts_with(d)))
-        .map(|m| m.mountpoint)
-        .filter(|mp| !set_aside_in_use(mp))
-        .collect();
-    if !unused.is_empty() {
-        detach_and_remove(&unused, None);
-    }
-    Ok(())
-}
-
 /// Progress of a switch, kept in the RUNNING marker for `recover`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SwitchPhase {
@@ -150,18 +133,6 @@ pub struct SwitchPhase {
     pub to_branch: String,
     /// (mountpoint, where its old overlay was moved).
     pub moved: Vec<(PathBuf, PathBuf)>,
-}
-
-/// Moves `branch`'s upper layers to `displaced/` (never deleted silently).
-pub(super) fn displace_upper(store: &Store, branch: &str) -> Result<Option<PathBuf>> {
-    let upper = store.upper_branch_dir(branch);
-    if !upper.exists() {
-        return Ok(None);
-    }
-    let dest = store.displaced_upper_path(branch, now_ns());
-    fs::create_dir_all(store.displaced_dir()).map_err(|e| Error::io(store.displaced_dir(), e))?;
-    atomic::rename(&upper, &dest)?;
-    Ok(Some(dest))
 }
 
 /// Rolls an interrupted switch back: whatever the switch mounted at the mountpoints is
