@@ -1,0 +1,143 @@
+//! Unit tests of `safe`.
+
+use super::*;
+use std::os::unix::fs::MetadataExt;
+
+#[test]
+fn names_are_single_components() {
+    for bad in ["", ".", "..", "a/b", "/a"] {
+        assert!(check_name(OsStr::new(bad)).is_err(), "{bad:?}");
+    }
+    assert!(check_name(OsStr::from_bytes(b"a\0b")).is_err());
+    assert!(check_name(OsStr::new("a b..")).is_ok());
+    assert!(check_rel(Path::new("a/../b")).is_err());
+    assert!(check_rel(Path::new("a/b/c")).is_ok());
+}
+
+#[test]
+fn never_follows_a_symlink_component() {
+    let t = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), b"s").unwrap();
+    std::fs::create_dir(t.path().join("real")).unwrap();
+    std::fs::write(t.path().join("real/f"), b"x").unwrap();
+    std::os::unix::fs::symlink(outside.path(), t.path().join("link")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), t.path().join("flink")).unwrap();
+    let d = Dir::open(t.path()).unwrap();
+    assert!(d.open_file("real/f").is_ok());
+    let e = d.open_file("link/secret").unwrap_err();
+    assert!(is_swapped(&e), "{e}");
+    assert!(d.open_file("flink").is_err());
+    assert!(d.open_dir("link").is_err());
+    assert!(d.open_file("../x").is_err());
+    // The top itself may not be a symlink either.
+    assert!(Dir::open(&t.path().join("link")).is_err());
+    assert!(d.stat("link").unwrap().unwrap().is_symlink());
+    assert_eq!(
+        d.read_link(OsStr::new("link")).unwrap(),
+        outside.path().as_os_str().as_bytes()
+    );
+}
+
+#[test]
+fn a_fifo_never_blocks_and_is_named() {
+    let t = tempfile::tempdir().unwrap();
+    nix::unistd::mkfifo(
+        &t.path().join("p"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let d = Dir::open(t.path()).unwrap();
+    let e = d.open_file("p").unwrap_err();
+    assert!(
+        e.to_string().contains("is a fifo, not a regular file"),
+        "{e}"
+    );
+    assert!(d.stat("p").unwrap().unwrap().kind() == Kind::Fifo);
+}
+
+#[test]
+fn a_replaced_file_is_refused() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("f"), b"1").unwrap();
+    let d = Dir::open(t.path()).unwrap();
+    let walked = d.stat("f").unwrap().unwrap();
+    assert_eq!(
+        walked.ino(),
+        std::fs::metadata(t.path().join("f")).unwrap().ino()
+    );
+    // Kept under another name, so that its inode number is not reused for the new file.
+    std::fs::rename(t.path().join("f"), t.path().join("old")).unwrap();
+    std::fs::write(t.path().join("g"), b"2").unwrap();
+    std::fs::rename(t.path().join("g"), t.path().join("f")).unwrap();
+    assert!(d.open_walked("f", &walked).unwrap().is_none());
+    let now = d.stat("f").unwrap().unwrap();
+    assert!(d.open_walked("f", &now).unwrap().is_some());
+}
+
+#[test]
+fn writes_stay_in_the_held_directory() {
+    let t = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(t.path().join("stage")).unwrap();
+    let top = Dir::open(t.path()).unwrap();
+    let stage = top.open_dir("stage").unwrap();
+    // The staging directory is swapped for a symlink after it was opened: writes through
+    // the held fd still land in the directory that was opened (now renamed away).
+    std::fs::rename(t.path().join("stage"), t.path().join("moved")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), t.path().join("stage")).unwrap();
+    let mut f = stage.create_file(OsStr::new("x"), 0o600).unwrap();
+    io::Write::write_all(&mut f, b"data").unwrap();
+    stage
+        .create_symlink(b"/etc/passwd", OsStr::new("l"))
+        .unwrap();
+    stage.set_owner(OsStr::new("l"), 0, 0).unwrap();
+    stage.set_times(OsStr::new("l"), 0, 1_000_000_000).unwrap();
+    stage.set_mode(OsStr::new("x"), 0o640).unwrap();
+    stage.set_mode(OsStr::new("l"), 0o600).unwrap();
+    assert!(t.path().join("moved/x").exists());
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    let m = std::fs::metadata(t.path().join("moved/x")).unwrap();
+    assert_eq!(m.mode() & 0o777, 0o640);
+    // /etc/passwd's times were not touched through the link.
+    assert_ne!(std::fs::metadata("/etc/passwd").unwrap().mtime(), 1);
+    stage.set_xattr(OsStr::new("x"), b"user.k", b"v").ok();
+    top.remove_all(OsStr::new("moved")).unwrap();
+    assert!(!t.path().join("moved").exists());
+    // remove_all removes a symlink, not what it points to.
+    std::fs::write(outside.path().join("keep"), b"k").unwrap();
+    top.remove_all(OsStr::new("stage")).unwrap();
+    assert!(outside.path().join("keep").exists());
+}
+
+#[test]
+fn xattrs_of_names_and_files() {
+    let t = tempfile::tempdir().unwrap();
+    let p = t.path().join("f");
+    std::fs::write(&p, b"x").unwrap();
+    let d = Dir::open(t.path()).unwrap();
+    if d.set_xattr(OsStr::new("f"), b"user.a", b"1").is_err() {
+        return; // tmpfs without user xattrs
+    }
+    assert_eq!(
+        d.xattrs_of(OsStr::new("f")).unwrap(),
+        vec![(b"user.a".to_vec(), b"1".to_vec())]
+    );
+    let (f, _) = d.open_file("f").unwrap();
+    assert_eq!(file_xattrs(&f, &p).unwrap().len(), 1);
+    // A value longer than the first buffer, and one left unread.
+    let long = vec![b'v'; 10_000];
+    if d.set_xattr(OsStr::new("f"), b"user.long", &long).is_ok() {
+        let x = d.xattrs_of(OsStr::new("f")).unwrap();
+        assert_eq!(x[1], (b"user.long".to_vec(), long));
+        let mut seen = Vec::new();
+        let only_a = d
+            .xattrs_of_where(OsStr::new("f"), &mut |n| {
+                seen.push(n.to_vec());
+                n == b"user.a"
+            })
+            .unwrap();
+        assert_eq!(only_a, vec![(b"user.a".to_vec(), b"1".to_vec())]);
+        assert_eq!(seen.len(), 2);
+    }
+}
