@@ -23,6 +23,7 @@ mod label;
 mod remote;
 mod shell;
 mod stats;
+mod status;
 mod store;
 mod store_arg;
 mod table;
@@ -443,7 +444,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Mount(a) => run_mount(a),
         Command::Browse(a) => view::browse(a),
         Command::Umount(a) => run_umount(a),
-        Command::Status(a) => workspace::status(&a.place, a.json, a.short),
+        Command::Status(a) => status::status(&a.place, a.json, a.short),
         Command::Completions(a) => shell::run_completions(a),
         Command::Man(a) => shell::run_man(a),
         Command::Remote(c) => remote::run_remote(c),
