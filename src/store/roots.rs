@@ -1,4 +1,5 @@
-//! Where roots may live: absolute paths, not system directories, not overlapping one another\nor the store (`init`, `import` and relocation check them the same way).
+//! Where roots may live: absolute paths, not system directories, not overlapping one another
+//! or the store (`init`, `import` and relocation check them the same way).
 
 use super::*;
 

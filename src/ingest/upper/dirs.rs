@@ -1,4 +1,5 @@
-//! The upper layer's directories: each one walked through a held fd (replaced ones retried),\nclean ones reused from the base tree, changed ones merged with the lower directory.
+//! The upper layer's directories: each one walked through a held fd (replaced ones retried),
+//! clean ones reused from the base tree, changed ones merged with the lower directory.
 
 use super::*;
 

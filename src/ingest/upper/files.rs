@@ -1,4 +1,5 @@
-//! The upper layer's files and symlinks: read (or reused by stat key) through the shared\nreader, metacopy-only copies recorded from their lower source, and the stat cache carried.
+//! The upper layer's files and symlinks: read (or reused by stat key) through the shared
+//! reader, metacopy-only copies recorded from their lower source, and the stat cache carried.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! Writing an archive: the selection of checkpoints, then a tar of zstd objects, records\nand MANIFEST.json, cut into parts when asked, with its SHA-256 sidecar.
+//! Writing an archive: the selection of checkpoints, then a tar of zstd objects, records
+//! and MANIFEST.json, cut into parts when asked, with its SHA-256 sidecar.
 
 use super::*;
 

@@ -1,4 +1,6 @@
-//! Importing an archive: its parts and digests checked, a first pass that scans every entry\nand checks the archive is complete, then objects, records, roots and refs written into\nthe target store (nothing written when any check fails).
+//! Importing an archive: its parts and digests checked, a first pass that scans every entry
+//! and checks the archive is complete, then objects, records, roots and refs written into
+//! the target store (nothing written when any check fails).
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! Reading an archive (every entry re-hashed) and checking its MANIFEST.json, field by\nfield, then against the target store.
+//! Reading an archive (every entry re-hashed) and checking its MANIFEST.json, field by
+//! field, then against the target store.
 
 use super::*;
 

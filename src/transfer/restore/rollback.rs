@@ -1,4 +1,5 @@
-//! Rolling a restore back (a failure here, or `recover` after a crash): every target back as it\nwas, touching only what the restore made or moved (the identities in its RUNNING marker).
+//! Rolling a restore back (a failure here, or `recover` after a crash): every target back as it
+//! was, touching only what the restore made or moved (the identities in its RUNNING marker).
 
 use super::*;
 

@@ -1,4 +1,6 @@
-//! Staging (the apply half of a restore): every object checked before any target is touched,\nthen the tree materialized under held directory fds in a fresh staging directory, holes\nkept; then swapped in, what was there moved aside.
+//! Staging (the apply half of a restore): every object checked before any target is touched,
+//! then the tree materialized under held directory fds in a fresh staging directory, holes
+//! kept; then swapped in, what was there moved aside.
 
 use super::*;
 
