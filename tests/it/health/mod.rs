@@ -1,0 +1,9 @@
+mod archive;
+mod concurrency;
+mod crash;
+mod doctor;
+mod forget;
+mod gc;
+mod gc_retention;
+mod proptest;
+mod workspace;

@@ -1,0 +1,13 @@
+mod archive;
+mod daemon;
+mod deep;
+mod fuzz;
+mod output;
+mod restore;
+mod room;
+mod secrets;
+mod sparse;
+mod store;
+mod trust;
+mod views;
+mod workspace;

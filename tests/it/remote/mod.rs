@@ -1,0 +1,5 @@
+mod faults;
+mod garage_harness;
+mod reads;
+mod remote_main;
+mod repack;

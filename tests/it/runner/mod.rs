@@ -1,0 +1,5 @@
+mod crash;
+mod example;
+mod fingerprint;
+mod meta;
+mod turn;

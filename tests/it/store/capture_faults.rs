@@ -1,0 +1,100 @@
+//! A capture that fails at any durable I/O step (as on a full disk: `CKPTFS_FAULT=fail:N`
+//! strikes a write after its file exists) leaves no temp file behind, and no record that
+//! `log` lists without it being on its branch.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::support::*;
+
+/// The ids `log` lists, sorted (the test compares sets).
+fn sorted_log_ids(store: &Path, extra: &[&str]) -> Vec<String> {
+    let mut ids = log_ids(store, extra);
+    ids.sort();
+    ids
+}
+
+/// Temp files anywhere in the store: `tmp/*`, `.tmp-*`, stat caches' `*.tmp`.
+fn temp_files(dir: &Path, out: &mut Vec<String>) {
+    for e in fs::read_dir(dir).expect("read_dir") {
+        let p = e.expect("entry").path();
+        let name = p.file_name().expect("name").to_string_lossy().into_owned();
+        let in_tmp = p.parent().and_then(|d| d.file_name()) == Some("tmp".as_ref());
+        if p.is_dir() {
+            temp_files(&p, out);
+        } else if in_tmp || name.starts_with(".tmp-") || name.ends_with(".tmp") {
+            out.push(p.display().to_string());
+        }
+    }
+}
+
+/// A store whose second capture writes new objects, a record, the branch ref, a stat cache.
+fn fixture(dir: &Path) -> PathBuf {
+    let room = dir.join("room");
+    fs::create_dir_all(room.join("sub")).expect("mkdir");
+    write(&room.join("a.txt"), b"alpha\n");
+    let store = dir.join("store");
+    ok(["init", s(&store), "--root", &format!("ws={}", s(&room))]);
+    ok(["capture", s(&store), "-m", "first"]);
+    write(&room.join("sub/b.txt"), &[7u8; 300_000]);
+    write(&room.join("c.txt"), b"gamma\n");
+    store
+}
+
+#[test]
+fn a_capture_failing_at_any_step_leaves_no_temp_files_and_no_stray_record() {
+    let probe = tempdir();
+    let store = fixture(probe.path());
+    let steps = io_steps(["capture", s(&store), "-m", "second"]);
+    assert!(steps > 8, "{steps} steps");
+
+    for n in 1..=steps {
+        let dir = tempdir();
+        let store = fixture(dir.path());
+        let before = sorted_log_ids(&store, &[]);
+        let o = run_fault(["capture", s(&store), "-m", "second"], "fail", n);
+        let what = describe_output(&format!("capture with fail:{n}"), &o);
+        let mut temps = Vec::new();
+        temp_files(&store, &mut temps);
+        assert_eq!(temps, Vec::<String>::new(), "step {n}: {what}");
+        let all = sorted_log_ids(&store, &[]);
+        let on_main = sorted_log_ids(&store, &["-b", "main"]);
+        assert_eq!(all, on_main, "step {n}: a record off the branch: {what}");
+        if !o.status.success() {
+            let e = stderr(&o);
+            assert!(e.contains("injected fault"), "step {n}: {e}");
+            assert!(all.len() == before.len() || all.len() == before.len() + 1);
+        }
+    }
+}
+
+#[test]
+fn a_workspace_checkpoint_failing_at_any_step_leaves_no_stray_record() {
+    let populate = |room: &Path| {
+        fs::create_dir_all(room.join("sub")).expect("mkdir");
+        write(&room.join("a.txt"), b"alpha\n");
+    };
+    let edit = |w: &Workspace| {
+        write(&w.path("sub/b.txt"), &[7u8; 300_000]);
+        write(&w.path("c.txt"), b"gamma\n");
+    };
+    let probe = Workspace::new(populate);
+    edit(&probe);
+    let steps = io_steps(["checkpoint", probe.room(), "-m", "second"]);
+    assert!(steps > 4, "{steps} steps");
+    drop(probe);
+    for n in spread(steps, 12) {
+        let w = Workspace::new(populate);
+        edit(&w);
+        let before = sorted_log_ids(&w.store, &[]);
+        let o = run_fault(["checkpoint", w.room(), "-m", "second"], "fail", n);
+        let what = describe_output(&format!("checkpoint with fail:{n}"), &o);
+        let all = sorted_log_ids(&w.store, &[]);
+        let on_main = sorted_log_ids(&w.store, &["-b", "main"]);
+        assert_eq!(all, on_main, "step {n}: a record off the branch: {what}");
+        if !o.status.success() {
+            assert!(stderr(&o).contains("injected fault"), "step {n}: {what}");
+            assert!(all.len() == before.len() || all.len() == before.len() + 1);
+        }
+    }
+}

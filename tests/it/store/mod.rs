@@ -1,0 +1,14 @@
+mod badinput;
+mod capture;
+mod capture_faults;
+mod dedup;
+mod diff_status;
+mod excludes;
+mod hardlinks;
+mod history;
+mod model_history;
+mod recover;
+mod restore_grain;
+mod roundtrip;
+mod traversal;
+mod verify;

@@ -1,0 +1,185 @@
+//! One definition of dirty (docs/workspaces.md): a workspace is dirty when a checkpoint now
+//! would record a tree that differs from the branch head in anything but directory mtimes.
+//! `status`, `branch list`, `switch` and `checkpoint` agree, with real git in the workspace.
+
+use crate::support::*;
+
+use std::fs;
+use std::path::Path;
+
+/// A git repository of a few commits in the room.
+fn git_repo(room: &Path) {
+    for (i, name) in ["a.txt", "src/b.rs", "src/deep/c.md"].iter().enumerate() {
+        write(&room.join(name), format!("line {i}\n").as_bytes());
+    }
+    git(room, &["init", "-q"]);
+    git(room, &["add", "-A"]);
+    git(room, &["commit", "-qm", "first"]);
+    write(&room.join("a.txt"), b"line 0\nline 1\n");
+    git(room, &["commit", "-qam", "second"]);
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.email=t@example.com", "-c", "user.name=t"])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        describe_output(&format!("git {args:?}"), &out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn status(w: &Workspace) -> serde_json::Value {
+    let rows = ok_json(["status", w.store(), "--json"]);
+    rows.as_array()
+        .and_then(|r| r.iter().find(|r| r["kind"] == "workspace").cloned())
+        .expect("a workspace row")
+}
+
+fn branch_dirty(w: &Workspace, name: &str) -> bool {
+    let rows = ok_json(["branch", "list", w.store(), "--json"]);
+    rows.as_array()
+        .and_then(|r| r.iter().find(|r| r["name"] == name).cloned())
+        .expect("branch row")["dirty"]
+        .as_bool()
+        .expect("dirty is a bool")
+}
+
+/// Brings the workspace to a checkpoint that records git's index as the workspace shows it:
+/// a `git status` in a new place refreshes the index's stat data (a real change), and so may
+/// the first after a fold, which shows the files from the new checkpoint.
+/// git also rewrites an index whose entries are "racily clean" (changed in the second the
+/// index was written) on every status until that second is over: hence the pause.
+fn settle(w: &Workspace) -> String {
+    for _ in 0..8 {
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        git(&w.room, &["status", "--short"]);
+        let r = w.checkpoint_json("settled");
+        if r["recorded"] == false {
+            return r["id"].as_str().expect("id").to_string();
+        }
+    }
+    panic!("git keeps rewriting its index after every checkpoint");
+}
+
+#[test]
+fn read_only_git_commands_leave_the_workspace_clean() {
+    let w = Workspace::new(git_repo);
+    let head = settle(&w);
+    // Read-only git: status creates and removes .git/index.lock (the .git directory's mtime
+    // changes, in the upper layer), log and diff read.
+    for args in [
+        &["status"][..],
+        &["status", "--short"],
+        &["log", "--oneline"],
+        &["diff"],
+    ] {
+        git(&w.room, args);
+    }
+    assert!(
+        w.store.join("upper/main/.top-ws/ws/.git").is_dir(),
+        "the test needs .git copied up with a new mtime"
+    );
+    let st = status(&w);
+    assert_eq!(st["dirty"], false, "status after read-only git: {st}");
+    assert!(!branch_dirty(&w, "main"), "branch list says dirty");
+    // A checkpoint of nothing new says so and records nothing.
+    let before = log_ids(&w.store, &[]).len();
+    let r = w.checkpoint_json("nothing");
+    assert_eq!(r["recorded"], false, "{r}");
+    assert_eq!(r["id"], head.as_str(), "{r}");
+    assert_eq!(
+        log_ids(&w.store, &[]).len(),
+        before,
+        "a checkpoint was recorded"
+    );
+    let text = ok(["checkpoint", w.room(), "-m", "again"]);
+    assert!(text.contains("nothing new"), "{text}");
+    assert_eq!(head_of(&w), head);
+    // A switch needs no flag and makes no checkpoint; back again, git sees no change.
+    ok(["fork", w.store(), &head, "--name", "other"]);
+    let r = ok_json(["switch", w.room(), "--to", "other", "--json"]);
+    assert_eq!(r["checkpointed"], serde_json::Value::Null, "{r}");
+    ok(["switch", w.room(), "--to", "main"]);
+    assert_eq!(head_of(&w), head, "switching moved the head");
+    assert_eq!(log_ids(&w.store, &[]).len(), before);
+    assert_eq!(git(&w.room, &["status", "--short"]), "");
+    // `--checkpoint-first` of a clean workspace records nothing either.
+    let r = ok_json([
+        "switch",
+        w.room(),
+        "--to",
+        "other",
+        "--checkpoint-first",
+        "--json",
+    ]);
+    assert_eq!(r["checkpointed"], serde_json::Value::Null, "{r}");
+    ok(["switch", w.room(), "--to", "main"]);
+    // --allow-empty records one anyway.
+    let r = ok_json([
+        "checkpoint",
+        w.room(),
+        "-m",
+        "empty",
+        "--allow-empty",
+        "--json",
+    ]);
+    assert_eq!(r["recorded"], true, "{r}");
+    assert_ne!(r["id"], head.as_str());
+    assert_eq!(log_ids(&w.store, &[]).len(), before + 1);
+    // umount agrees too: nothing left un-checkpointed.
+    git(&w.room, &["status"]);
+    let out = ok(["umount", w.room()]);
+    assert!(!out.contains("un-checkpointed"), "{out}");
+}
+
+fn head_of(w: &Workspace) -> String {
+    head(&w.store, "main").expect("main has a head")
+}
+
+#[test]
+fn status_branch_list_switch_and_checkpoint_agree_on_changes() {
+    let w = Workspace::new(git_repo);
+    settle(&w);
+    // Each kind of change is dirty for all four, then recorded by one checkpoint.
+    type Change = fn(&Path);
+    let changes: [(&str, Change); 6] = [
+        ("a new file", |r| write(&r.join("new.txt"), b"new\n")),
+        ("an edit of the same size", |r| {
+            write(&r.join("src/b.rs"), b"LINE 1\n")
+        }),
+        ("a chmod", |r| chmod(&r.join("a.txt"), 0o600)),
+        ("a touch", |r| set_mtime(&r.join("src/deep/c.md"), 12345)),
+        ("a removal", |r| {
+            fs::remove_file(r.join("src/deep/c.md")).unwrap()
+        }),
+        ("a git commit", |r| {
+            write(&r.join("a.txt"), b"third\n");
+            git(r, &["commit", "-qam", "third"]);
+        }),
+    ];
+    ok(["fork", w.store(), "main", "--name", "other"]);
+    for (what, change) in changes {
+        change(&w.room);
+        assert_eq!(status(&w)["dirty"], true, "{what}: status");
+        assert!(branch_dirty(&w, "main"), "{what}: branch list");
+        let err = fails(1, ["switch", w.room(), "--to", "other"]);
+        assert!(err.contains("un-checkpointed"), "{what}: {err}");
+        let r = w.checkpoint_json(what);
+        assert_eq!(r["recorded"], true, "{what}: {r}");
+        assert_eq!(status(&w)["dirty"], false, "{what}: after the checkpoint");
+        assert!(!branch_dirty(&w, "main"), "{what}: branch list after");
+    }
+    // A change the stat shows is refused naming the file, before any file is read.
+    write(&w.room.join("big.bin"), &vec![7u8; 4 << 20]);
+    let err = fails(1, ["switch", w.room(), "--to", "other"]);
+    assert!(err.contains("ws/big.bin"), "{err}");
+    let out = ok(["umount", w.room()]);
+    assert!(out.contains("un-checkpointed changes"), "{out}");
+}

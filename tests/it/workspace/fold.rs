@@ -1,0 +1,456 @@
+//! The upper layer's lifecycle while a workspace stays mounted (docs/workspaces.md): a
+//! checkpoint with nobody inside folds the upper into the base (bytes stored once); someone
+//! inside holds it, and status says who and how much waits; a switch leaves the tree it took
+//! away read-only, naming who is still inside; and no mount is inside the store.
+
+use crate::support::*;
+
+use std::fs;
+use std::path::Path;
+
+fn populate(room: &Path) {
+    write(&room.join("notes.md"), b"# notes\n");
+    write(&room.join("sub/deep/a.txt"), b"a\n");
+}
+
+/// Regular files (and their bytes) under `dir`, not following symlinks.
+fn files_under(dir: &Path) -> (u64, u64) {
+    let mut acc = (0, 0);
+    let Ok(rd) = fs::read_dir(dir) else {
+        return acc;
+    };
+    for e in rd.flatten() {
+        let m = fs::symlink_metadata(e.path()).unwrap();
+        if m.is_dir() {
+            let (n, b) = files_under(&e.path());
+            acc = (acc.0 + n, acc.1 + b);
+        } else if m.is_file() {
+            acc = (acc.0 + 1, acc.1 + m.len());
+        }
+    }
+    acc
+}
+
+fn workspace_row(w: &Workspace) -> serde_json::Value {
+    ok_json(["status", w.store(), "--json"])
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["kind"] == "workspace").cloned())
+        .expect("a workspace row")
+}
+
+fn left_behind_rows(w: &Workspace) -> Vec<serde_json::Value> {
+    ok_json(["status", w.store(), "--json"])
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["kind"] == "left-behind")
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_checkpoint_with_nobody_inside_leaves_no_recorded_bytes_in_the_upper() {
+    let w = Workspace::new(populate);
+    let big = random_bytes(7, 3 << 20);
+    write(&w.path("sub/big.bin"), &big);
+    fs::write(w.path("notes.md"), "# notes\nmore\n").unwrap();
+    fs::remove_file(w.path("sub/deep/a.txt")).unwrap();
+    let upper = w.store.join("upper/main/.top-ws/ws");
+    assert!(
+        files_under(&upper).1 >= 3 << 20,
+        "the test needs a copied-up upper"
+    );
+    let r = w.checkpoint_json("turn");
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+    assert_eq!(
+        r["fold"]["upper_bytes"].as_u64(),
+        Some((3 << 20) + 13),
+        "{r}"
+    );
+    // The upper layer holds nothing (no file, no whiteout); the folded one is removed.
+    assert_eq!(files_under(&upper), (0, 0));
+    // Not even the root's directory: overlayfs makes it again at the first change.
+    let top = upper.parent().unwrap();
+    assert_eq!(fs::read_dir(top).unwrap().count(), 0, "upper not empty");
+    eventually("the folded upper is removed", || {
+        fs::read_dir(w.store.join("upper/.folded")).map_or(true, |mut d| d.next().is_none())
+    });
+    // The workspace shows the same tree, now from the checkpoint, and is clean.
+    assert_eq!(fs::read(w.path("sub/big.bin")).unwrap(), big);
+    assert_eq!(
+        fs::read_to_string(w.path("notes.md")).unwrap(),
+        "# notes\nmore\n"
+    );
+    assert!(!w.path("sub/deep/a.txt").exists());
+    let row = workspace_row(&w);
+    assert_eq!(row["dirty"], false, "{row}");
+    assert_eq!(row["base"], row["head"], "{row}");
+    assert_eq!(row["fold_waiting"]["upper_bytes"], 0, "{row}");
+    // It keeps working as a workspace: the next turn is recorded, and folded too.
+    fs::write(w.path("sub/big.bin"), b"small now\n").unwrap();
+    let id = w.checkpoint("next");
+    assert_eq!(w.cat(&id, "sub/big.bin"), b"small now\n");
+    assert_eq!(files_under(&upper), (0, 0));
+    // Folds back to back, nothing touching the workspace in between (the kernel's "in use?"
+    // answer marks an unused mount expired: a second ask with no use between would unmount
+    // it): it stays mounted.
+    for i in 0..3 {
+        let r = ok_json([
+            "checkpoint",
+            w.room(),
+            "-m",
+            &format!("empty {i}"),
+            "--allow-empty",
+        ]);
+        assert_eq!(r["fold"]["folded"], true, "{r}");
+        assert!(mounted(&w.room), "fold {i} left the workspace unmounted");
+    }
+    assert_eq!(fs::read(w.path("sub/big.bin")).unwrap(), b"small now\n");
+    // Nothing is left mounted aside once the old overlays are detached.
+    eventually("the old overlays are detached", || {
+        mounts_under(&detached_dir(&w.store)).is_empty()
+    });
+}
+
+#[test]
+fn no_fold_keeps_the_upper_until_a_checkpoint_that_folds() {
+    let w = Workspace::new(populate);
+    let upper = w.store.join("upper/main/.top-ws/ws");
+    let log = random_bytes(5, 2 << 20);
+    write(&w.path("log.jsonl"), &log);
+    let r = ok_json([
+        "checkpoint",
+        w.room(),
+        "-m",
+        "turn 1",
+        "--no-fold",
+        "--json",
+    ]);
+    assert_eq!(r["recorded"], true, "{r}");
+    assert_eq!(r["fold"]["folded"], false, "{r}");
+    assert_eq!(r["fold"]["reason"], "--no-fold", "{r}");
+    assert_eq!(r["fold"]["upper_bytes"].as_u64(), Some(2 << 20), "{r}");
+    // The upper keeps the file (an append copies nothing up again), and says so in status.
+    assert_eq!(files_under(&upper).1, 2 << 20);
+    let row = workspace_row(&w);
+    assert_eq!(
+        row["fold_waiting"]["upper_bytes"].as_u64(),
+        Some(2 << 20),
+        "{row}"
+    );
+    let text = ok([
+        "checkpoint",
+        w.room(),
+        "-m",
+        "turn 2",
+        "--no-fold",
+        "--allow-empty",
+    ]);
+    assert!(text.contains("waiting to be folded: --no-fold"), "{text}");
+    // The checkpoint after, without the flag, folds it all.
+    fs::OpenOptions::new()
+        .append(true)
+        .open(w.path("log.jsonl"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"appended\n"))
+        .unwrap();
+    let r = w.checkpoint_json("turn 3");
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+    assert_eq!(files_under(&upper), (0, 0));
+    let mut want = log.clone();
+    want.extend_from_slice(b"appended\n");
+    assert_eq!(fs::read(w.path("log.jsonl")).unwrap(), want);
+    // `turn --no-fold` leaves the turn's writes in the upper too.
+    let script = format!("printf x >> {}", w.path("log.jsonl").display());
+    ok([
+        "turn",
+        "--as-root",
+        w.room(),
+        "--no-fold",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(files_under(&upper).1 > 2 << 20, "turn --no-fold folded");
+    ok(["turn", "--as-root", w.room(), "--", "true"]);
+    assert_eq!(
+        files_under(&upper),
+        (0, 0),
+        "turn without --no-fold did not fold"
+    );
+}
+
+#[test]
+fn an_open_file_holds_the_fold_and_status_names_its_process() {
+    let w = Workspace::new(populate);
+    write(&w.path("log.jsonl"), &random_bytes(3, 1 << 20));
+    let path = w.path("notes.md");
+    let script = format!(
+        "import time; f = open('{}'); print('ready', flush=True); time.sleep(600)",
+        path.display()
+    );
+    let h = holder(&["python3", "-c", &script]).expect("holder ready");
+    let pid = h.0.id();
+    let r = w.checkpoint_json("turn");
+    assert_eq!(r["fold"]["folded"], false, "{r}");
+    let named = |v: &serde_json::Value| {
+        v["holders"].as_array().is_some_and(|hs| {
+            hs.iter()
+                .any(|x| x["pid"] == pid && x["how"] == "open file")
+        })
+    };
+    assert!(named(&r["fold"]), "{r}");
+    let row = workspace_row(&w);
+    let waiting = &row["fold_waiting"];
+    assert!(waiting["upper_bytes"].as_u64().unwrap() >= 1 << 20, "{row}");
+    assert!(named(waiting), "{row}");
+    let text = ok(["status", w.store()]);
+    assert!(
+        text.contains("waiting to be folded") && text.contains(&format!("pid {pid}")),
+        "{text}"
+    );
+    // Once it leaves, the next checkpoint (of nothing new) folds.
+    drop(h);
+    let r = w.checkpoint_json("after");
+    assert_eq!(r["recorded"], false, "{r}");
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+    assert_eq!(files_under(&w.store.join("upper/main/.top-ws/ws")), (0, 0));
+    assert_eq!(workspace_row(&w)["fold_waiting"]["upper_bytes"], 0);
+}
+
+#[test]
+fn a_shell_left_in_a_switched_away_tree_cannot_write_into_the_branch_it_left() {
+    let w = Workspace::new(populate);
+    ok(["fork", w.store(), "main", "--name", "other"]);
+    let mut sh = InsideShell::start(&w.path("sub"));
+    let r = ok_json(["switch", w.room(), "--to", "other", "--json"]);
+    let named = r["left_behind"]
+        .as_array()
+        .is_some_and(|l| l.iter().any(|h| h["pid"] == sh.pid() && h["how"] == "cwd"));
+    assert!(named, "{r}");
+    assert_eq!(r["left_behind_writable"], false, "{r}");
+    // The shell still sees the tree it was in, but its writes fail: never into main.
+    assert_eq!(sh.run("cat deep/a.txt"), "a\n");
+    let out = sh.run("echo stray > stray.txt && echo wrote");
+    assert!(out.contains("Read-only file system"), "{out}");
+    let out = sh.run("rm deep/a.txt && echo removed");
+    assert!(out.contains("Read-only file system"), "{out}");
+    // Status names it, in the tree of main left behind.
+    let rows = left_behind_rows(&w);
+    assert!(
+        rows.iter().any(|l| l["branch"] == "main"
+            && l["readonly"] == true
+            && l["holders"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|h| h["pid"] == sh.pid())),
+        "{rows:?}"
+    );
+    // `cd "$PWD"` brings it to the branch now shown, where it writes.
+    assert_eq!(
+        sh.run("cd \"$PWD\" && echo here > here.txt && echo wrote"),
+        "wrote\n"
+    );
+    let id = w.checkpoint("other's");
+    assert_eq!(w.cat(&id, "sub/here.txt"), b"here\n");
+    drop(sh);
+    ok(["switch", w.room(), "--to", "main"]);
+    assert!(!w.path("sub/stray.txt").exists());
+    assert!(!w.path("sub/here.txt").exists());
+    assert_eq!(workspace_row(&w)["dirty"], false);
+    // Nobody inside any more: the next switch detaches the trees left behind.
+    ok(["switch", w.room(), "--to", "other"]);
+    eventually("the trees left behind are detached", || {
+        left_behind_rows(&w).is_empty()
+    });
+}
+
+/// A file open for writing would keep the tree a switch takes away writable (the kernel
+/// refuses to make it read-only): the switch refuses, naming the process, and `--kill` ends
+/// it. Nothing is left behind writable.
+#[test]
+fn a_file_open_for_writing_refuses_a_switch() {
+    let w = Workspace::new(populate);
+    ok(["fork", w.store(), "main", "--name", "other"]);
+    let path = w.path("notes.md");
+    let script = format!(
+        "import time; f = open('{}', 'a'); print('ready', flush=True); time.sleep(600)",
+        path.display()
+    );
+    let mut h = holder(&["python3", "-c", &script]).expect("holder ready");
+    let pid = h.0.id();
+    refused(
+        1,
+        ["switch", w.room(), "--to", "other"],
+        &[
+            &format!("pid {pid}"),
+            "open for writing",
+            s(&path),
+            "--kill",
+        ],
+    );
+    // Nothing changed: still main, writable.
+    assert!(workspace_row(&w)["branch"] == "main");
+    write(&w.path("sub/more.txt"), b"more\n");
+    fs::remove_file(w.path("sub/more.txt")).unwrap();
+    let r = ok_json(["switch", w.room(), "--to", "other", "--kill", "--json"]);
+    assert_eq!(r["left_behind_writable"], false, "{r}");
+    assert!(
+        wait_for(std::time::Duration::from_secs(20), || matches!(
+            h.0.try_wait(),
+            Ok(Some(_))
+        )),
+        "the writer still runs"
+    );
+    assert!(left_behind_rows(&w).iter().all(|l| l["readonly"] == true));
+}
+
+#[test]
+fn no_mount_is_inside_the_store() {
+    let w = Workspace::new(populate);
+    write(&w.path("sub/big.bin"), &random_bytes(9, 1 << 20));
+    w.checkpoint("one");
+    ok(["fork", w.store(), "main", "--name", "other"]);
+    // A tree left behind stays mounted while the shell is inside it.
+    let _sh = InsideShell::start(&w.path("sub"));
+    ok(["switch", w.room(), "--to", "other"]);
+    assert!(!left_behind_rows(&w).is_empty());
+    let inside: Vec<_> = mounts()
+        .into_iter()
+        .filter(|(mp, _)| mp.starts_with(&w.store))
+        .collect();
+    assert!(inside.is_empty(), "mounts inside the store: {inside:?}");
+    let du = |args: &[&str]| {
+        let o = std::process::Command::new("du")
+            .args(args)
+            .arg(&w.store)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", describe_output("du", &o));
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(du(&["-sx"]), du(&["-s"]));
+    let find = |xdev: bool| {
+        let mut c = std::process::Command::new("find");
+        c.arg(&w.store);
+        if xdev {
+            c.arg("-xdev");
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", describe_output("find", &o));
+        String::from_utf8_lossy(&o.stdout).lines().count()
+    };
+    assert_eq!(find(true), find(false));
+    // The lower view is where the store's id says, and the store's doctor knows it.
+    assert!(mounted(&lower_view(&w.store)));
+    let doc = ok(["doctor", w.store()]);
+    assert!(doc.contains(s(&lower_view(&w.store))), "{doc}");
+}
+
+#[test]
+fn a_lower_view_an_older_build_mounted_in_the_store_is_released_by_umount() {
+    let w = Workspace::new(populate);
+    // What builds before /run/ckptfs did: the view mounted at STORE/run/lower.
+    let legacy = w.store.join("run/lower");
+    fs::create_dir_all(&legacy).unwrap();
+    ok(["browse", w.store(), s(&legacy)]);
+    assert!(mounted(&legacy));
+    ok(["umount", w.room()]);
+    assert!(!mounted(&legacy), "the old-location view is still mounted");
+    assert!(!mounted(&lower_view(&w.store)));
+    let left: Vec<_> = mounts()
+        .into_iter()
+        .filter(|(_, src)| src.starts_with(&format!("ckptfs:{}:", w.store())))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn what_checkpoints_exclude_stays_in_the_upper_and_holds_the_fold() {
+    let w = Workspace::with_init_args(&["--exclude", "ws=*.pem"], populate);
+    fs::write(w.path("server.pem"), "secret").unwrap();
+    fs::write(w.path("notes.md"), "# notes\nturn\n").unwrap();
+    let r = w.checkpoint_json("turn");
+    assert_eq!(r["fold"]["folded"], false, "{r}");
+    assert!(
+        r["fold"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("ws/server.pem"),
+        "{r}"
+    );
+    assert_eq!(fs::read_to_string(w.path("server.pem")).unwrap(), "secret");
+    // A switch away and back, and a remount, keep it too.
+    ok(["fork", w.store(), "main", "--name", "other"]);
+    ok(["switch", w.room(), "--to", "other"]);
+    ok(["switch", w.room(), "--to", "main"]);
+    assert_eq!(fs::read_to_string(w.path("server.pem")).unwrap(), "secret");
+    ok(["umount", w.room()]);
+    ok(["mount", w.store(), "--branch", "main"]);
+    assert_eq!(fs::read_to_string(w.path("server.pem")).unwrap(), "secret");
+    // Once it is gone, the fold happens.
+    fs::remove_file(w.path("server.pem")).unwrap();
+    let r = w.checkpoint_json("gone");
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+}
+
+/// Whether a file can be created in the workspace now.
+fn writable(w: &Workspace) -> bool {
+    let probe = w.path(".probe");
+    let ok = fs::write(&probe, b"x").is_ok();
+    let _ = fs::remove_file(&probe);
+    ok
+}
+
+#[test]
+fn a_fold_interrupted_at_any_step_loses_nothing() {
+    let w = Workspace::new(populate);
+    fs::write(w.path("notes.md"), "counting\n").unwrap();
+    let steps = io_steps(["checkpoint", w.room(), "-m", "count"]);
+    let mut round = 0;
+    for mode in ["fail", "abort"] {
+        for n in 1..=steps {
+            round += 1;
+            let text = format!("round {round}\n");
+            fs::write(w.path("notes.md"), &text).unwrap();
+            write(&w.path(&format!("r/{round}.txt")), text.as_bytes());
+            let o = run_fault(["checkpoint", w.room(), "-m", "faulty"], mode, n);
+            let ctx = format!("checkpoint {mode}:{n}/{steps}: {}", stderr(&o));
+            let r = run(["recover", w.store()]);
+            assert!(r.status.success(), "{ctx}: recover: {}", stderr(&r));
+            if !writable(&w) {
+                // Interrupted after the fold took the upper: umount and mount resume it.
+                // Said by the failed checkpoint itself, or by recover after a crash.
+                let out = stdout(&r);
+                assert!(
+                    out.contains("stays read-only") || stderr(&o).contains("failed half-way"),
+                    "{ctx}: recover said {out}"
+                );
+                ok(["umount", w.room()]);
+                ok(["mount", w.store(), "--branch", "main"]);
+                assert!(writable(&w), "{ctx}: not writable after a remount");
+            }
+            // Nothing lost: the workspace shows every round's file and the last text.
+            assert_eq!(
+                fs::read_to_string(w.path("notes.md")).unwrap(),
+                text,
+                "{ctx}"
+            );
+            for i in 1..=round {
+                assert!(
+                    w.path(&format!("r/{i}.txt")).exists(),
+                    "{ctx}: r/{i}.txt lost"
+                );
+            }
+            assert!(ok(["verify", w.store()]).contains("0 findings"), "{ctx}");
+            // The next checkpoint records it and folds.
+            let id = w.checkpoint("after the fault");
+            assert_eq!(w.cat(&id, "notes.md"), text.as_bytes(), "{ctx}");
+        }
+    }
+}

@@ -1,0 +1,10 @@
+mod bare;
+mod clients;
+mod dirty;
+mod fold;
+mod freeze;
+mod lifecycle;
+mod options;
+mod park;
+mod posix;
+mod snapshots;
