@@ -7,7 +7,7 @@
 # Everything lives under $DEMO (default /tmp/ckptfs-demo); run again to start over.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./examples/setup-deps.sh
+./scripts/setup-deps.sh
 echo "== building ckptfs (release)"
 cargo build --release -q
 B=$PWD/target/release/ckptfs

@@ -653,7 +653,7 @@ fn is_whiteout(m: &Stat) -> bool {
 /// whiteout a hard link of one shared inode, so each new whiteout changes the ctime (and link
 /// count) of all the others; with their stat keys, every directory holding a whiteout turned
 /// dirty at every checkpoint that followed a deletion or a rename, and was merged again (638
-/// of an upper layer's directories after 30 turns of `examples/bench_workspace.sh large`).
+/// of an upper layer's directories after 30 turns of `bench/bench_workspace.sh large`).
 fn other_key(m: &Stat) -> StatKey {
     if is_whiteout(m) {
         StatKey {

@@ -81,7 +81,7 @@ fn render(page: &std::path::Path) -> String {
         .env("MANPAGER", "cat")
         .env("PAGER", "cat")
         .output()
-        .expect("running man (install man-db: examples/setup-deps.sh)");
+        .expect("running man (install man-db: scripts/setup-deps.sh)");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         o.status.success() && err.trim().is_empty(),

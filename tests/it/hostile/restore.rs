@@ -21,7 +21,7 @@ fn some_object(env: &Env) -> (PathBuf, PathBuf) {
     (p.parent().unwrap().to_path_buf(), p)
 }
 
-/// `setcap`/`getcap` (in /usr/sbin, which a non-root PATH may lack; examples/setup-deps.sh
+/// `setcap`/`getcap` (in /usr/sbin, which a non-root PATH may lack; scripts/setup-deps.sh
 /// installs libcap2-bin).
 fn cap_tool(name: &str) -> PathBuf {
     for dir in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
@@ -30,7 +30,7 @@ fn cap_tool(name: &str) -> PathBuf {
             return p;
         }
     }
-    panic!("{name} not found: run examples/setup-deps.sh (package libcap2-bin)");
+    panic!("{name} not found: run scripts/setup-deps.sh (package libcap2-bin)");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! every process killed and its data removed on drop, also when the test fails.
 //!
 //! The binary is `$GARAGE`, else `garage` on PATH, else `~/.cargo/bin/garage` (where
-//! `examples/setup-deps.sh` installs it). A missing binary fails the test with that message:
+//! `scripts/setup-deps.sh` installs it). A missing binary fails the test with that message:
 //! the remote tests never skip.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -41,7 +41,7 @@ pub fn garage_bin() -> PathBuf {
     let p = Path::new(&home).join(".cargo/bin/garage");
     assert!(
         p.is_file(),
-        "garage not found ($GARAGE, PATH, ~/.cargo/bin): run examples/setup-deps.sh"
+        "garage not found ($GARAGE, PATH, ~/.cargo/bin): run scripts/setup-deps.sh"
     );
     p
 }

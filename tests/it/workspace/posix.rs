@@ -24,7 +24,7 @@ fn run_suite(dir: &Path) -> (usize, Vec<String>) {
         .arg(dir)
         .current_dir(dir)
         .output()
-        .expect("pjdfstest is installed (cargo install pjdfstest; examples/test.sh does it)");
+        .expect("pjdfstest is installed (cargo install pjdfstest; scripts/test.sh does it)");
     let out = String::from_utf8_lossy(&o.stdout);
     let passed = out
         .lines()

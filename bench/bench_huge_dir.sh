@@ -4,7 +4,7 @@
 # view, nobody lists the directory with `ls -f` (killed after LIMIT seconds), then `umount`, and
 # how long the store's view daemons outlive it.
 #
-#   bash examples/bench_huge_dir.sh [N] [LIMIT]      (as root; uses target/debug/ckptfs unless
+#   bash bench/bench_huge_dir.sh [N] [LIMIT]      (as root; uses target/debug/ckptfs unless
 #                                                     CKPTFS is set)
 set -u
 N=${1:-200000}

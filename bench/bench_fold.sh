@@ -3,7 +3,7 @@
 # generated room, the checkpoint with its fold (nobody inside) against the checkpoint whose fold
 # waits (a shell inside), the bytes left in the upper layer after each, and switch times.
 #
-#   sh examples/bench_fold.sh [small|tiny|large] [TURNS]     (as root; uses target/debug/ckptfs
+#   sh bench/bench_fold.sh [small|tiny|large] [TURNS]     (as root; uses target/debug/ckptfs
 #                                                            unless CKPTFS is set)
 set -eu
 SCALE=${1:-small}

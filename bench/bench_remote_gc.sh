@@ -3,7 +3,7 @@
 # `gc --remote` (repack) vs restic `forget` + `prune`, side by side in one run, on one real
 # Garage node, with the same room and the same turns.
 #
-# usage: examples/bench_remote_gc.sh [--scale tiny|small|large] [--turns N] [--keep K]
+# usage: bench/bench_remote_gc.sh [--scale tiny|small|large] [--turns N] [--keep K]
 #                                    [--work DIR] [--clean]
 #   --scale  room size (default: small), from ../shared/bench/gen_room.py
 #   --turns  agent turns after the first capture, each captured and pushed / backed up
@@ -41,12 +41,12 @@ GEN_ROOM=${GEN_ROOM:-$HERE/../shared/bench/gen_room.py}
 CKPTFS=${CKPTFS:-$HERE/target/debug/ckptfs}
 GARAGE=${GARAGE:-$HOME/.cargo/bin/garage}
 command -v restic >/dev/null || { echo "restic is not installed" >&2; exit 1; }
-[ -x "$GARAGE" ] || { echo "garage not found at $GARAGE (examples/setup-deps.sh)" >&2; exit 1; }
+[ -x "$GARAGE" ] || { echo "garage not found at $GARAGE (scripts/setup-deps.sh)" >&2; exit 1; }
 [ -x "$CKPTFS" ] || (cd "$HERE" && cargo build --quiet)
 rm -rf "$WORK"; mkdir -p "$WORK"
 
-# shellcheck source=examples/garage_bench.sh
-source "$HERE/examples/garage_bench.sh"
+# shellcheck source=bench/garage_bench.sh
+source "$HERE/bench/garage_bench.sh"
 cleanup() {
     if [ -n "$GPID" ]; then kill "$GPID" 2>/dev/null || true; wait "$GPID" 2>/dev/null || true; fi
     if [ "$CLEAN" = 1 ]; then rm -rf "$WORK"; fi

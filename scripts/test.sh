@@ -3,7 +3,7 @@
 # Run as root (tests mount filesystems; /dev/fuse must exist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./examples/setup-deps.sh
+./scripts/setup-deps.sh
 if ! command -v pjdfstest >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/pjdfstest" ]; then
     echo "installing pjdfstest (POSIX conformance suite used by the workspace tests)"
     cargo install --locked --quiet pjdfstest

@@ -2,7 +2,7 @@
 # bench_view.sh - read-only view benchmark: `ckptfs mount` vs the native directory vs
 # `restic mount` of the same tree, side by side in one run, on generated agent rooms.
 #
-# usage: examples/bench_view.sh [--scale small|large]... [--work DIR] [--clean]
+# usage: bench/bench_view.sh [--scale small|large]... [--work DIR] [--clean]
 #   --scale   room sizes to run (default: small and large), from ../shared/bench/gen_room.py
 #   --work    scratch directory (default /tmp/ckbench-view); rooms, stores and restic repos
 #             are reused from an earlier run when present

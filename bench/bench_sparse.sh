@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A 10 GiB sparse file (a few bytes of data at its start, and at its end): `status` and
 # `checkpoint` with it new in a workspace, `capture` of a root holding it, `restore` of that.
-# Needs root and fuse3. Usage: examples/bench_sparse.sh [BINARY] [DIR]
+# Needs root and fuse3. Usage: bench/bench_sparse.sh [BINARY] [DIR]
 # BINARY defaults to target/release/ckptfs (built first); DIR to a fresh temp dir, removed after.
 set -euo pipefail
 B=${1:-}

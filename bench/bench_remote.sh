@@ -2,7 +2,7 @@
 # bench_remote.sh - remotes on one real Garage node: ckptfs push/clone/lazy mount vs restic's
 # S3 backend on the same server, side by side in one run, on generated agent rooms.
 #
-# usage: examples/bench_remote.sh [--scale small|large]... [--work DIR] [--big-mib N] [--clean]
+# usage: bench/bench_remote.sh [--scale small|large]... [--work DIR] [--big-mib N] [--clean]
 #   --scale    room sizes (default: small), from ../shared/bench/gen_room.py
 #   --work     scratch directory (default /tmp/ckbench-remote); rooms are reused
 #   --big-mib  size of the extra random file added to the room for the first-byte and
@@ -43,12 +43,12 @@ CKPTFS=${CKPTFS:-$HERE/target/release/ckptfs}
 GARAGE=${GARAGE:-$HOME/.cargo/bin/garage}
 PACK_SIZES=${PACK_SIZES-"1 1048576 8388608 33554432"}
 command -v restic >/dev/null || { echo "restic is not installed" >&2; exit 1; }
-[ -x "$GARAGE" ] || { echo "garage not found at $GARAGE (examples/setup-deps.sh)" >&2; exit 1; }
+[ -x "$GARAGE" ] || { echo "garage not found at $GARAGE (scripts/setup-deps.sh)" >&2; exit 1; }
 [ -x "$CKPTFS" ] || (cd "$HERE" && cargo build --release --quiet)
 mkdir -p "$WORK"
 
-# shellcheck source=examples/garage_bench.sh
-source "$HERE/examples/garage_bench.sh"
+# shellcheck source=bench/garage_bench.sh
+source "$HERE/bench/garage_bench.sh"
 RPID=""; MOUNTS=()
 cleanup() {
     for m in "${MOUNTS[@]}"; do

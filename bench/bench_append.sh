@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checkpoint after a small append to a big log, side by side on ext4 and XFS (needs root,
-# fuse3, xfsprogs). Usage: examples/bench_append.sh [LOG_MIB]
+# fuse3, xfsprogs). Usage: bench/bench_append.sh [LOG_MIB]
 #
 # A workspace holds one LOG_MIB (default 1024) MiB JSONL transcript; five times, 20 KiB of
 # lines are appended and the workspace checkpointed. On ext4 the checkpoint reads the whole

@@ -2,7 +2,7 @@
 # Searching history and counting a store: ckptfs find / find --history / stats beside restic
 # find / restic stats, in one run, on the same generated room and the same checkpoints.
 #
-#   examples/bench_find.sh CKPTFS_BINARY [small|large] [TURNS]
+#   bench/bench_find.sh CKPTFS_BINARY [small|large] [TURNS]
 #
 # The room is captured, then TURNS (default 20) gen_room.py turns are applied, each captured by
 # both tools (ckptfs capture, restic backup). Then, page cache warm, the median of 3 runs of:

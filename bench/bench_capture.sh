@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Capture benchmark: ckptfs beside restic and git on generated agent rooms.
 #
-#   examples/bench_capture.sh [small] [large]      (default: both)
+#   bench/bench_capture.sh [small] [large]      (default: both)
 #
 # For each scale: generate a room with gen_room.py under $CKBENCH_DIR (default /tmp/ckbench),
 # first-capture it with the release ckptfs and `restic backup` (and commit it to git), apply

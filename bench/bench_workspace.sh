@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Live-workspace benchmark, side by side in one run (needs root, fuse3, fuse-overlayfs, restic,
-# git, sqlite3, python3). Usage: examples/bench_workspace.sh [small] [large]
+# git, sqlite3, python3). Usage: bench/bench_workspace.sh [small] [large]
 #
 # For each scale: generate a room (../shared/bench/gen_room.py), capture it, mount it as a
 # workspace, then measure

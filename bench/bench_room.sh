@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The generated agent room in three places, side by side in one run (needs root, kernel
-# overlayfs, fuse3, restic, python3). Usage: examples/bench_room.sh [SCALE] [TURNS]
+# overlayfs, fuse3, restic, python3). Usage: bench/bench_room.sh [SCALE] [TURNS]
 # (default large 10). The figures for issue 19's "large generated room" benchmark.
 #
 # One room (gen_room.py gen --scale SCALE, seed 1) is put in three places:

@@ -3,7 +3,7 @@
 # agent, then `ckptfs checkpoint`), side by side in one run, on a room from gen_room.py.
 # The turn adds: the runtime fingerprint (hashing python3, running `python3 --version`), the
 # claimed marker and its two synced audit lines, and a held checkpoint (the cgroup frozen for
-# the second pass). Needs root and python3. Usage: examples/bench_turn.sh [small|large] [N]
+# the second pass). Needs root and python3. Usage: bench/bench_turn.sh [small|large] [N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GEN=${GEN_ROOM:-$(cd .. && pwd)/shared/bench/gen_room.py}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A git repository shaped like a big real one, for benchmarks (examples/bench_git.sh).
+"""A git repository shaped like a big real one, for benchmarks (bench/bench_git.sh).
 
     gen_git_repo.py DIR [--files N] [--commits C] [--seed S]
 

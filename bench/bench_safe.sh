@@ -2,7 +2,7 @@
 # What walking trees through held directory fds costs: two ckptfs binaries side by side, in one
 # run, on the same generated room (e.g. the release build before the safe walk and now).
 #
-#   examples/bench_safe.sh BASE_BINARY NEW_BINARY [small|large] [TURNS]
+#   bench/bench_safe.sh BASE_BINARY NEW_BINARY [small|large] [TURNS]
 #
 # For each binary, interleaved (base, new, base, new...) so that both see the same machine:
 #   capture       first capture of the room into a fresh store (page cache warm)

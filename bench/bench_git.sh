@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # git at 100k files, side by side in one run (needs root, git, python3, kernel overlayfs).
-# Usage: examples/bench_git.sh [FILES] [COMMITS]        (default 100000 files, 400 commits)
+# Usage: bench/bench_git.sh [FILES] [COMMITS]        (default 100000 files, 400 commits)
 #
-# Generates one repository (examples/gen_git_repo.py: nested source tree, a real history made
+# Generates one repository (bench/gen_git_repo.py: nested source tree, a real history made
 # by git fast-import) and puts it in three places:
 #   native    a plain directory
 #   overlay   kernel overlayfs over a plain lower copy (cp -a, index refreshed there), upper
@@ -44,7 +44,7 @@ cleanup
 rm -rf "$BASE"
 mkdir -p "$BASE"/{native,overlay,ckptfs}
 t0=$(now)
-python3 examples/gen_git_repo.py "$BASE/native/repo" --files "$FILES" --commits "$COMMITS"
+python3 bench/gen_git_repo.py "$BASE/native/repo" --files "$FILES" --commits "$COMMITS"
 echo "generated in $(secs "$t0" "$(now)") s" >&2
 
 # overlay: lower = a copy; its index refreshed on the lower itself first (what an agent's repo
