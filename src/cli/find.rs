@@ -9,7 +9,7 @@ use clap::Args;
 use ckptfs::history::find::{find, path_history, FindOptions};
 use ckptfs::text::time::format_local;
 use ckptfs::units::human_bytes;
-use ckptfs::{Error, Result, Store};
+use ckptfs::{Error, Result};
 
 use super::{print_json, JsonFlag};
 
@@ -51,7 +51,7 @@ pub struct FindArgs {
 
 /// `ckptfs find`.
 pub fn run_find(a: FindArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     if let Some(b) = &a.branch {
         ckptfs::store::refs::check_name("branch", b)?;
     }

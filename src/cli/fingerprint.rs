@@ -50,7 +50,7 @@ pub struct FingerprintArgs {
 
 /// `ckptfs fingerprint`.
 pub fn run_fingerprint(a: FingerprintArgs) -> Result<i32> {
-    let mut s = Store::open(&a.store)?;
+    let mut s = ckptfs::remote::open_store(&a.store)?;
     if a.clear || !a.files.is_empty() || !a.commands.is_empty() {
         let decl = RuntimeDecl {
             files: a.files.clone(),
@@ -58,7 +58,7 @@ pub fn run_fingerprint(a: FingerprintArgs) -> Result<i32> {
             branches: Default::default(),
         };
         fingerprint::declare(&s, a.branch.as_deref(), &decl)?;
-        s = Store::open(&a.store)?;
+        s = ckptfs::remote::open_store(&a.store)?;
         if !a.json.json {
             println!("runtime declaration of {} set", s.root().display());
         }

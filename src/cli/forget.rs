@@ -33,7 +33,7 @@ pub struct ForgetArgs {
 
 /// `ckptfs forget`.
 pub fn run_forget(a: ForgetArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     let opts = ForgetOptions {
         specs: a.checkpoints,
         prune: a.prune,

@@ -12,7 +12,7 @@ use ckptfs::units::human_bytes;
 use ckptfs::upkeep::doctor::{self, Repair};
 use ckptfs::upkeep::gc::{self, GcOptions, GcReport, PolicySource};
 use ckptfs::upkeep::{recover, verify};
-use ckptfs::{Error, Result, Store};
+use ckptfs::{Error, Result};
 
 use super::args::GcArgs;
 use super::table::Table;
@@ -101,7 +101,7 @@ pub fn run_verify(a: VerifyArgs) -> Result<i32> {
     if let Some(r) = &a.remote {
         return super::remote::run_verify_remote(&a.store, r, a.json.json);
     }
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     if a.all && !a.checkpoints.is_empty() {
         return Err(Error::Usage("give checkpoints or --all, not both".into()));
     }
@@ -138,7 +138,7 @@ pub fn run_verify(a: VerifyArgs) -> Result<i32> {
 
 /// `ckptfs recover`.
 pub fn run_recover(a: RecoverArgs) -> Result<i32> {
-    let s = Store::open_to_repair(&a.store)?;
+    let s = ckptfs::remote::open_store_to_repair(&a.store)?;
     let r = recover::recover(&s)?;
     if a.json.json {
         print_json(&r)?;
@@ -247,7 +247,7 @@ pub fn run_gc(a: GcArgs) -> Result<i32> {
     if let Some(r) = &a.remote {
         return super::remote::run_gc_remote(&a, r);
     }
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     if let Some(t) = a.keep_tag.first() {
         return Err(Error::Usage(format!(
             "--keep-tag {t:?}: labels are ckptfs's tags and labelled checkpoints are always kept \
@@ -296,7 +296,7 @@ fn parse_split(s: &str) -> Result<u64> {
 
 /// `ckptfs archive`.
 pub fn run_archive(a: ArchiveArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     let split = a.split.as_deref().map(parse_split).transpose()?;
     let r = archive::archive(
         &s,

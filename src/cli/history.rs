@@ -185,7 +185,7 @@ pub struct DiffArgs {
 /// named in one warning line on stderr and left out; the rest is listed and the exit code
 /// stays 0 (a listing, as restic's: `doctor` and `verify` are the checks that fail).
 pub fn run_log(a: LogArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     if a.turns {
         return super::turn::print_turns(&s, a.branch.as_deref(), a.max_count, a.json.json);
     }
@@ -305,7 +305,7 @@ fn log_table(
 
 /// `ckptfs show`.
 pub fn run_show(a: ShowArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     let id = s.resolve(&a.checkpoint)?;
     let c = s.read_checkpoint(&id)?;
     // Every label naming it now (`ckptfs label` adds them after the record is written, and
@@ -380,7 +380,7 @@ pub fn run_show(a: ShowArgs) -> Result<i32> {
 
 /// `ckptfs ls`.
 pub fn run_ls(a: LsArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     let loc = locate(&s, &a.spec)?;
     let mut rows = Vec::new();
     match loc.dir_tree() {
@@ -527,7 +527,7 @@ impl Owners {
 
 /// `ckptfs cat`.
 pub fn run_cat(a: CatArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     let loc = locate(&s, &a.spec)?;
     let Some(e) = &loc.entry else {
         return Err(Error::Usage(format!("{}: is a directory", a.spec)));
@@ -610,7 +610,7 @@ fn workspace_side(s: &Store, place: &std::path::Path) -> Result<diff::Side> {
 
 /// `ckptfs diff`.
 pub fn run_diff(a: DiffArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     let (side_a, side_b) = sides_of(&s, &a)?;
     let plain = !(a.stat || a.name_status || a.patch);
     let opts = diff::DiffOptions {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 
 use ckptfs::store::refs::LabelDeletion;
-use ckptfs::{Error, Result, Store};
+use ckptfs::{Error, Result};
 
 use super::{print_json, store, JsonFlag};
 
@@ -87,7 +87,7 @@ fn who() -> serde_json::Value {
 
 /// `ckptfs label delete`.
 fn run_label_delete(a: LabelDeleteArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     ckptfs::store::refs::check_name("label", &a.name)?;
     // Looked up first so the audit line's args name the checkpoint (the lock is taken again
     // by `mutate`; the deletion reports what it found under the lock).

@@ -414,7 +414,6 @@ pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<()> {
 /// Runs a parsed command; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     let store_flag = cli.store_flag;
-    ckptfs::remote::install_lazy_fetch();
     match cli.command {
         Command::Init(a) => store::run_init(a),
         Command::Capture(a) => store::run_capture(a),
@@ -468,7 +467,7 @@ fn run_mount(a: view::MountArgs) -> Result<i32> {
         ));
     }
     // A resume on a changed runtime is refused (see `ckptfs fingerprint`).
-    let s = ckptfs::Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     fingerprint::check_resume(&s, &branch, "mount", a.accept_runtime_change)?;
     drop(s);
     workspace::mount_branch(&a, &branch)

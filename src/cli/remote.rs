@@ -181,7 +181,7 @@ fn pick_remote(store: &Store, name: Option<&str>) -> Result<String> {
 pub fn run_remote(c: RemoteCommand) -> Result<i32> {
     match c {
         RemoteCommand::Add(a) => {
-            let store = Store::open(&a.store)?;
+            let store = ckptfs::remote::open_store(&a.store)?;
             remote::check_remote_name(&a.name)?;
             if remote::read_config(&store, &a.name).is_ok() {
                 return Err(Error::Conflict(format!(
@@ -222,7 +222,7 @@ pub fn run_remote(c: RemoteCommand) -> Result<i32> {
             Ok(0)
         }
         RemoteCommand::List(a) => {
-            let store = Store::open(&a.store)?;
+            let store = ckptfs::remote::open_store(&a.store)?;
             let mut out = Vec::new();
             for (name, cfg) in remote::list_configs(&store)? {
                 let refs = remote::read_refs(&store, &name)?;
@@ -249,7 +249,7 @@ pub fn run_remote(c: RemoteCommand) -> Result<i32> {
             Ok(0)
         }
         RemoteCommand::Remove(a) => {
-            let store = Store::open(&a.store)?;
+            let store = ckptfs::remote::open_store(&a.store)?;
             remote::read_config(&store, &a.name)?;
             let dir = remote::remote_dir(&store, &a.name);
             ckptfs::fs::atomic::remove_dir_all(&dir)?;
@@ -271,7 +271,7 @@ fn short(id: &Option<ckptfs::id::ObjectId>) -> String {
 }
 
 pub fn run_push(a: PushArgs) -> Result<i32> {
-    let store = Store::open(&a.store)?;
+    let store = ckptfs::remote::open_store(&a.store)?;
     // `push STORE BRANCH` with the only remote: a first word that is no remote is a ref.
     let (name, what) = match &a.remote {
         Some(r) if remote::read_config(&store, r).is_err() && a.what.is_empty() => {
@@ -391,7 +391,7 @@ pub fn run_clone(a: CloneArgs) -> Result<i32> {
 }
 
 pub fn run_fetch(a: FetchArgs) -> Result<i32> {
-    let store = Store::open(&a.store)?;
+    let store = ckptfs::remote::open_store(&a.store)?;
     let name = pick_remote(&store, a.remote.as_deref())?;
     let r = Remote::open_named(&store, &name)?;
     let _x = store.lock_exclusive()?;
@@ -408,7 +408,7 @@ pub fn run_fetch(a: FetchArgs) -> Result<i32> {
 }
 
 pub fn run_pull(a: FetchArgs) -> Result<i32> {
-    let store = Store::open(&a.store)?;
+    let store = ckptfs::remote::open_store(&a.store)?;
     let name = pick_remote(&store, a.remote.as_deref())?;
     let r = Remote::open_named(&store, &name)?;
     let _x = store.lock_exclusive()?;
@@ -433,7 +433,7 @@ pub fn run_pull(a: FetchArgs) -> Result<i32> {
 
 /// `verify --remote NAME`.
 pub fn run_verify_remote(store: &std::path::Path, name: &str, json: bool) -> Result<i32> {
-    let store = Store::open(store)?;
+    let store = ckptfs::remote::open_store(store)?;
     let r = Remote::open_named(&store, name)?;
     let rep = health::verify(&store, &r)?;
     if json {
@@ -463,7 +463,7 @@ pub fn run_gc_remote(a: &super::args::GcArgs, name: &str) -> Result<i32> {
         None => prune::MaxUnused::default(),
     };
     let json = a.json.json;
-    let store = Store::open(&a.store)?;
+    let store = ckptfs::remote::open_store(&a.store)?;
     let r = Remote::open_named(&store, name)?;
     let plan = prune::gc(
         &store,

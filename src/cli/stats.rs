@@ -9,7 +9,7 @@ use clap::Args;
 use ckptfs::history::stats::{stats, StatsReport, StatsScope};
 use ckptfs::text::time::format_local;
 use ckptfs::units::human_bytes;
-use ckptfs::{Result, Store};
+use ckptfs::Result;
 
 use super::{print_json, JsonFlag};
 
@@ -43,7 +43,7 @@ pub struct StatsArgs {
 
 /// `ckptfs stats`.
 pub fn run_stats(a: StatsArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     let scope = match (&a.checkpoint, &a.branch) {
         (Some(c), _) => StatsScope::Checkpoint(s.resolve(c)?),
         (None, Some(b)) => {

@@ -170,7 +170,7 @@ pub fn run_init(a: InitArgs) -> Result<i32> {
 
 /// `ckptfs capture`.
 pub fn run_capture(a: CaptureArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     let mut from = BTreeMap::new();
     for f in &a.from {
         let (name, dir) = split_kv("--from", f)?;
@@ -212,7 +212,7 @@ pub fn run_capture(a: CaptureArgs) -> Result<i32> {
 
 /// `ckptfs restore`.
 pub fn run_restore(a: RestoreArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     let has_root = a.checkpoint.contains(':');
     let spec = match (&a.root, has_root) {
         (Some(r), false) => format!("{}:{r}", a.checkpoint),
@@ -284,7 +284,7 @@ pub fn run_restore(a: RestoreArgs) -> Result<i32> {
 
 /// `ckptfs label`.
 pub fn run_label(a: LabelArgs) -> Result<i32> {
-    let s = Store::open(&a.store)?;
+    let s = ckptfs::remote::open_store(&a.store)?;
     ckptfs::store::refs::check_name("label", &a.name)?;
     let id = s.resolve(&a.checkpoint)?;
     s.mutate(

@@ -213,7 +213,7 @@ fn run(
 
 /// `ckptfs mount`.
 pub fn mount(a: MountArgs) -> Result<i32> {
-    let store = Store::open(&a.store)?;
+    let store = ckptfs::remote::open_store(&a.store)?;
     let Some(spec) = a.checkpoint.as_deref() else {
         return Err(Error::Usage(
             "mount needs CHECKPOINT[:ROOT] (read-only view) or --branch B (workspace)".into(),
@@ -275,7 +275,7 @@ pub fn mount(a: MountArgs) -> Result<i32> {
 
 /// `ckptfs browse`.
 pub fn browse(a: BrowseArgs) -> Result<i32> {
-    let store = Store::open(&a.store)?;
+    let store = ckptfs::remote::open_store(&a.store)?;
     let opts = ServeOptions {
         view: ViewOptions {
             cache_bytes: a.cache_size,

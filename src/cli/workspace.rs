@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use ckptfs::text::time::local_of_utc;
 use ckptfs::units::human_bytes;
 use ckptfs::workspace::{self, place, DirtyPolicy, Hold, MountOptions};
-use ckptfs::{Error, Result, Store};
+use ckptfs::{Error, Result};
 
 use super::table::Table;
 use super::{print_json, JsonFlag};
@@ -250,7 +250,7 @@ pub fn mount_branch(a: &super::view::MountArgs, branch: &str) -> Result<i32> {
         a.relocate,
         a.json,
     );
-    let s = Store::open(store)?;
+    let s = ckptfs::remote::open_store(store)?;
     let mut reloc = BTreeMap::new();
     if let Some(at) = at {
         if !relocate {
@@ -560,7 +560,7 @@ fn print_left_behind(r: &workspace::SwitchReport) {
 }
 
 pub fn fork(store: &Path, checkpoint: &str, name: &str) -> Result<i32> {
-    let s = Store::open(store)?;
+    let s = ckptfs::remote::open_store(store)?;
     let id = workspace::fork(&s, checkpoint, name)?;
     println!("branch {name} forked from {}", id.short());
     Ok(0)
@@ -595,7 +595,7 @@ pub fn umount(mountpoint: &Path, kill: bool) -> Result<Option<i32>> {
 }
 
 pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
-    let s = Store::open(store)?;
+    let s = ckptfs::remote::open_store(store)?;
     let mut rows = Vec::new();
     for (name, b) in s.list_branches()? {
         if b.state == "archived" && !all {
@@ -671,7 +671,7 @@ pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
 }
 
 pub fn branch_archive(store: &Path, name: &str, archived: bool) -> Result<i32> {
-    let s = Store::open(store)?;
+    let s = ckptfs::remote::open_store(store)?;
     workspace::set_archived(&s, name, archived)?;
     println!(
         "branch {name} {}",
@@ -685,7 +685,7 @@ pub fn branch_archive(store: &Path, name: &str, archived: bool) -> Result<i32> {
 }
 
 pub fn branch_delete(store: &Path, name: &str, force: bool) -> Result<i32> {
-    let s = Store::open(store)?;
+    let s = ckptfs::remote::open_store(store)?;
     let displaced = workspace::delete_branch(&s, name, force)?;
     println!(
         "branch {name} deleted (its checkpoints stay until `ckptfs gc` finds them unreachable)"

@@ -172,7 +172,7 @@ impl Drop for Claimed<'_> {
     }
 }
 
-/// The factory [`crate::store::set_object_source_factory`] is given: a source for a store
+/// The factory [`super::open_store`] gives a store ([`Store::with_object_source`]): a source for a store
 /// with at least one remote.
 pub fn source_for(store: &Store) -> Option<Arc<dyn ObjectSource>> {
     let configs = match list_configs(store) {

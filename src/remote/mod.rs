@@ -645,8 +645,20 @@ fn zstd_bound(len: u64) -> u64 {
     zstd::zstd_safe::compress_bound(usize::try_from(len).unwrap_or(usize::MAX)) as u64
 }
 
-/// Installs the lazy-fetch hook: every store opened in this process fetches its missing
-/// objects from its remotes (see [`cache`]). main.rs calls it once.
-pub fn install_lazy_fetch() {
-    crate::store::set_object_source_factory(cache::source_for);
+/// Opens the store at `path` (see [`Store::open`]) reading the objects it lacks from its
+/// remotes, lazily (see [`cache`]): what a clone needs to show its files. [`Store::open`]
+/// alone reads only the objects the store holds.
+///
+/// # Errors
+/// As [`Store::open`].
+pub fn open_store(path: &Path) -> Result<Store> {
+    Ok(Store::open(path)?.with_object_source(cache::source_for))
+}
+
+/// [`open_store`] for `doctor` and `recover` (see [`Store::open_to_repair`]).
+///
+/// # Errors
+/// As [`Store::open_to_repair`].
+pub fn open_store_to_repair(path: &Path) -> Result<Store> {
+    Ok(Store::open_to_repair(path)?.with_object_source(cache::source_for))
 }

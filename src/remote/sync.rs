@@ -670,7 +670,7 @@ pub fn clone(path: &Path, opts: &CloneOptions) -> Result<(Store, FetchReport)> {
     mine.version = cfg.version.min(mine.version);
     mine.retention = cfg.retention.clone();
     store.write_config_file(&mine)?;
-    let store = Store::open(path)?;
+    let store = super::open_store(path)?;
     write_config(&store, &opts.name, &opts.config)?;
     let report = fetch(&store, &remote)?;
     Ok((store, report))

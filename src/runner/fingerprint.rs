@@ -481,7 +481,7 @@ pub fn declare(store: &Store, branch: Option<&str>, decl: &RuntimeDecl) -> Resul
         serde_json::json!({"branch": branch, "files": decl.files, "commands": decl.commands});
     store.mutate("fingerprint-declare", args, |_| {
         // Re-read under the lock: the Store was opened before it.
-        let fresh = Store::open(store.root())?;
+        let fresh = crate::remote::open_store(store.root())?;
         let mut config = fresh.config().clone();
         let mut all = config.runtime.take().unwrap_or_default();
         match branch {

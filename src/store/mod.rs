@@ -430,6 +430,8 @@ pub struct Store {
     /// Where objects missing here come from (a remote, see `crate::remote`): looked up on the
     /// first miss only, so a store without remotes never pays for it.
     lazy: std::sync::OnceLock<Option<std::sync::Arc<dyn ObjectSource>>>,
+    /// What makes `lazy` on the first missing object (see [`Store::with_object_source`]).
+    source_factory: Option<ObjectSourceFactory>,
 }
 
 /// A source of objects this store lacks: asked by [`Store::open_object_checked`] on a miss,
@@ -472,15 +474,10 @@ pub trait ObjectSource: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Makes the [`ObjectSource`] of a store, if it has one (set once per process by the remote
-/// module; a library user without remotes never sets it).
+/// Makes the [`ObjectSource`] of a store, if it has one: given to the store as a value
+/// ([`Store::with_object_source`]; `crate::remote::open_store` gives its remotes' lazy
+/// fetch). A store opened without one reads only the objects it holds.
 pub type ObjectSourceFactory = fn(&Store) -> Option<std::sync::Arc<dyn ObjectSource>>;
-static OBJECT_SOURCE_FACTORY: std::sync::OnceLock<ObjectSourceFactory> = std::sync::OnceLock::new();
-
-/// Installs the factory every opened store asks, on its first missing object, for a source.
-pub fn set_object_source_factory(f: ObjectSourceFactory) {
-    let _already_set = OBJECT_SOURCE_FACTORY.set(f);
-}
 
 /// Makes `path` absolute (relative to the cwd) and lexically normal, without following links.
 pub fn absolute(path: &Path) -> Result<PathBuf> {
@@ -558,6 +555,7 @@ impl Store {
             config,
             objects_fd: Default::default(),
             lazy: Default::default(),
+            source_factory: None,
         };
         let mut dirs = Vec::new();
         let mut files = Vec::new();
@@ -639,6 +637,7 @@ impl Store {
             config,
             objects_fd: Default::default(),
             lazy: Default::default(),
+            source_factory: None,
         })
     }
 
@@ -646,10 +645,18 @@ impl Store {
         &self.root
     }
 
+    /// The same store, reading the objects it lacks from the source `factory` makes for it
+    /// (asked once, at the first missing object).
+    #[must_use]
+    pub fn with_object_source(mut self, factory: ObjectSourceFactory) -> Store {
+        self.source_factory = Some(factory);
+        self
+    }
+
     /// The source of objects this store lacks, if it has one (see [`ObjectSource`]).
     pub fn object_source(&self) -> Option<&std::sync::Arc<dyn ObjectSource>> {
         self.lazy
-            .get_or_init(|| OBJECT_SOURCE_FACTORY.get().and_then(|f| f(self)))
+            .get_or_init(|| self.source_factory.and_then(|f| f(self)))
             .as_ref()
     }
 

@@ -207,7 +207,7 @@ pub fn doctor(path: &Path) -> Result<DoctorReport> {
         content_check: format!("ckptfs verify {}", root.display()),
         ..Default::default()
     };
-    let store = match Store::open_to_repair(&root) {
+    let store = match crate::remote::open_store_to_repair(&root) {
         Ok(s) => s,
         Err(e) if e.kind() == crate::error::ErrorKind::Untrusted => {
             report.findings.push(Finding::new(

@@ -42,7 +42,7 @@ pub fn discover(dir: &Path) -> Option<(PathBuf, PathBuf, bool)> {
         let Some(store_path) = crate::daemon::store_of_source(&m.source) else {
             continue;
         };
-        let Ok(store) = Store::open(&store_path) else {
+        let Ok(store) = crate::remote::open_store(&store_path) else {
             continue;
         };
         let recorded = if workspace {
@@ -77,7 +77,7 @@ pub fn find_workspace(path: &Path) -> Result<(Store, WorkspaceState)> {
         let Some((store_path, _branch)) = rest.rsplit_once(':') else {
             continue;
         };
-        let s = Store::open(Path::new(store_path))?;
+        let s = crate::remote::open_store(Path::new(store_path))?;
         if let Some(st) = crate::workspace::find_by_path(&s, &m.mountpoint)? {
             return Ok((s, st));
         }
@@ -107,7 +107,7 @@ pub fn resolve_place(place: &Path) -> Result<Place> {
     let abs = crate::store::absolute(place)?;
     let mounted = crate::store::trust::ckptfs_mount_around(&abs)?.is_some();
     if !mounted && is_store(&abs) {
-        return Ok(Place::Store(Store::open(&abs)?));
+        return Ok(Place::Store(crate::remote::open_store(&abs)?));
     }
     let (s, st) = find_workspace(&abs)?;
     Ok(Place::Workspace(s, st))

@@ -385,7 +385,7 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
     // (roots as `init` checks them, refs), then the store is created or opened for writing.
     let existing = target.join(crate::store::CONFIG_FILE).exists();
     let current = if existing {
-        let s = Store::open(&target)?;
+        let s = crate::remote::open_store(&target)?;
         check_ref_conflicts(&s, m)?;
         Some(s)
     } else {

@@ -391,3 +391,59 @@ fn a_cold_big_file_reads_its_first_bytes_without_fetching_the_rest() {
     drop(f);
     rok(&g, ["umount", s(&room)]);
 }
+
+/// A library caller reads a lazy clone through `remote::open_store`, which gives the store
+/// its remotes' lazy fetch as a value (no process-wide hook: `Store::open` alone reads only
+/// what the clone holds, and this process never installed anything).
+#[test]
+fn a_library_caller_reads_a_clone_through_open_store() {
+    let g = Garage::start();
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "pw");
+    let creds = dir.path().join("credentials");
+    let env = g.env();
+    let get = |k: &str| env.iter().find(|(n, _)| *n == k).unwrap().1.clone();
+    fs::write(
+        &creds,
+        format!(
+            "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            get("AWS_ACCESS_KEY_ID"),
+            get("AWS_SECRET_ACCESS_KEY")
+        ),
+    )
+    .unwrap();
+    let src = dir.path().join("src");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let data = random_bytes(7, 1 << 20);
+    write(&src.join("big.bin"), &data);
+    ok([
+        "init",
+        s(&a),
+        "--root",
+        &format!("work={}", dir.path().join("room").display()),
+    ]);
+    capture_from(&a, &src, None);
+    add_remote(&g, &a, "lib", &key);
+    rok(&g, ["push", s(&a)]);
+    let mut args = vec!["clone".to_string(), g.url("lib"), s(&b).to_string()];
+    args.extend(reach(&g, 0, &key));
+    args.extend(["--credentials".into(), s(&creds).to_string()]);
+    rok(&g, &args);
+    // Without a source, the clone's own objects are all there is: its trees are not.
+    let local = ckptfs::Store::open(&b).unwrap();
+    let head = local.read_branch("main").unwrap().unwrap().head.unwrap();
+    let root_tree = local.read_checkpoint(&head).unwrap().roots["work"].tree;
+    assert!(
+        matches!(local.read_tree(&root_tree), Err(ckptfs::Error::NotFound(_))),
+        "a clone holds no trees until read"
+    );
+    // Through open_store the same reads fetch from the remote, exactly.
+    let lazy = ckptfs::remote::open_store(&b).unwrap();
+    let tree = lazy.read_tree(&root_tree).unwrap();
+    let e = tree.entries.iter().find(|e| e.name == b"big.bin").unwrap();
+    let ckptfs::store::tree::EntryKind::File { chunks } = &e.kind else {
+        panic!("big.bin is {:?}", e.kind)
+    };
+    let got = lazy.read_chunk(&chunks[0]).unwrap();
+    assert_eq!(got, data[..got.len()], "the first chunk's bytes, fetched");
+}
