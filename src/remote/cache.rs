@@ -441,28 +441,15 @@ impl RemoteSource {
     /// Writes a fetched object into the store (not synced: it is a cache entry the remote
     /// can give again) and accounts it for eviction.
     fn keep(&self, store: &Store, id: &ObjectId, data: &[u8]) -> Result<()> {
-        let compressed = store.compressed();
-        let stored: std::borrow::Cow<[u8]> = if compressed {
-            zstd::bulk::compress(data, 3)
-                .map_err(|e| Error::io_op(format!("compressing object {id}"), e))?
-                .into()
-        } else {
-            data.into()
-        };
-        let dest = store.object_path(id, compressed);
-        let tmp = atomic::temp_path(&store.tmp_dir(), "fetched");
-        atomic::write_new(&tmp, &stored, 0o444)?;
-        let published = atomic::publish_new(&tmp, &dest);
-        let _ignored_cleanup = std::fs::remove_file(&tmp);
-        if !published? {
+        let Some(stored_len) = store.put_object_file(id, data, "fetched", false)? else {
             return Ok(());
-        }
+        };
         let list = store.cache_dir().join(FETCHED_LIST);
-        atomic::append_line_with(&list, &format!("{} {}", id.to_hex(), stored.len()), false)?;
+        atomic::append_line_with(&list, &format!("{} {stored_len}", id.to_hex()), false)?;
         let over = {
             let mut fb = lock(&self.fetched_bytes);
             let total = fb.get_or_insert_with(|| listed_bytes(&list));
-            *total += stored.len() as u64;
+            *total += stored_len;
             *total > self.cache_bytes
         };
         if over {
@@ -547,24 +534,11 @@ impl ObjectSource for RemoteSource {
         let data = got
             .pop()
             .unwrap_or_else(|| Err(Error::Invalid("no reply".into())))?;
-        let compressed = store.compressed();
-        let stored: std::borrow::Cow<[u8]> = if compressed {
-            zstd::bulk::compress(&data, 3)
-                .map_err(|e| Error::io_op(format!("compressing object {id}"), e))?
-                .into()
-        } else {
-            data.as_slice().into()
-        };
         // Whichever form the bad copy had goes; the good one takes the store's form.
         if let Some((p, _)) = store.locate_object(id) {
             atomic::remove_file(&p)?;
         }
-        let tmp = atomic::temp_path(&store.tmp_dir(), "repaired");
-        atomic::write_new(&tmp, &stored, 0o444)?;
-        atomic::sync_path(&tmp)?;
-        let published = atomic::publish_new(&tmp, &store.object_path(id, compressed));
-        let _ignored_cleanup = std::fs::remove_file(&tmp);
-        published?;
+        store.put_object_file(id, &data, "repaired", true)?;
         Ok(true)
     }
 

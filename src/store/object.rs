@@ -599,14 +599,7 @@ impl<'a> ObjectBatch<'a> {
 
     /// Writes a new object to its temp file, pending until `commit`.
     fn write_object(&self, id: ObjectId, data: &[u8]) -> Result<()> {
-        let compressed = self.store.compressed();
-        let stored: std::borrow::Cow<[u8]> = if compressed {
-            zstd::bulk::compress(data, ZSTD_LEVEL)
-                .map_err(|e| Error::io_op(format!("compressing object {id}"), e))?
-                .into()
-        } else {
-            data.into()
-        };
+        let stored = self.store.encode_object(&id, data)?;
         let tmp = atomic::temp_path(&self.store.tmp_dir(), "obj");
         if stored.len() >= EARLY_WRITEBACK_BYTES {
             atomic::write_new_early(&tmp, &stored, 0o444)?;
@@ -871,6 +864,57 @@ pub fn object_files(store: &Store) -> Result<Vec<(PathBuf, ObjectId)>> {
         }
     }
     Ok(out)
+}
+
+/// The object file format, in one place: what a batch commits and what a copy from elsewhere
+/// (a remote's fetch or repair) writes.
+impl Store {
+    /// The bytes the file of object `id` holds for its content `data`: one zstd frame in a
+    /// compressed store, else `data` itself.
+    ///
+    /// # Errors
+    /// Compression failing.
+    pub fn encode_object<'d>(
+        &self,
+        id: &ObjectId,
+        data: &'d [u8],
+    ) -> Result<std::borrow::Cow<'d, [u8]>> {
+        if !self.compressed() {
+            return Ok(data.into());
+        }
+        zstd::bulk::compress(data, ZSTD_LEVEL)
+            .map(Into::into)
+            .map_err(|e| Error::io_op(format!("compressing object {id}"), e))
+    }
+
+    /// Writes object `id`, whose content `data` the caller has checked, as one file in the
+    /// store's form: a temp file (synced when `sync`; a cache entry another copy can replace
+    /// need not be), published only where no copy exists (never overwritten). `what` names
+    /// the temp file's purpose. Returns the bytes written when published, `None` when a copy
+    /// was there already.
+    ///
+    /// # Errors
+    /// Compressing, writing or publishing the file.
+    pub fn put_object_file(
+        &self,
+        id: &ObjectId,
+        data: &[u8],
+        what: &str,
+        sync: bool,
+    ) -> Result<Option<u64>> {
+        let stored = self.encode_object(id, data)?;
+        let tmp = atomic::temp_path(&self.tmp_dir(), what);
+        atomic::write_new(&tmp, &stored, 0o444)?;
+        let synced = if sync {
+            atomic::sync_path(&tmp)
+        } else {
+            Ok(())
+        };
+        let published = synced
+            .and_then(|()| atomic::publish_new(&tmp, &self.object_path(id, self.compressed())));
+        let _ignored_cleanup = std::fs::remove_file(&tmp);
+        Ok(published?.then_some(stored.len() as u64))
+    }
 }
 
 #[cfg(test)]
