@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::fs::atomic;
 use crate::fs::safe::Kind;
 use crate::id::ObjectId;
-use crate::ingest::reader::OnChange;
+use crate::ingest::OnChange;
 use crate::store::checkpoint::{Annotations, Checkpoint, RootRecord, Stats};
 use crate::store::object::ObjectBatch;
 use crate::store::refs::check_name;
@@ -291,8 +291,8 @@ pub(crate) fn unused_snapshots(store: &Store, branch: &str) -> Result<Vec<PathBu
             continue;
         };
         let files = saved_caches(store, head, base)(root).files;
-        let keep = crate::ingest::snapshot::named_by(&files);
-        unused.extend(crate::ingest::snapshot::unnamed(
+        let keep = crate::ingest::snapshots_named_by(&files);
+        unused.extend(crate::ingest::unnamed_snapshots(
             &store.snapshot_dir(branch, root),
             &keep,
         ));
@@ -714,9 +714,9 @@ pub(super) fn checkpoint_locked(
         store.save_statcache(&id, name, cache);
         store.save_upper_cache(&id, name, upper);
         // The snapshots this cache names stay for the next checkpoint; older ones go.
-        crate::ingest::snapshot::sweep(
+        crate::ingest::sweep_snapshots(
             &store.snapshot_dir(branch, name),
-            &crate::ingest::snapshot::named_by(cache),
+            &crate::ingest::snapshots_named_by(cache),
         );
     }
     Ok(CheckpointReport {
