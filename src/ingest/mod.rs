@@ -16,15 +16,16 @@
 //! - [`capture`] walks whole roots and records one checkpoint over all of them.
 //! - [`upper`] walks a workspace's upper layer and merges it with the base tree (the
 //!   workspace's checkpoint): only what the upper holds is read.
-//! - `reader` (private to ingest) is the engine both walks share: it reads (or reuses, by stat key) each file
-//!   found and returns its chunks, xattrs and stat.
+//! - `reader` (private to ingest) is the engine both walks share: it reads (or reuses, by
+//!   stat key) each file found and returns its chunks, xattrs and stat.
 //! - `chunker` cuts one file (FastCDC, or page-aligned blocks for SQLite), trying the
 //!   previous version's chunks first.
 //! - `snapshot` keeps reflink clones of a workspace's big changed files, so the next
 //!   checkpoint reads only the ranges that changed.
 //!
 //! File metadata (timestamps, stat keys, xattrs) is read through [`crate::meta`]; exclude rules
-//! come from [`crate::store::exclude`]. Nothing here imports `workspace`, `history`, `upkeep`, `transfer`, `runner` or `cli`.
+//! come from [`crate::store::exclude`]. Nothing here imports `workspace`, `history`, `upkeep`,
+//! `transfer`, `runner` or `cli`.
 
 pub mod capture;
 pub(crate) mod chunker;
