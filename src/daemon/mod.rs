@@ -12,7 +12,7 @@
 //!
 //! Lifetime: a daemon ends when its mount goes. A mount-watch thread sets the view's stop
 //! flag as soon as the mount leaves the mount table (unmounted, or detached lazily while
-//! still held), which ends the lower view's warm-ups (`view::warm`), the one thing of its own
+//! still held), which ends the lower view's warm-ups (`view::lower::warm`), the one thing of its own
 //! that could keep a detached mount alive. SIGTERM (SIGINT, SIGHUP) stops them too and
 //! unmounts the daemon's own mount (never another mounted at the same place since); should
 //! the session still run [`EXIT_WAIT`] later, the daemon aborts its own FUSE connection
@@ -318,7 +318,7 @@ fn serve_inner(store: Store, ns: Namespace, mountpoint: &Path, opts: &ServeOptio
         Some(guard)
     };
     let view = Arc::new(view);
-    // The lower views record their warm-ups (`view::warm`) for `mount --branch` to wait on.
+    // The lower views record their warm-ups (`view::lower::warm`) for `mount --branch` to wait on.
     if lower {
         fs::create_dir_all(&mounts_dir).map_err(|e| Error::io(&mounts_dir, e))?;
     }

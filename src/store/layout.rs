@@ -66,7 +66,7 @@ impl Store {
     pub fn view_log_path(&self, pid: u32) -> PathBuf {
         self.views_dir().join(format!("{pid}.log"))
     }
-    /// The lower view daemon's record of finished warm-ups (`view::warm`).
+    /// The lower view daemon's record of finished warm-ups (`view::lower::warm`).
     pub fn view_warm_path(&self, pid: u32) -> PathBuf {
         self.views_dir().join(format!("{pid}.warmed"))
     }

@@ -67,7 +67,7 @@ use fuser::{
 
 use crate::error::Error;
 use crate::view::backing::{self, OpenMode, OpenPlan, Opens};
-use crate::view::warm::Warmer;
+use crate::view::lower::warm::Warmer;
 use crate::view::{Attr, Content, Kind, Namespace, Node, View};
 
 mod mount;
@@ -91,7 +91,7 @@ pub struct MountConfig {
     /// Worker threads.
     pub threads: usize,
     /// The workspaces' lower view: the file recording its finished warm-ups
-    /// ([`crate::view::warm::Warmer::recording`]), which `mount --branch` waits on.
+    /// ([`crate::view::lower::warm::Warmer::recording`]), which `mount --branch` waits on.
     pub warm_record: Option<PathBuf>,
     /// Set by the daemon when its mount goes or it is told to stop: ends the warm-ups.
     pub stop: Arc<std::sync::atomic::AtomicBool>,
@@ -127,7 +127,7 @@ pub struct ViewFs {
     opens: Opens<BackingId>,
     /// Where it is mounted (for [`ViewFs::connect`] and the warm-ups).
     mountpoint: Option<PathBuf>,
-    /// The lower view's warm-ups of checkpoint roots ([`crate::view::warm`]).
+    /// The lower view's warm-ups of checkpoint roots ([`crate::view::lower::warm`]).
     warmer: Warmer,
 }
 
@@ -227,7 +227,7 @@ impl ViewFs {
     }
 
     /// After the lookup of `node` in `parent`: in the workspaces' lower view, a checkpoint
-    /// root (what an overlay stacks on) starts its warm-up ([`crate::view::warm`]).
+    /// root (what an overlay stacks on) starts its warm-up ([`crate::view::lower::warm`]).
     fn warm_if_root(&self, parent: u64, node: &Node) {
         // Cheap tests first (this runs after every lookup): a root is its own `root`.
         if !self.view.is_lower() || node.attr.kind != Kind::Dir || node.root != node.attr.ino {

@@ -36,17 +36,17 @@
 //! the copies big files pass through to, and `backing.rs` which opens do; `fuse.rs` the
 //! adapter.
 
-pub mod bare;
 pub mod fuse;
 pub mod materialize;
 
 mod backing;
 mod browse;
 mod inodes;
+pub mod lower;
 mod pin;
 mod prefetch;
 mod read;
-pub mod warm;
+use lower::bare;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -15,7 +15,7 @@
 //! Two such views run per store, from the same daemon code: the full one at `lower`, and
 //! the bare one at `lower-bare` (`Store::lower_bare_view_dir`), which serves only checkpoint
 //! roots holding no xattr anywhere and answers GETXATTR/LISTXATTR with ENOSYS, so the kernel
-//! stops sending overlayfs's per-file xattr queries (`view::bare`; docs/inodes.md). Every
+//! stops sending overlayfs's per-file xattr queries (`view::lower::bare`; docs/inodes.md). Every
 //! overlay stacks on the bare view's root when it serves it, else on the full view's
 //! ([`lower_root`]). Both start together ([`ensure_view`]), hold their own pin of the bases
 //! the kernel holds in them (gc reads every live pin), and go together ([`release_view`]).
@@ -206,7 +206,7 @@ pub fn lower_root(store: &Store, checkpoint: &ObjectId, root: &str) -> Result<Pa
                 bare.display()
             )))
         }
-        Err(e) if e.raw_os_error() == Some(crate::view::bare::REFUSED) => {
+        Err(e) if e.raw_os_error() == Some(crate::view::lower::bare::REFUSED) => {
             log::debug!(
                 "{}:{root} has xattrs: stacking on the full lower view",
                 checkpoint.short()
@@ -231,7 +231,7 @@ pub fn lower_root(store: &Store, checkpoint: &ObjectId, root: &str) -> Result<Pa
 pub const WARM_WAIT: Duration = Duration::from_secs(5);
 
 /// Waits until `deadline` for the lower view serving `lower` (a directory [`lower_root`]
-/// returned) to finish its warm-up of it (`view::warm`: every directory listed, so the
+/// returned) to finish its warm-up of it (`view::lower::warm`: every directory listed, so the
 /// kernel holds the dentry of every entry before a `git status` looks them up one by one).
 /// Returns whether it finished; `false` at once when no warm-up of it started in the daemon
 /// mounted now, the view keeps no record of its warm-ups (a daemon of an older build) or
@@ -269,7 +269,7 @@ pub fn wait_warm(store: &Store, lower: &Path, deadline: Instant) -> Result<bool>
         rel.display()
     );
     let record = store.view_warm_path(pid);
-    use crate::view::warm::{state, WarmState};
+    use crate::view::lower::warm::{state, WarmState};
     loop {
         match state(&record, &rel) {
             None => return Ok(false),

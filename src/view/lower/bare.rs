@@ -21,11 +21,11 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{lock, View};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::RootRecord;
 use crate::store::tree::{Entry, EntryKind};
+use crate::view::{lock, View};
 
 /// The errno of a checkpoint root the bare view will not serve ("Wrong medium type"): an
 /// error the kernel does not cache, unlike ENOENT, and that nothing else in the view answers.
@@ -39,7 +39,7 @@ const WALK_BATCH: usize = 1024;
 
 /// Per tree id: whether it and everything below it is free of xattrs.
 #[derive(Default)]
-pub(super) struct Bare {
+pub(in crate::view) struct Bare {
     known: Mutex<HashMap<ObjectId, bool>>,
 }
 
@@ -65,7 +65,7 @@ impl View {
 
     /// For the bare view: refuses ([`REFUSED`]) root `root` of checkpoint `id` unless neither
     /// its record nor any entry below has an xattr. Any other view: nothing to check.
-    pub(super) fn check_bare_root(
+    pub(in crate::view) fn check_bare_root(
         &self,
         id: &ObjectId,
         root: &str,
@@ -97,7 +97,7 @@ impl View {
     }
 
     /// Fail closed: for the bare view, EIO (and a log line) for an entry that has xattrs.
-    pub(super) fn refuse_xattrs(&self, dir: super::Ino, e: &Entry) -> Result<()> {
+    pub(in crate::view) fn refuse_xattrs(&self, dir: crate::view::Ino, e: &Entry) -> Result<()> {
         if self.bare.is_none() || e.xattrs.is_empty() {
             return Ok(());
         }

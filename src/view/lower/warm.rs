@@ -51,8 +51,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use super::lock;
 use crate::fs::safe::Dir;
+use crate::view::lock;
 
 /// Entries one warm-up lists at most (its directories' entries counted): about 1 KiB of
 /// kernel memory each.
