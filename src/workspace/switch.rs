@@ -301,64 +301,13 @@ pub fn switch_killing(
                 refuse_if_mounted(store, &b)?;
             }
         }
-        let mut checkpointed = None;
-        let mut displaced = None;
-        // One definition of dirty (see `checkpoint::dirty`): a change that the upper's stat
-        // alone shows refuses at once, without reading any file; otherwise the dry-run merge
-        // decides. `--checkpoint-first` of a clean workspace records nothing.
-        let mut discard_upper = false;
-        match policy {
-            DirtyPolicy::Refuse => {
-                let refuse = |what: String| {
-                    Err(Error::Conflict(format!(
-                        "workspace of branch {from_branch} has un-checkpointed changes ({what}); use --checkpoint-first or --discard"
-                    )))
-                };
-                if let Some(p) = first_change(store, from_branch)? {
-                    return refuse(format!("{p} changed"));
-                }
-                let d = dirty(store, from_branch)?;
-                if let Some(f) = d.special_files.first() {
-                    return Err(Error::Conflict(format!(
-                        "workspace of branch {from_branch} holds what no checkpoint can record ({}); remove it, or use --discard",
-                        f.describe()
-                    )));
-                }
-                if d.dirty {
-                    let what = d.changes.first().map_or_else(
-                        || d.roots_changed.join(", "),
-                        |c| format!("{} {}", c.path, c.change),
-                    );
-                    return refuse(what);
-                }
-            }
-            DirtyPolicy::CheckpointFirst => {
-                // Refused before anything is recorded when the seal below would refuse.
-                if !kill {
-                    let mps: Vec<PathBuf> =
-                        st.roots.values().map(|r| r.mountpoint.clone()).collect();
-                    check_sealable(&mps, &st.freeze_cgroups, "switch")?;
-                }
-                // The cgroups the marker names, so `recover` thaws what this froze.
-                let c = checkpoint_locked(
-                    store,
-                    from_branch,
-                    &super::CheckpointOptions {
-                        label: None,
-                        message: "before switch",
-                        hold: &hold,
-                        exclude: &[],
-                        allow_empty: false,
-                        annotations: &Default::default(),
-                    },
-                )?;
-                checkpointed = c.recorded.then_some(c.id);
-            }
-            DirtyPolicy::Discard => discard_upper = is_dirty(store, from_branch)?,
-        }
+        let (checkpointed, discard_upper) =
+            settle_changes(store, from_branch, &st, policy, &hold, kill)?;
         let (to_branch, created) = resolve_target(store, target, new_name)?;
         if to_branch == from_branch && policy != DirtyPolicy::Discard {
-            return Err(Error::Usage(format!("the workspace is already on branch {to_branch}")));
+            return Err(Error::Usage(format!(
+                "the workspace is already on branch {to_branch}"
+            )));
         }
         let (_, head) = require_branch(store, &to_branch)?;
         // Read-only everywhere before it moves (a write meanwhile gets EROFS, never the
@@ -386,120 +335,19 @@ pub fn switch_killing(
         // Each move is recorded first, so `recover` can roll an interrupted switch back.
         let mut moved = Vec::new();
         let mut moved_roots = Vec::new();
-        let mut resumed = false;
-        let switched = (|| -> Result<Option<PathBuf>> {
-            for (name, r) in &st.roots {
-                if crate::fs::mountinfo::mount_at(&r.mountpoint)?
-                    .is_some_and(|m| m.source == source_name(store, from_branch))
-                {
-                    let aside = store.detached_overlay_path(from_branch, name, now_ns());
-                    fs::create_dir_all(&aside).map_err(|e| Error::io(&aside, e))?;
-                    phase.moved.push((r.mountpoint.clone(), aside.clone()));
-                    m.set_phase(serde_json::to_value(&phase).unwrap_or_default())?;
-                    overlay::move_mount(&r.mountpoint, &aside)?;
-                    moved_roots.push((name.clone(), aside.clone()));
-                    moved.push(aside);
-                }
-            }
+        let switched = (|| -> Result<(Option<PathBuf>, bool)> {
+            move_aside(store, &st, &mut phase, m, &mut moved, &mut moved_roots)?;
             fs::remove_file(store.workspace_state_path(from_branch))
                 .map_err(|e| Error::io(store.workspace_state_path(from_branch), e))?;
-            if discard_upper {
-                displaced = displace_upper(store, from_branch)?;
-            }
-            // No rebase here (it deletes the upper, O(upper)): mount rebases; switch stays O(1).
-            let base = upper_base(store, &to_branch, head)?;
-            let relocate: BTreeMap<String, PathBuf> = st
-                .roots
-                .iter()
-                .map(|(n, r)| (n.clone(), r.mountpoint.clone()))
-                .collect();
-            let opts = MountOptions {
-                branch: to_branch.clone(),
-                roots: st.roots.keys().cloned().collect(),
-                relocate,
-                hold: Hold {
-                    cgroups: st.freeze_cgroups.clone(),
-                    filesystem: st.freeze_fs,
-                },
-                lower_cache_bytes: None,
-                kill: false,
+            let displaced = if discard_upper {
+                displace_upper(store, from_branch)?
+            } else {
+                None
             };
-            let mut roots = plan_roots(store, &to_branch, &base, &opts)?;
-            // The target's parked overlays come back when they are what would be mounted.
-            let mut base = base;
-            match park::resume(store, &to_branch, &base, &roots, kill)? {
-                Resume::Resumed => resumed = true,
-                Resume::Absent => {}
-                Resume::Evicted => {
-                    // The eviction may have folded its upper: its base may be its head now.
-                    base = upper_base(store, &to_branch, head)?;
-                    roots = plan_roots(store, &to_branch, &base, &opts)?;
-                }
-            }
-            // Durable, but only when new: switching back to a branch finds it already there
-            // (each sync can take a second while the disk writes back).
-            let recorded = read_json::<UpperBase>(&store.upper_base_path(&to_branch))?;
-            if recorded.is_none_or(|b| b.base != base) {
-                write_json(&store.upper_base_path(&to_branch), &UpperBase { base })?;
-            }
-            if !resumed {
-                mount_roots(store, &to_branch, &roots, kill)?;
-            }
-            let new_state = WorkspaceState {
-                branch: to_branch.clone(),
-                base,
-                roots,
-                mounted_ns: now_ns(),
-                freeze_cgroups: st.freeze_cgroups.clone(),
-                freeze_fs: st.freeze_fs,
-            };
-            write_mount_state(store, &new_state)?;
-            if resumed {
-                park::forget(store, &to_branch)?;
-            }
-            Ok(displaced.take())
+            let resumed = mount_target(store, &to_branch, head, &st, kill)?;
+            Ok((displaced, resumed))
         })();
-        // The kernel says at once whether anyone is left; only then are they looked for.
-        let left_behind = if switched.is_ok() && moved.iter().any(|a| set_aside_in_use(a)) {
-            holders(&moved)
-        } else {
-            Vec::new()
-        };
-        // The trees left behind are read-only (sealed above): a process still inside (a
-        // shell whose cwd was there) gets EROFS instead of writing into the branch it left.
-        // Nobody is left in the tree of the branch left: it is parked for a switch back (its upper stays, in use by it).
-        let mut parked = false;
-        if switched.is_ok()
-            && left_behind.is_empty()
-            && to_branch_differs(&phase)
-            && !discard_upper
-            && !moved.is_empty()
-            && moved.len() == st.roots.len()
-        {
-            match park::park(store, &st, &moved_roots) {
-                Ok(()) => {
-                    parked = true;
-                    moved.clear();
-                }
-                Err(e) => log::warn!("not parking the tree of {from_branch}: {e}"),
-            }
-        }
-        // Nothing can write the branch left any more: when its head records all its upper
-        // holds, the upper goes (a fold: no bytes kept twice) and its base is its head.
-        let mut folded = None;
-        if switched.is_ok()
-            && !parked
-            && left_behind.is_empty()
-            && mounted_elsewhere(&moved).is_none()
-            && to_branch_differs(&phase)
-            && !discard_upper
-        {
-            match drop_recorded_upper(store, from_branch) {
-                Ok(t) => folded = t,
-                Err(e) => log::warn!("keeping the upper of {from_branch}: {e}"),
-            }
-        }
-        let displaced = match switched {
+        let (displaced, resumed) = match switched {
             Ok(v) => v,
             Err(e) => {
                 // Failed half-way (not crashed): put the old workspace back before reporting.
@@ -514,6 +362,21 @@ pub fn switch_killing(
                 return Err(e);
             }
         };
+        // The kernel says at once whether anyone is left; only then are they looked for.
+        let left_behind = if moved.iter().any(|a| set_aside_in_use(a)) {
+            holders(&moved)
+        } else {
+            Vec::new()
+        };
+        let (parked, folded) = retire_left(
+            store,
+            &st,
+            &phase,
+            &mut moved,
+            &moved_roots,
+            left_behind.is_empty(),
+            discard_upper,
+        );
         let report = SwitchReport {
             from_branch: from_branch.to_string(),
             to_branch,
@@ -542,4 +405,211 @@ pub fn switch_killing(
         detach_and_remove(&moved, folded.as_deref());
     }
     Ok(report)
+}
+
+/// What the switch does with the changes the workspace holds (`policy`): refuses naming the
+/// first one, checkpoints them first, or sets them aside. Returns the checkpoint recorded
+/// first (if any) and whether the upper layer is to be displaced.
+fn settle_changes(
+    store: &Store,
+    from_branch: &str,
+    st: &WorkspaceState,
+    policy: DirtyPolicy,
+    hold: &Hold,
+    kill: bool,
+) -> Result<(Option<ObjectId>, bool)> {
+    // One definition of dirty (see `checkpoint::dirty`): a change that the upper's stat
+    // alone shows refuses at once, without reading any file; otherwise the dry-run merge
+    // decides. `--checkpoint-first` of a clean workspace records nothing.
+    match policy {
+        DirtyPolicy::Refuse => {
+            let refuse = |what: String| {
+                Err(Error::Conflict(format!(
+                    "workspace of branch {from_branch} has un-checkpointed changes ({what}); use --checkpoint-first or --discard"
+                )))
+            };
+            if let Some(p) = first_change(store, from_branch)? {
+                return refuse(format!("{p} changed"));
+            }
+            let d = dirty(store, from_branch)?;
+            if let Some(f) = d.special_files.first() {
+                return Err(Error::Conflict(format!(
+                    "workspace of branch {from_branch} holds what no checkpoint can record ({}); remove it, or use --discard",
+                    f.describe()
+                )));
+            }
+            if d.dirty {
+                let what = d.changes.first().map_or_else(
+                    || d.roots_changed.join(", "),
+                    |c| format!("{} {}", c.path, c.change),
+                );
+                return refuse(what);
+            }
+        }
+        DirtyPolicy::CheckpointFirst => {
+            // Refused before anything is recorded when the seal below would refuse.
+            if !kill {
+                let mps: Vec<PathBuf> = st.roots.values().map(|r| r.mountpoint.clone()).collect();
+                check_sealable(&mps, &st.freeze_cgroups, "switch")?;
+            }
+            // The cgroups the marker names, so `recover` thaws what this froze.
+            let c = checkpoint_locked(
+                store,
+                from_branch,
+                &super::CheckpointOptions {
+                    label: None,
+                    message: "before switch",
+                    hold,
+                    exclude: &[],
+                    allow_empty: false,
+                    annotations: &Default::default(),
+                },
+            )?;
+            return Ok((c.recorded.then_some(c.id), false));
+        }
+        DirtyPolicy::Discard => return Ok((None, is_dirty(store, from_branch)?)),
+    }
+    Ok((None, false))
+}
+
+/// Moves the branch's overlays out of the way (instant, even with a busy cwd inside); they
+/// are detached in the background once the new ones are mounted, because tearing an overlay
+/// down syncs its upper filesystem, which can take long on a busy disk. Each move is recorded
+/// first, so `recover` can roll an interrupted switch back.
+fn move_aside(
+    store: &Store,
+    st: &WorkspaceState,
+    phase: &mut SwitchPhase,
+    m: &mut crate::store::lock::Mutation<'_>,
+    moved: &mut Vec<PathBuf>,
+    moved_roots: &mut Vec<(String, PathBuf)>,
+) -> Result<()> {
+    let from_branch = &st.branch;
+    for (name, r) in &st.roots {
+        if crate::fs::mountinfo::mount_at(&r.mountpoint)?
+            .is_some_and(|m| m.source == source_name(store, from_branch))
+        {
+            let aside = store.detached_overlay_path(from_branch, name, now_ns());
+            fs::create_dir_all(&aside).map_err(|e| Error::io(&aside, e))?;
+            phase.moved.push((r.mountpoint.clone(), aside.clone()));
+            m.set_phase(serde_json::to_value(&*phase).unwrap_or_default())?;
+            overlay::move_mount(&r.mountpoint, &aside)?;
+            moved_roots.push((name.clone(), aside.clone()));
+            moved.push(aside);
+        }
+    }
+    Ok(())
+}
+
+/// Mounts `to_branch` at the roots `st` had (its parked overlays moved back when they are what
+/// would be mounted) and records it. No rebase here (it deletes the upper, O(upper)): mount
+/// rebases; switch stays O(1). Returns whether the parked overlays came back.
+fn mount_target(
+    store: &Store,
+    to_branch: &str,
+    head: ObjectId,
+    st: &WorkspaceState,
+    kill: bool,
+) -> Result<bool> {
+    let mut resumed = false;
+    let base = upper_base(store, to_branch, head)?;
+    let relocate: BTreeMap<String, PathBuf> = st
+        .roots
+        .iter()
+        .map(|(n, r)| (n.clone(), r.mountpoint.clone()))
+        .collect();
+    let opts = MountOptions {
+        branch: to_branch.to_string(),
+        roots: st.roots.keys().cloned().collect(),
+        relocate,
+        hold: Hold {
+            cgroups: st.freeze_cgroups.clone(),
+            filesystem: st.freeze_fs,
+        },
+        lower_cache_bytes: None,
+        kill: false,
+    };
+    let mut roots = plan_roots(store, to_branch, &base, &opts)?;
+    let mut base = base;
+    match park::resume(store, to_branch, &base, &roots, kill)? {
+        Resume::Resumed => resumed = true,
+        Resume::Absent => {}
+        Resume::Evicted => {
+            // The eviction may have folded its upper: its base may be its head now.
+            base = upper_base(store, to_branch, head)?;
+            roots = plan_roots(store, to_branch, &base, &opts)?;
+        }
+    }
+    // Durable, but only when new: switching back to a branch finds it already there
+    // (each sync can take a second while the disk writes back).
+    let recorded = read_json::<UpperBase>(&store.upper_base_path(to_branch))?;
+    if recorded.is_none_or(|b| b.base != base) {
+        write_json(&store.upper_base_path(to_branch), &UpperBase { base })?;
+    }
+    if !resumed {
+        mount_roots(store, to_branch, &roots, kill)?;
+    }
+    let new_state = WorkspaceState {
+        branch: to_branch.to_string(),
+        base,
+        roots,
+        mounted_ns: now_ns(),
+        freeze_cgroups: st.freeze_cgroups.clone(),
+        freeze_fs: st.freeze_fs,
+    };
+    write_mount_state(store, &new_state)?;
+    if resumed {
+        park::forget(store, to_branch)?;
+    }
+    Ok(resumed)
+}
+
+/// What becomes of the tree the switch left, once nobody is left in it (`nobody_left`): parked
+/// for a switch back (its upper stays, in use by it), else, when nothing can write the branch
+/// any more and its head records all its upper holds, the upper goes (a fold: no bytes kept
+/// twice). Returns whether it was parked (then `moved` is emptied: nothing to detach) and
+/// where a folded upper went.
+fn retire_left(
+    store: &Store,
+    st: &WorkspaceState,
+    phase: &SwitchPhase,
+    moved: &mut Vec<PathBuf>,
+    moved_roots: &[(String, PathBuf)],
+    nobody_left: bool,
+    discard_upper: bool,
+) -> (bool, Option<PathBuf>) {
+    let from_branch = &st.branch;
+    // The trees left behind are read-only (sealed above): a process still inside (a
+    // shell whose cwd was there) gets EROFS instead of writing into the branch it left.
+    // Nobody is left in the tree of the branch left: it is parked for a switch back (its upper stays, in use by it).
+    let mut parked = false;
+    if nobody_left
+        && to_branch_differs(phase)
+        && !discard_upper
+        && !moved.is_empty()
+        && moved.len() == st.roots.len()
+    {
+        match park::park(store, st, moved_roots) {
+            Ok(()) => {
+                parked = true;
+                moved.clear();
+            }
+            Err(e) => log::warn!("not parking the tree of {from_branch}: {e}"),
+        }
+    }
+    // Nothing can write the branch left any more: when its head records all its upper
+    // holds, the upper goes (a fold: no bytes kept twice) and its base is its head.
+    let mut folded = None;
+    if !parked
+        && nobody_left
+        && mounted_elsewhere(moved).is_none()
+        && to_branch_differs(phase)
+        && !discard_upper
+    {
+        match drop_recorded_upper(store, from_branch) {
+            Ok(t) => folded = t,
+            Err(e) => log::warn!("keeping the upper of {from_branch}: {e}"),
+        }
+    }
+    (parked, folded)
 }
