@@ -27,12 +27,13 @@
 
 use std::fs;
 use std::os::unix::fs::DirBuilderExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::fs::atomic;
+use crate::id::ObjectId;
 use crate::store::Store;
 use crate::text::time::now_ns;
 
@@ -258,6 +259,23 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         writable_again(&done);
         return Ok(not(&e.to_string(), report));
     }
+    remount_over_head(store, &st, head, now, &trash)?;
+    report.folded = true;
+    Ok(report)
+}
+
+/// The fold past its commit point (the upper taken out of the branch): the base becomes the
+/// head, and the overlays are mounted again over it with an empty upper, the old ones set
+/// aside and detached in the background. A failure here says how to resume (see the module
+/// doc).
+fn remount_over_head(
+    store: &Store,
+    st: &WorkspaceState,
+    head: ObjectId,
+    now: i64,
+    trash: &Path,
+) -> Result<()> {
+    let branch = st.branch.as_str();
     // From here the base is the head (see the module doc): failures say how to resume.
     let resume = |e: Error| {
         Error::Invalid(format!(
@@ -303,14 +321,13 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         &WorkspaceState {
             base: head,
             roots,
-            ..st
+            ..st.clone()
         },
     )
     .map_err(resume)?;
     drop_head_caches(store, &head, &opts.roots);
-    detach_and_remove(&asides, Some(&trash));
-    report.folded = true;
-    Ok(report)
+    detach_and_remove(&asides, Some(trash));
+    Ok(())
 }
 
 /// What `recover` does after a fold was interrupted (its RUNNING marker's `args`): before the
