@@ -866,6 +866,38 @@ pub fn object_files(store: &Store) -> Result<Vec<(PathBuf, ObjectId)>> {
     Ok(out)
 }
 
+/// Reading many chunks at once: the one worker pool `verify` and `restore` share.
+impl Store {
+    /// Reads (so checks: hash and length) every chunk of `list` on up to 8 threads, handing
+    /// each result to `each`, in no fixed order; `each` returning `false` stops every thread
+    /// (the chunks not yet started are not read). Plain scoped threads over a shared index:
+    /// the work is one blocking read per item, with nothing to balance or join beyond that.
+    pub fn read_chunks_parallel(
+        &self,
+        list: &[Chunk],
+        each: impl Fn(&Chunk, Result<Vec<u8>>) -> bool + Sync,
+    ) {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let threads = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(1, 8);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(chunk) = list.get(i) else { return };
+                        if !each(chunk, self.read_chunk(chunk)) {
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+    }
+}
+
 /// The object file format, in one place: what a batch commits and what a copy from elsewhere
 /// (a remote's fetch or repair) writes.
 impl Store {

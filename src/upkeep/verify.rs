@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use serde::Serialize;
@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::progress::Progress;
+use crate::store::checkpoint::Checkpoint;
 use crate::store::tree::{Chunk, EntryKind};
 use crate::store::Store;
 
@@ -131,30 +132,21 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
         "chunks",
         Some(list.iter().map(|c| u64::from(c.len)).sum()),
     );
-    let next = AtomicUsize::new(0);
     let found: Mutex<Vec<(ObjectId, Bad)>> = Mutex::new(Vec::new());
     let bytes = std::sync::atomic::AtomicU64::new(0);
-    let threads = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .clamp(1, 8);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(chunk) = list.get(i) else { return };
-                match store.read_chunk(chunk) {
-                    Ok(d) => {
-                        bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
-                        chunk_progress.add_bytes(d.len() as u64);
-                        chunk_progress.add_items(1);
-                    }
-                    Err(e) => found
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((chunk.id, bad_of(e))),
-                }
-            });
+    store.read_chunks_parallel(&list, |chunk, read| {
+        match read {
+            Ok(d) => {
+                bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
+                chunk_progress.add_bytes(d.len() as u64);
+                chunk_progress.add_items(1);
+            }
+            Err(e) => found
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((chunk.id, bad_of(e))),
         }
+        true
     });
     report.bytes = bytes.into_inner();
     chunk_progress.finish();
@@ -166,6 +158,17 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
         return Ok(report);
     }
     // Pass 3: name the paths that use each bad object.
+    report.findings.extend(named_findings(store, &records, bad));
+    Ok(report)
+}
+
+/// The findings for the `bad` objects, each with (up to [`MAX_PATHS`] of) the paths of
+/// `records` that use it, sorted by object id.
+fn named_findings(
+    store: &Store,
+    records: &[(ObjectId, Checkpoint)],
+    bad: HashMap<ObjectId, Bad>,
+) -> Vec<Finding> {
     let mut users: HashMap<ObjectId, (Vec<String>, usize)> = HashMap::new();
     let mut note = |id: &ObjectId, path: String| {
         if bad.contains_key(id) {
@@ -176,7 +179,7 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
             }
         }
     };
-    for (cid, c) in &records {
+    for (cid, c) in records {
         for (root, rec) in &c.roots {
             let base = format!("{}:{root}", cid.short());
             note(&rec.tree, format!("{base}/"));
@@ -221,8 +224,7 @@ pub fn verify(store: &Store, checkpoints: &[ObjectId]) -> Result<VerifyReport> {
         })
         .collect();
     findings.sort_by(|a, b| a.object.cmp(&b.object));
-    report.findings.extend(findings);
-    Ok(report)
+    findings
 }
 
 /// Where in the store a directory is, for [`scan_layout`]: what its entries must be.

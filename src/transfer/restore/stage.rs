@@ -45,25 +45,18 @@ pub(super) fn check_objects_shown(
     let total = tree_bytes(tree, &trees, &mut HashMap::new());
     let list: Vec<Chunk> = chunks.into_iter().collect();
     progress.add_total(list.iter().map(|c| u64::from(c.len)).sum());
-    let next = AtomicUsize::new(0);
     let err: Mutex<Option<Error>> = Mutex::new(None);
-    let threads = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .clamp(1, 8);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(chunk) = list.get(i) else { return };
-                if let Err(e) = store.read_chunk(chunk) {
-                    err.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_or_insert(e);
-                    return;
-                }
-                progress.add_bytes(u64::from(chunk.len));
-                progress.add_items(1);
-            });
+    store.read_chunks_parallel(&list, |chunk, read| match read {
+        Ok(_) => {
+            progress.add_bytes(u64::from(chunk.len));
+            progress.add_items(1);
+            true
+        }
+        Err(e) => {
+            err.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e);
+            false
         }
     });
     match err.into_inner().unwrap_or_else(|p| p.into_inner()) {
