@@ -226,14 +226,7 @@ impl KidsCache<'_> {
 /// `NotFound` for a checkpoint or branch the scope names that has no checkpoints; a tree that
 /// does not read (run `verify`); I/O listing the store.
 pub fn stats(store: &Store, scope: &StatsScope) -> Result<StatsReport> {
-    let mut records: Vec<(ObjectId, Checkpoint)> = Vec::new();
-    for id in store.list_checkpoints()? {
-        match store.read_checkpoint(&id) {
-            Ok(c) => records.push((id, c)),
-            Err(e) => log::warn!("stats: checkpoint {id} left out: {e}"),
-        }
-    }
-    records.sort_by(|a, b| a.1.time_ns.cmp(&b.1.time_ns).then(a.0.cmp(&b.0)));
+    let records = load_records(store)?;
     let branch_names: Vec<String> = {
         let mut v: Vec<String> = records.iter().map(|(_, c)| c.branch.clone()).collect();
         v.sort();
@@ -245,30 +238,7 @@ pub fn stats(store: &Store, scope: &StatsScope) -> Result<StatsReport> {
         .enumerate()
         .map(|(i, b)| (b.as_str(), i))
         .collect();
-    let line: std::collections::HashSet<ObjectId> = match scope {
-        StatsScope::Branch(b) => crate::history::timeline::history(store, Some(b))?
-            .items
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect(),
-        _ => Default::default(),
-    };
-    let selected: Vec<usize> = (0..records.len())
-        .filter(|&i| match scope {
-            StatsScope::All => true,
-            StatsScope::Checkpoint(id) => records[i].0 == *id,
-            StatsScope::Branch(_) => line.contains(&records[i].0),
-        })
-        .collect();
-    match scope {
-        StatsScope::Checkpoint(id) if selected.is_empty() => {
-            return Err(Error::NotFound(format!("checkpoint {id}")));
-        }
-        StatsScope::Branch(b) if selected.is_empty() => {
-            return Err(Error::NotFound(format!("branch {b} has no checkpoints")));
-        }
-        _ => {}
-    }
+    let selected = select(store, scope, &records)?;
     let progress = Progress::items("stats", "trees", None);
     let mut kids = KidsCache {
         store,
@@ -390,8 +360,69 @@ pub fn stats(store: &Store, scope: &StatsScope) -> Result<StatsReport> {
     } else {
         sel.logical_bytes as f64 / sel.content_bytes as f64
     };
+    let figures = store_figures(store, records.len())?;
+    Ok(StatsReport {
+        store: figures,
+        selected: sel,
+        branches: branches.into_values().collect(),
+        checkpoints,
+    })
+}
+
+/// Every checkpoint record that reads (one that does not is left out, with a warning),
+/// oldest first.
+fn load_records(store: &Store) -> Result<Vec<(ObjectId, Checkpoint)>> {
+    let mut records: Vec<(ObjectId, Checkpoint)> = Vec::new();
+    for id in store.list_checkpoints()? {
+        match store.read_checkpoint(&id) {
+            Ok(c) => records.push((id, c)),
+            Err(e) => log::warn!("stats: checkpoint {id} left out: {e}"),
+        }
+    }
+    records.sort_by(|a, b| a.1.time_ns.cmp(&b.1.time_ns).then(a.0.cmp(&b.0)));
+    Ok(records)
+}
+
+/// The indexes in `records` of the checkpoints `scope` selects.
+///
+/// # Errors
+/// `NotFound` for a checkpoint or branch the scope names that has no checkpoints.
+fn select(
+    store: &Store,
+    scope: &StatsScope,
+    records: &[(ObjectId, Checkpoint)],
+) -> Result<Vec<usize>> {
+    let line: std::collections::HashSet<ObjectId> = match scope {
+        StatsScope::Branch(b) => crate::history::timeline::history(store, Some(b))?
+            .items
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect(),
+        _ => Default::default(),
+    };
+    let selected: Vec<usize> = (0..records.len())
+        .filter(|&i| match scope {
+            StatsScope::All => true,
+            StatsScope::Checkpoint(id) => records[i].0 == *id,
+            StatsScope::Branch(_) => line.contains(&records[i].0),
+        })
+        .collect();
+    match scope {
+        StatsScope::Checkpoint(id) if selected.is_empty() => {
+            return Err(Error::NotFound(format!("checkpoint {id}")));
+        }
+        StatsScope::Branch(b) if selected.is_empty() => {
+            return Err(Error::NotFound(format!("branch {b} has no checkpoints")));
+        }
+        _ => {}
+    }
+    Ok(selected)
+}
+
+/// The figures of the whole store: checkpoints, branches, object files and their bytes.
+fn store_figures(store: &Store, checkpoints: usize) -> Result<StoreFigures> {
     let mut figures = StoreFigures {
-        checkpoints: records.len() as u64,
+        checkpoints: checkpoints as u64,
         branches: store.list_branches()?.len() as u64,
         compressed: store.compressed(),
         ..Default::default()
@@ -400,12 +431,7 @@ pub fn stats(store: &Store, scope: &StatsScope) -> Result<StatsReport> {
         figures.objects += 1;
         figures.stored_bytes += std::fs::symlink_metadata(&path).map_or(0, |m| m.len());
     }
-    Ok(StatsReport {
-        store: figures,
-        selected: sel,
-        branches: branches.into_values().collect(),
-        checkpoints,
-    })
+    Ok(figures)
 }
 
 /// Every object below `tree` into `seen` (true for trees), each tree walked once.
