@@ -444,9 +444,42 @@ pub(crate) fn merge_root(
             s.skipped() as f64 / 1048576.0
         ))
     );
+    let (mut cache, files_read, bytes_read) = new_stat_cache(&mut ctx, &results);
+    links::relink(&mut ctx, batch, &mut root, &results)?;
+    let (tree, subdirs, files) = build(&mut ctx, batch, &root, &results)?;
+    let mut delta = ctx.delta;
+    delta.add(files, 1);
+    carry_reused(&mut ctx, &mut cache);
+    let record = RootRecord {
+        tree,
+        mode: root.meta.mode() & 0o7777,
+        uid: root.meta.uid(),
+        gid: root.meta.gid(),
+        mtime_ns: mtime_ns(&root.meta),
+        subdirs,
+        files: (base.files as i64 + delta.files).max(0) as u64,
+        bytes: (base.bytes as i64 + delta.bytes).max(0) as u64,
+        xattrs: root.xattrs.clone(),
+    };
+    Ok(Merged {
+        record,
+        cache,
+        upper_cache: ctx.new_upper,
+        delta,
+        files_read,
+        bytes_read,
+        bytes_unread: snapshots.as_ref().map_or(0, Snapshots::skipped),
+        dirs_merged: ctx.dirs_merged,
+        special: ctx.special,
+    })
+}
+
+/// The stat cache the next checkpoint starts from: every file read or reused now, and the
+/// cached entries still good. Returns it with the count and bytes of the files read.
+fn new_stat_cache(ctx: &mut Ctx<'_>, results: &[FileData]) -> (StatCache, u64, u64) {
     let mut cache = StatCache::new();
     let (mut files_read, mut bytes_read) = (0, 0);
-    for (job, d) in ctx.jobs.iter().zip(&results) {
+    for (job, d) in ctx.jobs.iter().zip(results) {
         if d.read {
             files_read += 1;
             bytes_read += d.key.size;
@@ -477,33 +510,7 @@ pub(crate) fn merge_root(
             cache.insert(rel, c);
         }
     }
-    links::relink(&mut ctx, batch, &mut root, &results)?;
-    let (tree, subdirs, files) = build(&mut ctx, batch, &root, &results)?;
-    let mut delta = ctx.delta;
-    delta.add(files, 1);
-    carry_reused(&mut ctx, &mut cache);
-    let record = RootRecord {
-        tree,
-        mode: root.meta.mode() & 0o7777,
-        uid: root.meta.uid(),
-        gid: root.meta.gid(),
-        mtime_ns: mtime_ns(&root.meta),
-        subdirs,
-        files: (base.files as i64 + delta.files).max(0) as u64,
-        bytes: (base.bytes as i64 + delta.bytes).max(0) as u64,
-        xattrs: root.xattrs.clone(),
-    };
-    Ok(Merged {
-        record,
-        cache,
-        upper_cache: ctx.new_upper,
-        delta,
-        files_read,
-        bytes_read,
-        bytes_unread: snapshots.as_ref().map_or(0, Snapshots::skipped),
-        dirs_merged: ctx.dirs_merged,
-        special: ctx.special,
-    })
+    (cache, files_read, bytes_read)
 }
 
 fn load_tree(store: &Store, id: &ObjectId) -> Result<Tree> {
