@@ -228,47 +228,8 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
     let Some((program, args)) = opts.command.split_first() else {
         return Err(Error::Usage("turn needs a command after --".into()));
     };
-    check_name("branch", &opts.branch)?;
-    check_meta(&opts.meta)?;
-    if let Some(l) = &opts.label {
-        check_name("label", l)?;
-        if store.read_label(l)?.is_some() {
-            return Err(Error::Conflict(format!(
-                "label {l} already exists; labels are immutable"
-            )));
-        }
-    }
     let b = opts.branch.as_str();
-    let runtime = fingerprint::check_branch(store, b, "run a turn on", opts.accept_runtime_change)?;
-    let live = match workspace::state(store, b)? {
-        Some(st) => workspace::is_live(store, &st)?,
-        None => false,
-    };
-    if !live {
-        let st = workspace::mount(
-            store,
-            &MountOptions {
-                branch: b.to_string(),
-                ..MountOptions::default()
-            },
-        )?;
-        // As `mount --branch`: the agent's first walk finds the base's entries cached.
-        workspace::wait_warm(store, &st, workspace::lower::WARM_WAIT);
-    }
-    let mut set_aside = None;
-    if let Some(f) = pending_failure(store, b)? {
-        if workspace::dirty(store, b)?.dirty {
-            if !opts.retry {
-                return Err(Error::Conflict(format!(
-                    "the workspace of branch {b} holds the writes of {}; `ckptfs turn --retry` \
-                     sets them aside (displaced/) and runs again, `ckptfs switch --discard --to \
-                     {b}` sets them aside, `ckptfs checkpoint` keeps them",
-                    f.describe()
-                )));
-            }
-            set_aside = workspace::switch(store, b, b, DirtyPolicy::Discard, None)?.displaced;
-        }
-    }
+    let (runtime, live, set_aside) = prepare(store, opts)?;
     let who = run_as::resolve(store, b, &opts.run_as)?;
     let cgroup = workspace::agent_cgroup(store, b)?;
     let busy = cgroup_pids(&cgroup);
@@ -340,61 +301,8 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
         runtime,
         error: None,
     };
-    match waited {
-        Err(Spawn::Exec(source)) => {
-            report.exit_status = spawn_failure_code(Path::new(program), &source);
-            report.outcome = "cannot-run".into();
-            report.error = Some(format!(
-                "{}: {}: {source}",
-                if report.exit_status == EXIT_NOT_FOUND {
-                    "command not found"
-                } else {
-                    "cannot execute"
-                },
-                program.to_string_lossy()
-            ));
-        }
-        Err(Spawn::Other(e)) => {
-            report.exit_status = EXIT_CANNOT_EXECUTE;
-            report.outcome = "cannot-run".into();
-            report.error = Some(e);
-        }
-        Ok(status) => {
-            use std::os::unix::process::ExitStatusExt;
-            if let Some(sig) = status.signal() {
-                report.signal = Some(sig);
-                report.exit_status = 128 + sig;
-                report.outcome = "killed".into();
-            } else {
-                report.exit_status = status.code().unwrap_or(1);
-                report.outcome = if report.exit_status == 0 {
-                    "ok"
-                } else {
-                    "failed"
-                }
-                .into();
-            }
-        }
-    }
-    let meta = match (&opts.meta_file, report.outcome == "ok") {
-        (Some(f), true) => match read_meta_file_if_there(f) {
-            Ok(mut m) => {
-                m.extend(opts.meta.clone());
-                check_meta(&m).map(|()| m)
-            }
-            Err(e) => Err(e),
-        },
-        _ => Ok(opts.meta.clone()),
-    };
-    let meta = match meta {
-        Ok(m) => m,
-        Err(e) => {
-            report.outcome = "checkpoint-failed".into();
-            report.exit_status = 1;
-            report.error = Some(e.to_string());
-            BTreeMap::new()
-        }
-    };
+    set_outcome(&mut report, waited, program);
+    let meta = turn_meta(opts, &mut report);
     if report.outcome == "ok" {
         let ann = Annotations {
             meta,
@@ -450,6 +358,127 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
         }
     }
     Ok(report)
+}
+
+/// Before a turn: names and metadata checked, the runtime compared with the branch's, the
+/// workspace mounted when it is not, and a failed turn's writes set aside with `--retry`.
+/// Returns the runtime check, whether the workspace was mounted already, and where the
+/// writes went.
+fn prepare(
+    store: &Store,
+    opts: &TurnOptions,
+) -> Result<(fingerprint::RuntimeCheck, bool, Option<PathBuf>)> {
+    check_name("branch", &opts.branch)?;
+    check_meta(&opts.meta)?;
+    if let Some(l) = &opts.label {
+        check_name("label", l)?;
+        if store.read_label(l)?.is_some() {
+            return Err(Error::Conflict(format!(
+                "label {l} already exists; labels are immutable"
+            )));
+        }
+    }
+    let b = opts.branch.as_str();
+    let runtime = fingerprint::check_branch(store, b, "run a turn on", opts.accept_runtime_change)?;
+    let live = match workspace::state(store, b)? {
+        Some(st) => workspace::is_live(store, &st)?,
+        None => false,
+    };
+    if !live {
+        let st = workspace::mount(
+            store,
+            &MountOptions {
+                branch: b.to_string(),
+                ..MountOptions::default()
+            },
+        )?;
+        // As `mount --branch`: the agent's first walk finds the base's entries cached.
+        workspace::wait_warm(store, &st, workspace::lower::WARM_WAIT);
+    }
+    let mut set_aside = None;
+    if let Some(f) = pending_failure(store, b)? {
+        if workspace::dirty(store, b)?.dirty {
+            if !opts.retry {
+                return Err(Error::Conflict(format!(
+                    "the workspace of branch {b} holds the writes of {}; `ckptfs turn --retry` \
+                     sets them aside (displaced/) and runs again, `ckptfs switch --discard --to \
+                     {b}` sets them aside, `ckptfs checkpoint` keeps them",
+                    f.describe()
+                )));
+            }
+            set_aside = workspace::switch(store, b, b, DirtyPolicy::Discard, None)?.displaced;
+        }
+    }
+    Ok((runtime, live, set_aside))
+}
+
+/// The outcome of COMMAND (`waited`) into `report`: exit status or signal, or why it could not
+/// run (127 when not found, 126 when not executable, as shells say).
+fn set_outcome(
+    report: &mut TurnReport,
+    waited: std::result::Result<std::process::ExitStatus, Spawn>,
+    program: &std::ffi::OsStr,
+) {
+    match waited {
+        Err(Spawn::Exec(source)) => {
+            report.exit_status = spawn_failure_code(Path::new(program), &source);
+            report.outcome = "cannot-run".into();
+            report.error = Some(format!(
+                "{}: {}: {source}",
+                if report.exit_status == EXIT_NOT_FOUND {
+                    "command not found"
+                } else {
+                    "cannot execute"
+                },
+                program.to_string_lossy()
+            ));
+        }
+        Err(Spawn::Other(e)) => {
+            report.exit_status = EXIT_CANNOT_EXECUTE;
+            report.outcome = "cannot-run".into();
+            report.error = Some(e);
+        }
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            if let Some(sig) = status.signal() {
+                report.signal = Some(sig);
+                report.exit_status = 128 + sig;
+                report.outcome = "killed".into();
+            } else {
+                report.exit_status = status.code().unwrap_or(1);
+                report.outcome = if report.exit_status == 0 {
+                    "ok"
+                } else {
+                    "failed"
+                }
+                .into();
+            }
+        }
+    }
+}
+
+/// The turn's metadata: `--meta`, over the `--meta-file` COMMAND wrote when it succeeded. A
+/// file that does not pass is the turn's failure (`checkpoint-failed`), in `report`.
+fn turn_meta(opts: &TurnOptions, report: &mut TurnReport) -> BTreeMap<String, serde_json::Value> {
+    let meta = match (&opts.meta_file, report.outcome == "ok") {
+        (Some(f), true) => match read_meta_file_if_there(f) {
+            Ok(mut m) => {
+                m.extend(opts.meta.clone());
+                check_meta(&m).map(|()| m)
+            }
+            Err(e) => Err(e),
+        },
+        _ => Ok(opts.meta.clone()),
+    };
+    match meta {
+        Ok(m) => m,
+        Err(e) => {
+            report.outcome = "checkpoint-failed".into();
+            report.exit_status = 1;
+            report.error = Some(e.to_string());
+            BTreeMap::new()
+        }
+    }
 }
 
 /// A `--meta-file`: a regular file (its last component not a symlink; opened non-blocking)
