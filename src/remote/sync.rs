@@ -269,47 +269,14 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
     let tracking = read_refs(store, &remote.name)?;
     let remote_branches = remote.list_refs("branches")?;
     let remote_labels = remote.list_refs("labels")?;
-    let mut moves = BTreeMap::new();
-    for (name, head) in &branches {
-        let old = remote_branches.get(name).copied();
-        match old {
-            Some(r) if r == *head => continue,
-            Some(r) if !opts.force => {
-                let seen = tracking.branches.get(name) == Some(&r);
-                if !is_ancestor(store, &r, head)? {
-                    return Err(Error::Conflict(format!(
-                        "remote {} branch {name} is at {}, which is not an ancestor of {} \
-                         ({}); fetch and merge, or push --force",
-                        remote.name,
-                        r.short(),
-                        head.short(),
-                        if seen {
-                            "it diverged"
-                        } else {
-                            "it moved since the last fetch"
-                        }
-                    )));
-                }
-            }
-            _ => {}
-        }
-        moves.insert(name.clone(), RefMove { old, new: *head });
-    }
-    let mut new_labels = Vec::new();
-    for (name, id) in &labels {
-        match remote_labels.get(name) {
-            Some(r) if r == id => {}
-            Some(r) => {
-                return Err(Error::Conflict(format!(
-                    "remote {} label {name} names {}, not {} (labels never move)",
-                    remote.name,
-                    r.short(),
-                    id.short()
-                )))
-            }
-            None => new_labels.push((name.clone(), *id)),
-        }
-    }
+    let (moves, new_labels) = plan_refs(
+        store,
+        remote,
+        opts.force,
+        (&branches, &labels),
+        (&remote_branches, &remote_labels),
+        &tracking,
+    )?;
 
     // Records the remote lacks, with every ancestor.
     let mut heads: Vec<ObjectId> = moves.values().map(|m| m.new).collect();
@@ -342,82 +309,7 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
     let cps: Vec<&Checkpoint> = new_records.iter().map(|(_, c)| c).collect();
     let objects = missing_objects(store, &idx, &cps)?;
 
-    // Objects, packed; uploaded PACKS_IN_FLIGHT at a time from a second thread.
-    let mut entries: Vec<pack::IndexEntry> = Vec::new();
-    let (tx, rx) = std::sync::mpsc::sync_channel::<(String, Vec<u8>)>(PACKS_IN_FLIGHT);
-    let built: Result<()> = std::thread::scope(|s| {
-        let pace = std::env::var(PACE_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(std::time::Duration::from_millis);
-        let uploader = s.spawn(move || -> Result<()> {
-            let mut batch = Vec::new();
-            for item in rx.iter() {
-                batch.push(item);
-                if let Some(p) = pace {
-                    std::thread::sleep(p);
-                }
-                while batch.len() < PACKS_IN_FLIGHT && pace.is_none() {
-                    match rx.try_recv() {
-                        Ok(i) => batch.push(i),
-                        Err(_) => break,
-                    }
-                }
-                remote.backend.put_many(std::mem::take(&mut batch))?;
-            }
-            Ok(())
-        });
-        let mut fill = || -> Result<()> {
-            // Trees and data in separate packs (as restic): a lazy walk then fetches a
-            // pack's trees in one ranged GET (see `cache`).
-            let mut w = PackWriter::default();
-            let mut wt = PackWriter::default();
-            let mut send = |w: PackWriter, report: &mut PushReport| -> Result<()> {
-                let (bytes, hash, list) = w.finish(&remote.keys)?;
-                report.packs += 1;
-                report.bytes += bytes.len() as u64;
-                for (id, kind, off, len, raw) in list {
-                    entries.push((id, hash, kind, off, len, raw));
-                }
-                tx.send((format!("packs/{}", crypto::hex(&hash)), bytes))
-                    .map_err(|_| Error::Invalid("the upload stopped".into()))
-            };
-            // On a terminal, the shared bar (`crate::progress`: off with --quiet and --json).
-            let progress = Progress::items("push", "objects", Some(objects.len() as u64));
-            for (id, kind, len) in &objects {
-                let data = match kind {
-                    Kind::Tree => {
-                        store.read_object_bounded(id, crate::store::tree::MAX_TREE_BYTES)?
-                    }
-                    Kind::Data => {
-                        store.read_chunk(&crate::store::tree::Chunk { id: *id, len: *len })?
-                    }
-                };
-                let into = if *kind == Kind::Tree { &mut wt } else { &mut w };
-                into.add(&remote.keys, *id, *kind, &data)?;
-                report.objects += 1;
-                progress.add_items(1);
-                progress.add_bytes(data.len() as u64);
-                if into.is_full() {
-                    send(std::mem::take(into), &mut report)?;
-                }
-            }
-            for last in [w, wt] {
-                if !last.is_empty() {
-                    send(last, &mut report)?;
-                }
-            }
-            Ok(())
-        };
-        let filled = fill();
-        drop(tx);
-        let uploaded = uploader
-            .join()
-            .unwrap_or_else(|_| Err(Error::Invalid("the upload thread panicked".into())));
-        // The server's error names the cause; a reader's names the object.
-        uploaded.and(filled)
-    });
-    built?;
+    let entries = upload_packs(store, remote, &objects, &mut report)?;
     if !entries.is_empty() {
         upload_index(remote, store, &entries)?;
     }
@@ -462,6 +354,153 @@ pub fn push(store: &Store, remote: &Remote, opts: &PushOptions) -> Result<PushRe
     write_refs(store, &remote.name, &tracked)?;
     lock.release()?;
     Ok(report)
+}
+
+/// Ref names and the checkpoints they name.
+type Refs = BTreeMap<String, ObjectId>;
+/// The branches a push moves, and the labels it adds.
+type RefPlan = (BTreeMap<String, RefMove>, Vec<(String, ObjectId)>);
+
+/// The refs a push moves, checked before anything is uploaded (a refused push uploads
+/// nothing): a branch only forward (its remote head an ancestor of ours) unless `force`, a
+/// label never (one the remote names differently refuses the push).
+fn plan_refs(
+    store: &Store,
+    remote: &Remote,
+    force: bool,
+    (branches, labels): (&Refs, &Refs),
+    (remote_branches, remote_labels): (&Refs, &Refs),
+    tracking: &RemoteRefs,
+) -> Result<RefPlan> {
+    let mut moves = BTreeMap::new();
+    for (name, head) in branches {
+        let old = remote_branches.get(name).copied();
+        match old {
+            Some(r) if r == *head => continue,
+            Some(r) if !force => {
+                let seen = tracking.branches.get(name) == Some(&r);
+                if !is_ancestor(store, &r, head)? {
+                    return Err(Error::Conflict(format!(
+                        "remote {} branch {name} is at {}, which is not an ancestor of {} \
+                         ({}); fetch and merge, or push --force",
+                        remote.name,
+                        r.short(),
+                        head.short(),
+                        if seen {
+                            "it diverged"
+                        } else {
+                            "it moved since the last fetch"
+                        }
+                    )));
+                }
+            }
+            _ => {}
+        }
+        moves.insert(name.clone(), RefMove { old, new: *head });
+    }
+    let mut new_labels = Vec::new();
+    for (name, id) in labels {
+        match remote_labels.get(name) {
+            Some(r) if r == id => {}
+            Some(r) => {
+                return Err(Error::Conflict(format!(
+                    "remote {} label {name} names {}, not {} (labels never move)",
+                    remote.name,
+                    r.short(),
+                    id.short()
+                )))
+            }
+            None => new_labels.push((name.clone(), *id)),
+        }
+    }
+    Ok((moves, new_labels))
+}
+
+/// Packs `objects` (trees and data in separate packs, as restic: a lazy walk then fetches a
+/// pack's trees in one ranged GET, see `cache`) and uploads them `PACKS_IN_FLIGHT` at a time
+/// from a second thread. Returns the index entries of what went up.
+fn upload_packs(
+    store: &Store,
+    remote: &Remote,
+    objects: &[(ObjectId, Kind, u32)],
+    report: &mut PushReport,
+) -> Result<Vec<pack::IndexEntry>> {
+    let mut entries: Vec<pack::IndexEntry> = Vec::new();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(String, Vec<u8>)>(PACKS_IN_FLIGHT);
+    let built: Result<()> = std::thread::scope(|s| {
+        let pace = std::env::var(PACE_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(std::time::Duration::from_millis);
+        let uploader = s.spawn(move || -> Result<()> {
+            let mut batch = Vec::new();
+            for item in rx.iter() {
+                batch.push(item);
+                if let Some(p) = pace {
+                    std::thread::sleep(p);
+                }
+                while batch.len() < PACKS_IN_FLIGHT && pace.is_none() {
+                    match rx.try_recv() {
+                        Ok(i) => batch.push(i),
+                        Err(_) => break,
+                    }
+                }
+                remote.backend.put_many(std::mem::take(&mut batch))?;
+            }
+            Ok(())
+        });
+        let mut fill = || -> Result<()> {
+            // Trees and data in separate packs (as restic): a lazy walk then fetches a
+            // pack's trees in one ranged GET (see `cache`).
+            let mut w = PackWriter::default();
+            let mut wt = PackWriter::default();
+            let mut send = |w: PackWriter, report: &mut PushReport| -> Result<()> {
+                let (bytes, hash, list) = w.finish(&remote.keys)?;
+                report.packs += 1;
+                report.bytes += bytes.len() as u64;
+                for (id, kind, off, len, raw) in list {
+                    entries.push((id, hash, kind, off, len, raw));
+                }
+                tx.send((format!("packs/{}", crypto::hex(&hash)), bytes))
+                    .map_err(|_| Error::Invalid("the upload stopped".into()))
+            };
+            // On a terminal, the shared bar (`crate::progress`: off with --quiet and --json).
+            let progress = Progress::items("push", "objects", Some(objects.len() as u64));
+            for (id, kind, len) in objects {
+                let data = match kind {
+                    Kind::Tree => {
+                        store.read_object_bounded(id, crate::store::tree::MAX_TREE_BYTES)?
+                    }
+                    Kind::Data => {
+                        store.read_chunk(&crate::store::tree::Chunk { id: *id, len: *len })?
+                    }
+                };
+                let into = if *kind == Kind::Tree { &mut wt } else { &mut w };
+                into.add(&remote.keys, *id, *kind, &data)?;
+                report.objects += 1;
+                progress.add_items(1);
+                progress.add_bytes(data.len() as u64);
+                if into.is_full() {
+                    send(std::mem::take(into), report)?;
+                }
+            }
+            for last in [w, wt] {
+                if !last.is_empty() {
+                    send(last, report)?;
+                }
+            }
+            Ok(())
+        };
+        let filled = fill();
+        drop(tx);
+        let uploaded = uploader
+            .join()
+            .unwrap_or_else(|_| Err(Error::Invalid("the upload thread panicked".into())));
+        // The server's error names the cause; a reader's names the object.
+        uploaded.and(filled)
+    });
+    built?;
+    Ok(entries)
 }
 
 /// What `fetch` brought.
