@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::progress::Progress;
 use crate::remote::forgotten::{self, Forgotten};
-use crate::remote::health::{remote_history, walk_remote};
+use crate::remote::health::{remote_history, walk_remote, History, RemoteFinding};
 use crate::remote::pack::{self, Index, Kind, Loc, PackWriter};
 use crate::remote::{crypto, lock, Remote};
 use crate::store::refs::Tombstone;
@@ -228,28 +228,7 @@ pub fn plan(store: &Store, remote: &Remote, opts: &RemoteGcOptions) -> Result<Pl
     let all_forgotten: Forgotten = forgotten::with(on_remote, remote, &pending);
     let mut findings = Vec::new();
     let history = remote_history(remote, &all_forgotten, &mut findings)?;
-    let reached_map = walk_remote(
-        store,
-        remote,
-        &idx,
-        &history.checkpoints,
-        &mut findings,
-        None,
-    )?;
-    if let Some(f) = findings.first() {
-        return Err(Error::Corrupt(format!(
-            "remote {}: {} {} (run verify --remote); nothing collected",
-            remote.name, f.object, f.problem
-        )));
-    }
-    let reached: HashSet<ObjectId> = reached_map.keys().copied().collect();
-    if let Some(id) = reached.iter().find(|id| !idx.contains(id)) {
-        return Err(Error::Corrupt(format!(
-            "remote {}: object {id} is reached and no index names it (run verify --remote); \
-             nothing collected",
-            remote.name
-        )));
-    }
+    let reached = reached_objects(store, remote, &idx, &history, findings)?;
     // The forgotten checkpoints whose records this gc removes (older ones are long gone).
     let forgotten_now: Vec<ObjectId> = history
         .forgotten
@@ -306,143 +285,18 @@ pub fn plan(store: &Store, remote: &Remote, opts: &RemoteGcOptions) -> Result<Pl
     let need =
         |live_bytes: u64, objects: u64| live_bytes + pack::trailer_len(&remote.keys, objects);
     let mut gone_packs = HashSet::new();
-    let mut kept: Vec<Candidate> = Vec::new();
-    let mut total_needed = 0u64;
-    for (key, size) in &listed {
-        report.pack_bytes_before += size;
-        match number.get(key).and_then(|n| live.get(n).map(|l| (*n, *l))) {
-            None => {
-                report.packs.push(key.clone());
-                report.pack_bytes += size;
-                if let Some(n) = number.get(key) {
-                    gone_packs.insert(*n);
-                }
-            }
-            Some((n, (lb, lo))) => {
-                let needed = need(lb, lo);
-                total_needed += needed;
-                kept.push(Candidate {
-                    key: key.clone(),
-                    number: n,
-                    size: *size,
-                    live: lb,
-                    objects: lo,
-                    unused: size.saturating_sub(needed),
-                });
-            }
-        }
-    }
+    let (kept, total_needed) =
+        classify_packs(&listed, &number, &live, need, &mut report, &mut gone_packs);
     report.unused_bytes_before = report.pack_bytes_before.saturating_sub(total_needed);
     let allowed = opts.max_unused.allowed(total_needed);
     report.max_unused_bytes = allowed;
     report.max_repack_bytes = opts.max_repack_bytes;
-    let unused_left = std::cell::Cell::new(kept.iter().map(|c| c.unused).sum::<u64>());
-    let mut repack: Vec<(String, u32)> = Vec::new();
-    let mut choose = |c: &Candidate, reason: &str, report: &mut RemoteGcPlan| -> bool {
-        if opts
-            .max_repack_bytes
-            .is_some_and(|m| report.repacked_pack_bytes + c.size > m)
-        {
-            return false;
-        }
-        unused_left.set(unused_left.get() - c.unused);
-        report.repacked.push(RepackedPack {
-            pack: c.key.clone(),
-            reason: reason.to_string(),
-            bytes: c.size,
-            live_bytes: c.live,
-            live_objects: c.objects,
-        });
-        report.repacked_pack_bytes += c.size;
-        report.repacked_live_bytes += c.live;
-        report.repacked_objects += c.objects;
-        gone_packs.insert(c.number);
-        repack.push((c.key.clone(), c.number));
-        true
-    };
     let target = pack::pack_target() as u64;
-    let mut chosen: HashSet<u32> = HashSet::new();
-    // With --repack-small: packs under half the target merged into full ones (two at least:
-    // one alone would come out as small).
-    let small: Vec<&Candidate> = kept.iter().filter(|c| c.size < target / 2).collect();
-    if opts.repack_small && small.len() >= 2 {
-        for c in small {
-            if choose(c, "small", &mut report) {
-                chosen.insert(c.number);
-            }
-        }
-    }
-    // Then the most unused for their live bytes first (restic's order; ties by key), until
-    // what is left unused is within the limit.
-    let mut by_unused: Vec<&Candidate> = kept
-        .iter()
-        .filter(|c| c.unused > 0 && !chosen.contains(&c.number))
-        .collect();
-    by_unused.sort_by(|a, b| {
-        (u128::from(b.unused) * u128::from(a.live))
-            .cmp(&(u128::from(a.unused) * u128::from(b.live)))
-            .then_with(|| a.key.cmp(&b.key))
-    });
-    for c in by_unused {
-        match allowed {
-            Some(a) if unused_left.get() > a => {}
-            _ => break,
-        }
-        choose(c, "unused", &mut report);
-    }
-    report.unused_bytes_after = unused_left.get();
+    let mut repack = choose_repacks(&kept, allowed, opts, target, &mut report, &mut gone_packs);
     report.repacked.sort_by(|a, b| a.pack.cmp(&b.pack));
-    // Every pack with what gc does to it (`listed` is sorted by key).
-    let repacked_keys: HashSet<&String> = report.repacked.iter().map(|r| &r.pack).collect();
-    let by_key: HashMap<&String, &Candidate> = kept.iter().map(|c| (&c.key, c)).collect();
-    report.pack_usage = listed
-        .iter()
-        .map(|(key, size)| {
-            let (live_bytes, unused_bytes) =
-                by_key.get(key).map_or((0, *size), |c| (c.live, c.unused));
-            let action = match by_key.get(key) {
-                None => "remove",
-                Some(_) if repacked_keys.contains(key) => "repack",
-                Some(_) => "keep",
-            };
-            PackUsage {
-                pack: key.clone(),
-                bytes: *size,
-                live_bytes,
-                unused_bytes,
-                action: action.into(),
-            }
-        })
-        .collect();
+    report.pack_usage = pack_usage(&listed, &kept, &report.repacked);
 
-    // The new packs: live objects of each repacked pack in their old order, trees and data
-    // apart, each closed once it reaches the pack target (as a push fills them).
-    repack.sort();
-    let repack_numbers: HashSet<u32> = repack.iter().map(|r| r.1).collect();
-    let mut moved: Vec<(ObjectId, Loc)> = idx
-        .objects
-        .iter()
-        .filter(|(id, l)| repack_numbers.contains(&l.pack) && reached.contains(id))
-        .map(|(id, l)| (*id, *l))
-        .collect();
-    let order: HashMap<u32, usize> = repack.iter().enumerate().map(|(i, r)| (r.1, i)).collect();
-    moved.sort_by_key(|(id, l)| (order[&l.pack], l.offset, id.0));
-    let mut groups = Vec::new();
-    let mut open: [(Vec<(ObjectId, Loc)>, u64); 2] = [(Vec::new(), 0), (Vec::new(), 0)];
-    for (id, l) in moved {
-        let slot = &mut open[l.kind as usize];
-        slot.0.push((id, l));
-        slot.1 += u64::from(l.len);
-        if slot.1 >= target {
-            groups.push(std::mem::take(&mut slot.0));
-            slot.1 = 0;
-        }
-    }
-    for (g, _) in open {
-        if !g.is_empty() {
-            groups.push(g);
-        }
-    }
+    let groups = new_pack_groups(&idx, &mut repack, &reached, target);
     report.new_packs = groups.len() as u64;
     let new_trailers: u64 = groups
         .iter()
@@ -478,6 +332,214 @@ pub fn plan(store: &Store, remote: &Remote, opts: &RemoteGcOptions) -> Result<Pl
         groups,
         old_indexes,
     })
+}
+
+/// The packs to repack: with `--repack-small` the small ones, then the most unused first
+/// until what is left unused is within `allowed`, never past `--max-repack-size`. Each is
+/// recorded in `report` and `gone_packs`; returns their keys and numbers.
+fn choose_repacks(
+    kept: &[Candidate],
+    allowed: Option<u64>,
+    opts: &RemoteGcOptions,
+    target: u64,
+    report: &mut RemoteGcPlan,
+    gone_packs: &mut HashSet<u32>,
+) -> Vec<(String, u32)> {
+    let unused_left = std::cell::Cell::new(kept.iter().map(|c| c.unused).sum::<u64>());
+    let mut repack: Vec<(String, u32)> = Vec::new();
+    let mut choose = |c: &Candidate, reason: &str, report: &mut RemoteGcPlan| -> bool {
+        if opts
+            .max_repack_bytes
+            .is_some_and(|m| report.repacked_pack_bytes + c.size > m)
+        {
+            return false;
+        }
+        unused_left.set(unused_left.get() - c.unused);
+        report.repacked.push(RepackedPack {
+            pack: c.key.clone(),
+            reason: reason.to_string(),
+            bytes: c.size,
+            live_bytes: c.live,
+            live_objects: c.objects,
+        });
+        report.repacked_pack_bytes += c.size;
+        report.repacked_live_bytes += c.live;
+        report.repacked_objects += c.objects;
+        gone_packs.insert(c.number);
+        repack.push((c.key.clone(), c.number));
+        true
+    };
+    let mut chosen: HashSet<u32> = HashSet::new();
+    // With --repack-small: packs under half the target merged into full ones (two at least:
+    // one alone would come out as small).
+    let small: Vec<&Candidate> = kept.iter().filter(|c| c.size < target / 2).collect();
+    if opts.repack_small && small.len() >= 2 {
+        for c in small {
+            if choose(c, "small", report) {
+                chosen.insert(c.number);
+            }
+        }
+    }
+    // Then the most unused for their live bytes first (restic's order; ties by key), until
+    // what is left unused is within the limit.
+    let mut by_unused: Vec<&Candidate> = kept
+        .iter()
+        .filter(|c| c.unused > 0 && !chosen.contains(&c.number))
+        .collect();
+    by_unused.sort_by(|a, b| {
+        (u128::from(b.unused) * u128::from(a.live))
+            .cmp(&(u128::from(a.unused) * u128::from(b.live)))
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    for c in by_unused {
+        match allowed {
+            Some(a) if unused_left.get() > a => {}
+            _ => break,
+        }
+        choose(c, "unused", report);
+    }
+    report.unused_bytes_after = unused_left.get();
+    repack
+}
+
+/// Every object the remote's history reaches, checked to be indexed: a finding of the walk
+/// (or of the history) refuses the gc, as does a reached object no index names.
+fn reached_objects(
+    store: &Store,
+    remote: &Remote,
+    idx: &Index,
+    history: &History,
+    mut findings: Vec<RemoteFinding>,
+) -> Result<HashSet<ObjectId>> {
+    let reached_map = walk_remote(
+        store,
+        remote,
+        idx,
+        &history.checkpoints,
+        &mut findings,
+        None,
+    )?;
+    if let Some(f) = findings.first() {
+        return Err(Error::Corrupt(format!(
+            "remote {}: {} {} (run verify --remote); nothing collected",
+            remote.name, f.object, f.problem
+        )));
+    }
+    let reached: HashSet<ObjectId> = reached_map.keys().copied().collect();
+    if let Some(id) = reached.iter().find(|id| !idx.contains(id)) {
+        return Err(Error::Corrupt(format!(
+            "remote {}: object {id} is reached and no index names it (run verify --remote); \
+             nothing collected",
+            remote.name
+        )));
+    }
+    Ok(reached)
+}
+
+/// Sorts the listed packs into those with nothing reached (to remove: into `report` and
+/// `gone_packs`) and candidates for repacking. Returns the candidates and the bytes their
+/// live objects need.
+fn classify_packs(
+    listed: &[(String, u64)],
+    number: &HashMap<String, u32>,
+    live: &HashMap<u32, (u64, u64)>,
+    need: impl Fn(u64, u64) -> u64,
+    report: &mut RemoteGcPlan,
+    gone_packs: &mut HashSet<u32>,
+) -> (Vec<Candidate>, u64) {
+    let mut kept: Vec<Candidate> = Vec::new();
+    let mut total_needed = 0u64;
+    for (key, size) in listed {
+        report.pack_bytes_before += size;
+        match number.get(key).and_then(|n| live.get(n).map(|l| (*n, *l))) {
+            None => {
+                report.packs.push(key.clone());
+                report.pack_bytes += size;
+                if let Some(n) = number.get(key) {
+                    gone_packs.insert(*n);
+                }
+            }
+            Some((n, (lb, lo))) => {
+                let needed = need(lb, lo);
+                total_needed += needed;
+                kept.push(Candidate {
+                    key: key.clone(),
+                    number: n,
+                    size: *size,
+                    live: lb,
+                    objects: lo,
+                    unused: size.saturating_sub(needed),
+                });
+            }
+        }
+    }
+    (kept, total_needed)
+}
+
+/// Every pack with what gc does to it (`listed` is sorted by key): remove, repack or keep.
+fn pack_usage(
+    listed: &[(String, u64)],
+    kept: &[Candidate],
+    repacked: &[RepackedPack],
+) -> Vec<PackUsage> {
+    let repacked_keys: HashSet<&String> = repacked.iter().map(|r| &r.pack).collect();
+    let by_key: HashMap<&String, &Candidate> = kept.iter().map(|c| (&c.key, c)).collect();
+    listed
+        .iter()
+        .map(|(key, size)| {
+            let (live_bytes, unused_bytes) =
+                by_key.get(key).map_or((0, *size), |c| (c.live, c.unused));
+            let action = match by_key.get(key) {
+                None => "remove",
+                Some(_) if repacked_keys.contains(key) => "repack",
+                Some(_) => "keep",
+            };
+            PackUsage {
+                pack: key.clone(),
+                bytes: *size,
+                live_bytes,
+                unused_bytes,
+                action: action.into(),
+            }
+        })
+        .collect()
+}
+
+/// The new packs: live objects of each repacked pack in their old order, trees and data
+/// apart, each closed once it reaches the pack target (as a push fills them).
+fn new_pack_groups(
+    idx: &Index,
+    repack: &mut [(String, u32)],
+    reached: &HashSet<ObjectId>,
+    target: u64,
+) -> Vec<Vec<(ObjectId, Loc)>> {
+    repack.sort();
+    let repack_numbers: HashSet<u32> = repack.iter().map(|r| r.1).collect();
+    let mut moved: Vec<(ObjectId, Loc)> = idx
+        .objects
+        .iter()
+        .filter(|(id, l)| repack_numbers.contains(&l.pack) && reached.contains(id))
+        .map(|(id, l)| (*id, *l))
+        .collect();
+    let order: HashMap<u32, usize> = repack.iter().enumerate().map(|(i, r)| (r.1, i)).collect();
+    moved.sort_by_key(|(id, l)| (order[&l.pack], l.offset, id.0));
+    let mut groups = Vec::new();
+    let mut open: [(Vec<(ObjectId, Loc)>, u64); 2] = [(Vec::new(), 0), (Vec::new(), 0)];
+    for (id, l) in moved {
+        let slot = &mut open[l.kind as usize];
+        slot.0.push((id, l));
+        slot.1 += u64::from(l.len);
+        if slot.1 >= target {
+            groups.push(std::mem::take(&mut slot.0));
+            slot.1 = 0;
+        }
+    }
+    for (g, _) in open {
+        if !g.is_empty() {
+            groups.push(g);
+        }
+    }
+    groups
 }
 
 /// Downloads the sealed blobs `objs` (adjacent ones of a pack in one ranged GET) and checks
