@@ -15,21 +15,9 @@ pub(super) fn read_state(store: &Store, pid: u32) -> Result<Option<MountState>> 
 }
 
 pub(super) fn states(store: &Store) -> Result<Vec<MountState>> {
-    let dir = store.views_dir();
-    let rd = match fs::read_dir(&dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(&dir, e)),
-    };
     let mut out = Vec::new();
-    for ent in rd {
-        let ent = ent.map_err(|e| Error::io(&dir, e))?;
-        let name = ent.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_suffix(".json"))
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+    for (_, name) in crate::fs::json_records(&store.views_dir())? {
+        let Ok(pid) = name.parse::<u32>() else {
             continue;
         };
         if let Some(s) = read_state(store, pid)? {

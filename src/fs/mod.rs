@@ -42,3 +42,23 @@ pub fn file_name(p: &Path) -> String {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
 }
+
+/// The `NAME.json` records in `dir` (pins, tombstones, daemon and workspace states, park
+/// records): their paths and `NAME`s, sorted by name; none when `dir` does not exist. Names
+/// that are not UTF-8 are no record. Reading each is its caller's: what a bad one means
+/// differs.
+///
+/// # Errors
+/// I/O listing the directory.
+pub fn json_records(dir: &Path) -> Result<Vec<(PathBuf, String)>> {
+    let mut out: Vec<(PathBuf, String)> = list_dir(dir)?
+        .into_iter()
+        .filter_map(|p| {
+            let stem = p.file_name()?.to_str()?.strip_suffix(".json")?;
+            let stem = (!stem.is_empty()).then(|| stem.to_string())?;
+            Some((p, stem))
+        })
+        .collect();
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(out)
+}

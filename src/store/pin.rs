@@ -95,19 +95,8 @@ impl Store {
 
     /// Pins of live processes. Callers that delete hold the exclusive lock.
     pub fn live_pins(&self) -> Result<Vec<Pin>> {
-        let dir = self.pins_dir();
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io(&dir, e)),
-        };
         let mut out = Vec::new();
-        for ent in rd {
-            let ent = ent.map_err(|e| Error::io(&dir, e))?;
-            let p = ent.path();
-            if p.extension().and_then(|x| x.to_str()) != Some("json") {
-                continue;
-            }
+        for (p, _) in crate::fs::json_records(&self.pins_dir())? {
             let data = match fs::read(&p) {
                 Ok(d) => d,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,

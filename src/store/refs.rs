@@ -263,22 +263,10 @@ impl Store {
     /// # Errors
     /// I/O listing the directory.
     pub fn list_tombstones(&self) -> Result<Vec<ObjectId>> {
-        let dir = self.forgotten_dir();
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io(&dir, e)),
-        };
-        let mut out = Vec::new();
-        for ent in rd {
-            let ent = ent.map_err(|e| Error::io(&dir, e))?;
-            let name = ent.file_name();
-            if let Some(hex) = name.to_str().and_then(|n| n.strip_suffix(".json")) {
-                if let Ok(id) = ObjectId::parse(hex) {
-                    out.push(id);
-                }
-            }
-        }
+        let mut out: Vec<ObjectId> = crate::fs::json_records(&self.forgotten_dir())?
+            .into_iter()
+            .filter_map(|(_, hex)| ObjectId::parse(&hex).ok())
+            .collect();
         out.sort();
         Ok(out)
     }

@@ -93,18 +93,8 @@ fn read(store: &Store, branch: &str) -> Result<Option<ParkRecord>> {
 
 /// Every park record, oldest first. An unreadable one is skipped with a warning.
 pub fn records(store: &Store) -> Result<Vec<ParkRecord>> {
-    let dir = store.park_records_dir();
-    let rd = match fs::read_dir(&dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(&dir, e)),
-    };
     let mut out = Vec::new();
-    for ent in rd {
-        let p = ent.map_err(|e| Error::io(&dir, e))?.path();
-        if p.extension().and_then(|x| x.to_str()) != Some("json") {
-            continue;
-        }
+    for (p, _) in crate::fs::json_records(&store.park_records_dir())? {
         match read_json::<ParkRecord>(&p) {
             Ok(Some(r)) => out.push(r),
             Ok(None) => {}

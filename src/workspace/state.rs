@@ -91,19 +91,10 @@ pub fn state(store: &Store, branch: &str) -> Result<Option<WorkspaceState>> {
 
 /// Every mounted workspace (by state file).
 pub fn states(store: &Store) -> Result<Vec<WorkspaceState>> {
-    let dir = store.workspace_states_dir();
-    let rd = match fs::read_dir(&dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(&dir, e)),
-    };
     let mut out = Vec::new();
-    for ent in rd {
-        let p = ent.map_err(|e| Error::io(&dir, e))?.path();
-        if p.extension().and_then(|x| x.to_str()) == Some("json") {
-            if let Some(s) = read_json::<WorkspaceState>(&p)? {
-                out.push(s);
-            }
+    for (p, _) in crate::fs::json_records(&store.workspace_states_dir())? {
+        if let Some(s) = read_json::<WorkspaceState>(&p)? {
+            out.push(s);
         }
     }
     out.sort_by(|a, b| a.branch.cmp(&b.branch));
