@@ -9,7 +9,7 @@
 //! - Dirty has one definition ([`dirty`]): a checkpoint now would record something other than
 //!   directory mtimes. `status`, `branch list`, `switch` and `umount` use it; a checkpoint of
 //!   nothing new records nothing unless asked.
-//! - `checkpoint` merges the base tree with the upper layer (see [`merge`]): cost proportional
+//! - `checkpoint` merges the base tree with the upper layer (see `crate::ingest::upper`): cost proportional
 //!   to what the upper holds; unchanged files are not re-read (stat cache); untouched lower
 //!   subtrees keep their ids. Then, when nobody is inside, the fold ([`fold`]) remounts the
 //!   workspace over the new head with an empty upper, so recorded bytes are stored once.
@@ -23,10 +23,16 @@
 //! - On `mount`, an upper whose contents are all in the branch head is dropped and the head
 //!   becomes the new base.
 //!
-//! The module is split by concern: `state` (the recorded mount state and upper bases),
-//! `checkpoint` (dirty checks and checkpoints, with the freeze passes), `mount` (mount, umount),
-//! `branch` (fork, archive, delete), `fold`, `switch` and `park`; [`merge`] turns an upper layer
-//! into trees, [`overlay`] and [`lower`] make the mounts, and [`freeze`] holds writers still.
+//! Parts at the bottom, commands on top. Parts: `state` (the recorded mount state and upper
+//! bases), [`overlay`] and [`lower`] (the mounts), `upper` (an upper layer's usage, setting it
+//! aside, dropping it once recorded, detaching what was set aside), `plan` (what a mount of a
+//! branch mounts), `park`, [`freeze`], [`holders`] and [`place`] (what a path names).
+//! Commands: `checkpoint` (dirty checks and checkpoints; the upper layer is merged by
+//! `crate::ingest::upper`), `fold`, `mount` (mount, umount), `switch` (in named phases) and
+//! `branch` (fork, archive, delete). The other commands use `checkpoint`'s dirty check (and
+//! `switch --checkpoint-first` its checkpoint), and no other command; no file imports one
+//! that imports it back. A checkpoint records and nothing more: the fold is its one next
+//! step (called once, by the CLI or the runner), and reaches the mounts only through `plan`.
 
 pub mod freeze;
 pub mod holders;
