@@ -8,7 +8,7 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v fuse-overlayfs >/dev/null 2>&1 || need+=(fuse-overlayfs)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
-# tests/support/garage.rs talks S3 to Garage behind ckptfs's back (curl --aws-sigv4).
+# tests/it/support/garage.rs talks S3 to Garage behind ckptfs's back (curl --aws-sigv4).
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # tests/cli_shell.rs renders the generated man pages (`man -l`, groff's nroff).
 command -v man >/dev/null 2>&1 || need+=(man-db)

@@ -8,7 +8,7 @@ if ! command -v pjdfstest >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/pjdfstest"
     echo "installing pjdfstest (POSIX conformance suite used by the workspace tests)"
     cargo install --locked --quiet pjdfstest
 fi
-# Garage, the S3 object store the remote tests start on loopback (tests/support/garage.rs). Its
+# Garage, the S3 object store the remote tests start on loopback (tests/it/support/garage.rs). Its
 # build takes about 14 minutes on 2 cores: done once, skipped when this version is installed.
 GARAGE_VERSION=2.5.0
 garage_bin=$(command -v garage || echo "$HOME/.cargo/bin/garage")

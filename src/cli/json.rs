@@ -28,7 +28,7 @@ pub(crate) fn fix_checkpoint(v: &mut Value) {
     }
 }
 
-/// A UTC time as the audit log keeps it (`YYYY-MM-DDTHH:MM:SS`, `util::format_utc`) with the
+/// A UTC time as the audit log keeps it (`YYYY-MM-DDTHH:MM:SS`, `text::time::format_utc`) with the
 /// `Z` every time in JSON output has (docs/json.md, "Conventions"); a time that has its `Z`
 /// already, or a string that is no such time, comes back unchanged.
 pub(crate) fn rfc3339_of_utc(s: &str) -> String {
