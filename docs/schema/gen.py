@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes docs/schema/*.json (one JSON Schema per command's --json output) and the field
 tables of docs/json.md, from the one description below, so the schema files and the document
-say the same thing. tests/json_schema.rs validates every command's real output against the
+say the same thing. tests/it/cli/json_schema.rs validates every command's real output against the
 schema files, so the code cannot drift from either.
 
 Run from the repository: python3 docs/schema/gen.py  (then commit what changed).

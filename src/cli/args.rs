@@ -1,5 +1,6 @@
-//! Arguments several commands share, in one place: `--meta`/`--meta-file` (capture,
-//! checkpoint, turn), `--user`/`--as-root` (turn, exec), and `gc`'s retention flags (gc on the
+//! Arguments several commands share, in one place: what a recorded checkpoint carries
+//! (`--label`, `--message`, `--meta`/`--meta-file`: checkpoint and turn; `--meta` also
+//! capture), `--user`/`--as-root` (turn, exec), and `gc`'s retention flags (gc on the
 //! store and on a remote).
 
 use std::collections::BTreeMap;
@@ -13,6 +14,20 @@ use ckptfs::store::checkpoint::{check_meta, check_meta_key};
 use ckptfs::{Error, Result};
 
 use super::JsonFlag;
+
+/// What the checkpoint a command records carries: `--label`, `--message` and the metadata
+/// (`checkpoint`, `turn`).
+#[derive(Args, Debug, Default)]
+pub struct RecordArgs {
+    /// Immutable label for the checkpoint recorded.
+    #[arg(long, short)]
+    pub label: Option<String>,
+    /// Message stored with the checkpoint (`turn`: "turn ID" when left out).
+    #[arg(short, long, default_value = "")]
+    pub message: String,
+    #[command(flatten)]
+    pub meta: MetaArgs,
+}
 
 /// `--meta` and `--meta-file`.
 #[derive(Args, Debug, Default)]

@@ -59,20 +59,14 @@ pub struct CaptureArgs {
     /// Branch to record on (created if missing).
     #[arg(long, short, default_value = DEFAULT_BRANCH)]
     pub branch: String,
-    /// Immutable label for the new checkpoint.
-    #[arg(long, short)]
-    pub label: Option<String>,
-    /// Message stored with the checkpoint.
-    #[arg(short, long, default_value = "")]
-    pub message: String,
+    #[command(flatten)]
+    pub record: super::args::RecordArgs,
     /// Capture root NAME from DIR instead of its recorded path (repeatable).
     #[arg(long, value_name = "NAME=DIR")]
     pub from: Vec<String>,
     /// Extra exclude glob for every root (repeatable); '!GLOB' keeps what it matches.
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
-    #[command(flatten)]
-    pub meta: super::args::MetaArgs,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -178,13 +172,13 @@ pub fn run_capture(a: CaptureArgs) -> Result<i32> {
     }
     let opts = CaptureOptions {
         branch: a.branch,
-        label: a.label,
-        message: a.message,
+        label: a.record.label,
+        message: a.record.message,
         from,
         exclude: a.exclude,
         progress: !a.json.json,
         annotations: ckptfs::store::checkpoint::Annotations {
-            meta: a.meta.to_map()?,
+            meta: a.record.meta.to_map()?,
             ..Default::default()
         },
     };

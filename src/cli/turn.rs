@@ -9,7 +9,7 @@ use clap::Args;
 use ckptfs::runner::turn::{self, TurnOptions};
 use ckptfs::{Error, Result, Store};
 
-use super::args::{MetaArgs, RunAsArgs};
+use super::args::{MetaArgs, RecordArgs, RunAsArgs};
 use super::json::rfc3339_of_utc;
 use super::print_json;
 
@@ -26,14 +26,8 @@ pub struct TurnArgs {
     /// not mounted is mounted first).
     #[arg(long, short)]
     pub branch: Option<String>,
-    /// Immutable label for the turn's checkpoint.
-    #[arg(long, short)]
-    pub label: Option<String>,
-    /// Message of the turn's checkpoint (default: "turn ID").
-    #[arg(short, long, default_value = "")]
-    pub message: String,
     #[command(flatten)]
-    pub meta: MetaArgs,
+    pub record: RecordArgs,
     /// The workspace holds the writes of a failed turn: set them aside under
     /// STORE/displaced/ (as `switch --discard` does) and run COMMAND again.
     #[arg(long)]
@@ -61,11 +55,11 @@ pub struct TurnArgs {
 pub fn run_turn(a: TurnArgs) -> Result<i32> {
     // The file is read after COMMAND: only the flags now.
     let flags = MetaArgs {
-        meta: a.meta.meta.clone(),
+        meta: a.record.meta.meta.clone(),
         meta_file: None,
     };
     let meta = flags.to_map()?;
-    if a.meta.meta_file.as_deref() == Some(Path::new("-")) {
+    if a.record.meta.meta_file.as_deref() == Some(Path::new("-")) {
         return Err(Error::Usage(
             "turn reads --meta-file after COMMAND, whose stdin is its own: give a file".into(),
         ));
@@ -75,10 +69,10 @@ pub fn run_turn(a: TurnArgs) -> Result<i32> {
         &s,
         &TurnOptions {
             branch,
-            label: a.label,
-            message: a.message,
+            label: a.record.label,
+            message: a.record.message,
             meta,
-            meta_file: a.meta.meta_file,
+            meta_file: a.record.meta.meta_file,
             command: a.command,
             retry: a.retry,
             accept_runtime_change: a.accept_runtime_change,

@@ -23,12 +23,8 @@ pub struct CheckpointArgs {
     /// Which workspace, when PLACE is the store and several are mounted.
     #[arg(long, short)]
     pub branch: Option<String>,
-    /// Immutable label for the new checkpoint.
-    #[arg(long, short)]
-    pub label: Option<String>,
-    /// Message stored with the checkpoint.
-    #[arg(short, long, default_value = "")]
-    pub message: String,
+    #[command(flatten)]
+    pub record: super::args::RecordArgs,
     /// Hold the writes of the processes in this cgroup (a directory under /sys/fs/cgroup:
     /// cgroup v2, or v1's freezer), so every root and every writer, in-place ones
     /// included, is captured at one instant. A first pass reads the changes while they
@@ -64,8 +60,6 @@ pub struct CheckpointArgs {
     /// to each copies it up whole again and the checkpoint after reads it whole.
     #[arg(long)]
     pub no_fold: bool,
-    #[command(flatten)]
-    pub meta: super::args::MetaArgs,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -365,12 +359,12 @@ pub const NO_FOLD: &str = "--no-fold";
 pub fn checkpoint(a: &CheckpointArgs, hold: &Hold) -> Result<i32> {
     let (s, b) = place::target(&a.place, a.branch.as_deref())?;
     let ann = ckptfs::store::checkpoint::Annotations {
-        meta: a.meta.to_map()?,
+        meta: a.record.meta.to_map()?,
         ..Default::default()
     };
     let o = workspace::CheckpointOptions {
-        label: a.label.as_deref(),
-        message: &a.message,
+        label: a.record.label.as_deref(),
+        message: &a.record.message,
         hold,
         exclude: &a.exclude,
         allow_empty: a.allow_empty,

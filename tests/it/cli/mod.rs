@@ -4,5 +4,6 @@ mod json_schema;
 mod log;
 mod prefix;
 mod progress;
+mod readme;
 mod shell;
 mod stats_find;

@@ -85,7 +85,7 @@ fn a_workspace_walk_after_the_warm_up_sends_the_lower_view_no_lookup() {
         ["mount", w.store(), "--branch", "main"],
         &[(
             "RUST_LOG",
-            "ckptfs::view::warm=info,fuser::request=debug,ckptfs::workspace::mount=debug",
+            "ckptfs::view::lower::warm=info,fuser::request=debug,ckptfs::workspace::mount=debug",
         )],
     );
     assert!(out.status.success(), "mount: {}", stderr(&out));
@@ -195,7 +195,7 @@ fn mount_warm_wait_zero_returns_at_once_and_the_warm_up_goes_on() {
         ["mount", w.store(), "--branch", "main", "--warm-wait", "0"],
         &[(
             "RUST_LOG",
-            "ckptfs::view::warm=info,ckptfs::workspace::mount=debug",
+            "ckptfs::view::lower::warm=info,ckptfs::workspace::mount=debug",
         )],
     );
     assert!(out.status.success(), "mount: {}", stderr(&out));
@@ -306,7 +306,7 @@ fn a_listing_of_the_checkpoint_directory_starts_its_roots_warm_ups_and_mount_wai
     ok(["capture", w.store(), "-m", "initial"]);
     let out = run_env(
         ["mount", w.store(), "--branch", "main", "--root", "ws"],
-        &[("RUST_LOG", "ckptfs::view::warm=info")],
+        &[("RUST_LOG", "ckptfs::view::lower::warm=info")],
     );
     assert!(out.status.success(), "mount: {}", stderr(&out));
     // The checkpoint directory in the lower view, from the overlay's lowerdir.
@@ -367,7 +367,7 @@ fn switch_waits_for_the_warm_up_of_the_new_base() {
     // main is mounted at the second capture; the first was never shown by this lower view.
     let out = run_env(
         ["mount", w.store(), "--branch", "main"],
-        &[("RUST_LOG", "ckptfs::view::warm=info")],
+        &[("RUST_LOG", "ckptfs::view::lower::warm=info")],
     );
     assert!(out.status.success(), "mount: {}", stderr(&out));
     ok(["fork", w.store(), &first, "--name", "old"]);
