@@ -67,6 +67,9 @@ fn two_root_store() -> (Env, String, String) {
     (env, c1, c2)
 }
 
+// Over 150 lines on purpose: one store built step by step, each command's --json checked
+// against its schema right after the step that gives it something to say; split, the steps
+// would have to be rebuilt in each part.
 #[test]
 fn store_commands_match_their_schemas() {
     let (env, c1, c2) = two_root_store();

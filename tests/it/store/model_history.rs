@@ -549,7 +549,8 @@ fn mount(h: &Harness, m: &mut Model, b: &str, log: &mut Vec<String>) {
     m.mounted = Some((b.to_string(), m.tree_of_head(b).clone()));
 }
 
-/// One random operation.
+/// One random operation. Over 150 lines on purpose: one match arm per operation of the
+/// model, each applying the operation to the store and to the model side by side.
 fn step(h: &Harness, m: &mut Model, rng: &mut Rng, log: &mut Vec<String>) {
     match rng.below(12) {
         // capture (after edits of the source tree), sometimes labelled, sometimes on a new
