@@ -69,11 +69,35 @@ pub fn check_root_path(name: &str, path: &Path) -> Result<()> {
 /// # Errors
 /// `Usage` naming the root and what is wrong with it.
 pub fn check_roots(store: &Path, roots: &BTreeMap<String, RootConfig>) -> Result<()> {
+    root_fault(store, roots).map_err(|f| f.error)
+}
+
+/// A root [`check_roots`] refuses: which one, and why.
+#[derive(Debug)]
+pub struct RootFault {
+    /// The root at fault (for two roots inside one another, the inner one).
+    pub root: String,
+    pub error: Error,
+}
+
+/// [`check_roots`], naming the root at fault as data, for callers that must tell whose it
+/// is (`import --relocate`: the user's choice, or the archive's).
+///
+/// # Errors
+/// The first refused root.
+pub fn root_fault(
+    store: &Path,
+    roots: &BTreeMap<String, RootConfig>,
+) -> std::result::Result<(), RootFault> {
+    let fault = |name: &str| {
+        let root = name.to_string();
+        move |error: Error| RootFault { root, error }
+    };
     for (name, rc) in roots {
-        crate::store::refs::check_name("root", name)?;
-        check_root_path(name, &rc.path)?;
+        crate::store::refs::check_name("root", name).map_err(fault(name))?;
+        check_root_path(name, &rc.path).map_err(fault(name))?;
         for pat in &rc.exclude {
-            exclude::Excluder::compile(name, std::slice::from_ref(pat))?;
+            exclude::Excluder::compile(name, std::slice::from_ref(pat)).map_err(fault(name))?;
         }
     }
     // Where each root and the store are: as given and, when different, as resolved.
@@ -89,36 +113,36 @@ pub fn check_roots(store: &Path, roots: &BTreeMap<String, RootConfig>) -> Result
         .collect();
     for (name, path) in &places {
         if let Some(sys) = system_dir_of(path) {
-            return Err(Error::Usage(format!(
+            return Err(fault(name)(Error::Usage(format!(
                 "root {name}: path {} resolves to {}, in system directory {}",
                 roots[*name].path.display(),
                 path.display(),
                 sys.display()
-            )));
+            ))));
         }
         for s in &stores {
             if s.starts_with(path) {
-                return Err(Error::Usage(format!(
+                return Err(fault(name)(Error::Usage(format!(
                     "store {} is inside root {name} ({}): captures would include the store",
                     s.display(),
                     path.display()
-                )));
+                ))));
             }
             if path.starts_with(s) {
-                return Err(Error::Usage(format!(
+                return Err(fault(name)(Error::Usage(format!(
                     "root {name} ({}) is inside the store {}",
                     path.display(),
                     s.display()
-                )));
+                ))));
             }
         }
         for (other, opath) in &places {
             if other != name && path.starts_with(opath) {
-                return Err(Error::Usage(format!(
+                return Err(fault(name)(Error::Usage(format!(
                     "root {name} ({}) is inside root {other} ({})",
                     path.display(),
                     opath.display()
-                )));
+                ))));
             }
         }
     }

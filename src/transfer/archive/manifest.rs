@@ -275,18 +275,16 @@ pub(super) fn check_manifest_against(
             rc.path = path.clone();
         }
     }
-    crate::store::check_roots(target, &roots).map_err(|e| {
-        let msg = match e {
+    crate::store::root_fault(target, &roots).map_err(|f| {
+        let msg = match f.error {
             Error::Usage(m) | Error::Invalid(m) => m,
             other => other.to_string(),
         };
         // A relocated root is the user's own choice: a usage error; else the archive's.
-        match relocate
-            .keys()
-            .find(|n| msg.starts_with(&format!("root {n}")))
-        {
-            Some(n) => Error::Usage(format!("--relocate {n}: {msg}")),
-            None => nothing_imported(bad_field("roots", msg)),
+        if relocate.contains_key(&f.root) {
+            Error::Usage(format!("--relocate {}: {msg}", f.root))
+        } else {
+            nothing_imported(bad_field("roots", msg))
         }
     })?;
     Ok(roots)

@@ -442,3 +442,27 @@ fn a_chunk_whose_tree_states_another_length_is_refused() {
     refused(1, ["unarchive", s(&file), s(&fx.target)], &["200"]);
     assert_eq!(file_list(&fx.target), before);
 }
+
+/// A relocation that would put the target store inside the relocated root is the user's
+/// `--relocate` at fault (exit 2, naming it), not the archive's; the store stays as it was.
+#[test]
+fn a_relocation_around_the_target_store_is_a_usage_error() {
+    let fx = Fixture::new();
+    let before = file_list(&fx.target);
+    let around = fx.tmp.path().join("around");
+    std::fs::create_dir(&around).unwrap();
+    let target = around.join("store");
+    std::fs::rename(&fx.target, &target).unwrap();
+    refused(
+        2,
+        [
+            "unarchive",
+            s(&fx.archive),
+            s(&target),
+            "--relocate",
+            &format!("ws={}", around.display()),
+        ],
+        &["--relocate ws", "is inside root ws"],
+    );
+    assert_eq!(file_list(&target), before);
+}
