@@ -96,6 +96,13 @@ pub fn run_turn(a: TurnArgs) -> Result<i32> {
             d.display()
         );
     }
+    if !r.left_running.is_empty() {
+        eprintln!(
+            "ckptfs: processes of the turn still run after {} s (frozen for its checkpoint): {}",
+            ckptfs::runner::procs::SETTLE_WAIT.as_secs(),
+            r.left_running.join(", ")
+        );
+    }
     for d in r.runtime.differences.iter().filter(|_| r.runtime.accepted) {
         eprintln!("ckptfs: runtime change accepted: {}", d.describe());
     }

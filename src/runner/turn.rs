@@ -31,7 +31,9 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::runner::driver::{self, Driver, Failure};
 use crate::runner::fingerprint::{self, RuntimeCheck};
+use crate::runner::procs;
 use crate::runner::run_as::{self, RunAsOptions};
 use crate::store::checkpoint::{check_meta, Annotations, TurnRecord, MAX_META_BYTES};
 use crate::store::lock::{pid_alive, RunningMarker};
@@ -94,6 +96,10 @@ pub struct TurnReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub set_aside: Option<PathBuf>,
     pub runtime: RuntimeCheck,
+    /// Processes of the turn still running [`procs::SETTLE_WAIT`] after its process ended
+    /// (`PID (COMMAND)`; frozen for the checkpoint, and the next turn waits for them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_running: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -135,14 +141,6 @@ pub struct TurnRow {
     pub label: Option<String>,
 }
 
-/// Why COMMAND did not run to an exit status.
-enum Spawn {
-    /// exec failed (not found, not executable, or joining the cgroup failed).
-    Exec(std::io::Error),
-    /// Opening the cgroup, or waiting.
-    Other(String),
-}
-
 /// The turn's id: 12 hex digits of a hash of store, branch, start time and pid.
 fn turn_id(store: &Store, branch: &str, started_ns: i64) -> String {
     let seed = format!(
@@ -151,15 +149,6 @@ fn turn_id(store: &Store, branch: &str, started_ns: i64) -> String {
         std::process::id()
     );
     ObjectId::of(seed.as_bytes()).to_hex()[..12].to_string()
-}
-
-/// The pids in cgroup `dir` (empty when it is gone).
-pub fn cgroup_pids(dir: &Path) -> Vec<u32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
 }
 
 /// The shell's exit status for a failed spawn of `program` (see `ckptfs exec`): 127 when
@@ -217,45 +206,63 @@ fn outcome_line(
         "args": args, "ok": ok, "result": result})
 }
 
-/// Runs one turn; see the module doc.
+/// Runs one turn of COMMAND (`opts.command`), where the caller stands; see the module doc.
 ///
 /// # Errors
-/// Before COMMAND runs: bad input (`Usage`), a refused runtime change, a failed turn's
-/// writes pending, a store claimed by another operation (`Conflict`), mount failures. Once it
-/// has run, the report says what happened (errors then are only those recording it).
+/// As [`run_driven`]; `Usage` without a command.
 pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
-    let t0 = std::time::Instant::now();
-    let Some((program, args)) = opts.command.split_first() else {
+    if opts.command.is_empty() {
         return Err(Error::Usage("turn needs a command after --".into()));
+    }
+    // Where the caller stands, by path: a retry or a mount below changes what the path
+    // shows, and COMMAND must run in the branch's workspace as it is then, not in the
+    // overlay a switch took away (it is read-only).
+    let cwd = procs::caller_dir(store);
+    let mut driver = driver::Command {
+        argv: opts.command.clone(),
+        cwd,
     };
+    run_driven(store, opts, &mut driver)
+}
+
+/// Runs one turn of `driver`; see the module doc.
+///
+/// # Errors
+/// Before the driver's process runs: bad input (`Usage`), a refused runtime change, a failed
+/// turn's writes pending, processes of an earlier turn still running after
+/// [`procs::SETTLE_WAIT`], a store claimed by another operation (`Conflict`), mount
+/// failures. Once it has run, the report says what happened (errors then are only those
+/// recording it).
+pub fn run_driven(
+    store: &Store,
+    opts: &TurnOptions,
+    driver: &mut dyn Driver,
+) -> Result<TurnReport> {
+    let t0 = std::time::Instant::now();
     let b = opts.branch.as_str();
     let (runtime, live, set_aside) = prepare(store, opts)?;
     let who = run_as::resolve(store, b, &opts.run_as)?;
     let cgroup = workspace::agent_cgroup(store, b)?;
-    let busy = cgroup_pids(&cgroup);
+    let busy = procs::wait_until_empty(&cgroup, procs::SETTLE_WAIT);
     if !busy.is_empty() {
         return Err(Error::Conflict(format!(
-            "processes {busy:?} still run in the workspace's cgroup {} (an earlier turn's or \
-             `exec`'s); a turn starts with it empty: wait for them or stop them",
+            "processes {} still run in the workspace's cgroup {} (an earlier turn's or \
+             `exec`'s) after {} s; a turn starts with it empty: wait for them or stop them \
+             (`echo 1 > {}/cgroup.kill`)",
+            busy.join(", "),
+            cgroup.display(),
+            procs::SETTLE_WAIT.as_secs(),
             cgroup.display()
         )));
     }
-    let (_, parent) = {
-        let br = store
-            .read_branch(b)?
-            .ok_or_else(|| Error::NotFound(format!("branch {b}")))?;
-        let h = br
-            .head
-            .ok_or_else(|| Error::NotFound(format!("branch {b} has no checkpoint yet")))?;
-        (br, h)
-    };
+    let parent = store
+        .read_branch(b)?
+        .ok_or_else(|| Error::NotFound(format!("branch {b}")))?
+        .head
+        .ok_or_else(|| Error::NotFound(format!("branch {b} has no checkpoint yet")))?;
     let started_ns = now_ns();
     let turn = turn_id(store, b, started_ns);
-    let command: Vec<String> = opts
-        .command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    let command = driver.describe();
     let args_json = serde_json::json!({"turn": turn, "branch": b, "parent": parent,
         "label": opts.label, "command": command, "cgroup": cgroup,
         "meta_keys": opts.meta.keys().collect::<Vec<_>>(),
@@ -263,26 +270,7 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
     let start_line = serde_json::json!({"time": format_utc(started_ns), "op": "turn-start",
         "pid": std::process::id(), "args": args_json, "ok": true});
     let mut claim = store.claim("turn", args_json.clone(), &start_line)?;
-    let procs_path = cgroup.join("cgroup.procs");
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args)
-        .env("CKPTFS_TURN", &turn)
-        .env("CKPTFS_BRANCH", b)
-        .env("CKPTFS_STORE", store.root());
-    who.set_env(&mut cmd);
-    let creds = who.switch.as_ref().map(|s| &s.credentials);
-    let interrupts = crate::fs::sys::IgnoreInterrupts::new();
-    let waited: std::result::Result<std::process::ExitStatus, Spawn> =
-        match std::fs::OpenOptions::new().write(true).open(&procs_path) {
-            Err(e) => Err(Spawn::Other(Error::io(&procs_path, e).to_string())),
-            Ok(procs) => match crate::fs::sys::spawn_in_cgroup(&mut cmd, procs, creds) {
-                Err(e) => Err(Spawn::Exec(e)),
-                Ok(mut child) => child
-                    .wait()
-                    .map_err(|e| Spawn::Other(format!("waiting for {}: {e}", command.join(" ")))),
-            },
-        };
-    drop(interrupts);
+    let waited = spawn_and_drive(store, b, &turn, &who, &cgroup, driver);
     let ended_ns = now_ns();
     let mut report = TurnReport {
         turn: turn.clone(),
@@ -299,10 +287,35 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
         mounted: !live,
         set_aside,
         runtime,
+        left_running: Vec::new(),
         error: None,
     };
-    set_outcome(&mut report, waited, program);
-    let meta = turn_meta(opts, &mut report);
+    set_outcome(
+        &mut report,
+        waited,
+        command.first().map_or("", String::as_str),
+    );
+    // What the turn's process started goes with it: the checkpoint is taken once they are
+    // gone (bounded; what is left then is frozen for the checkpoint and named).
+    report.left_running = procs::wait_until_empty(&cgroup, procs::SETTLE_WAIT);
+    if !report.left_running.is_empty() {
+        log::warn!(
+            "turn {turn}: processes {} still run in {} after {} s",
+            report.left_running.join(", "),
+            cgroup.display(),
+            procs::SETTLE_WAIT.as_secs()
+        );
+    }
+    let mut meta = turn_meta(opts, &mut report);
+    match driver.settle(report.outcome == "ok") {
+        Ok(bound) => meta.extend(bound),
+        Err(e) if report.outcome == "ok" => {
+            report.outcome = "failed".into();
+            report.exit_status = 1;
+            report.error = Some(e);
+        }
+        Err(e) => log::warn!("turn {turn}: {e}"),
+    }
     if report.outcome == "ok" {
         let ann = Annotations {
             meta,
@@ -316,34 +329,13 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
                 accepted_runtime_change: report.runtime.accepted,
             }),
         };
-        let message = if opts.message.is_empty() {
-            format!("turn {turn}")
-        } else {
-            opts.message.clone()
-        };
-        let o = workspace::CheckpointOptions {
-            label: opts.label.as_deref(),
-            message: &message,
-            hold: &Hold::default(),
-            exclude: &[],
-            // A completed turn is one checkpoint, also when it wrote nothing.
-            allow_empty: true,
-            annotations: &ann,
-        };
-        match workspace::checkpoint(store, b, &o, Some(&mut claim)) {
-            Ok(r) => report.checkpoint = Some(r.id),
-            Err(e) => {
-                report.outcome = "checkpoint-failed".into();
-                report.exit_status = 1;
-                report.error = Some(e.to_string());
-            }
-        }
+        record_checkpoint(store, opts, &ann, &mut claim, &mut report);
     }
     report.elapsed_ms = t0.elapsed().as_millis() as u64;
     let ok = report.outcome == "ok";
     let result = serde_json::json!({"outcome": report.outcome, "exit_status": report.exit_status,
         "signal": report.signal, "checkpoint": report.checkpoint, "started": report.started,
-        "ended": report.ended, "error": report.error});
+        "ended": report.ended, "error": report.error, "left_running": report.left_running});
     store.release_claim(&claim, &outcome_line(&args_json, ok, result))?;
     // Between turns nobody is inside: the upper layer's recorded bytes leave it (a fold, see
     // docs/workspaces.md). Not folding is never a turn's failure: the checkpoint stands and
@@ -358,6 +350,76 @@ pub fn run(store: &Store, opts: &TurnOptions) -> Result<TurnReport> {
         }
     }
     Ok(report)
+}
+
+/// Starts the driver's process in the cgroup as `who`, with the turn's environment, and
+/// drives it to its end.
+fn spawn_and_drive(
+    store: &Store,
+    branch: &str,
+    turn: &str,
+    who: &run_as::RunAs,
+    cgroup: &Path,
+    driver: &mut dyn Driver,
+) -> std::result::Result<std::process::ExitStatus, Failure> {
+    let procs_path = cgroup.join("cgroup.procs");
+    let mut cmd = driver.command();
+    cmd.env("CKPTFS_TURN", turn)
+        .env("CKPTFS_BRANCH", branch)
+        .env("CKPTFS_STORE", store.root());
+    who.set_env(&mut cmd);
+    let creds = who.switch.as_ref().map(|s| &s.credentials);
+    let interrupts = crate::fs::sys::IgnoreInterrupts::new();
+    let waited = match std::fs::OpenOptions::new().write(true).open(&procs_path) {
+        Err(e) => Err(Failure {
+            status: None,
+            reason: Error::io(&procs_path, e).to_string(),
+            spawn: None,
+        }),
+        Ok(procs) => match crate::fs::sys::spawn_in_cgroup(&mut cmd, procs, creds) {
+            Err(e) => Err(Failure {
+                status: None,
+                reason: e.to_string(),
+                spawn: Some(e),
+            }),
+            Ok(child) => driver.drive(child),
+        },
+    };
+    drop(interrupts);
+    waited
+}
+
+/// The turn's checkpoint, as a step of its claim, into `report` (`checkpoint-failed` when it
+/// could not be taken).
+fn record_checkpoint(
+    store: &Store,
+    opts: &TurnOptions,
+    ann: &Annotations,
+    claim: &mut RunningMarker,
+    report: &mut TurnReport,
+) {
+    let message = if opts.message.is_empty() {
+        format!("turn {}", report.turn)
+    } else {
+        opts.message.clone()
+    };
+    let o = workspace::CheckpointOptions {
+        label: opts.label.as_deref(),
+        message: &message,
+        hold: &Hold::default(),
+        exclude: &[],
+        // A completed turn is one checkpoint, also when it wrote nothing.
+        allow_empty: true,
+        annotations: ann,
+    };
+    match workspace::checkpoint(store, &opts.branch, &o, Some(claim)) {
+        Ok(r) => report.checkpoint = Some(r.id),
+        Err(e) => {
+            report.outcome = "checkpoint-failed".into();
+            report.exit_status = 1;
+            report.error = Some(e.to_string());
+        }
+    }
 }
 
 /// Before a turn: names and metadata checked, the runtime compared with the branch's, the
@@ -412,15 +474,20 @@ fn prepare(
     Ok((runtime, live, set_aside))
 }
 
-/// The outcome of COMMAND (`waited`) into `report`: exit status or signal, or why it could not
-/// run (127 when not found, 126 when not executable, as shells say).
+/// The outcome of the turn's process (`waited`) into `report`: exit status or signal, why
+/// the driver judged it failed, or why it could not run (127 when not found, 126 when not
+/// executable, as shells say).
 fn set_outcome(
     report: &mut TurnReport,
-    waited: std::result::Result<std::process::ExitStatus, Spawn>,
-    program: &std::ffi::OsStr,
+    waited: std::result::Result<std::process::ExitStatus, Failure>,
+    program: &str,
 ) {
+    use std::os::unix::process::ExitStatusExt;
     match waited {
-        Err(Spawn::Exec(source)) => {
+        Err(Failure {
+            spawn: Some(source),
+            ..
+        }) => {
             report.exit_status = spawn_failure_code(Path::new(program), &source);
             report.outcome = "cannot-run".into();
             report.error = Some(format!(
@@ -430,16 +497,33 @@ fn set_outcome(
                 } else {
                     "cannot execute"
                 },
-                program.to_string_lossy()
+                crate::text::quote::text(program)
             ));
         }
-        Err(Spawn::Other(e)) => {
+        Err(Failure {
+            status: None,
+            reason,
+            ..
+        }) => {
             report.exit_status = EXIT_CANNOT_EXECUTE;
             report.outcome = "cannot-run".into();
-            report.error = Some(e);
+            report.error = Some(reason);
+        }
+        Err(Failure {
+            status: Some(status),
+            reason,
+            ..
+        }) => {
+            report.signal = status.signal();
+            report.exit_status = match (status.signal(), status.code()) {
+                (Some(sig), _) => 128 + sig,
+                (None, Some(c)) if c != 0 => c,
+                _ => 1,
+            };
+            report.outcome = "failed".into();
+            report.error = Some(reason);
         }
         Ok(status) => {
-            use std::os::unix::process::ExitStatusExt;
             if let Some(sig) = status.signal() {
                 report.signal = Some(sig);
                 report.exit_status = 128 + sig;
@@ -549,7 +633,7 @@ pub fn recover_turn(store: &Store, m: &RunningMarker) -> Result<Vec<String>> {
     let turn = m.args["turn"].as_str().unwrap_or("?");
     let branch = m.args["branch"].as_str().unwrap_or("?");
     if let Some(cg) = m.args["cgroup"].as_str() {
-        let left = cgroup_pids(Path::new(cg));
+        let left = procs::cgroup_pids(Path::new(cg));
         if !left.is_empty() {
             return Err(Error::Conflict(format!(
                 "turn {turn} on branch {branch}: its runner is gone but processes {left:?} of \

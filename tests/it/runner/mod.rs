@@ -2,4 +2,5 @@ mod crash;
 mod example;
 mod fingerprint;
 mod meta;
+mod settle;
 mod turn;
