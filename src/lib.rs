@@ -24,6 +24,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod agent;
 pub mod daemon;
 pub mod error;
 pub mod fs;

@@ -12,6 +12,7 @@
 //! one rule, docs/cli.md); `table` lays out text tables. `-q`/`--quiet` and `--json` turn
 //! progress bars off (`ckptfs::progress`).
 
+mod agent;
 mod args;
 mod find;
 mod fingerprint;
@@ -259,6 +260,14 @@ pub enum Command {
     ///
     /// Example: ckptfs turn /var/lib/ckpt --branch main --meta thread=t1 --meta turn=3 -- python3 agent.py
     Turn(turn::TurnArgs),
+    /// Run a native agent session (Codex, Claude Code) in a room, turn after turn: each
+    /// completed turn is one checkpoint binding the room's files and the agent's home to the
+    /// session's ids and final reply; forks are native forks; resuming a branch is switching
+    /// to it. See docs/agents.md.
+    ///
+    /// Example: ckptfs agent init /var/lib/ckpt --agent codex --workspace /srv/room --home /srv/codex-home
+    #[command(subcommand)]
+    Agent(agent::AgentCommand),
     /// Print this machine's runtime fingerprint (platform, and the files and commands the
     /// store declares), compare it with a branch's, or set the declaration.
     ///
@@ -433,6 +442,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Exec(a) => workspace::run_exec(a),
         Command::Switch(a) => workspace::run_switch(a),
         Command::Turn(a) => turn::run_turn(a),
+        Command::Agent(c) => agent::run_agent(c),
         Command::Fingerprint(a) => fingerprint::run_fingerprint(a),
         Command::Fork(a) => workspace::run_fork(a),
         Command::Verify(a) => health::run_verify(a),

@@ -78,6 +78,7 @@ pub fn run_turn(a: TurnArgs) -> Result<i32> {
             accept_runtime_change: a.accept_runtime_change,
             no_fold: a.no_fold,
             run_as: a.run_as.options(),
+            driver: None,
         },
     )?;
     if let Some(e) = &r.error {

@@ -17,6 +17,11 @@ pub type Bound = BTreeMap<String, serde_json::Value>;
 pub trait Driver {
     /// What the turn runs, for the audit log and `log --turns`.
     fn describe(&self) -> Vec<String>;
+    /// Just before the process starts (as the runner, knowing the `owner` (uid, gid) it runs
+    /// as): puts in place what the turn lends it. `Err`: the turn cannot run, with why.
+    fn start(&mut self, _owner: (u32, u32)) -> std::result::Result<(), String> {
+        Ok(())
+    }
     /// The process to start (program, arguments, working directory, stdio, environment).
     fn command(&mut self) -> std::process::Command;
     /// Drives the started process to its end. `Err` is a verdict of failure with its reason

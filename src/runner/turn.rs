@@ -67,6 +67,8 @@ pub struct TurnOptions {
     pub no_fold: bool,
     /// Who COMMAND runs as (`--user`, `--as-root`; see `run_as`).
     pub run_as: RunAsOptions,
+    /// What drives the turn, when not a command (`agent:codex`): recorded in the audit log.
+    pub driver: Option<String>,
 }
 
 /// What a turn did.
@@ -264,7 +266,7 @@ pub fn run_driven(
     let turn = turn_id(store, b, started_ns);
     let command = driver.describe();
     let args_json = serde_json::json!({"turn": turn, "branch": b, "parent": parent,
-        "label": opts.label, "command": command, "cgroup": cgroup,
+        "label": opts.label, "command": command, "cgroup": cgroup, "driver": opts.driver,
         "meta_keys": opts.meta.keys().collect::<Vec<_>>(),
         "accepted_runtime_change": runtime.accepted});
     let start_line = serde_json::json!({"time": format_utc(started_ns), "op": "turn-start",
@@ -363,6 +365,17 @@ fn spawn_and_drive(
     driver: &mut dyn Driver,
 ) -> std::result::Result<std::process::ExitStatus, Failure> {
     let procs_path = cgroup.join("cgroup.procs");
+    let owner = who.switch.as_ref().map_or_else(
+        || (who.uid, nix::unistd::getgid().as_raw()),
+        |s| (s.credentials.uid, s.credentials.gid),
+    );
+    if let Err(reason) = driver.start(owner) {
+        return Err(Failure {
+            status: None,
+            reason,
+            spawn: None,
+        });
+    }
     let mut cmd = driver.command();
     cmd.env("CKPTFS_TURN", turn)
         .env("CKPTFS_BRANCH", branch)
@@ -691,6 +704,24 @@ fn published_by(store: &Store, branch: &str, turn: &str) -> Result<Option<Object
         .as_ref()
         .is_some_and(|t| t.id == turn)
         .then_some(head))
+}
+
+/// What drove each turn (`TurnOptions::driver`: `agent-turn:codex`...), by turn id, from
+/// the audit log's start lines; turns of a command are not listed.
+///
+/// # Errors
+/// Reading the audit log.
+pub fn turn_drivers(store: &Store) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for l in store.read_audit()? {
+        if l["op"] != "turn-start" {
+            continue;
+        }
+        if let (Some(t), Some(d)) = (l["args"]["turn"].as_str(), l["args"]["driver"].as_str()) {
+            out.insert(t.to_string(), d.to_string());
+        }
+    }
+    Ok(out)
 }
 
 /// Every turn in the audit log, newest first (of `branch` only, when given).

@@ -1,0 +1,537 @@
+//! `ckptfs agent init|turn|fork|log|transcript`: the adapters composed with the store, the
+//! workspace and `runner::turn` (docs/agents.md).
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::login::{self, Lender};
+use super::{binding_at, binding_of, check_version, version_of, Adapter, Binding, Kind, Settings};
+use super::{TurnSpec, DEFAULT_TIMEOUT};
+use crate::error::{Error, Result};
+use crate::fs::safe::Dir;
+use crate::id::ObjectId;
+use crate::runner::fingerprint;
+use crate::runner::run_as::RunAsOptions;
+use crate::runner::turn::{self, TurnOptions, TurnReport};
+use crate::store::checkpoint::{Annotations, RuntimeDecl};
+use crate::store::{InitOptions, RootConfig, Store};
+use crate::workspace::{self, MountOptions};
+
+/// The root names of an agent's store.
+pub const WORKSPACE_ROOT: &str = "workspace";
+pub const HOME_ROOT: &str = "home";
+
+/// `agent init`.
+#[derive(Clone, Debug)]
+pub struct AgentInit {
+    pub store: PathBuf,
+    pub agent: Kind,
+    pub workspace: PathBuf,
+    pub home: PathBuf,
+    pub model: Option<String>,
+    pub auth_source: Option<PathBuf>,
+    pub user: Option<String>,
+    pub as_root: bool,
+    /// The agent's own config file, copied into the home.
+    pub agent_config: Option<PathBuf>,
+    pub agent_args: Vec<String>,
+    /// The agent CLI (default: the adapter's program in PATH).
+    pub binary: Option<PathBuf>,
+    pub accept_agent_version: bool,
+}
+
+/// What `agent init` did.
+#[derive(Clone, Debug, Serialize)]
+pub struct InitReport {
+    pub store: PathBuf,
+    pub checkpoint: ObjectId,
+    pub branch: String,
+    #[serde(flatten)]
+    pub settings: Settings,
+}
+
+/// Who owns what init creates: the `--user`'s uid/gid, else the workspace's owner when it
+/// exists, else the caller.
+fn owner_of(o: &AgentInit) -> Result<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    if let Some(u) = &o.user {
+        let user = nix::unistd::User::from_name(u)
+            .map_err(|e| Error::io_op("reading the user database", e.into()))?
+            .ok_or_else(|| Error::Usage(format!("--user {u}: no such user")))?;
+        return Ok((user.uid.as_raw(), user.gid.as_raw()));
+    }
+    if let Ok(m) = std::fs::symlink_metadata(&o.workspace) {
+        return Ok((m.uid(), m.gid()));
+    }
+    Ok((
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    ))
+}
+
+/// Makes `dir` (and missing parents, as root's) when missing; a new last component is given
+/// to `owner` with `mode`.
+fn ensure_dir(dir: &Path, owner: (u32, u32), mode: u32) -> Result<()> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(Error::Usage(format!(
+            "{} is not a directory",
+            dir.display()
+        ))),
+        Err(_) => {
+            let parent = dir
+                .parent()
+                .ok_or_else(|| Error::Usage(format!("{}: no parent", dir.display())))?;
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            let name = dir.file_name().unwrap_or_default();
+            let p = Dir::open(parent)?;
+            p.create_dir(name, mode)?;
+            p.set_owner(name, owner.0, owner.1)?;
+            p.set_mode(name, mode)
+        }
+    }
+}
+
+/// Copies the operator's `--agent-config` into the home as the adapter's config file
+/// (refused when the home has one).
+fn put_config(o: &AgentInit, a: &dyn Adapter, owner: (u32, u32)) -> Result<()> {
+    let Some(src) = &o.agent_config else {
+        return Ok(());
+    };
+    let data = std::fs::read(src)
+        .map_err(|e| Error::Usage(format!("--agent-config {}: {e}", src.display())))?;
+    let home = Dir::open(&o.home)?;
+    let name = OsStr::new(a.config_name());
+    if home.stat(name)?.is_some() {
+        return Err(Error::Conflict(format!(
+            "{} already has {}: remove it or drop --agent-config",
+            o.home.display(),
+            a.config_name()
+        )));
+    }
+    let path = o.home.join(a.config_name());
+    let mut f = home.create_file(name, 0o600)?;
+    f.write_all(&data).map_err(|e| Error::io(&path, e))?;
+    crate::fs::safe::set_owner_fd(&f, &path, owner.0, owner.1)?;
+    f.sync_all().map_err(|e| Error::io(&path, e))
+}
+
+/// The agent CLI to use: `given`, else the adapter's program in PATH; absolute, resolved.
+fn resolve_binary(a: &dyn Adapter, given: Option<&Path>) -> Result<PathBuf> {
+    let p = match given {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            std::env::split_paths(&path)
+                .map(|d| d.join(a.program()))
+                .find(|c| c.is_file())
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "{} is not in PATH: install it or give --agent-binary",
+                        a.program()
+                    ))
+                })?
+        }
+    };
+    std::fs::canonicalize(&p).map_err(|e| Error::Usage(format!("{}: {e}", p.display())))
+}
+
+/// `ckptfs agent init`: the store, the home with the agent's config, the fingerprint, and the
+/// first checkpoint (binding the settings, no session yet).
+///
+/// # Errors
+/// `Usage` for bad paths, an untested version not accepted, an unreadable login or config;
+/// what `Store::init` and capture refuse.
+pub fn init(o: &AgentInit) -> Result<InitReport> {
+    let a = o.agent.adapter();
+    for (what, p) in [("--workspace", &o.workspace), ("--home", &o.home)] {
+        if !p.is_absolute() {
+            return Err(Error::Usage(format!(
+                "{what} {}: give an absolute path",
+                p.display()
+            )));
+        }
+    }
+    if o.workspace.starts_with(&o.home) || o.home.starts_with(&o.workspace) {
+        return Err(Error::Usage(format!(
+            "--home {} and --workspace {} must not contain each other: the agent's home is a \
+             root of its own",
+            o.home.display(),
+            o.workspace.display()
+        )));
+    }
+    if o.user.is_some() && o.as_root {
+        return Err(Error::Usage("give --user or --as-root, not both".into()));
+    }
+    let binary = resolve_binary(a, o.binary.as_deref())?;
+    let roots = [o.workspace.clone(), o.home.clone()];
+    let binary = crate::store::trust::check_program(&binary, &roots)
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    let version = version_of(a, &binary)?;
+    let accepted = check_version(None, a, &version, o.accept_agent_version, "init")?;
+    if let Some(src) = &o.auth_source {
+        login::read_source(src)?;
+    }
+    let owner = owner_of(o)?;
+    ensure_dir(&o.workspace, owner, 0o755)?;
+    ensure_dir(&o.home, owner, 0o700)?;
+    put_config(o, a, owner)?;
+    let mut roots_cfg = BTreeMap::new();
+    for (name, path) in [(WORKSPACE_ROOT, &o.workspace), (HOME_ROOT, &o.home)] {
+        roots_cfg.insert(
+            name.to_string(),
+            RootConfig {
+                path: path.clone(),
+                exclude: Vec::new(),
+            },
+        );
+    }
+    // The lent login's name at the home's top stays out of every checkpoint (the default
+    // credential rules have both agents' names; this says it for the home whatever they are).
+    if let Some(h) = roots_cfg.get_mut(HOME_ROOT) {
+        h.exclude.push(format!("/{}", a.login_name()));
+    }
+    let store = Store::init(
+        &o.store,
+        &InitOptions {
+            roots: roots_cfg,
+            zstd: true,
+            no_default_excludes: false,
+        },
+    )?;
+    if accepted {
+        check_version(Some(&store), a, &version, true, "init")?;
+    }
+    fingerprint::declare(
+        &store,
+        None,
+        &RuntimeDecl {
+            files: vec![binary.display().to_string()],
+            commands: vec![format!("{} --version", binary.display())],
+            branches: Default::default(),
+        },
+    )?;
+    let store = crate::remote::open_store(store.root())?;
+    let settings = Settings {
+        agent: o.agent,
+        binary,
+        version,
+        version_accepted: accepted,
+        workspace: o.workspace.clone(),
+        home: o.home.clone(),
+        model: o.model.clone(),
+        policy: a.policy(),
+        agent_args: o.agent_args.clone(),
+        auth_source: o.auth_source.clone(),
+        user: o.user.clone(),
+        as_root: o.as_root,
+    };
+    let binding = Binding::fresh(settings.clone());
+    let r = crate::ingest::capture::capture(
+        &store,
+        &crate::ingest::capture::CaptureOptions {
+            branch: "main".into(),
+            label: None,
+            message: format!("agent init ({} {})", a.kind().name(), settings.version),
+            from: BTreeMap::new(),
+            exclude: Vec::new(),
+            progress: false,
+            annotations: Annotations {
+                meta: binding.to_meta(),
+                runtime: Some(fingerprint::current(&store, Some("main"))),
+                turn: None,
+            },
+        },
+    )?;
+    Ok(InitReport {
+        store: store.root().to_path_buf(),
+        checkpoint: r.id,
+        branch: "main".into(),
+        settings,
+    })
+}
+
+/// `agent turn` and `agent fork`: what they share.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    pub branch: String,
+    pub label: Option<String>,
+    pub extra_args: Vec<String>,
+    /// Lend the login from this file instead of the recorded `--auth-source`.
+    pub auth_source: Option<PathBuf>,
+    pub timeout: Option<Duration>,
+    pub accept_agent_version: bool,
+    pub accept_runtime_change: bool,
+    /// `agent turn --retry`.
+    pub retry: bool,
+}
+
+/// What `agent turn` or `agent fork` did: the turn's report and what its checkpoint binds.
+#[derive(Clone, Debug, Serialize)]
+pub struct AgentReport {
+    #[serde(flatten)]
+    pub turn: TurnReport,
+    /// What the checkpoint binds (only when `ok`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binding: Option<Binding>,
+}
+
+/// The branch's workspace mounted (as `turn` would) and a login a killed turn left in its
+/// home removed, before the turn (so `--retry` never sets a login aside into the store).
+fn ready_workspace(store: &Store, branch: &str, s: &Settings) -> Result<()> {
+    let live = match workspace::state(store, branch)? {
+        Some(st) => workspace::is_live(store, &st)?,
+        None => false,
+    };
+    if !live {
+        let st = workspace::mount(
+            store,
+            &MountOptions {
+                branch: branch.to_string(),
+                ..MountOptions::default()
+            },
+        )?;
+        workspace::wait_warm(store, &st, workspace::lower::WARM_WAIT);
+    }
+    if login::remove(&s.home, s.agent.adapter().login_name())? {
+        log::warn!(
+            "removed a login a turn left in {} (its runner was killed?)",
+            s.home.display()
+        );
+    }
+    Ok(())
+}
+
+/// The settings of `b` as they are for this run: the version now (checked), accepted or
+/// not.
+fn settings_now(store: &Store, b: &Binding, o: &RunOptions, what: &str) -> Result<Settings> {
+    let a = b.settings.agent.adapter();
+    let mut s = b.settings.clone();
+    s.version = version_of(a, &s.binary)?;
+    s.version_accepted = check_version(Some(store), a, &s.version, o.accept_agent_version, what)?;
+    Ok(s)
+}
+
+fn lender(s: &Settings, o: &RunOptions) -> Result<Option<Lender>> {
+    let src = o.auth_source.as_ref().or(s.auth_source.as_ref());
+    match src {
+        None => Ok(None),
+        Some(p) => Ok(Some(Lender::new(
+            &s.home,
+            s.agent.adapter().login_name(),
+            login::read_source(p)?,
+        ))),
+    }
+}
+
+fn turn_options(o: &RunOptions, s: &Settings, message: String, kind: &str) -> TurnOptions {
+    TurnOptions {
+        branch: o.branch.clone(),
+        label: o.label.clone(),
+        message,
+        meta: BTreeMap::new(),
+        meta_file: None,
+        command: Vec::new(),
+        retry: o.retry,
+        accept_runtime_change: o.accept_runtime_change,
+        no_fold: false,
+        run_as: RunAsOptions {
+            user: s.user.clone(),
+            as_root: s.as_root,
+        },
+        driver: Some(format!("agent-{kind}:{}", s.agent.name())),
+    }
+}
+
+fn report(store: &Store, r: TurnReport) -> Result<AgentReport> {
+    let binding = match &r.checkpoint {
+        Some(id) => binding_at(store, id)?,
+        None => None,
+    };
+    Ok(AgentReport { turn: r, binding })
+}
+
+/// `ckptfs agent turn`: one prompt to the branch's native session, one checkpoint binding
+/// the completed turn, or nothing (see docs/agents.md).
+///
+/// # Errors
+/// Before the agent runs: as `runner::turn::run_driven`, an untested version, an unreadable
+/// login. After: the report says what happened.
+pub fn turn(store: &Store, prompt: &str, o: &RunOptions) -> Result<AgentReport> {
+    if prompt.trim().is_empty() {
+        return Err(Error::Usage("the prompt is empty".into()));
+    }
+    let (_, from) = binding_of(store, &o.branch)?;
+    let settings = settings_now(store, &from, o, "run a turn")?;
+    let login = lender(&settings, o)?;
+    ready_workspace(store, &o.branch, &settings)?;
+    let mut from = from;
+    from.settings = settings.clone();
+    let a = settings.agent.adapter();
+    let mut driver = a.turn(TurnSpec {
+        from,
+        prompt: prompt.to_string(),
+        extra_args: o.extra_args.clone(),
+        login,
+        timeout: o.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        fork_of: None,
+    });
+    let first = prompt.lines().next().unwrap_or("").trim();
+    let mut short: String = first.chars().take(72).collect();
+    if short.len() < first.len() {
+        short.push_str("...");
+    }
+    let t = turn_options(o, &settings, format!("agent turn: {short}"), "turn");
+    report(store, turn::run_driven(store, &t, driver.as_mut())?)
+}
+
+/// `ckptfs agent fork`: branch `name` at `checkpoint`, shown at the room's paths (the branch
+/// mounted there is switched away, as `switch` does), and a native fork of the checkpoint's
+/// session through its recorded turn, with no model request, recorded as the new branch's
+/// first checkpoint.
+///
+/// # Errors
+/// `Usage` when the checkpoint binds no completed turn; what `fork`, `switch` and the turn
+/// refuse.
+pub fn fork(store: &Store, checkpoint: &str, name: &str, o: &RunOptions) -> Result<AgentReport> {
+    let id = store.resolve(checkpoint)?;
+    let from = binding_at(store, &id)?.ok_or_else(|| {
+        Error::Usage(format!(
+            "checkpoint {} binds no agent session (not made by `ckptfs agent`)",
+            id.short()
+        ))
+    })?;
+    if from.session.is_none() || from.turn.is_none() {
+        return Err(Error::Usage(format!(
+            "checkpoint {} binds no completed turn to fork (the first checkpoint of `agent \
+             init` has none): fork a turn's checkpoint",
+            id.short()
+        )));
+    }
+    let mut o = o.clone();
+    o.branch = name.to_string();
+    let settings = settings_now(store, &from, &o, "fork")?;
+    workspace::fork(store, checkpoint, name)?;
+    // Show the fork at the room's paths: the branch mounted there goes (refused, naming
+    // why, when it holds changes not checkpointed).
+    for st in workspace::states(store)? {
+        if st.branch != name && workspace::is_live(store, &st)? {
+            workspace::switch(
+                store,
+                &st.branch,
+                name,
+                workspace::DirtyPolicy::Refuse,
+                None,
+            )?;
+            break;
+        }
+    }
+    ready_workspace(store, name, &settings)?;
+    let mut from = from;
+    from.settings = settings.clone();
+    let mut driver = settings.agent.adapter().fork(TurnSpec {
+        from,
+        prompt: String::new(),
+        extra_args: o.extra_args.clone(),
+        login: lender(&settings, &o)?,
+        timeout: o.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        fork_of: Some(id),
+    });
+    let t = turn_options(
+        &o,
+        &settings,
+        format!("agent fork of checkpoint {}", id.short()),
+        "fork",
+    );
+    report(store, turn::run_driven(store, &t, driver.as_mut())?)
+}
+
+/// One line of `agent log`.
+#[derive(Clone, Debug, Serialize)]
+pub struct LogRow {
+    #[serde(flatten)]
+    pub turn: turn::TurnRow,
+    /// `turn` or `fork`.
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binding: Option<Binding>,
+}
+
+/// `ckptfs agent log`: every agent turn and fork (of `branch`), newest first, with what its
+/// checkpoint binds.
+///
+/// # Errors
+/// Reading the audit log or a record.
+pub fn log(store: &Store, branch: Option<&str>) -> Result<Vec<LogRow>> {
+    let drivers = turn::turn_drivers(store)?;
+    let mut out = Vec::new();
+    for row in turn::turns(store, branch)? {
+        let Some(d) = drivers.get(&row.turn) else {
+            continue;
+        };
+        let Some(kind) = d.strip_prefix("agent-").and_then(|k| k.split(':').next()) else {
+            continue;
+        };
+        let binding = match &row.checkpoint {
+            Some(c) => binding_at(store, &store.resolve(c)?)?,
+            None => None,
+        };
+        out.push(LogRow {
+            kind: kind.to_string(),
+            turn: row,
+            binding,
+        });
+    }
+    Ok(out)
+}
+
+/// `ckptfs agent transcript`: the native history as `checkpoint` holds it, the bound session
+/// file's first `session_file_len` bytes (a fork's file starts with its ancestors' history).
+///
+/// # Errors
+/// `Usage` when the checkpoint binds no session file; reading it from the store.
+pub fn transcript(store: &Store, checkpoint: &str, out: &mut dyn Write) -> Result<()> {
+    let id = store.resolve(checkpoint)?;
+    let b = binding_at(store, &id)?
+        .ok_or_else(|| Error::Usage(format!("checkpoint {} binds no agent session", id.short())))?;
+    let (Some(file), Some(len)) = (&b.session_file, b.session_file_len) else {
+        return Err(Error::Usage(format!(
+            "checkpoint {} binds no session file yet (no turn has completed)",
+            id.short()
+        )));
+    };
+    let rel = file.strip_prefix(&b.settings.home).map_err(|_| {
+        Error::Corrupt(format!(
+            "checkpoint {}: session file {} is not under the home {}",
+            id.short(),
+            file.display(),
+            b.settings.home.display()
+        ))
+    })?;
+    let spec = format!("{}:{HOME_ROOT}/{}", id.to_hex(), rel.display());
+    let loc = crate::history::walk::locate(store, &spec)?;
+    let Some(crate::store::tree::Entry {
+        kind: crate::store::tree::EntryKind::File { chunks },
+        ..
+    }) = &loc.entry
+    else {
+        return Err(Error::Corrupt(format!("{spec}: not a regular file")));
+    };
+    let mut left = len;
+    for c in chunks {
+        if left == 0 {
+            break;
+        }
+        let data = store.read_chunk(c)?;
+        let n = (data.len() as u64).min(left) as usize;
+        out.write_all(&data[..n])
+            .map_err(|e| Error::io_op("writing the transcript", e))?;
+        left -= n as u64;
+    }
+    Ok(())
+}
