@@ -57,6 +57,10 @@ impl Adapter for Claude {
     fn policy(&self) -> Value {
         json!({"permission_mode": "bypassPermissions"})
     }
+    fn history_base(&self, _own_file: &[u8]) -> Option<u64> {
+        // `--fork-session` copies the parent's history into the fork's file.
+        None
+    }
     fn turn(&self, t: TurnSpec) -> Box<dyn Driver> {
         Box::new(ClaudeRun {
             spec: t,
@@ -282,6 +286,7 @@ impl Driver for ClaudeRun {
         let mut c = std::process::Command::new(&s.binary);
         c.args(self.args())
             .env("CLAUDE_CONFIG_DIR", &s.home)
+            .env("HOME", &s.home)
             .current_dir(&s.workspace)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());

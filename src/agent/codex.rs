@@ -58,6 +58,13 @@ impl Adapter for Codex {
     fn policy(&self) -> Value {
         json!({"approval_policy": "never", "sandbox": "danger-full-access"})
     }
+    fn history_base(&self, own_file: &[u8]) -> Option<u64> {
+        // The first line, `session_meta`: `history_base.end_byte_offset` in the parent's
+        // rollout.
+        let first = own_file.split(|b| *b == b'\n').next()?;
+        let v: Value = serde_json::from_slice(first).ok()?;
+        v["payload"]["history_base"]["end_byte_offset"].as_u64()
+    }
     fn turn(&self, t: TurnSpec) -> Box<dyn Driver> {
         Box::new(CodexRun {
             spec: t,
@@ -369,6 +376,7 @@ impl Driver for CodexRun {
             .args(&s.agent_args)
             .args(&self.spec.extra_args)
             .env("CODEX_HOME", &s.home)
+            .env("HOME", &s.home)
             .current_dir(&s.workspace)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());

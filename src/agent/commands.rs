@@ -43,6 +43,8 @@ pub struct AgentInit {
     /// The agent CLI (default: the adapter's program in PATH).
     pub binary: Option<PathBuf>,
     pub accept_agent_version: bool,
+    /// Compress stored chunks (zstd).
+    pub zstd: bool,
 }
 
 /// What `agent init` did.
@@ -200,7 +202,7 @@ pub fn init(o: &AgentInit) -> Result<InitReport> {
         &o.store,
         &InitOptions {
             roots: roots_cfg,
-            zstd: true,
+            zstd: o.zstd,
             no_default_excludes: false,
         },
     )?;
@@ -490,15 +492,49 @@ pub fn log(store: &Store, branch: Option<&str>) -> Result<Vec<LogRow>> {
     Ok(out)
 }
 
-/// `ckptfs agent transcript`: the native history as `checkpoint` holds it, the bound session
-/// file's first `session_file_len` bytes (a fork's file starts with its ancestors' history).
+/// How many forks back `agent transcript` follows.
+pub const MAX_FORK_DEPTH: usize = 64;
+
+/// `ckptfs agent transcript`: the native history as `checkpoint` holds it: the bound session
+/// file's first `session_file_len` bytes, after its fork ancestors' part of the history when
+/// the agent keeps that in the parent's file (Codex).
 ///
 /// # Errors
-/// `Usage` when the checkpoint binds no session file; reading it from the store.
+/// `Usage` when the checkpoint binds no session file; reading files from the store.
 pub fn transcript(store: &Store, checkpoint: &str, out: &mut dyn Write) -> Result<()> {
     let id = store.resolve(checkpoint)?;
-    let b = binding_at(store, &id)?
-        .ok_or_else(|| Error::Usage(format!("checkpoint {} binds no agent session", id.short())))?;
+    let mut parts = Vec::new();
+    let mut cur = Some((id, None));
+    while let Some((id, limit)) = cur.take() {
+        if parts.len() >= MAX_FORK_DEPTH {
+            return Err(Error::Corrupt(format!(
+                "checkpoint {}: more than {MAX_FORK_DEPTH} forks back",
+                id.short()
+            )));
+        }
+        let b = binding_at(store, &id)?.ok_or_else(|| {
+            Error::Usage(format!("checkpoint {} binds no agent session", id.short()))
+        })?;
+        let mut own = session_bytes(store, &id, &b)?;
+        if let Some(l) = limit {
+            own.truncate(usize::try_from(l).unwrap_or(usize::MAX));
+        }
+        let base = b.settings.agent.adapter().history_base(&own);
+        if let (Some(end), Some(f)) = (base, &b.forked_from) {
+            cur = Some((f.checkpoint, Some(end)));
+        }
+        parts.push(own);
+    }
+    for p in parts.iter().rev() {
+        out.write_all(p)
+            .map_err(|e| Error::io_op("writing the transcript", e))?;
+    }
+    Ok(())
+}
+
+/// The session file `b` binds at checkpoint `id`, its first `session_file_len` bytes, read
+/// from the store.
+fn session_bytes(store: &Store, id: &ObjectId, b: &Binding) -> Result<Vec<u8>> {
     let (Some(file), Some(len)) = (&b.session_file, b.session_file_len) else {
         return Err(Error::Usage(format!(
             "checkpoint {} binds no session file yet (no turn has completed)",
@@ -522,16 +558,13 @@ pub fn transcript(store: &Store, checkpoint: &str, out: &mut dyn Write) -> Resul
     else {
         return Err(Error::Corrupt(format!("{spec}: not a regular file")));
     };
-    let mut left = len;
+    let mut data = Vec::new();
     for c in chunks {
-        if left == 0 {
+        if data.len() as u64 >= len {
             break;
         }
-        let data = store.read_chunk(c)?;
-        let n = (data.len() as u64).min(left) as usize;
-        out.write_all(&data[..n])
-            .map_err(|e| Error::io_op("writing the transcript", e))?;
-        left -= n as u64;
+        data.extend_from_slice(&store.read_chunk(c)?);
     }
-    Ok(())
+    data.truncate(usize::try_from(len).unwrap_or(usize::MAX));
+    Ok(data)
 }

@@ -96,6 +96,9 @@ pub trait Adapter: Sync {
     fn login_name(&self) -> &'static str;
     /// The approval and sandbox policy the agent runs under (recorded with every turn).
     fn policy(&self) -> serde_json::Value;
+    /// Where a forked session's own file says its history ends in its parent's file (the
+    /// parent's first bytes that belong to it), when the fork's file does not copy them.
+    fn history_base(&self, own_file: &[u8]) -> Option<u64>;
     /// The driver of one turn: start or resume `b`'s session and send `prompt`.
     fn turn(&self, t: TurnSpec) -> Box<dyn crate::runner::driver::Driver>;
     /// The driver of a native fork of `from`'s session through its recorded turn, sending

@@ -100,6 +100,9 @@ pub struct InitArgs {
     /// Go on with an agent version ckptfs was not tested with (audited).
     #[arg(long)]
     pub accept_agent_version: bool,
+    /// Compression of stored chunks, as `ckptfs init --compression`.
+    #[arg(long, value_parser = ["zstd", "none"], default_value = "zstd")]
+    pub compression: String,
     #[command(flatten)]
     pub json: JsonFlag,
 }
@@ -221,6 +224,7 @@ fn run_init(a: InitArgs) -> Result<i32> {
         agent_args: a.agent_args,
         binary: a.agent_binary,
         accept_agent_version: a.accept_agent_version,
+        zstd: a.compression == "zstd",
     })?;
     if a.json.json {
         print_json(&r)?;

@@ -377,10 +377,21 @@ fn spawn_and_drive(
         });
     }
     let mut cmd = driver.command();
+    // What the driver sets wins over the user's defaults (an agent's HOME is its own home).
+    let own: Vec<(std::ffi::OsString, Option<std::ffi::OsString>)> = cmd
+        .get_envs()
+        .map(|(k, v)| (k.to_os_string(), v.map(std::ffi::OsStr::to_os_string)))
+        .collect();
     cmd.env("CKPTFS_TURN", turn)
         .env("CKPTFS_BRANCH", branch)
         .env("CKPTFS_STORE", store.root());
     who.set_env(&mut cmd);
+    for (k, v) in own {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
     let creds = who.switch.as_ref().map(|s| &s.credentials);
     let interrupts = crate::fs::sys::IgnoreInterrupts::new();
     let waited = match std::fs::OpenOptions::new().write(true).open(&procs_path) {
@@ -474,10 +485,15 @@ fn prepare(
     if let Some(f) = pending_failure(store, b)? {
         if workspace::dirty(store, b)?.dirty {
             if !opts.retry {
+                let again = if opts.driver.is_some() {
+                    "ckptfs agent turn --retry"
+                } else {
+                    "ckptfs turn --retry"
+                };
                 return Err(Error::Conflict(format!(
-                    "the workspace of branch {b} holds the writes of {}; `ckptfs turn --retry` \
-                     sets them aside (displaced/) and runs again, `ckptfs switch --discard --to \
-                     {b}` sets them aside, `ckptfs checkpoint` keeps them",
+                    "the workspace of branch {b} holds the writes of {}; `{again}` sets them \
+                     aside (displaced/) and runs again, `ckptfs switch --discard --to {b}` sets \
+                     them aside, `ckptfs checkpoint` keeps them",
                     f.describe()
                 )));
             }

@@ -44,6 +44,7 @@
 //! `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod cli;
 pub mod conv;
 pub mod fault;
