@@ -209,15 +209,7 @@ pub fn init(o: &AgentInit) -> Result<InitReport> {
     if accepted {
         check_version(Some(&store), a, &version, true, "init")?;
     }
-    fingerprint::declare(
-        &store,
-        None,
-        &RuntimeDecl {
-            files: vec![binary.display().to_string()],
-            commands: vec![format!("{} --version", binary.display())],
-            branches: Default::default(),
-        },
-    )?;
+    declare_agent(&store, &binary)?;
     let store = crate::remote::open_store(store.root())?;
     let settings = Settings {
         agent: o.agent,
@@ -256,6 +248,36 @@ pub fn init(o: &AgentInit) -> Result<InitReport> {
         branch: "main".into(),
         settings,
     })
+}
+
+/// Declares the agent binary's digest and `BINARY --version` in the store's runtime
+/// fingerprint, when the declaration lacks them (a store made by `agent init`; a clone, whose
+/// STORE.json is its own, on its first turn).
+///
+/// # Errors
+/// As `fingerprint::declare`.
+fn declare_agent(store: &Store, binary: &Path) -> Result<()> {
+    let mut decl = fingerprint::declaration(store, None);
+    let file = binary.display().to_string();
+    let command = format!("{file} --version");
+    if decl.files.contains(&file) && decl.commands.contains(&command) {
+        return Ok(());
+    }
+    if !decl.files.contains(&file) {
+        decl.files.push(file);
+    }
+    if !decl.commands.contains(&command) {
+        decl.commands.push(command);
+    }
+    fingerprint::declare(
+        store,
+        None,
+        &RuntimeDecl {
+            files: decl.files,
+            commands: decl.commands,
+            branches: Default::default(),
+        },
+    )
 }
 
 /// `agent turn` and `agent fork`: what they share.
@@ -313,6 +335,7 @@ fn ready_workspace(store: &Store, branch: &str, s: &Settings) -> Result<()> {
 /// not.
 fn settings_now(store: &Store, b: &Binding, o: &RunOptions, what: &str) -> Result<Settings> {
     let a = b.settings.agent.adapter();
+    declare_agent(store, &b.settings.binary)?;
     let mut s = b.settings.clone();
     s.version = version_of(a, &s.binary)?;
     s.version_accepted = check_version(Some(store), a, &s.version, o.accept_agent_version, what)?;
@@ -370,6 +393,8 @@ pub fn turn(store: &Store, prompt: &str, o: &RunOptions) -> Result<AgentReport> 
     }
     let (_, from) = binding_of(store, &o.branch)?;
     let settings = settings_now(store, &from, o, "run a turn")?;
+    // Again: settings_now may have declared the agent in STORE.json.
+    let store = &crate::remote::open_store(store.root())?;
     let login = lender(&settings, o)?;
     ready_workspace(store, &o.branch, &settings)?;
     let mut from = from;
@@ -418,6 +443,7 @@ pub fn fork(store: &Store, checkpoint: &str, name: &str, o: &RunOptions) -> Resu
     let mut o = o.clone();
     o.branch = name.to_string();
     let settings = settings_now(store, &from, &o, "fork")?;
+    let store = &crate::remote::open_store(store.root())?;
     workspace::fork(store, checkpoint, name)?;
     // Show the fork at the room's paths: the branch mounted there goes (refused, naming
     // why, when it holds changes not checkpointed).

@@ -2,6 +2,8 @@
 //! server: turns bound to native sessions, native forks, failures that record nothing, the
 //! login that never reaches the store, and a room continued from a clone.
 
+mod clone;
 mod conversation;
 mod failures;
 mod secret;
+mod versions;

@@ -1,0 +1,149 @@
+//! What `agent init` and `agent turn` refuse, each in one line naming what is at fault: an
+//! agent version the adapter was not tested with (unless accepted, audited), a home inside
+//! the workspace, a store not made by `agent init`, a fork of a checkpoint with no turn.
+
+use std::fs;
+
+use crate::support::agent::{agent_installed, Agent};
+use crate::support::*;
+
+#[test]
+fn an_untested_agent_version_is_refused_unless_accepted_and_audited() {
+    if !agent_installed(Agent::Codex) {
+        return;
+    }
+    let t = open_tmp();
+    // An agent CLI that says it is another version (root's, outside the roots, in a
+    // directory only root writes: the build's temp dir, not /tmp).
+    let bin_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    chmod(bin_dir.path(), 0o755);
+    let fake = bin_dir.path().join("codex-next");
+    fs::write(&fake, "#!/bin/sh\necho 'codex-cli 0.170.0'\n").unwrap();
+    chmod(&fake, 0o755);
+    let room = t.path().join("room");
+    let home = t.path().join("home");
+    let store = t.path().join("store");
+    let base = [
+        "agent",
+        "init",
+        s(&store),
+        "--agent",
+        "codex",
+        "--workspace",
+        s(&room),
+        "--home",
+        s(&home),
+        "--as-root",
+        "--agent-binary",
+        s(&fake),
+    ];
+    let o = run(base);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("0.170.0") && err.contains("0.169.0"), "{err}");
+    assert!(err.contains("--accept-agent-version"), "{err}");
+    assert!(!store.exists(), "nothing made");
+    let mut accepted = base.to_vec();
+    accepted.push("--accept-agent-version");
+    ok(accepted);
+    let a = audit(&store);
+    let line = a
+        .iter()
+        .find(|l| l["op"] == "accept-agent-version")
+        .expect("audited");
+    assert_eq!(line["args"]["version"], "0.170.0");
+    let rec = record_of(&store, "main");
+    assert_eq!(rec["meta"]["agent.version"], "0.170.0");
+    assert_eq!(rec["meta"]["agent.version_accepted"], true);
+}
+
+#[test]
+fn bad_agent_input_is_refused_in_one_line() {
+    if !agent_installed(Agent::Codex) {
+        return;
+    }
+    let t = open_tmp();
+    let room = t.path().join("room");
+    let store = t.path().join("store");
+    // A home inside the workspace.
+    let inner = room.join("home");
+    let o = run([
+        "agent",
+        "init",
+        s(&store),
+        "--agent",
+        "codex",
+        "--workspace",
+        s(&room),
+        "--home",
+        s(&inner),
+        "--as-root",
+    ]);
+    refused_for(&o, "must not contain each other");
+    // Relative paths.
+    let o = run([
+        "agent",
+        "init",
+        s(&store),
+        "--agent",
+        "codex",
+        "--workspace",
+        "room",
+        "--home",
+        "/var/tmp/h",
+        "--as-root",
+    ]);
+    refused_for(&o, "absolute");
+    // An unknown agent.
+    let o = run([
+        "agent",
+        "init",
+        s(&store),
+        "--agent",
+        "cursor",
+        "--workspace",
+        s(&room),
+        "--home",
+        "/var/tmp/h",
+        "--as-root",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("codex or claude"));
+    // A store that `agent init` did not make.
+    let plain = t.path().join("plain");
+    fs::create_dir_all(t.path().join("ws")).unwrap();
+    ok([
+        "init",
+        s(&plain),
+        "--root",
+        &format!("ws={}", s(&t.path().join("ws"))),
+    ]);
+    ok(["capture", s(&plain)]);
+    let o = run(["agent", "turn", s(&plain), "--message", "hi"]);
+    refused_for(&o, "binds no agent session");
+    // A fork of the init checkpoint (no turn yet).
+    ok([
+        "agent",
+        "init",
+        s(&store),
+        "--agent",
+        "codex",
+        "--workspace",
+        s(&room),
+        "--home",
+        s(&t.path().join("home")),
+        "--as-root",
+    ]);
+    let o = run(["agent", "fork", s(&store), "main", "other"]);
+    refused_for(&o, "no completed turn");
+    assert!(head(&store, "other").is_none(), "no branch made");
+}
+
+/// `o` failed cleanly, in one line of stderr that holds `why`.
+fn refused_for(o: &std::process::Output, why: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && o.status.code() != Some(101), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(why), "{err}");
+}
