@@ -18,7 +18,7 @@ use crate::id::ObjectId;
 use crate::runner::fingerprint;
 use crate::runner::run_as::RunAsOptions;
 use crate::runner::turn::{self, TurnOptions, TurnReport};
-use crate::store::checkpoint::{Annotations, RuntimeDecl};
+use crate::store::checkpoint::{Annotations, Runtime, RuntimeDecl};
 use crate::store::{InitOptions, RootConfig, Store};
 use crate::workspace::{self, MountOptions};
 
@@ -332,14 +332,32 @@ fn ready_workspace(store: &Store, branch: &str, s: &Settings) -> Result<()> {
 }
 
 /// The settings of `b` as they are for this run: the version now (checked), accepted or
-/// not.
-fn settings_now(store: &Store, b: &Binding, o: &RunOptions, what: &str) -> Result<Settings> {
+/// not; and the runtime fingerprint now, whose `BINARY --version` gives the version (so the
+/// agent CLI is asked once per turn).
+fn settings_now(
+    store: &Store,
+    branch: &str,
+    b: &Binding,
+    o: &RunOptions,
+    what: &str,
+) -> Result<(Settings, Runtime)> {
     let a = b.settings.agent.adapter();
     declare_agent(store, &b.settings.binary)?;
+    // Again: the declaration may have just been written.
+    let store = &crate::remote::open_store(store.root())?;
+    let now = fingerprint::current(store, Some(branch));
     let mut s = b.settings.clone();
-    s.version = version_of(a, &s.binary)?;
+    let probe = format!("{} --version", s.binary.display());
+    s.version = match now
+        .commands
+        .get(&probe)
+        .and_then(|out| a.parse_version(out))
+    {
+        Some(v) => v,
+        None => version_of(a, &s.binary)?,
+    };
     s.version_accepted = check_version(Some(store), a, &s.version, o.accept_agent_version, what)?;
-    Ok(s)
+    Ok((s, now))
 }
 
 fn lender(s: &Settings, o: &RunOptions) -> Result<Option<Lender>> {
@@ -370,6 +388,7 @@ fn turn_options(o: &RunOptions, s: &Settings, message: String, kind: &str) -> Tu
             as_root: s.as_root,
         },
         driver: Some(format!("agent-{kind}:{}", s.agent.name())),
+        runtime_now: None,
     }
 }
 
@@ -392,7 +411,7 @@ pub fn turn(store: &Store, prompt: &str, o: &RunOptions) -> Result<AgentReport> 
         return Err(Error::Usage("the prompt is empty".into()));
     }
     let (_, from) = binding_of(store, &o.branch)?;
-    let settings = settings_now(store, &from, o, "run a turn")?;
+    let (settings, now) = settings_now(store, &o.branch, &from, o, "run a turn")?;
     // Again: settings_now may have declared the agent in STORE.json.
     let store = &crate::remote::open_store(store.root())?;
     let login = lender(&settings, o)?;
@@ -413,7 +432,8 @@ pub fn turn(store: &Store, prompt: &str, o: &RunOptions) -> Result<AgentReport> 
     if short.len() < first.len() {
         short.push_str("...");
     }
-    let t = turn_options(o, &settings, format!("agent turn: {short}"), "turn");
+    let mut t = turn_options(o, &settings, format!("agent turn: {short}"), "turn");
+    t.runtime_now = Some(now);
     report(store, turn::run_driven(store, &t, driver.as_mut())?)
 }
 
@@ -442,7 +462,7 @@ pub fn fork(store: &Store, checkpoint: &str, name: &str, o: &RunOptions) -> Resu
     }
     let mut o = o.clone();
     o.branch = name.to_string();
-    let settings = settings_now(store, &from, &o, "fork")?;
+    let (settings, _) = settings_now(store, name, &from, &o, "fork")?;
     let store = &crate::remote::open_store(store.root())?;
     workspace::fork(store, checkpoint, name)?;
     // Show the fork at the room's paths: the branch mounted there goes (refused, naming

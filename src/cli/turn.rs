@@ -79,6 +79,7 @@ pub fn run_turn(a: TurnArgs) -> Result<i32> {
             no_fold: a.no_fold,
             run_as: a.run_as.options(),
             driver: None,
+            runtime_now: None,
         },
     )?;
     if let Some(e) = &r.error {

@@ -164,20 +164,89 @@ fn root_paths(store: &Store) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The current fingerprint under the declaration `branch` uses (see [`declaration`]).
+/// The current fingerprint under the declaration `branch` uses (see [`declaration`]). A
+/// declared file's digest is taken from the store's cache while the file is the very same
+/// (see [`DigestCache`]).
 pub fn current(store: &Store, branch: Option<&str>) -> Runtime {
     let roots = root_paths(store);
-    compute(&declaration(store, branch), &roots)
+    let mut cache = DigestCache::load(store.cache_dir().join(DIGEST_CACHE));
+    let r = compute_with(&declaration(store, branch), &roots, &mut cache);
+    cache.save();
+    r
 }
 
 /// The fingerprint of this machine under `decl`; no declared program inside `roots` is run.
 pub fn compute(decl: &RuntimeDecl, roots: &[PathBuf]) -> Runtime {
+    compute_with(decl, roots, &mut DigestCache::none())
+}
+
+/// The name of the digest cache in the store's cache directory.
+pub const DIGEST_CACHE: &str = "file-digests.json";
+
+/// Digests of declared files by the identity of what was hashed: device, inode, size, mtime
+/// and ctime (which no one but root can set back), so an agent binary of hundreds of MiB is
+/// hashed once, not every turn. Advisory: a cache that does not read is empty; one that does
+/// not write is skipped.
+pub struct DigestCache {
+    path: Option<PathBuf>,
+    entries: BTreeMap<String, (String, String)>,
+    changed: bool,
+}
+
+impl DigestCache {
+    fn none() -> DigestCache {
+        DigestCache {
+            path: None,
+            entries: BTreeMap::new(),
+            changed: false,
+        }
+    }
+
+    fn load(path: PathBuf) -> DigestCache {
+        let entries = crate::fs::safe::open_regular_path(&path, false)
+            .ok()
+            .flatten()
+            .and_then(|(f, _)| {
+                let mut data = Vec::new();
+                f.take(1 << 20).read_to_end(&mut data).ok()?;
+                serde_json::from_slice(&data).ok()
+            })
+            .unwrap_or_default();
+        DigestCache {
+            path: Some(path),
+            entries,
+            changed: false,
+        }
+    }
+
+    fn save(&self) {
+        let (Some(p), true) = (&self.path, self.changed) else {
+            return;
+        };
+        if let Ok(data) = serde_json::to_vec(&self.entries) {
+            if let Err(e) = crate::fs::atomic::write_atomic_replace_volatile(p, &data, 0o600) {
+                log::debug!("digest cache not written: {e}");
+            }
+        }
+    }
+
+    /// The identity of `st` as cached.
+    fn identity(st: &crate::fs::safe::Stat) -> String {
+        format!(
+            "{}:{}:{}:{}.{}:{}.{}",
+            st.dev, st.ino, st.size, st.mtime.0, st.mtime.1, st.ctime.0, st.ctime.1
+        )
+    }
+}
+
+/// The fingerprint of this machine under `decl`, with declared files' digests cached.
+fn compute_with(decl: &RuntimeDecl, roots: &[PathBuf], cache: &mut DigestCache) -> Runtime {
     Runtime {
         platform: platform(),
         files: decl
             .files
             .iter()
-            .map(|f| (f.clone(), file_print(f)))
+            .map(|f| (f.clone(), file_print(f, cache)))
             .collect(),
         commands: decl
             .commands
@@ -188,12 +257,12 @@ pub fn compute(decl: &RuntimeDecl, roots: &[PathBuf]) -> Runtime {
 }
 
 /// `sha256:<hex> <resolved path>` of a declared file, `missing`, or `unreadable: ERROR`.
-fn file_print(declared: &str) -> String {
+fn file_print(declared: &str, cache: &mut DigestCache) -> String {
     let Some(path) = lookup(declared, SYSTEM_PATH) else {
         return "missing".into();
     };
     let real = std::fs::canonicalize(&path).unwrap_or(path);
-    match hash_file(&real) {
+    match hash_file(&real, cache) {
         Ok(h) => format!("sha256:{h} {}", real.display()),
         Err(e) => format!("unreadable: {e}"),
     }
@@ -253,13 +322,21 @@ pub fn resolve_decl(decl: &RuntimeDecl, roots: &[PathBuf]) -> Result<RuntimeDecl
 }
 
 /// A declared file's bytes hashed: opened without following a symlink at its last component
-/// and without blocking (a FIFO or device is refused, not read).
-fn hash_file(p: &Path) -> Result<String> {
+/// and without blocking (a FIFO or device is refused, not read); the digest cached by the
+/// identity of the open file.
+fn hash_file(p: &Path, cache: &mut DigestCache) -> Result<String> {
     let (parent, name) = match (p.parent(), p.file_name()) {
         (Some(d), Some(n)) => (d, n),
         _ => return Err(Error::Invalid(format!("{} is not a file", p.display()))),
     };
-    let (mut f, _) = crate::fs::safe::Dir::open(parent)?.open_file(name)?;
+    let (mut f, st) = crate::fs::safe::Dir::open(parent)?.open_file(name)?;
+    let key = p.display().to_string();
+    let id = DigestCache::identity(&st);
+    if let Some((cached_id, digest)) = cache.entries.get(&key) {
+        if *cached_id == id {
+            return Ok(digest.clone());
+        }
+    }
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {
@@ -269,7 +346,10 @@ fn hash_file(p: &Path) -> Result<String> {
         }
         h.update(&buf[..n]);
     }
-    Ok(ObjectId(h.finalize().into()).to_hex())
+    let digest = ObjectId(h.finalize().into()).to_hex();
+    cache.entries.insert(key, (id, digest.clone()));
+    cache.changed = true;
+    Ok(digest)
 }
 
 /// The process a declared command line runs as: the program checked, cwd `/`, the fixed
@@ -414,7 +494,20 @@ pub struct RuntimeCheck {
 /// # Errors
 /// `Conflict` naming every field that differs; reading the branch; writing the audit line.
 pub fn check_branch(store: &Store, branch: &str, what: &str, accept: bool) -> Result<RuntimeCheck> {
-    let now = current(store, Some(branch));
+    check_branch_now(store, branch, what, accept, current(store, Some(branch)))
+}
+
+/// As [`check_branch`], with the current fingerprint `now` taken by the caller.
+///
+/// # Errors
+/// As [`check_branch`].
+pub fn check_branch_now(
+    store: &Store,
+    branch: &str,
+    what: &str,
+    accept: bool,
+    now: Runtime,
+) -> Result<RuntimeCheck> {
     let Some((id, rec)) = recorded(store, branch)? else {
         return Ok(RuntimeCheck {
             now,

@@ -69,6 +69,9 @@ pub struct TurnOptions {
     pub run_as: RunAsOptions,
     /// What drives the turn, when not a command (`agent:codex`): recorded in the audit log.
     pub driver: Option<String>,
+    /// The runtime fingerprint now, when the caller has just taken it (it is not taken
+    /// again).
+    pub runtime_now: Option<crate::store::checkpoint::Runtime>,
 }
 
 /// What a turn did.
@@ -465,7 +468,12 @@ fn prepare(
         }
     }
     let b = opts.branch.as_str();
-    let runtime = fingerprint::check_branch(store, b, "run a turn on", opts.accept_runtime_change)?;
+    let now = opts
+        .runtime_now
+        .clone()
+        .unwrap_or_else(|| fingerprint::current(store, Some(b)));
+    let runtime =
+        fingerprint::check_branch_now(store, b, "run a turn on", opts.accept_runtime_change, now)?;
     let live = match workspace::state(store, b)? {
         Some(st) => workspace::is_live(store, &st)?,
         None => false,
