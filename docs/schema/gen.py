@@ -115,7 +115,8 @@ RUNTIME = obj("Runtime", {
                "each declared file (as declared) -> `sha256:<hex> <resolved path>`, or `missing` (absent when none is declared)"),
     "commands": t(mapof(STR, "string"),
                   "each declared command line -> its output (one line of at most 200 bytes, else `sha256:<hex>`; `exit N: ` first when it did not exit 0) (absent when none is declared)"),
-}, optional=["files", "commands"],
+    "command_output": t(enum("stdout"), "which output of the declared commands `commands` holds: `stdout` (absent in records made before: stdout and stderr together; absent when no command is declared)"),
+}, optional=["files", "commands", "command_output"],
     text="A runtime fingerprint: what an agent's resume depends on (docs/runner.md, \"Runtime fingerprints\"). Its fields, as differences name them, are `platform.KEY`, `file:PATH` and `command:CMDLINE`.")
 
 TURN_RECORD = obj("TurnRecord", {
@@ -340,7 +341,7 @@ command("log", "log", arr(LOG_ROW), "Checkpoints newest first (or one branch's l
         "ckptfs log STORE --json; ckptfs log STORE --graph --json")
 
 TURN_OUTCOMES = ("ok", "failed", "killed", "cannot-run", "checkpoint-failed")
-command("log-turns", "log --turns", arr(obj("TurnRow", {
+TURN_ROW_FIELDS = {
     "turn": t(TURN_ID, "the turn"),
     "branch": t(STR, "its branch"),
     "started": t(TIME, "when it started (its `turn-start` audit line)"),
@@ -351,7 +352,8 @@ command("log-turns", "log --turns", arr(obj("TurnRow", {
     "checkpoint": t(null(ID), "the checkpoint it recorded (only when `ok`)"),
     "ended": t(null(TIME), "when its outcome was recorded (null with none)"),
     "label": t(null(STR), "its `--label`"),
-})), "Turns (`ckptfs turn`) from the store's audit log, newest first (`--branch B`, `-n N` select as for checkpoints).",
+}
+command("log-turns", "log --turns", arr(obj("TurnRow", TURN_ROW_FIELDS)), "Turns (`ckptfs turn`) from the store's audit log, newest first (`--branch B`, `-n N` select as for checkpoints).",
     "ckptfs log STORE --turns --json")
 
 command("show", "show", obj("ShowReport", {
@@ -600,7 +602,7 @@ DIFFERENCE = obj("RuntimeDifference", {
     "now": t(null(STR), "as it is now (null: not part of the current declaration)"),
 }, text="One field that differs between a branch's recorded fingerprint and this machine's.")
 
-command("turn", "turn", obj("TurnReport", {
+TURN_REPORT_FIELDS = {
     "turn": t(TURN_ID, "the turn (as `log --turns`, the audit log and the record's `turn.id` name it)"),
     "branch": t(STR, "its branch"),
     "outcome": t(enum(*TURN_OUTCOMES), "`ok` (one checkpoint recorded); `failed` (non-zero exit), `killed` (a signal), `cannot-run` (127/126), `checkpoint-failed` (COMMAND exited 0, its checkpoint could not be taken): nothing recorded"),
@@ -619,10 +621,72 @@ command("turn", "turn", obj("TurnReport", {
         "differences": t(arr(DIFFERENCE), "what differs (empty: the same runtime)"),
         "accepted": t(BOOL, "the differences were accepted (`--accept-runtime-change`, audited)"),
     }), "the runtime check made before COMMAND ran"),
-    "error": t(STR, "what went wrong: why COMMAND could not run (`cannot-run`) or its checkpoint could not be taken (`checkpoint-failed`); absent otherwise"),
-}, optional=["signal", "set_aside", "error"]),
+    "left_running": t(arr(STR), "processes of the turn still running 15 s after COMMAND exited, as `PID (COMMAND)` (frozen for the checkpoint; absent when none)"),
+    "error": t(STR, "what went wrong: why COMMAND could not run (`cannot-run`), its checkpoint could not be taken (`checkpoint-failed`), or (agent turns) why the agent's turn failed; absent otherwise"),
+}
+TURN_REPORT_OPTIONAL = ["signal", "set_aside", "left_running", "error"]
+command("turn", "turn", obj("TurnReport", TURN_REPORT_FIELDS, optional=TURN_REPORT_OPTIONAL),
     "One turn: printed on stdout after COMMAND's own output, also when COMMAND failed (the exit status is then COMMAND's). A turn refused before COMMAND ran prints no JSON (one line on stderr, exit 1 or 2). docs/runner.md describes the contract.",
     "ckptfs turn ROOM --json -- python3 agent.py")
+
+SETTINGS_FIELDS = {
+    "agent": t(enum("codex", "claude"), "the agent CLI"),
+    "binary": t(PATH, "the agent CLI's path"),
+    "version": t(STR, "its version"),
+    "version_accepted": t({"const": True, "x-type": "true"}, "a version ckptfs was not tested with, accepted (`--accept-agent-version`, audited); absent otherwise"),
+    "workspace": t(PATH, "the workspace root's path (the agent's working directory)"),
+    "home": t(PATH, "the agent's home root's path (CODEX_HOME / CLAUDE_CONFIG_DIR)"),
+    "model": t(STR, "`--model` (absent when not given)"),
+    "policy": t(mapof(STR, "string"), "approval and sandbox policy (Codex: `approval_policy`, `sandbox`; Claude Code: `permission_mode`)"),
+    "agent_args": t(arr(STR), "`--agent-arg`s given at init, passed on every turn (absent when none)"),
+    "auth_source": t(PATH, "the login file lent to each turn: its path, never its bytes (absent when none)"),
+    "user": t(STR, "`--user` the agent runs as (absent: the workspace's owner)"),
+    "as_root": t({"const": True, "x-type": "true"}, "the agent runs as root (`--as-root`); absent otherwise"),
+}
+SETTINGS_OPTIONAL = ["version_accepted", "model", "agent_args", "auth_source", "user", "as_root"]
+BINDING = obj("AgentBinding", {
+    **SETTINGS_FIELDS,
+    "session": t(STR, "the native session: Codex thread id, Claude Code session id (absent before the first turn)"),
+    "turn": t(STR, "the completed turn's native id: Codex turn id, Claude Code final message uuid"),
+    "reply": t(STR, "the final reply (its first 16 KiB)"),
+    "reply_sha256": t(HEX64, "SHA-256 of the whole final reply"),
+    "session_file": t(PATH, "the session file (under the home)"),
+    "session_file_len": t(BYTES, "its length at the turn's end"),
+    "turn_args": t(arr(STR), "`--agent-arg`s of this turn (absent when none)"),
+    "forked_from": t(obj("ForkOrigin", {
+        "session": t(STR, "the session forked"),
+        "turn": t(STR, "through this turn"),
+        "checkpoint": t(ID, "the checkpoint forked"),
+    }, optional=["turn"]), "set by `agent fork` and kept by the fork's turns (absent otherwise)"),
+    "fork_pending": t(STR, "Claude Code: the session the branch's first turn forks natively (absent otherwise)"),
+}, optional=SETTINGS_OPTIONAL + ["session", "turn", "reply", "reply_sha256", "session_file",
+                                 "session_file_len", "turn_args", "forked_from", "fork_pending"],
+    text="What an agent checkpoint binds (docs/agents.md), as its `agent.*` meta keys hold it.")
+
+command("agent-init", "agent init", obj("AgentInitReport", {
+    "store": t(PATH, "the store made"),
+    "checkpoint": t(ID, "its first checkpoint (binding the settings, no session yet)"),
+    "branch": t(STR, "its branch (`main`)"),
+    **SETTINGS_FIELDS,
+}, optional=SETTINGS_OPTIONAL), "A store made for an agent's room.",
+    "ckptfs agent init STORE --agent codex --workspace /srv/room --home /srv/home --json")
+
+AGENT_REPORT = obj("AgentReport", {
+    **TURN_REPORT_FIELDS,
+    "binding": t(BINDING, "what the checkpoint binds (only when `ok`)"),
+}, optional=TURN_REPORT_OPTIONAL + ["binding"])
+command("agent-turn", "agent turn", AGENT_REPORT,
+    "One agent turn: the turn's report (as `turn --json`, `command` being the agent's) and the binding. Printed also when the turn failed (exit status non-zero).",
+    "ckptfs agent turn STORE --message 'fix the test' --json")
+command("agent-fork", "agent fork", AGENT_REPORT,
+    "A native fork, recorded as the new branch's first checkpoint: as `agent turn`.",
+    "ckptfs agent fork STORE t1 try-2 --json")
+command("agent-log", "agent log", arr(obj("AgentLogRow", {
+    **TURN_ROW_FIELDS,
+    "kind": t(enum("turn", "fork"), "an `agent turn` or an `agent fork`"),
+    "binding": t(BINDING, "what its checkpoint binds (absent when it recorded none)"),
+}, optional=["binding"])), "Agent turns and forks from the audit log, newest first, with what their checkpoints bind.",
+    "ckptfs agent log STORE --json")
 
 command("fingerprint", "fingerprint", obj("FingerprintReport", {
     "declared": t(obj("RuntimeDeclaration", {

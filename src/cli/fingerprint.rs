@@ -37,7 +37,9 @@ pub struct FingerprintArgs {
     /// can write it or its directory, or it lies in a root or a ckptfs mount); a line with
     /// quotes or shell syntax runs in /bin/sh. It runs in `/`, with stdin empty, only
     /// PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin, LC_ALL=C and HOME=/
-    /// in its environment, 10 s at most. Repeatable.
+    /// in its environment, 10 s at most. Only its stdout is recorded (a warning on stderr is
+    /// not the runtime; for a tool that prints its version on stderr, declare
+    /// 'sh -c "TOOL --version 2>&1"'). Repeatable.
     #[arg(long = "command", value_name = "CMDLINE")]
     pub commands: Vec<String>,
     /// Remove the declaration: the fingerprint is the platform alone (OS, kernel release,

@@ -241,7 +241,28 @@ impl DigestCache {
 
 /// The fingerprint of this machine under `decl`, with declared files' digests cached.
 fn compute_with(decl: &RuntimeDecl, roots: &[PathBuf], cache: &mut DigestCache) -> Runtime {
+    compute_taking(decl, roots, cache, Output::Stdout)
+}
+
+/// Which output of a declared command is recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// stdout only (what is recorded now: a warning on stderr that depends on the
+    /// environment is not the runtime).
+    Stdout,
+    /// stdout and stderr through one pipe, as records made before `command_output` hold.
+    Both,
+}
+
+fn compute_taking(
+    decl: &RuntimeDecl,
+    roots: &[PathBuf],
+    cache: &mut DigestCache,
+    output: Output,
+) -> Runtime {
     Runtime {
+        command_output: (output == Output::Stdout && !decl.commands.is_empty())
+            .then(|| "stdout".to_string()),
         platform: platform(),
         files: decl
             .files
@@ -251,7 +272,7 @@ fn compute_with(decl: &RuntimeDecl, roots: &[PathBuf], cache: &mut DigestCache) 
         commands: decl
             .commands
             .iter()
-            .map(|c| (c.clone(), command_print(c, roots)))
+            .map(|c| (c.clone(), command_print(c, roots, output)))
             .collect(),
     }
 }
@@ -353,8 +374,9 @@ fn hash_file(p: &Path, cache: &mut DigestCache) -> Result<String> {
 }
 
 /// The process a declared command line runs as: the program checked, cwd `/`, the fixed
-/// environment, stdin empty, stdout and stderr into one pipe (whose read end is returned).
-fn command_for(cmd: &str, roots: &[PathBuf]) -> Result<(Command, std::fs::File)> {
+/// environment, stdin empty, stdout (and with [`Output::Both`] stderr) into a pipe whose read
+/// end is returned; stderr otherwise to /dev/null.
+fn command_for(cmd: &str, roots: &[PathBuf], output: Output) -> Result<(Command, std::fs::File)> {
     let mut c = if is_shell_line(cmd) {
         let shell = trust::check_program(Path::new(SHELL), roots)?;
         let mut c = Command::new(shell);
@@ -371,19 +393,22 @@ fn command_for(cmd: &str, roots: &[PathBuf]) -> Result<(Command, std::fs::File)>
     };
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| Error::io_op("pipe", e.into()))?;
-    let w2 = w.try_clone().map_err(|e| Error::io_op("pipe", e))?;
+    let err = match output {
+        Output::Both => Stdio::from(w.try_clone().map_err(|e| Error::io_op("pipe", e))?),
+        Output::Stdout => Stdio::null(),
+    };
     c.current_dir("/")
         .env_clear()
         .envs(COMMAND_ENV)
         .stdin(Stdio::null())
         .stdout(w)
-        .stderr(w2);
+        .stderr(err);
     Ok((c, std::fs::File::from(r)))
 }
 
 /// A declared command's output as recorded (see [`Runtime::commands`]).
-fn command_print(cmd: &str, roots: &[PathBuf]) -> String {
-    let (mut command, out) = match command_for(cmd, roots) {
+fn command_print(cmd: &str, roots: &[PathBuf], output: Output) -> String {
+    let (mut command, out) = match command_for(cmd, roots, output) {
         Ok(c) => c,
         Err(e) => return format!("refused: {e}"),
     };
@@ -474,6 +499,30 @@ pub fn differences(recorded: &Runtime, now: &Runtime) -> Vec<Difference> {
         .collect()
 }
 
+/// What differs between the recorded fingerprint `rec` and `now`; a record made before
+/// `command_output` (its commands' stdout and stderr together) is compared with the commands'
+/// output taken its way, so a branch recorded by an older build is not refused for that alone.
+pub fn differences_taking(
+    store: &Store,
+    branch: &str,
+    rec: &Runtime,
+    now: &Runtime,
+) -> Vec<Difference> {
+    if rec.commands.is_empty() || rec.command_output.is_some() {
+        return differences(rec, now);
+    }
+    let roots = root_paths(store);
+    let mut old_way = compute_taking(
+        &declaration(store, Some(branch)),
+        &roots,
+        &mut DigestCache::none(),
+        Output::Both,
+    );
+    old_way.files = now.files.clone();
+    old_way.platform = now.platform.clone();
+    differences(rec, &old_way)
+}
+
 /// The outcome of [`check_branch`].
 #[derive(Clone, Debug, Serialize)]
 pub struct RuntimeCheck {
@@ -516,7 +565,7 @@ pub fn check_branch_now(
             accepted: false,
         });
     };
-    let differences = differences(&rec, &now);
+    let differences = differences_taking(store, branch, &rec, &now);
     if differences.is_empty() {
         return Ok(RuntimeCheck {
             now,
@@ -595,4 +644,84 @@ pub fn declare(store: &Store, branch: Option<&str>, decl: &RuntimeDecl) -> Resul
         store.write_config_file(&config)?;
         Ok(((), serde_json::Value::Null))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::capture::{capture, CaptureOptions};
+    use crate::store::checkpoint::Annotations;
+
+    /// A store declaring `cmd`, with branch main's one checkpoint recording `recorded`.
+    fn store_recording(dir: &Path, cmd: &str, recorded: impl Fn(&Store) -> Runtime) -> Store {
+        std::fs::create_dir_all(dir.join("root")).unwrap();
+        let s = crate::store::temp_store(dir);
+        let decl = RuntimeDecl {
+            files: Vec::new(),
+            commands: vec![cmd.to_string()],
+            branches: Default::default(),
+        };
+        declare(&s, None, &decl).unwrap();
+        let s = Store::open(s.root()).unwrap();
+        let runtime = recorded(&s);
+        capture(
+            &s,
+            &CaptureOptions {
+                branch: "main".into(),
+                annotations: Annotations {
+                    runtime: Some(runtime),
+                    ..Annotations::default()
+                },
+                ..CaptureOptions::default()
+            },
+        )
+        .unwrap();
+        s
+    }
+
+    const NOISY: &str = "echo stable; echo warning >&2";
+
+    #[test]
+    fn a_record_of_an_older_build_compares_its_commands_its_own_way() {
+        let t = tempfile::tempdir().unwrap();
+        // As a build before `command_output` recorded it: stdout and stderr together.
+        let s = store_recording(t.path(), NOISY, |s| {
+            let roots = root_paths(s);
+            compute_taking(
+                &declaration(s, None),
+                &roots,
+                &mut DigestCache::none(),
+                Output::Both,
+            )
+        });
+        let (_, rec) = recorded(&s, "main").unwrap().unwrap();
+        assert_eq!(rec.command_output, None);
+        let now = current(&s, Some("main"));
+        assert_eq!(now.command_output.as_deref(), Some("stdout"));
+        assert_eq!(now.commands.values().next().unwrap(), "stable");
+        // Compared plainly, the rule's change would look like a runtime change...
+        assert_eq!(differences(&rec, &now).len(), 1);
+        // ... compared its way, it is the same runtime.
+        assert!(differences_taking(&s, "main", &rec, &now).is_empty());
+        check_branch(&s, "main", "run a turn on", false).unwrap();
+    }
+
+    #[test]
+    fn a_record_of_stdout_only_is_compared_plainly() {
+        let t = tempfile::tempdir().unwrap();
+        let s = store_recording(t.path(), NOISY, |s| current(s, None));
+        let (_, rec) = recorded(&s, "main").unwrap().unwrap();
+        assert_eq!(rec.command_output.as_deref(), Some("stdout"));
+        assert_eq!(rec.commands.values().next().unwrap(), "stable");
+        check_branch(&s, "main", "run a turn on", false).unwrap();
+        // A recorded output that differs from now is still a difference.
+        let mut other = rec.clone();
+        for v in other.commands.values_mut() {
+            *v = "unstable".into();
+        }
+        assert_eq!(
+            differences_taking(&s, "main", &other, &current(&s, None)).len(),
+            1
+        );
+    }
 }

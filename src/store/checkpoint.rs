@@ -233,10 +233,15 @@ pub struct Runtime {
     /// Declared file (as declared) -> `sha256:<hex> <resolved path>`, or `missing`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: BTreeMap<String, String>,
-    /// Declared command line -> its output (stdout and stderr, trimmed; `sha256:<hex>` when
-    /// longer than a line or two), prefixed `exit N: ` when it did not exit 0.
+    /// Declared command line -> its output (trimmed; `sha256:<hex>` when longer than a line or
+    /// two), prefixed `exit N: ` when it did not exit 0: stdout only when `command_output` is
+    /// `stdout`, stdout and stderr in records made before (where it is absent).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub commands: BTreeMap<String, String>,
+    /// Which output of the declared commands `commands` holds: `stdout` (absent: stdout and
+    /// stderr together, as builds before it recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_output: Option<String>,
 }
 
 impl Runtime {

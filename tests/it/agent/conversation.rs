@@ -34,6 +34,7 @@ fn conversation(agent: Agent) {
     let t1 = r.turn_ok("turn one: make hello", &["--label", "t1"]);
     let t2 = r.turn_ok("turn two: list", &[]);
     let t3 = r.turn_ok("turn three: count", &[]);
+    validate("agent-turn", &t1, "agent turn --json");
     // Each turn is exactly one checkpoint, on top of the one before.
     let ids: Vec<String> = [&t1, &t2, &t3]
         .iter()
@@ -104,6 +105,7 @@ fn conversation(agent: Agent) {
         "a fork sends no model request"
     );
     assert_eq!(f["outcome"], "ok");
+    validate("agent-fork", &f, "agent fork --json");
     let fb = &f["binding"];
     assert_ne!(fb["session"], session, "the fork is a session of its own");
     assert_eq!(fb["forked_from"]["session"], session);
@@ -142,6 +144,7 @@ fn conversation(agent: Agent) {
 
     // agent log: every turn and the fork, newest first, with the native ids.
     let log: Value = serde_json::from_str(&r.ok(&["agent", "log", &store, "--json"])).unwrap();
+    validate("agent-log", &log, "agent log --json");
     let rows = log.as_array().unwrap();
     assert_eq!(rows.len(), 6, "{log}");
     assert_eq!(rows[0]["checkpoint"], t4["checkpoint"]);

@@ -34,6 +34,7 @@ fn fails_then_retries(r: &AgentRoom, prompt: &str, extra: &[&str], why: &str) {
         show(&["agent", "turn", prompt], &o)
     );
     assert_ne!(rep["outcome"], "ok");
+    validate("agent-turn", &rep, "agent turn --json (failed)");
     assert!(rep["checkpoint"].is_null());
     let err = rep["error"].as_str().unwrap_or("");
     assert!(err.contains(why), "{prompt}: {err}");

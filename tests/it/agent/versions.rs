@@ -46,7 +46,9 @@ fn an_untested_agent_version_is_refused_unless_accepted_and_audited() {
     assert!(!store.exists(), "nothing made");
     let mut accepted = base.to_vec();
     accepted.push("--accept-agent-version");
-    ok(accepted);
+    let r = ok_json(accepted);
+    validate("agent-init", &r, "agent init --json");
+    assert_eq!(r["version_accepted"], true);
     let a = audit(&store);
     let line = a
         .iter()

@@ -204,3 +204,40 @@ fn a_real_interpreter_has_the_same_fingerprint_on_two_runs() {
     );
     refused(2, ["fingerprint", &e.s(), "--command", " "], &["--command"]);
 }
+
+#[test]
+fn only_a_declared_command_s_stdout_is_its_runtime() {
+    let w = Workspace::new(|room| write(&room.join("a.txt"), b"one\n"));
+    // stdout stable, stderr different on every run (as an environment-dependent warning).
+    ok([
+        "fingerprint",
+        w.store(),
+        "--command",
+        "echo v1; date +%N >&2",
+    ]);
+    if !turns_can_run(&w) {
+        return;
+    }
+    // The next turn and a remount compare clean.
+    let o = turn(&w, &[], &["true"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(["umount", w.room()]);
+    ok(["mount", w.store(), "--branch", "main"]);
+    let rec = record_of(&w.store, "main");
+    assert_eq!(rec["runtime"]["command_output"], "stdout", "{rec}");
+    let out: Vec<&serde_json::Value> = rec["runtime"]["commands"]
+        .as_object()
+        .unwrap()
+        .values()
+        .collect();
+    assert_eq!(out, vec!["v1"], "{rec}");
+    // What stdout says is still compared (the new declaration is accepted once).
+    ok(["fingerprint", w.store(), "--command", "date +%N"]);
+    let o = turn(&w, &["--accept-runtime-change"], &["true"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    refused(
+        1,
+        ["turn", "--as-root", w.room(), "--", "true"],
+        &["command:"],
+    );
+}

@@ -58,6 +58,7 @@ pub mod pty;
 pub mod remote;
 pub mod remote_gc;
 pub mod runner;
+pub mod schema;
 pub mod store;
 pub mod tree;
 pub mod view;
@@ -67,5 +68,5 @@ pub mod workspace;
 #[allow(unused_imports)]
 pub use {
     cli::*, conv::*, fault::*, garage::*, git::*, hostile::*, life::*, mount::*, park::*, pty::*,
-    remote::*, remote_gc::*, runner::*, store::*, tree::*, view::*, workspace::*,
+    remote::*, remote_gc::*, runner::*, schema::*, store::*, tree::*, view::*, workspace::*,
 };
