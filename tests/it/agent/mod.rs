@@ -4,6 +4,7 @@
 
 mod clone;
 mod conversation;
+mod example;
 mod failures;
 mod secret;
 mod versions;
