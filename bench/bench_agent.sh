@@ -63,7 +63,7 @@ now() { date +%s.%N; }
 PY=${PYTHON:-/usr/bin/python3}
 native() { "$PY" bench/agent_native.py "$AGENT" --home "$BASE/native-home" --cwd "$BASE/native-room" \
     --state "$BASE/native-session" --prompt "native turn $1"; }
-through() { "$B" agent turn "$BASE/store" --message "ckptfs turn $1" >/dev/null 2>&1; }
+through() { "$B" agent turn "$BASE/store" --as-root --message "ckptfs turn $1" >/dev/null 2>&1; }
 # What the store keeps: objects and records (not the workspace's upper layer, which a fold empties).
 store_bytes() { du -scb "$BASE/store/objects" "$BASE/store/checkpoints" "$BASE/store/refs" 2>/dev/null | tail -1 | cut -f1; }
 # Turn 0 of each: starts the sessions, mounts the room, warms the caches.

@@ -293,6 +293,9 @@ pub struct RunOptions {
     pub accept_runtime_change: bool,
     /// `agent turn --retry`.
     pub retry: bool,
+    /// `--user` / `--as-root` of this call (the recorded ones apply when neither is given,
+    /// except root, which must be asked for every time).
+    pub run_as: RunAsOptions,
 }
 
 /// What `agent turn` or `agent fork` did: the turn's report and what its checkpoint binds.
@@ -342,6 +345,25 @@ fn settings_now(
     what: &str,
 ) -> Result<(Settings, Runtime)> {
     let a = b.settings.agent.adapter();
+    // The binding names the roots and the binary; a store made elsewhere is not trusted to
+    // choose them: the roots must be the store's own, the binary a trusted program.
+    for (name, path) in [
+        (WORKSPACE_ROOT, &b.settings.workspace),
+        (HOME_ROOT, &b.settings.home),
+    ] {
+        let ours = store.config().roots.get(name).map(|r| &r.path);
+        if ours != Some(path) {
+            return Err(Error::Untrusted(format!(
+                "branch {branch}'s agent binding names root {name} at {}, which is not the \
+                 store's ({})",
+                path.display(),
+                ours.map_or("none".into(), |p| p.display().to_string())
+            )));
+        }
+    }
+    let roots = [b.settings.workspace.clone(), b.settings.home.clone()];
+    crate::store::trust::check_program(&b.settings.binary, &roots)
+        .map_err(|e| Error::Usage(format!("agent binary: {e}")))?;
     declare_agent(store, &b.settings.binary)?;
     // Again: the declaration may have just been written.
     let store = &crate::remote::open_store(store.root())?;
@@ -372,8 +394,28 @@ fn lender(s: &Settings, o: &RunOptions) -> Result<Option<Lender>> {
     }
 }
 
-fn turn_options(o: &RunOptions, s: &Settings, message: String, kind: &str) -> TurnOptions {
-    TurnOptions {
+/// Whom the agent runs as: this call's `--user`/`--as-root`, else the recorded user. A
+/// recorded `as_root` is not enough (the binding may come from a store made elsewhere): it
+/// must be asked for again.
+fn run_as_for(o: &RunOptions, s: &Settings) -> Result<RunAsOptions> {
+    if o.run_as.user.is_some() || o.run_as.as_root {
+        return Ok(o.run_as.clone());
+    }
+    if s.as_root {
+        return Err(Error::Usage(
+            "the room's agent was set up to run as root: pass --as-root to run it as root \
+             again, or --user USER"
+                .into(),
+        ));
+    }
+    Ok(RunAsOptions {
+        user: s.user.clone(),
+        as_root: false,
+    })
+}
+
+fn turn_options(o: &RunOptions, s: &Settings, message: String, kind: &str) -> Result<TurnOptions> {
+    Ok(TurnOptions {
         branch: o.branch.clone(),
         label: o.label.clone(),
         message,
@@ -383,13 +425,10 @@ fn turn_options(o: &RunOptions, s: &Settings, message: String, kind: &str) -> Tu
         retry: o.retry,
         accept_runtime_change: o.accept_runtime_change,
         no_fold: false,
-        run_as: RunAsOptions {
-            user: s.user.clone(),
-            as_root: s.as_root,
-        },
+        run_as: run_as_for(o, s)?,
         driver: Some(format!("agent-{kind}:{}", s.agent.name())),
         runtime_now: None,
-    }
+    })
 }
 
 fn report(store: &Store, r: TurnReport) -> Result<AgentReport> {
@@ -432,7 +471,7 @@ pub fn turn(store: &Store, prompt: &str, o: &RunOptions) -> Result<AgentReport> 
     if short.len() < first.len() {
         short.push_str("...");
     }
-    let mut t = turn_options(o, &settings, format!("agent turn: {short}"), "turn");
+    let mut t = turn_options(o, &settings, format!("agent turn: {short}"), "turn")?;
     t.runtime_now = Some(now);
     report(store, turn::run_driven(store, &t, driver.as_mut())?)
 }
@@ -495,7 +534,7 @@ pub fn fork(store: &Store, checkpoint: &str, name: &str, o: &RunOptions) -> Resu
         &settings,
         format!("agent fork of checkpoint {}", id.short()),
         "fork",
-    );
+    )?;
     report(store, turn::run_driven(store, &t, driver.as_mut())?)
 }
 

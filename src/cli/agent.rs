@@ -129,6 +129,13 @@ pub struct RunArgs {
     /// Go on although the branch's runtime fingerprint differs from this machine's (audited).
     #[arg(long)]
     pub accept_runtime_change: bool,
+    /// Run the agent as USER this time (default: init's --user, else the workspace's owner).
+    #[arg(long, value_name = "USER", conflicts_with = "as_root")]
+    pub user: Option<String>,
+    /// Run the agent as root: needed each time for a room whose agent init ran as root (a
+    /// store from elsewhere cannot make ckptfs run its agent as root).
+    #[arg(long)]
+    pub as_root: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -258,6 +265,10 @@ fn run_options(a: &RunArgs, branch: Option<String>) -> RunOptions {
         accept_agent_version: a.accept_agent_version,
         accept_runtime_change: a.accept_runtime_change,
         retry: false,
+        run_as: ckptfs::runner::run_as::RunAsOptions {
+            user: a.user.clone(),
+            as_root: a.as_root,
+        },
     }
 }
 

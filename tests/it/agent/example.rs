@@ -32,8 +32,16 @@ fn run_example(agent: Agent) {
         .output();
     unmount_all_under(tmp.path());
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(out.matches(": ok, checkpoint").count(), 4, "3 turns and a fork: {out}");
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        out.matches(": ok, checkpoint").count(),
+        4,
+        "3 turns and a fork: {out}"
+    );
     assert!(out.contains("reply: Wrote README.md."), "{out}");
     assert!(out.contains("not found: ok"), "{out}");
     // agent log: four lines, the fork among them.

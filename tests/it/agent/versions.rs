@@ -140,6 +140,25 @@ fn bad_agent_input_is_refused_in_one_line() {
     let o = run(["agent", "fork", s(&store), "main", "other"]);
     refused_for(&o, "no completed turn");
     assert!(head(&store, "other").is_none(), "no branch made");
+    // Root, recorded at init, must be asked for again on each turn.
+    let o = run(["agent", "turn", s(&store), "--message", "hi"]);
+    refused_for(&o, "--as-root");
+    // A binding that names other roots than the store's (as a store from elsewhere could)
+    // is refused before anything runs or is written there.
+    let mut meta = record_of(&store, "main")["meta"].clone();
+    let elsewhere = t.path().join("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
+    meta["agent.home"] = s(&elsewhere).into();
+    let mf = t.path().join("forged.json");
+    fs::write(&mf, meta.to_string()).unwrap();
+    ok(["capture", s(&store), "--meta-file", s(&mf)]);
+    let o = run(["agent", "turn", s(&store), "--message", "hi", "--as-root"]);
+    refused_for(&o, "not the store's");
+    assert_eq!(
+        fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "nothing written there"
+    );
 }
 
 /// `o` failed cleanly, in one line of stderr that holds `why`.
