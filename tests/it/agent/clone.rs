@@ -23,6 +23,14 @@ fn continue_from_clone(agent: Agent, g: &Garage) {
     let prefix = format!("agent-{}", agent.name());
     add_remote(g, &r.store, &prefix, &key);
     rok(g, ["push", s(&r.store)]);
+    // The lent login is in no object the remote holds (packs, indexes, refs, records).
+    let keys = g.s3_list(&format!("{prefix}/"));
+    assert!(!keys.is_empty());
+    for k in &keys {
+        let data = g.s3_get(k).unwrap_or_default();
+        let secret = r.secret.as_bytes();
+        assert!(!data.windows(secret.len()).any(|w| w == secret), "{k} holds the login");
+    }
     // The first machine lets go of the room; the second clones the store.
     ok(["umount", s(&r.room)]);
     let second = r.tmp.path().join("store2");
