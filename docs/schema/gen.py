@@ -608,6 +608,7 @@ TURN_REPORT_FIELDS = {
     "outcome": t(enum(*TURN_OUTCOMES), "`ok` (one checkpoint recorded); `failed` (non-zero exit), `killed` (a signal), `cannot-run` (127/126), `checkpoint-failed` (COMMAND exited 0, its checkpoint could not be taken): nothing recorded"),
     "exit_status": t(STATUS, "what `turn` exits with: COMMAND's status, 128+N for a signal N, 127/126, 1 for `checkpoint-failed`"),
     "signal": t(INT, "the signal that killed COMMAND (only for `killed`)"),
+    "uid": t(U, "the uid COMMAND ran as: the owner of the workspace's (first) root, `--user`'s, 0 only with `--as-root`; the invoking user's when ckptfs is not root"),
     "checkpoint": t(null(ID), "the checkpoint recorded (only when `ok`)"),
     "parent": t(ID, "the branch head the turn started from"),
     "started": t(TIME, "when COMMAND started"),
@@ -705,6 +706,8 @@ command("doctor", "doctor", obj("DoctorReport", {
     "store": t(PATH, "the store checked"),
     "checkpoints": t(U, "checkpoints found"),
     "objects_checked": t(U, "objects whose presence and size were checked"),
+    "content_checked": t({"const": False, "x-type": "bool"}, "always `false`: doctor checks objects' presence and sizes, never their contents (a flipped byte passes)"),
+    "content_check": t(STR, "the command that does: `ckptfs verify STORE` (hashes every object)"),
     "findings": t(arr(obj("DoctorFinding", {
         "severity": t(enum("error", "warning", "info"), "how bad"),
         "check": t(enum("format", "permissions", "ref", "object", "marker", "pin", "socket",

@@ -454,6 +454,14 @@ pub fn turn(store: &Store, prompt: &str, o: &RunOptions) -> Result<AgentReport> 
     // Again: settings_now may have declared the agent in STORE.json.
     let store = &crate::remote::open_store(store.root())?;
     let login = lender(&settings, o)?;
+    let first = prompt.lines().next().unwrap_or("").trim();
+    let mut short: String = first.chars().take(72).collect();
+    if short.len() < first.len() {
+        short.push_str("...");
+    }
+    // Every refusal before any work: the turn's options (whom it runs as) first.
+    let mut t = turn_options(o, &settings, format!("agent turn: {short}"), "turn")?;
+    t.runtime_now = Some(now);
     ready_workspace(store, &o.branch, &settings)?;
     let mut from = from;
     from.settings = settings.clone();
@@ -466,13 +474,6 @@ pub fn turn(store: &Store, prompt: &str, o: &RunOptions) -> Result<AgentReport> 
         timeout: o.timeout.unwrap_or(DEFAULT_TIMEOUT),
         fork_of: None,
     });
-    let first = prompt.lines().next().unwrap_or("").trim();
-    let mut short: String = first.chars().take(72).collect();
-    if short.len() < first.len() {
-        short.push_str("...");
-    }
-    let mut t = turn_options(o, &settings, format!("agent turn: {short}"), "turn")?;
-    t.runtime_now = Some(now);
     report(store, turn::run_driven(store, &t, driver.as_mut())?)
 }
 
@@ -503,6 +504,12 @@ pub fn fork(store: &Store, checkpoint: &str, name: &str, o: &RunOptions) -> Resu
     o.branch = name.to_string();
     let (settings, _) = settings_now(store, name, &from, &o, "fork")?;
     let store = &crate::remote::open_store(store.root())?;
+    let t = turn_options(
+        &o,
+        &settings,
+        format!("agent fork of checkpoint {}", id.short()),
+        "fork",
+    )?;
     workspace::fork(store, checkpoint, name)?;
     // Show the fork at the room's paths: the branch mounted there goes (refused, naming
     // why, when it holds changes not checkpointed).
@@ -529,12 +536,6 @@ pub fn fork(store: &Store, checkpoint: &str, name: &str, o: &RunOptions) -> Resu
         timeout: o.timeout.unwrap_or(DEFAULT_TIMEOUT),
         fork_of: Some(id),
     });
-    let t = turn_options(
-        &o,
-        &settings,
-        format!("agent fork of checkpoint {}", id.short()),
-        "fork",
-    )?;
     report(store, turn::run_driven(store, &t, driver.as_mut())?)
 }
 

@@ -29,7 +29,10 @@ fn continue_from_clone(agent: Agent, g: &Garage) {
     for k in &keys {
         let data = g.s3_get(k).unwrap_or_default();
         let secret = r.secret.as_bytes();
-        assert!(!data.windows(secret.len()).any(|w| w == secret), "{k} holds the login");
+        assert!(
+            !data.windows(secret.len()).any(|w| w == secret),
+            "{k} holds the login"
+        );
     }
     // The first machine lets go of the room; the second clones the store.
     ok(["umount", s(&r.room)]);

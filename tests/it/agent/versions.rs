@@ -60,12 +60,22 @@ fn an_untested_agent_version_is_refused_unless_accepted_and_audited() {
     assert_eq!(rec["meta"]["agent.version_accepted"], true);
 }
 
+/// Unmounts whatever is left under a temp dir, even after a failed assert.
+struct UnmountUnder(std::path::PathBuf);
+
+impl Drop for UnmountUnder {
+    fn drop(&mut self) {
+        unmount_all_under(&self.0);
+    }
+}
+
 #[test]
 fn bad_agent_input_is_refused_in_one_line() {
     if !agent_installed(Agent::Codex) {
         return;
     }
     let t = open_tmp();
+    let _unmount = UnmountUnder(t.path().to_path_buf());
     let room = t.path().join("room");
     let store = t.path().join("store");
     // A home inside the workspace.
@@ -143,6 +153,10 @@ fn bad_agent_input_is_refused_in_one_line() {
     // Root, recorded at init, must be asked for again on each turn.
     let o = run(["agent", "turn", s(&store), "--message", "hi"]);
     refused_for(&o, "--as-root");
+    assert!(
+        mounts_under(t.path()).is_empty(),
+        "refused before mounting anything"
+    );
     // A binding that names other roots than the store's (as a store from elsewhere could)
     // is refused before anything runs or is written there.
     let mut meta = record_of(&store, "main")["meta"].clone();
