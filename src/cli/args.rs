@@ -152,26 +152,26 @@ pub struct GcArgs {
     #[arg(long, value_name = "SIZE", requires = "remote", value_parser = super::size_arg)]
     pub max_repack_size: Option<u64>,
     /// Keep the N newest checkpoints of each branch.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::keep_count_arg)]
     pub keep_last: Option<u32>,
     /// Keep checkpoints less than DURATION older than the newest of their branch (e.g. 36h,
     /// 7d, 2w, 6mo, 1y, 1h30min; `m` is refused: write min or mo).
     #[arg(long, value_name = "DURATION")]
     pub keep_within: Option<String>,
     /// Keep the newest checkpoint of each of the last N hours (UTC) that have one, per branch.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::keep_count_arg)]
     pub keep_hourly: Option<u32>,
     /// Keep the newest checkpoint of each of the last N days (UTC) that have one, per branch.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::keep_count_arg)]
     pub keep_daily: Option<u32>,
     /// Keep the newest checkpoint of each of the last N weeks (ISO, UTC) that have one, per branch.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::keep_count_arg)]
     pub keep_weekly: Option<u32>,
     /// Keep the newest checkpoint of each of the last N months (UTC) that have one, per branch.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::keep_count_arg)]
     pub keep_monthly: Option<u32>,
     /// Keep the newest checkpoint of each of the last N years (UTC) that have one, per branch.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::keep_count_arg)]
     pub keep_yearly: Option<u32>,
     /// Keep every checkpoint recorded on branch NAME (repeatable).
     #[arg(long, value_name = "NAME")]

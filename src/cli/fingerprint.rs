@@ -53,6 +53,14 @@ pub struct FingerprintArgs {
 /// `ckptfs fingerprint`.
 pub fn run_fingerprint(a: FingerprintArgs) -> Result<i32> {
     let mut s = ckptfs::remote::open_store(&a.store)?;
+    if let Some(b) = &a.branch {
+        if s.read_branch(b)?.is_none() {
+            return Err(ckptfs::Error::Usage(format!(
+                "--branch {b}: no such branch (`ckptfs branch list {}`)",
+                a.store.display()
+            )));
+        }
+    }
     if a.clear || !a.files.is_empty() || !a.commands.is_empty() {
         let decl = RuntimeDecl {
             files: a.files.clone(),

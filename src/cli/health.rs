@@ -254,6 +254,15 @@ pub fn run_gc(a: GcArgs) -> Result<i32> {
              by gc; drop the flag (see `ckptfs gc --help`)"
         )));
     }
+    // A branch meant to be kept must be there: a typo would leave the real one unprotected.
+    for b in &a.keep_branch {
+        if s.read_branch(b)?.is_none() {
+            return Err(Error::Usage(format!(
+                "--keep-branch {b}: no such branch (`ckptfs branch list {}`)",
+                s.root().display()
+            )));
+        }
+    }
     let policy = RetentionPolicy {
         keep_last: a.keep_last,
         keep_within: a.keep_within,
@@ -284,11 +293,15 @@ pub fn run_gc(a: GcArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// `--split SIZE`: a size of at least one byte.
+/// The smallest `--split` part (a page): below it, a size is surely a typo (`1` for `1G`).
+const MIN_SPLIT: u64 = 4 << 10;
+
+/// `--split SIZE`: a size of at least [`MIN_SPLIT`].
 fn parse_split(s: &str) -> Result<u64> {
     match ckptfs::units::parse_size(s)? {
-        0 => Err(Error::Usage(format!(
-            "--split {s:?}: a part must hold at least one byte"
+        n if n < MIN_SPLIT => Err(Error::Usage(format!(
+            "--split {s:?}: parts of {n} bytes; a part holds at least 4 KiB (write 1G for a \
+             gibibyte)"
         ))),
         n => Ok(n),
     }

@@ -142,6 +142,8 @@ fn one_line(rendered: &str) -> String {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .map(|l| l.strip_prefix("error: ").unwrap_or(l))
+        // clap's own pointer to --help: the line ends with ours.
+        .filter(|l| !l.starts_with("For more information, try"))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -406,6 +408,18 @@ pub(crate) fn split_kv<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str)>
 
 /// [`ckptfs::units::parse_size`] as a clap value parser: its message, without the `usage:`
 /// prefix that clap's own "invalid value" error already implies.
+/// A `--keep-*` count: a whole number of at least 1 (0 keeps nothing, as `--keep-within 0d`
+/// is refused: leave the rule out instead).
+pub(crate) fn keep_count_arg(s: &str) -> std::result::Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err(format!(
+            "{s:?}: zero keeps nothing (leave the rule out instead)"
+        )),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?}: expected a whole number of at least 1")),
+    }
+}
+
 pub(crate) fn size_arg(s: &str) -> std::result::Result<u64, String> {
     ckptfs::units::parse_size(s).map_err(|e| match e {
         Error::Usage(m) => m,

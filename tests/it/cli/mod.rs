@@ -1,3 +1,4 @@
+mod bad_input;
 mod conventions;
 mod exec;
 mod json_schema;

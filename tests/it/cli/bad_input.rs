@@ -1,0 +1,188 @@
+//! Careless input, table-driven (issue 34): each case is one command line a user or a script
+//! might type; each must fail with one line on stderr naming what is at fault, the documented
+//! exit code (2: what was typed is wrong, including names that do not exist where the command
+//! needs them), and leave the store as it was (STORE.json, refs and the audit log unchanged,
+//! no file written where the command would have written).
+
+use std::fs;
+use std::path::Path;
+
+use crate::support::*;
+
+/// One careless command line: `{store}` and `{tmp}` are filled in.
+struct Case {
+    args: &'static [&'static str],
+    code: i32,
+    says: &'static str,
+}
+
+const CASES: &[Case] = &[
+    // Endpoints and regions that are not what they look like (were panics: issue 34, 1-2).
+    Case {
+        args: &[
+            "remote",
+            "add",
+            "{store}",
+            "o",
+            "s3://b/p",
+            "--endpoint",
+            "notaurl",
+        ],
+        code: 2,
+        says: "expected http://HOST",
+    },
+    Case {
+        args: &[
+            "remote",
+            "add",
+            "{store}",
+            "o",
+            "s3://b/p",
+            "--endpoint",
+            "",
+        ],
+        code: 2,
+        says: "endpoint \"\"",
+    },
+    Case {
+        args: &[
+            "remote",
+            "add",
+            "{store}",
+            "o",
+            "s3://b/p",
+            "--endpoint",
+            "http://a b",
+        ],
+        code: 2,
+        says: "endpoint",
+    },
+    Case {
+        args: &[
+            "remote",
+            "add",
+            "{store}",
+            "o",
+            "s3://b/p",
+            "--endpoint",
+            "http://admin:hunter2@host",
+        ],
+        code: 2,
+        says: "credentials in the URL are refused",
+    },
+    // Names that do not exist where the command needs them (5, 9).
+    Case {
+        args: &[
+            "fingerprint",
+            "{store}",
+            "--branch",
+            "nosuch",
+            "--file",
+            "/bin/sh",
+        ],
+        code: 2,
+        says: "--branch nosuch: no such branch",
+    },
+    Case {
+        args: &["fingerprint", "{store}", "--branch", "nosuch"],
+        code: 2,
+        says: "--branch nosuch: no such branch",
+    },
+    Case {
+        args: &["gc", "{store}", "--keep-branch", "nosuch"],
+        code: 2,
+        says: "--keep-branch nosuch: no such branch",
+    },
+    // Sizes and counts that are surely typos (12, 25).
+    Case {
+        args: &[
+            "export",
+            "{store}",
+            "--all",
+            "--split",
+            "1",
+            "--out",
+            "{tmp}/x.ckar",
+        ],
+        code: 2,
+        says: "at least 4 KiB",
+    },
+    Case {
+        args: &["gc", "{store}", "--keep-last", "0"],
+        code: 2,
+        says: "zero keeps nothing",
+    },
+    Case {
+        args: &["gc", "{store}", "--keep-daily", "0"],
+        code: 2,
+        says: "zero keeps nothing",
+    },
+    Case {
+        args: &["gc", "{store}", "--keep-within", "0d"],
+        code: 2,
+        says: "zero keeps nothing",
+    },
+    // clap's errors: said once (26).
+    Case {
+        args: &["completions", "nosuchshell"],
+        code: 2,
+        says: "invalid value 'nosuchshell'",
+    },
+];
+
+fn fill(arg: &str, store: &Path, tmp: &Path) -> String {
+    arg.replace("{store}", s(store)).replace("{tmp}", s(tmp))
+}
+
+/// What a failed command must not have changed.
+fn state_of(store: &Path) -> (Vec<u8>, Vec<String>, Vec<u8>) {
+    let config = fs::read(store.join("STORE.json")).unwrap();
+    let mut refs: Vec<String> = Vec::new();
+    for d in ["refs/branches", "refs/labels"] {
+        if let Ok(rd) = fs::read_dir(store.join(d)) {
+            refs.extend(
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned()),
+            );
+        }
+    }
+    refs.sort();
+    let audit = fs::read(store.join("audit.jsonl")).unwrap_or_default();
+    (config, refs, audit)
+}
+
+#[test]
+fn careless_command_lines_fail_in_one_line_with_the_documented_code_and_change_nothing() {
+    let t = tempdir();
+    let room = t.path().join("room");
+    write(&room.join("a.txt"), b"a\n");
+    let store = t.path().join("store");
+    ok(["init", s(&store), "--root", &format!("r={}", s(&room))]);
+    ok(["capture", s(&store)]);
+    let mut failures = Vec::new();
+    for c in CASES {
+        let args: Vec<String> = c.args.iter().map(|a| fill(a, &store, t.path())).collect();
+        let before = state_of(&store);
+        let o = run(&args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let line = format!("ckptfs {}", args.join(" "));
+        if o.status.code() != Some(c.code) {
+            failures.push(format!(
+                "{line}: exit {:?}, expected {}: {err}",
+                o.status.code(),
+                c.code
+            ));
+        } else if err.trim_end().lines().count() != 1 || err.contains("panicked") {
+            failures.push(format!("{line}: not one line: {err}"));
+        } else if !err.contains(c.says) {
+            failures.push(format!("{line}: does not say {:?}: {err}", c.says));
+        } else if err.matches("--help").count() > 1 {
+            failures.push(format!("{line}: says --help twice: {err}"));
+        } else if state_of(&store) != before {
+            failures.push(format!("{line}: changed the store"));
+        } else if t.path().join("x.ckar").exists() || t.path().join("x.ckar.part001").exists() {
+            failures.push(format!("{line}: wrote its output"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
