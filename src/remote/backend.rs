@@ -46,6 +46,10 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn describe(&self) -> String;
 }
 
+/// The largest object read whole (config, refs, records, pack indexes; packs are read by
+/// range): what a server announces beyond it is refused before anything is allocated.
+pub const MAX_WHOLE_OBJECT: u64 = 512 << 20;
+
 /// How to reach an S3 bucket.
 #[derive(Clone, Debug, Default)]
 pub struct S3Options {
@@ -138,6 +142,25 @@ fn read_credentials_file(path: &Path, profile: &str) -> Result<(String, String, 
     }
 }
 
+/// A region name as S3 services write them (`us-east-1`, `garage`): 1 to 64 letters, digits,
+/// `-`, `_` or `.` (it goes into signed request headers).
+///
+/// # Errors
+/// `Usage` naming where the region came from.
+fn check_region(what: &str, r: &str) -> Result<()> {
+    let ok = !r.is_empty()
+        && r.len() <= 64
+        && r.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "{what} {}: a region is 1 to 64 letters, digits, '-', '_' or '.' (e.g. us-east-1)",
+        crate::text::quote::text(r)
+    )))
+}
+
 fn s3_error(what: &str, url: &str, e: object_store::Error) -> Error {
     // object_store's messages name the request URL: without its userinfo.
     let short = first_line(&e.to_string());
@@ -160,6 +183,18 @@ impl S3Backend {
                 .with_endpoint(e)
                 .with_allow_http(e.starts_with("http://"))
                 .with_virtual_hosted_style_request(false);
+        }
+        for (what, r) in [
+            ("--region", o.region.clone()),
+            ("AWS_REGION", std::env::var("AWS_REGION").ok()),
+            (
+                "AWS_DEFAULT_REGION",
+                std::env::var("AWS_DEFAULT_REGION").ok(),
+            ),
+        ] {
+            if let Some(r) = r {
+                check_region(what, &r)?;
+            }
         }
         if let Some(r) = &o.region {
             b = b.with_region(r);
@@ -212,6 +247,34 @@ impl S3Backend {
             prefix: o.prefix.clone(),
             url,
         })
+    }
+
+    /// A whole object's bytes, at most [`MAX_WHOLE_OBJECT`]: the size a server announces is
+    /// checked before anything is allocated for it, and the body is read as a stream that
+    /// stops at the bound (a server may announce a terabyte, or send more than it said).
+    async fn read_bounded(&self, key: &str, r: object_store::GetResult) -> Result<Vec<u8>> {
+        let what = || format!("{}/{key}", redact(&self.url));
+        let announced = r.meta.size;
+        if announced > MAX_WHOLE_OBJECT {
+            return Err(Error::Invalid(format!(
+                "remote object {} announces {announced} bytes, more than {MAX_WHOLE_OBJECT}: \
+                 refused (not a ckptfs remote, or a server that lies)",
+                what()
+            )));
+        }
+        let mut out = Vec::with_capacity(usize::try_from(announced).unwrap_or(0));
+        let mut stream = r.into_stream();
+        while let Some(chunk) = stream.next().await {
+            let c = chunk.map_err(|e| s3_error("reading", &format!("{}/{key}", self.url), e))?;
+            if (out.len() + c.len()) as u64 > MAX_WHOLE_OBJECT {
+                return Err(Error::Invalid(format!(
+                    "remote object {} is more than {MAX_WHOLE_OBJECT} bytes: refused",
+                    what()
+                )));
+            }
+            out.extend_from_slice(&c);
+        }
+        Ok(out)
     }
 
     fn path(&self, key: &str) -> ObjPath {
@@ -268,11 +331,7 @@ impl Backend for S3Backend {
         let p = self.path(key);
         self.rt.block_on(async {
             match self.store.get(&p).await {
-                Ok(r) => r
-                    .bytes()
-                    .await
-                    .map(|b| Some(b.to_vec()))
-                    .map_err(|e| s3_error("reading", &format!("{}/{key}", self.url), e)),
+                Ok(r) => self.read_bounded(key, r).await.map(Some),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(s3_error("reading", &format!("{}/{key}", self.url), e)),
             }

@@ -70,6 +70,21 @@ const CASES: &[Case] = &[
         code: 2,
         says: "credentials in the URL are refused",
     },
+    Case {
+        args: &[
+            "remote",
+            "add",
+            "{store}",
+            "o",
+            "s3://b/p",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--region",
+            "a\nb",
+        ],
+        code: 2,
+        says: "a region is 1 to 64",
+    },
     // Names that do not exist where the command needs them (5, 9).
     Case {
         args: &[
@@ -185,4 +200,78 @@ fn careless_command_lines_fail_in_one_line_with_the_documented_code_and_change_n
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A stand-in S3 server on 127.0.0.1 that answers every request with `Content-Length:
+/// 10^12` and a few bytes, then hangs up (killed on drop).
+struct LyingServer(std::process::Child, u16);
+
+impl LyingServer {
+    fn start() -> LyingServer {
+        let code = r#"
+import socket, threading
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True)
+def serve(c):
+    try:
+        c.recv(65536)
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n"
+                  b"Last-Modified: Mon, 01 Jan 2024 00:00:00 GMT\r\nETag: \"x\"\r\n\r\n" + b"x" * 1000)
+        c.close()
+    except OSError:
+        pass
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", code])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let port = line.trim().parse().unwrap();
+        LyingServer(child, port)
+    }
+}
+
+impl Drop for LyingServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_server_that_announces_a_terabyte_is_refused_without_allocating_it() {
+    let t = tempdir();
+    let liar = LyingServer::start();
+    let endpoint = format!("http://127.0.0.1:{}", liar.1);
+    let key = t.path().join("key");
+    fs::write(&key, "k\n").unwrap();
+    let target = t.path().join("clone");
+    let o = cmd([
+        "clone",
+        "s3://b/p",
+        s(&target),
+        "--endpoint",
+        &endpoint,
+        "--key-file",
+        s(&key),
+    ])
+    .env("AWS_ACCESS_KEY_ID", "a")
+    .env("AWS_SECRET_ACCESS_KEY", "b")
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    // Was: "memory allocation of 1000000000000 bytes failed", abort (134).
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("announces 1000000000000 bytes"), "{err}");
+    assert!(!target.exists(), "nothing made");
 }
