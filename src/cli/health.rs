@@ -311,6 +311,18 @@ fn parse_split(s: &str) -> Result<u64> {
 pub fn run_archive(a: ArchiveArgs) -> Result<i32> {
     let s = ckptfs::remote::open_store(&a.store)?;
     let split = a.split.as_deref().map(parse_split).transpose()?;
+    // Where it goes is checked before any work (the archive is written last).
+    let dir = match a.out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(Error::Usage(format!(
+            "--out {}: directory {} does not exist",
+            a.out.display(),
+            dir.display()
+        )));
+    }
     let r = archive::archive(
         &s,
         &ArchiveOptions {
@@ -349,6 +361,14 @@ pub fn run_unarchive(a: UnarchiveArgs, store_flag: Option<&Path>) -> Result<i32>
     for r in &a.relocate {
         let (name, path) = split_kv("--relocate", r)?;
         relocate.insert(name.to_string(), PathBuf::from(path));
+    }
+    if let Some(h) = &a.sha256 {
+        if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Error::Usage(format!(
+                "--sha256 {}: expected 64 hex digits (as FILE.sha256 holds)",
+                ckptfs::text::quote::text(h)
+            )));
+        }
     }
     let r = archive::unarchive(&UnarchiveOptions {
         file,

@@ -289,6 +289,11 @@ fn lacks_required(root: &clap::Command, args: &[OsString]) -> bool {
         .is_err_and(|e| e.kind() == clap::error::ErrorKind::MissingRequiredArgument)
 }
 
+/// Something is at `p` (not followed) and it is not a directory.
+fn exists_not_dir(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir())
+}
+
 /// `unarchive`'s two positionals in either order: `STORE FILE` (the order of every other
 /// command) or the older `FILE STORE`, or only `FILE` with the store from `--store`,
 /// `CKPTFS_STORE` or discovery. The archive is the one that is a regular file (or names one
@@ -322,6 +327,11 @@ pub fn unarchive_order(
             // Neither is there: the import names the missing archive; which one it is
             // follows the store, if one of them is, else the old FILE STORE order.
             (false, false) if ckptfs::workspace::place::is_store(&first) => Ok((second, first)),
+            // Something that is there but is no directory (a device, a FIFO) is the archive
+            // meant: the import then says what it is, rather than that the other is missing.
+            (false, false) if exists_not_dir(&second) && !exists_not_dir(&first) => {
+                Ok((second, first))
+            }
             (false, false) => Ok((first, second)),
         },
         None => match implicit(flag.map(Path::as_os_str)) {

@@ -508,6 +508,14 @@ impl Store {
     /// `Conflict` if `path` is already a store or a non-empty directory; `Usage` for bad roots.
     pub fn init(path: &Path, opts: &InitOptions) -> Result<Store> {
         let root = absolute(path)?;
+        // The store's path goes into mount options (`lowerdir=`, `upperdir=`), which a comma
+        // would cut: refused here, not at the first mount.
+        if root.as_os_str().as_encoded_bytes().contains(&b',') {
+            return Err(Error::Usage(format!(
+                "store path {}: a ',' cannot be carried by mount options; pick a path without one",
+                root.display()
+            )));
+        }
         if opts.roots.is_empty() {
             return Err(Error::Usage(
                 "init needs at least one --root NAME=/ABS/PATH".into(),

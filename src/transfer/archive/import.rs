@@ -27,6 +27,14 @@ pub(super) fn archive_files(given: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
         parts.push(part_path(&base, parts.len()));
     }
     if parts.is_empty() {
+        // Something is there, but not a file (a device, a FIFO, a directory): say what.
+        if let Ok(m) = std::fs::metadata(&base) {
+            return Err(Error::Usage(format!(
+                "archive {}: not a regular file ({})",
+                base.display(),
+                crate::fs::safe::Kind::of_mode(std::os::unix::fs::MetadataExt::mode(&m)).describe()
+            )));
+        }
         return Err(Error::NotFound(format!(
             "archive {} (nor {})",
             base.display(),

@@ -137,6 +137,39 @@ const CASES: &[Case] = &[
         code: 2,
         says: "zero keeps nothing",
     },
+    // Store paths mount options cannot carry (10), archives that are not files (19), digests
+    // that are not digests (20), an output directory that is not there (21).
+    Case {
+        args: &["init", "{tmp}/with,comma/s", "--root", "r={tmp}/room"],
+        code: 2,
+        says: "a ',' cannot be carried",
+    },
+    Case {
+        args: &["import", "{tmp}/new", "/dev/null"],
+        code: 2,
+        says: "archive /dev/null: not a regular file",
+    },
+    Case {
+        args: &["import", "{store}", "/dev/null"],
+        code: 2,
+        says: "archive /dev/null: not a regular file",
+    },
+    Case {
+        args: &[
+            "import",
+            "{tmp}/new",
+            "{tmp}/room/a.txt",
+            "--sha256",
+            "nothex",
+        ],
+        code: 2,
+        says: "--sha256 nothex: expected 64 hex digits",
+    },
+    Case {
+        args: &["export", "{store}", "--all", "--out", "/nonexistent/dir/f"],
+        code: 2,
+        says: "directory /nonexistent/dir does not exist",
+    },
     // clap's errors: said once (26).
     Case {
         args: &["completions", "nosuchshell"],
@@ -171,6 +204,7 @@ fn careless_command_lines_fail_in_one_line_with_the_documented_code_and_change_n
     let t = tempdir();
     let room = t.path().join("room");
     write(&room.join("a.txt"), b"a\n");
+    fs::create_dir(t.path().join("with,comma")).unwrap();
     let store = t.path().join("store");
     ok(["init", s(&store), "--root", &format!("r={}", s(&room))]);
     ok(["capture", s(&store)]);
@@ -195,7 +229,10 @@ fn careless_command_lines_fail_in_one_line_with_the_documented_code_and_change_n
             failures.push(format!("{line}: says --help twice: {err}"));
         } else if state_of(&store) != before {
             failures.push(format!("{line}: changed the store"));
-        } else if t.path().join("x.ckar").exists() || t.path().join("x.ckar.part001").exists() {
+        } else if ["x.ckar", "x.ckar.part001", "new", "with,comma/s"]
+            .iter()
+            .any(|f| t.path().join(f).exists())
+        {
             failures.push(format!("{line}: wrote its output"));
         }
     }
