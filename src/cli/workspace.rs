@@ -252,6 +252,14 @@ pub fn mount_branch(a: &super::view::MountArgs, branch: &str) -> Result<i32> {
                 "--at mounts a root away from its recorded path; confirm with --relocate".into(),
             ));
         }
+        // As the read-only `mount --at`: the directory must be there (one made here would be
+        // left behind by umount).
+        if !at.is_dir() {
+            return Err(Error::Usage(format!(
+                "--at {}: no such directory (make it first)",
+                at.display()
+            )));
+        }
         let name = match roots {
             [one] => one.clone(),
             _ if s.config().roots.len() == 1 => {

@@ -79,6 +79,17 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
     if opts.hold.filesystem {
         freeze::check_fs(store.root())?;
     }
+    // Names the user typed are checked before anything starts (a view started for a root
+    // that is not there stayed behind).
+    for name in opts.roots.iter().chain(opts.relocate.keys()) {
+        if !store.config().roots.contains_key(name) {
+            let known: Vec<&str> = store.config().roots.keys().map(String::as_str).collect();
+            return Err(Error::Usage(format!(
+                "--root {name}: no such root (store roots: {})",
+                known.join(", ")
+            )));
+        }
+    }
     let args =
         serde_json::json!({"branch": opts.branch, "roots": opts.roots, "relocate": opts.relocate});
     // The lower view is its own daemon, which takes the store lock to pin: start it first.

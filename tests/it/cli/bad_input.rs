@@ -170,6 +170,26 @@ const CASES: &[Case] = &[
         code: 2,
         says: "directory /nonexistent/dir does not exist",
     },
+    // A mount that would start views for a root that is not there (4), or make a mountpoint
+    // it leaves behind (11).
+    Case {
+        args: &["mount", "{store}", "--branch", "main", "--root", "nosuch"],
+        code: 2,
+        says: "--root nosuch: no such root",
+    },
+    Case {
+        args: &[
+            "mount",
+            "{store}",
+            "--branch",
+            "main",
+            "--at",
+            "/nonexistent/x",
+            "--relocate",
+        ],
+        code: 2,
+        says: "--at /nonexistent/x: no such directory",
+    },
     // clap's errors: said once (26).
     Case {
         args: &["completions", "nosuchshell"],
@@ -199,9 +219,21 @@ fn state_of(store: &Path) -> (Vec<u8>, Vec<String>, Vec<u8>) {
     (config, refs, audit)
 }
 
+/// Unmounts what a case that misbehaved left mounted, even after a failed assert.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = cmd(["umount", s(&self.0.join("room"))]).output();
+        unmount_all_under(&store_mounts_dir(&self.0.join("store")));
+        unmount_all_under(self.0.as_path());
+    }
+}
+
 #[test]
 fn careless_command_lines_fail_in_one_line_with_the_documented_code_and_change_nothing() {
     let t = tempdir();
+    let _unmount = Unmount(t.path().to_path_buf());
     let room = t.path().join("room");
     write(&room.join("a.txt"), b"a\n");
     fs::create_dir(t.path().join("with,comma")).unwrap();
@@ -212,6 +244,7 @@ fn careless_command_lines_fail_in_one_line_with_the_documented_code_and_change_n
     for c in CASES {
         let args: Vec<String> = c.args.iter().map(|a| fill(a, &store, t.path())).collect();
         let before = state_of(&store);
+        let nonexistent_before = Path::new("/nonexistent").exists();
         let o = run(&args);
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         let line = format!("ckptfs {}", args.join(" "));
@@ -232,8 +265,11 @@ fn careless_command_lines_fail_in_one_line_with_the_documented_code_and_change_n
         } else if ["x.ckar", "x.ckar.part001", "new", "with,comma/s"]
             .iter()
             .any(|f| t.path().join(f).exists())
+            || (!nonexistent_before && Path::new("/nonexistent").exists())
         {
             failures.push(format!("{line}: wrote its output"));
+        } else if !mounts_under(&store_mounts_dir(&store)).is_empty() {
+            failures.push(format!("{line}: left the store's views mounted"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -47,6 +47,7 @@ fn cache_size_sizes_the_lower_view_a_workspace_mount_starts() {
     // The view is shared: a second workspace asking another size is refused, naming it.
     ok(["fork", w.store(), "main", "--name", "other"]);
     let elsewhere = w.tmp.path().join("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
     let at = s(&elsewhere);
     let args = |size: &'static str| {
         vec![

@@ -178,6 +178,7 @@ fn a_branch_parked_from_one_place_mounts_fresh_at_another() {
     let w = with_alt();
     ok(["fork", w.store(), "main", "--name", "other"]);
     let elsewhere = w.tmp.path().join("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
     ok([
         "mount",
         w.store(),
@@ -207,6 +208,7 @@ fn a_branch_parked_from_one_place_mounts_fresh_at_another() {
     ok(["switch", w.room(), "--to", "alt"]);
     assert!(park_record(&w.store, "main").is_file());
     let third = w.tmp.path().join("third");
+    fs::create_dir(&third).unwrap();
     ok([
         "mount",
         w.store(),
