@@ -254,14 +254,31 @@ pub fn run_gc(a: GcArgs) -> Result<i32> {
              by gc; drop the flag (see `ckptfs gc --help`)"
         )));
     }
-    // A branch meant to be kept must be there: a typo would leave the real one unprotected.
+    // A branch meant to be kept must be one: a branch now, or one a checkpoint was recorded
+    // on (a deleted branch's checkpoints are kept by name). A typo would leave the branch
+    // meant unprotected.
+    let mut unknown: Vec<&String> = Vec::new();
     for b in &a.keep_branch {
         if s.read_branch(b)?.is_none() {
-            return Err(Error::Usage(format!(
-                "--keep-branch {b}: no such branch (`ckptfs branch list {}`)",
-                s.root().display()
-            )));
+            unknown.push(b);
         }
+    }
+    if !unknown.is_empty() {
+        for id in s.list_checkpoints()? {
+            if let Ok(c) = s.read_checkpoint(&id) {
+                unknown.retain(|b| **b != c.branch);
+            }
+            if unknown.is_empty() {
+                break;
+            }
+        }
+    }
+    if let Some(b) = unknown.first() {
+        return Err(Error::Usage(format!(
+            "--keep-branch {b}: no branch of that name, and no checkpoint was recorded on one \
+             (`ckptfs branch list {}`)",
+            s.root().display()
+        )));
     }
     let policy = RetentionPolicy {
         keep_last: a.keep_last,

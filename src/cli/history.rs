@@ -550,6 +550,24 @@ fn sides_of(s: &Store, a: &DiffArgs) -> Result<(diff::Side, diff::Side)> {
     let ca = s.read_checkpoint(&s.resolve(&a.a)?)?;
     let side_a = diff::Side::checkpoint(&ca);
     if let Some(spec) = &a.dir {
+        if a.b.is_some() {
+            return Err(Error::Usage(
+                "give B or --dir DIR, not both (--dir compares A with a directory now)".into(),
+            ));
+        }
+        if spec.is_empty() {
+            return Err(Error::Usage("--dir: give DIR or ROOT=DIR".into()));
+        }
+        // `NAME=...` where NAME is no root: the root is what is wrong, not the directory.
+        if let Some((r, _)) = spec.split_once('=') {
+            if !r.is_empty() && !r.contains('/') && !s.config().roots.contains_key(r) {
+                let names: Vec<&str> = s.config().roots.keys().map(String::as_str).collect();
+                return Err(Error::Usage(format!(
+                    "--dir {spec}: no root {r:?} (roots: {})",
+                    names.join(", ")
+                )));
+            }
+        }
         let (root, dir) = match spec.split_once('=') {
             Some((r, d)) if s.config().roots.contains_key(r) => (r.to_string(), PathBuf::from(d)),
             _ if ca.roots.len() == 1 => {
@@ -612,6 +630,20 @@ fn workspace_side(s: &Store, place: &std::path::Path) -> Result<diff::Side> {
 pub fn run_diff(a: DiffArgs) -> Result<i32> {
     let s = ckptfs::remote::open_store(&a.store)?;
     let (side_a, side_b) = sides_of(&s, &a)?;
+    // A path under a root neither side has selects nothing: a typo, not an empty diff.
+    for p in a.path.iter().chain(&a.paths) {
+        let root = p.trim_start_matches('/').split('/').next().unwrap_or("");
+        if !side_a.roots.contains_key(root) && !side_b.roots.contains_key(root) {
+            let mut names: Vec<&str> = side_a.roots.keys().map(String::as_str).collect();
+            names.extend(side_b.roots.keys().map(String::as_str));
+            names.sort_unstable();
+            names.dedup();
+            return Err(Error::Usage(format!(
+                "path {p}: no root {root:?} on either side (roots: {}); paths are ROOT/PATH",
+                names.join(", ")
+            )));
+        }
+    }
     let plain = !(a.stat || a.name_status || a.patch);
     let opts = diff::DiffOptions {
         paths: a.path.iter().chain(&a.paths).cloned().collect(),

@@ -66,10 +66,13 @@ pub fn locate(store: &Store, spec: &str) -> Result<Located> {
     } else {
         root
     };
+    // A root the user named that the checkpoint does not have: what was typed is wrong.
     let rec: &RootRecord = record.roots.get(&root).ok_or_else(|| {
-        Error::NotFound(format!(
-            "root {root:?} in checkpoint {}",
-            checkpoint.short()
+        let names: Vec<&str> = record.roots.keys().map(String::as_str).collect();
+        Error::Usage(format!(
+            "{spec}: no root {root:?} in checkpoint {} (its roots: {})",
+            checkpoint.short(),
+            names.join(", ")
         ))
     })?;
     let comps: Vec<Vec<u8>> = path

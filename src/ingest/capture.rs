@@ -75,7 +75,13 @@ pub fn capture(store: &Store, opts: &CaptureOptions) -> Result<CaptureReport> {
         crate::store::refs::check_name("label", l)?;
     }
     for name in opts.from.keys() {
-        store.root_config(name)?;
+        if !store.config().roots.contains_key(name) {
+            let known: Vec<&str> = store.config().roots.keys().map(String::as_str).collect();
+            return Err(Error::Usage(format!(
+                "--from {name}=...: no root {name:?} (store roots: {})",
+                known.join(", ")
+            )));
+        }
     }
     let args = serde_json::json!({"branch": opts.branch, "label": opts.label,
         "from": opts.from.iter().map(|(k, v)| (k.clone(), v.display().to_string())).collect::<BTreeMap<_,_>>()});

@@ -106,7 +106,7 @@ const CASES: &[Case] = &[
     Case {
         args: &["gc", "{store}", "--keep-branch", "nosuch"],
         code: 2,
-        says: "--keep-branch nosuch: no such branch",
+        says: "--keep-branch nosuch: no branch of that name",
     },
     // Sizes and counts that are surely typos (12, 25).
     Case {
@@ -189,6 +189,47 @@ const CASES: &[Case] = &[
         ],
         code: 2,
         says: "--at /nonexistent/x: no such directory",
+    },
+    // Roots that are not there (16-18): named, exit 2, instead of an empty diff or rc 1.
+    Case {
+        args: &["ls", "{store}", "main:nosuchroot"],
+        code: 2,
+        says: "no root \"nosuchroot\"",
+    },
+    Case {
+        args: &["cat", "{store}", "main:nosuchroot/a.txt"],
+        code: 2,
+        says: "no root \"nosuchroot\"",
+    },
+    Case {
+        args: &["restore", "{store}", "main:nosuchroot", "--to", "{tmp}/new"],
+        code: 2,
+        says: "no root \"nosuchroot\"",
+    },
+    Case {
+        args: &["capture", "{store}", "--from", "nosuch={tmp}/room"],
+        code: 2,
+        says: "--from nosuch",
+    },
+    Case {
+        args: &["diff", "{store}", "main", "main", "--", "nosuchroot/x"],
+        code: 2,
+        says: "no root \"nosuchroot\" on either side",
+    },
+    Case {
+        args: &["diff", "{store}", "main", "--dir", "nosuch={tmp}/room"],
+        code: 2,
+        says: "no root \"nosuch\"",
+    },
+    Case {
+        args: &["diff", "{store}", "main", "--dir", ""],
+        code: 2,
+        says: "--dir: give DIR",
+    },
+    Case {
+        args: &["diff", "{store}", "main", "main", "--dir", "{tmp}/room"],
+        code: 2,
+        says: "not both",
     },
     // clap's errors: said once (26).
     Case {

@@ -247,6 +247,7 @@ fn workspace_and_view_commands_match_their_schemas() {
     // mount --json (a second mount of a new branch at another place).
     ok(["fork", &st, "main", "--name", "other"]);
     let other = ws.tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
     let v = check(
         "mount",
         &[

@@ -175,10 +175,6 @@ fn each_rule_keeps_what_restic_keeps() {
         ),
         (vec!["--keep-branch", "agent"], (0..TIMES.len()).collect()),
         (vec!["--keep-branch", "main"], vec![]),
-        (
-            vec!["--keep-branch", "nosuch", "--keep-branch", "agent"],
-            (0..TIMES.len()).collect(),
-        ),
     ];
     for (i, (flags, want)) in cases.iter().enumerate() {
         let store = f.copy(&format!("case{i}"));

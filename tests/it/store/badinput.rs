@@ -106,7 +106,7 @@ fn bad_checkpoints_and_paths() {
         (vec!["show", &s, "no-such-label"], 1, vec!["no-such-label"]),
         (vec!["show", &s, &id[..6]], 2, vec![&id[..6], "ambiguous"]),
         (vec!["show", &s, ""], 2, vec!["empty"]),
-        (vec!["ls", &s, "main:nosuchroot"], 1, vec!["nosuchroot"]),
+        (vec!["ls", &s, "main:nosuchroot"], 2, vec!["nosuchroot"]),
         (vec!["ls", &s, "main:ws/missing/dir"], 1, vec!["ws/missing"]),
         (
             vec!["cat", &s, "main:ws/a.txt/x"],
@@ -157,7 +157,7 @@ fn bad_checkpoints_and_paths() {
         ),
         (
             vec!["capture", &s, "--from", "nosuch=/tmp"],
-            1,
+            2,
             vec!["nosuch"],
         ),
         (vec!["capture", &s, "--from", "ws"], 2, vec!["--from"]),
