@@ -41,6 +41,26 @@ impl ReachArgs {
         if let Some(e) = &self.endpoint {
             remote::redact::check_endpoint(e)?;
         }
+        // Files named on the command line are checked before any request: a missing key
+        // file was a network error that never named it.
+        for (what, f) in [
+            ("--key-file", &self.key_file),
+            ("--credentials", &self.credentials),
+        ] {
+            if let Some(f) = f {
+                if !f.is_file() {
+                    return Err(Error::Usage(format!(
+                        "{what} {}: {}",
+                        f.display(),
+                        if f.exists() {
+                            "not a regular file"
+                        } else {
+                            "no such file"
+                        }
+                    )));
+                }
+            }
+        }
         let abs = |p: &PathBuf| ckptfs::store::absolute(p);
         Ok(RemoteConfig {
             url: url.to_string(),
@@ -427,6 +447,18 @@ pub fn run_pull(a: FetchArgs) -> Result<i32> {
         for (b, why) in &rep.skipped {
             println!("  branch {b} left alone: {why}");
         }
+    }
+    // Exit 1 says why on stderr too (with --json, stdout is the report alone).
+    if let Some((b, why)) = rep.skipped.iter().next() {
+        let more = rep.skipped.len() - 1;
+        eprintln!(
+            "ckptfs: pull left branch {b} alone: {why}{}",
+            if more > 0 {
+                format!(" (and {more} more: see above)")
+            } else {
+                String::new()
+            }
+        );
     }
     Ok(if rep.skipped.is_empty() { 0 } else { 1 })
 }

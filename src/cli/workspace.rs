@@ -365,6 +365,13 @@ fn exec_failure_code(program: &Path, err: &std::io::Error) -> i32 {
 pub const NO_FOLD: &str = "--no-fold";
 
 pub fn checkpoint(a: &CheckpointArgs, hold: &Hold) -> Result<i32> {
+    // A bad glob is refused whether or not there is anything to record.
+    ckptfs::store::exclude::Excluder::compile("--exclude", &a.exclude).map_err(|e| match e {
+        Error::Usage(m) => {
+            Error::Usage(m.replacen("root --exclude: bad exclude", "--exclude: bad", 1))
+        }
+        other => other,
+    })?;
     let (s, b) = place::target(&a.place, a.branch.as_deref())?;
     let ann = ckptfs::store::checkpoint::Annotations {
         meta: a.record.meta.to_map()?,

@@ -164,6 +164,16 @@ fn check_region(what: &str, r: &str) -> Result<()> {
 fn s3_error(what: &str, url: &str, e: object_store::Error) -> Error {
     // object_store's messages name the request URL: without its userinfo.
     let short = first_line(&e.to_string());
+    // With no credentials given, object_store asks the instance metadata service last; its
+    // refusal is what comes back. Say what is missing.
+    if short.contains("169.254.169.254") {
+        return Error::Usage(format!(
+            "{what} {}: no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
+             give --credentials FILE (the instance metadata service, tried last, refused: {})",
+            redact(url),
+            short.rsplit(": ").next().unwrap_or("")
+        ));
+    }
     Error::io_op(
         format!("{what} {}", redact(url)),
         std::io::Error::other(short),

@@ -382,7 +382,9 @@ fn plan_refs(
                 if !is_ancestor(store, &r, head)? {
                     return Err(Error::Conflict(format!(
                         "remote {} branch {name} is at {}, which is not an ancestor of {} \
-                         ({}); fetch and merge, or push --force",
+                         ({}); there is no merge yet: push this work as another branch \
+                         (`ckptfs fork STORE {name} NEW`, then push), or replace the remote's \
+                         head with push --force",
                         remote.name,
                         r.short(),
                         head.short(),

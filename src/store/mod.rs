@@ -541,6 +541,11 @@ impl Store {
                 fs::DirBuilder::new()
                     .mode(0o700)
                     .create(&root)
+                    .or_else(|e| match e.kind() {
+                        // Another init made it meanwhile: go on; STORE.json decides who wins.
+                        io::ErrorKind::AlreadyExists if root.is_dir() => Ok(()),
+                        _ => Err(e),
+                    })
                     .map_err(|e| Error::io(&root, e))?;
             }
             Err(e) => return Err(Error::io(&root, e)),
@@ -592,7 +597,13 @@ impl Store {
         let json = serde_json::to_vec_pretty(&store.config)
             .map_err(|e| Error::Invalid(format!("encoding STORE.json: {e}")))?;
         atomic::sync_filesystem(&store.root)?;
-        atomic::write_atomic_new(&store.config_path(), &json, 0o600)?;
+        // Never over another init's STORE.json (two inits of one path at once: one wins).
+        if !atomic::write_atomic_new(&store.config_path(), &json, 0o600)? {
+            return Err(Error::Conflict(format!(
+                "{} was made a store by another init at the same time; it is that one's",
+                store.root.display()
+            )));
+        }
         Ok(store)
     }
 

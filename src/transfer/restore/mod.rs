@@ -169,9 +169,17 @@ impl Filter {
             if globs.is_empty() {
                 return Ok(None);
             }
+            // Its message names the flag once: `--include: bad pattern "[": ...`.
             Excluder::compile(flag, globs)
                 .map(Some)
-                .map_err(|e| Error::Usage(format!("{flag}: {e}")))
+                .map_err(|e| match e {
+                    Error::Usage(m) => Error::Usage(m.replacen(
+                        &format!("root {flag}: bad exclude"),
+                        &format!("{flag}: bad"),
+                        1,
+                    )),
+                    other => other,
+                })
         };
         let f = Filter {
             include: one("--include", &opts.include)?,

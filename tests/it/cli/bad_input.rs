@@ -85,6 +85,36 @@ const CASES: &[Case] = &[
         code: 2,
         says: "a region is 1 to 64",
     },
+    Case {
+        args: &[
+            "remote",
+            "add",
+            "{store}",
+            "o",
+            "s3://b/p",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--key-file",
+            "/nonexistent/key",
+        ],
+        code: 2,
+        says: "--key-file /nonexistent/key: no such file",
+    },
+    Case {
+        args: &[
+            "remote",
+            "add",
+            "{store}",
+            "o",
+            "s3://b/p",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--key-file",
+            "/dev/null",
+        ],
+        code: 2,
+        says: "--key-file /dev/null: not a regular file",
+    },
     // Names that do not exist where the command needs them (5, 9).
     Case {
         args: &[
@@ -231,6 +261,20 @@ const CASES: &[Case] = &[
         code: 2,
         says: "not both",
     },
+    // Globs checked before any work, named once (24).
+    Case {
+        args: &[
+            "restore",
+            "{store}",
+            "main",
+            "--to",
+            "{tmp}/new",
+            "--include",
+            "[",
+        ],
+        code: 2,
+        says: "--include: bad pattern \"[\"",
+    },
     // clap's errors: said once (26).
     Case {
         args: &["completions", "nosuchshell"],
@@ -299,8 +343,8 @@ fn careless_command_lines_fail_in_one_line_with_the_documented_code_and_change_n
             failures.push(format!("{line}: not one line: {err}"));
         } else if !err.contains(c.says) {
             failures.push(format!("{line}: does not say {:?}: {err}", c.says));
-        } else if err.matches("--help").count() > 1 {
-            failures.push(format!("{line}: says --help twice: {err}"));
+        } else if err.matches("--help").count() > 1 || err.matches("usage:").count() > 1 {
+            failures.push(format!("{line}: says it twice: {err}"));
         } else if state_of(&store) != before {
             failures.push(format!("{line}: changed the store"));
         } else if ["x.ckar", "x.ckar.part001", "new", "with,comma/s"]
@@ -388,4 +432,55 @@ fn a_server_that_announces_a_terabyte_is_refused_without_allocating_it() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("announces 1000000000000 bytes"), "{err}");
     assert!(!target.exists(), "nothing made");
+}
+
+#[test]
+fn a_bad_exclude_glob_is_refused_also_when_there_is_nothing_to_record() {
+    let w = Workspace::new(|room| write(&room.join("a.txt"), b"a\n"));
+    let before = head(&w.store, "main");
+    // A clean workspace: the glob was only compiled when there was something to record.
+    let o = run(["checkpoint", w.room(), "--exclude", "["]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("--exclude: bad pattern"), "{err}");
+    assert_eq!(head(&w.store, "main"), before);
+}
+
+#[test]
+fn two_inits_of_one_path_at_once_one_wins_the_other_fails_naming_it() {
+    let t = tempdir();
+    for d in ["ra", "rb"] {
+        fs::create_dir(t.path().join(d)).unwrap();
+    }
+    for round in 0..12 {
+        let store = t.path().join(format!("s{round}"));
+        let spawn = |root: &str| {
+            cmd([
+                "init",
+                s(&store),
+                "--root",
+                &format!("r={}", s(&t.path().join(root))),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+        };
+        let (a, b) = (spawn("ra"), spawn("rb"));
+        let (oa, ob) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        let won: Vec<&std::process::Output> = [&oa, &ob]
+            .into_iter()
+            .filter(|o| o.status.success())
+            .collect();
+        assert_eq!(won.len(), 1, "round {round}: {oa:?} {ob:?}");
+        let lost = if oa.status.success() { &ob } else { &oa };
+        let err = String::from_utf8_lossy(&lost.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(s(&store)), "names the store: {err}");
+        // STORE.json is the winner's.
+        let winner = if oa.status.success() { "ra" } else { "rb" };
+        let cfg = fs::read_to_string(store.join("STORE.json")).unwrap();
+        assert!(cfg.contains(&format!("/{winner}\"")), "{cfg}");
+    }
 }

@@ -167,8 +167,10 @@ fn a_real_interpreter_has_the_same_fingerprint_on_two_runs() {
     ok(["fingerprint", &e.s(), "--clear"]);
     assert!(ok_json(["fingerprint", &e.s()])["fingerprint"]["files"].is_null());
     // A branch's own declaration is used instead of the store's; --clear with --branch
-    // takes it back.
+    // takes it back. (The branch must be one: a declaration for none is refused.)
     ok(["fingerprint", &e.s(), "--command", &version]);
+    capture(&e.store, &[]);
+    ok(["fork", &e.s(), "main", "alt"]);
     ok([
         "fingerprint",
         &e.s(),
