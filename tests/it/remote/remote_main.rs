@@ -200,10 +200,23 @@ fn non_fast_forward_is_refused_labels_never_move() {
         err.contains("not an ancestor") && err.contains("main"),
         "{err}"
     );
+    // Its advice is one that can be followed (there is no merge command).
+    assert!(
+        err.contains("ckptfs fork") && err.contains("push --force"),
+        "{err}"
+    );
     assert_eq!(
         g.s3_list("nff/").len(),
         before.len(),
         "a refused push uploaded"
+    );
+    // pull leaves the diverged branch alone: exit 1, and stderr says why.
+    let o = rrun(&g, ["pull", s(&a)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("pull left branch main alone"),
+        "{}",
+        stderr(&o)
     );
     // The label alone: refused, labels never move.
     let o = rrun(&g, ["push", s(&a), "origin", "shared-name"]);
