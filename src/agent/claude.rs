@@ -54,6 +54,13 @@ impl Adapter for Claude {
     fn login_name(&self) -> &'static str {
         ".credentials.json"
     }
+    fn default_config(&self, model: Option<&str>) -> String {
+        let mut c = json!({"permissions": {"defaultMode": "bypassPermissions"}});
+        if let Some(m) = model {
+            c["model"] = json!(m);
+        }
+        format!("{c:#}\n")
+    }
     fn policy(&self) -> Value {
         json!({"permission_mode": "bypassPermissions"})
     }

@@ -55,6 +55,16 @@ impl Adapter for Codex {
     fn login_name(&self) -> &'static str {
         "auth.json"
     }
+    fn default_config(&self, model: Option<&str>) -> String {
+        let mut c = String::from(
+            "# Written by `ckptfs agent init`: the policy every ckptfs turn uses.\n\
+             approval_policy = \"never\"\nsandbox_mode = \"danger-full-access\"\n",
+        );
+        if let Some(m) = model {
+            c.push_str(&format!("model = {}\n", json!(m)));
+        }
+        c
+    }
     fn policy(&self) -> Value {
         json!({"approval_policy": "never", "sandbox": "danger-full-access"})
     }

@@ -100,13 +100,23 @@ fn ensure_dir(dir: &Path, owner: (u32, u32), mode: u32) -> Result<()> {
 }
 
 /// Copies the operator's `--agent-config` into the home as the adapter's config file
-/// (refused when the home has one).
+/// (refused when the home has one); without it, writes the adapter's default config (model
+/// and policy) unless the home has a config already.
 fn put_config(o: &AgentInit, a: &dyn Adapter, owner: (u32, u32)) -> Result<()> {
-    let Some(src) = &o.agent_config else {
-        return Ok(());
+    let data = match &o.agent_config {
+        Some(src) => std::fs::read(src)
+            .map_err(|e| Error::Usage(format!("--agent-config {}: {e}", src.display())))?,
+        None => {
+            // A home that has its own config keeps it.
+            if Dir::open(&o.home)?
+                .stat(OsStr::new(a.config_name()))?
+                .is_some()
+            {
+                return Ok(());
+            }
+            a.default_config(o.model.as_deref()).into_bytes()
+        }
     };
-    let data = std::fs::read(src)
-        .map_err(|e| Error::Usage(format!("--agent-config {}: {e}", src.display())))?;
     let home = Dir::open(&o.home)?;
     let name = OsStr::new(a.config_name());
     if home.stat(name)?.is_some() {

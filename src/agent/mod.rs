@@ -92,6 +92,10 @@ pub trait Adapter: Sync {
     fn home_var(&self) -> &'static str;
     /// Where the agent's config file goes in the home (`--agent-config`).
     fn config_name(&self) -> &'static str;
+    /// The config file `agent init` writes into the home when no `--agent-config` is given:
+    /// the model and the policy, so the agent run by hand in the room (`codex resume`,
+    /// `claude --resume`) behaves as it does under ckptfs.
+    fn default_config(&self, model: Option<&str>) -> String;
     /// Where a borrowed login goes in the home.
     fn login_name(&self) -> &'static str;
     /// The approval and sandbox policy the agent runs under (recorded with every turn).

@@ -30,6 +30,13 @@ fn conversation(agent: Agent) {
         return;
     };
     let store = s(&r.store).to_string();
+    if agent == Agent::Claude {
+        // Its default config: the policy every turn uses, and the model.
+        let cfg: Value =
+            serde_json::from_slice(&std::fs::read(r.home.join("settings.json")).unwrap()).unwrap();
+        assert_eq!(cfg["permissions"]["defaultMode"], "bypassPermissions");
+        assert_eq!(cfg["model"], "test-model");
+    }
     let start = head_of(&r, "main");
     let t1 = r.turn_ok("turn one: make hello", &["--label", "t1"]);
     let t2 = r.turn_ok("turn two: list", &[]);

@@ -147,6 +147,14 @@ fn bad_agent_input_is_refused_in_one_line() {
         s(&t.path().join("home")),
         "--as-root",
     ]);
+    // Without --agent-config, the home gets the policy every turn uses, in the agent's own
+    // config file (so the agent run by hand there behaves the same).
+    let cfg = fs::read_to_string(t.path().join("home/config.toml")).unwrap();
+    assert!(cfg.contains("approval_policy = \"never\""), "{cfg}");
+    assert!(
+        cfg.contains("sandbox_mode = \"danger-full-access\""),
+        "{cfg}"
+    );
     let o = run(["agent", "fork", s(&store), "main", "other"]);
     refused_for(&o, "no completed turn");
     assert!(head(&store, "other").is_none(), "no branch made");
