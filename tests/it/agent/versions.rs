@@ -14,8 +14,15 @@ fn an_untested_agent_version_is_refused_unless_accepted_and_audited() {
     }
     let t = open_tmp();
     // An agent CLI that says it is another version (root's, outside the roots, in a
-    // directory only root writes: the build's temp dir, not /tmp).
-    let bin_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // directory only root writes, under ancestors only root writes: /var/lib, not /tmp or
+    // wherever the repository was cloned).
+    let Ok(bin_dir) = tempfile::Builder::new()
+        .prefix("ckptfs-test-")
+        .tempdir_in("/var/lib")
+    else {
+        eprintln!("SKIPPED: cannot make a directory in /var/lib (not root?)");
+        return;
+    };
     chmod(bin_dir.path(), 0o755);
     let fake = bin_dir.path().join("codex-next");
     fs::write(&fake, "#!/bin/sh\necho 'codex-cli 0.170.0'\n").unwrap();
