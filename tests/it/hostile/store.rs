@@ -122,7 +122,9 @@ fn a_symlinked_object_directory_is_a_verify_finding_and_is_not_followed() {
     let fan_name = format!("objects/{}", &hex[..2]);
     verify_finds(&["verify", &fx.s()], &[&fan_name, "symlink"]);
     let cat = format!("{}:ws/f", fx.checkpoint);
-    refused(1, ["cat", &fx.s(), &cat], &[&hex]);
+    // The first object read through the symlinked fan is named: the chunk's, or a tree's
+    // when its id shares the fan (1 time in 256: the fixture's tree holds times).
+    refused(1, ["cat", &fx.s(), &cat], &[&fan_name, "symlink"]);
     // Stray things where objects belong are findings too.
     fs::remove_file(&fan).unwrap();
     fs::rename(&elsewhere, &fan).unwrap();
