@@ -177,10 +177,24 @@ pub(super) fn watch_mount(dev: &str, stop: &AtomicBool) {
 /// gives it) through fusectl (`/sys/fs/fuse/connections/<minor>/abort`), mounting fusectl
 /// there first when it is not: every request waiting on that connection fails with
 /// ENOTCONN, and its daemon's session ends. For a daemon that does not exit by itself.
+/// `ours` is where that mount was: a device number the mount table shows elsewhere has been
+/// reused by another mount since, and is left alone.
 ///
 /// # Errors
 /// `Invalid` for a malformed `dev`; mounting fusectl; writing `abort`.
-pub fn abort_connection(dev: &str) -> Result<()> {
+pub fn abort_connection(dev: &str, ours: &Path) -> Result<()> {
+    // A connection's device number is reused once it is gone: when the mount table shows
+    // `dev` mounted somewhere else than `ours`, it is another view's now, never aborted.
+    if let Some(m) = mounts()?.iter().find(|m| m.dev == dev) {
+        if m.mountpoint != ours {
+            log::warn!(
+                "not aborting FUSE connection {dev}: it now serves {}, not {}",
+                m.mountpoint.display(),
+                ours.display()
+            );
+            return Ok(());
+        }
+    }
     let minor = dev
         .split_once(':')
         .map(|(_, m)| m)
@@ -239,7 +253,7 @@ pub fn wait_exit(pid: u32, dev: Option<&str>, mountpoint: &Path) -> bool {
         mountpoint.display()
     );
     if let Some(dev) = dev {
-        if let Err(e) = abort_connection(dev) {
+        if let Err(e) = abort_connection(dev, mountpoint) {
             log::warn!("{e}");
         }
     }
@@ -351,7 +365,7 @@ fn spawn_signal_thread(
                         "{} still served {EXIT_WAIT:?} after {sig}: aborting its FUSE connection",
                         signal_mp.display()
                     );
-                    if let Err(e) = abort_connection(dev) {
+                    if let Err(e) = abort_connection(dev, &signal_mp) {
                         log::error!("{e}");
                     }
                     std::thread::sleep(Duration::from_secs(2));
