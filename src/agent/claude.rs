@@ -281,6 +281,10 @@ impl Driver for ClaudeRun {
         v
     }
 
+    fn cwd(&self) -> Option<PathBuf> {
+        Some(self.spec.from.settings.workspace.clone())
+    }
+
     fn start(&mut self, owner: (u32, u32)) -> Result<(), String> {
         match &mut self.spec.login {
             Some(l) => l.lend(owner),
@@ -294,7 +298,6 @@ impl Driver for ClaudeRun {
         c.args(self.args())
             .env("CLAUDE_CONFIG_DIR", &s.home)
             .env("HOME", &s.home)
-            .current_dir(&s.workspace)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
         if s.as_root {

@@ -372,6 +372,10 @@ impl Driver for CodexRun {
         v
     }
 
+    fn cwd(&self) -> Option<PathBuf> {
+        Some(self.spec.from.settings.workspace.clone())
+    }
+
     fn start(&mut self, owner: (u32, u32)) -> Result<(), String> {
         match &mut self.spec.login {
             Some(l) => l.lend(owner),
@@ -387,7 +391,6 @@ impl Driver for CodexRun {
             .args(&self.spec.extra_args)
             .env("CODEX_HOME", &s.home)
             .env("HOME", &s.home)
-            .current_dir(&s.workspace)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
         c

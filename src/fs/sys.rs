@@ -195,23 +195,33 @@ pub struct Credentials {
 /// without freezing itself). SIGINT and SIGQUIT get their default action back in the child
 /// (see [`IgnoreInterrupts`]). With `user`, the child then sets its supplementary groups,
 /// gid and uid to those (in that order, after joining: moving into the cgroup needs root),
-/// before it executes.
+/// before it executes. `cwd` is entered last, as that user: a path in a tree the agent writes
+/// is then followed with the agent's own rights, never root's (a directory swapped for a
+/// symlink cannot lead the agent where only root can go). Set no `current_dir` on `cmd`:
+/// the standard library enters it before the user is switched.
 ///
 /// # Errors
-/// Spawning fails (not found, not executable), the child cannot join the cgroup, or cannot
-/// become `user`.
+/// Spawning fails (not found, not executable), the child cannot join the cgroup, cannot
+/// become `user`, or cannot enter `cwd`.
 pub fn spawn_in_cgroup(
     cmd: &mut std::process::Command,
     procs: std::fs::File,
     user: Option<&Credentials>,
+    cwd: Option<&std::path::Path>,
 ) -> std::io::Result<std::process::Child> {
     use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::process::CommandExt;
     let fd = procs.as_raw_fd();
     let user = user.cloned();
+    let cwd = cwd
+        .map(|p| std::ffi::CString::new(p.as_os_str().as_bytes()))
+        .transpose()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     // SAFETY: the closure runs in the forked child before exec and calls only
-    // async-signal-safe functions (signal, write, setgroups, setgid, setuid) on memory and a
-    // descriptor it owns (the groups vector was allocated before the fork and is only read);
+    // async-signal-safe functions (signal, write, setgroups, setgid, setuid, chdir) on memory
+    // and a descriptor it owns (the groups vector and the cwd string were allocated before
+    // the fork and are only read);
     // `procs` stays open in the parent until spawn returns, so the descriptor is valid in the
     // child.
     unsafe {
@@ -227,6 +237,11 @@ pub fn spawn_in_cgroup(
                     || libc::setgid(c.gid) != 0
                     || libc::setuid(c.uid) != 0
                 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(d) = &cwd {
+                if libc::chdir(d.as_ptr()) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }

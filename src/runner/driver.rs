@@ -22,7 +22,11 @@ pub trait Driver {
     fn start(&mut self, _owner: (u32, u32)) -> std::result::Result<(), String> {
         Ok(())
     }
-    /// The process to start (program, arguments, working directory, stdio, environment).
+    /// Where the process starts: entered in the child as the user it runs as (see
+    /// `fs::sys::spawn_in_cgroup`); `None` inherits the runner's.
+    fn cwd(&self) -> Option<PathBuf>;
+    /// The process to start (program, arguments, stdio, environment; never its working
+    /// directory, which is [`Driver::cwd`]).
     fn command(&mut self) -> std::process::Command;
     /// Drives the started process to its end. `Err` is a verdict of failure with its reason
     /// (the agent reported a failed turn, its stream broke, it timed out and was killed),
@@ -69,10 +73,11 @@ impl Driver for Command {
             .map_or_else(|| (OsString::new(), &[][..]), |(p, a)| (p.clone(), a));
         let mut cmd = std::process::Command::new(program);
         cmd.args(args);
-        if let Some(d) = &self.cwd {
-            cmd.current_dir(d);
-        }
         cmd
+    }
+
+    fn cwd(&self) -> Option<PathBuf> {
+        self.cwd.clone()
     }
 
     fn drive(&mut self, mut child: Child) -> std::result::Result<ExitStatus, Failure> {

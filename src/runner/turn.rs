@@ -403,14 +403,16 @@ fn spawn_and_drive(
             reason: Error::io(&procs_path, e).to_string(),
             spawn: None,
         }),
-        Ok(procs) => match crate::fs::sys::spawn_in_cgroup(&mut cmd, procs, creds) {
-            Err(e) => Err(Failure {
-                status: None,
-                reason: e.to_string(),
-                spawn: Some(e),
-            }),
-            Ok(child) => driver.drive(child),
-        },
+        Ok(procs) => {
+            match crate::fs::sys::spawn_in_cgroup(&mut cmd, procs, creds, driver.cwd().as_deref()) {
+                Err(e) => Err(Failure {
+                    status: None,
+                    reason: e.to_string(),
+                    spawn: Some(e),
+                }),
+                Ok(child) => driver.drive(child),
+            }
+        }
     };
     drop(interrupts);
     waited

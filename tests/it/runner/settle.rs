@@ -114,3 +114,59 @@ fn a_command_that_cannot_run_exits_127_or_126_as_a_shell_does() {
         "{o:?}"
     );
 }
+
+/// `ckptfs turn ROOM --json -- COMMAND...` from `cwd`, as the room's owner (no `--as-root`).
+fn turn_as_owner(
+    w: &Workspace,
+    cwd: &std::path::Path,
+    extra: &[&str],
+    command: &[&str],
+) -> std::process::Output {
+    Command::new(bin())
+        .current_dir(cwd)
+        .args(["turn", w.room()])
+        .args(extra)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_callers_place_is_entered_with_the_agents_rights_not_roots() {
+    // Root's secret, readable by anyone who reaches `inner`, but `vault` (0700) keeps
+    // everyone else from reaching it.
+    let w = Workspace::for_nobody(&[], |room| write(&room.join("notes.md"), b"start\n"));
+    let vault = w.tmp.path().join("vault");
+    write(&vault.join("inner/secret.txt"), b"root's secret\n");
+    chmod(&vault.join("inner"), 0o755);
+    chmod(&vault, 0o700);
+    let inner = vault.join("inner");
+    // The agent records `sub` as a symlink to it...
+    let sub = w.path("sub");
+    let link = format!("ln -s {} {}", inner.display(), sub.display());
+    let o = turn_as_owner(&w, w.tmp.path(), &[], &["sh", "-c", &link]);
+    if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("cgroup") {
+        eprintln!("SKIPPED: no cgroup here");
+        return;
+    }
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // ... then a failed turn makes `sub` a real directory, and the operator's shell goes in.
+    let remake = format!("rm {0} && mkdir {0}; exit 1", sub.display());
+    let o = turn_as_owner(&w, w.tmp.path(), &[], &["sh", "-c", &remake]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(sub.is_dir() && !sub.is_symlink());
+    // The retry from there: the place is the recorded symlink again. Entered as root it led
+    // the agent into `inner`, past `vault`; entered as the agent, it cannot.
+    let o = turn_as_owner(&w, &sub, &["--retry"], &["cat", "secret.txt"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !out.contains("root's secret"),
+        "the agent read through root's chdir: {out}"
+    );
+    assert!(
+        !o.status.success(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
