@@ -20,7 +20,7 @@ use crate::runner::run_as::RunAsOptions;
 use crate::runner::turn::{self, TurnOptions, TurnReport};
 use crate::store::checkpoint::{Annotations, Runtime, RuntimeDecl};
 use crate::store::{InitOptions, RootConfig, Store};
-use crate::workspace::{self, MountOptions};
+use crate::workspace;
 
 /// The root names of an agent's store.
 pub const WORKSPACE_ROOT: &str = "workspace";
@@ -321,20 +321,7 @@ pub struct AgentReport {
 /// The branch's workspace mounted (as `turn` would) and a login a killed turn left in its
 /// home removed, before the turn (so `--retry` never sets a login aside into the store).
 fn ready_workspace(store: &Store, branch: &str, s: &Settings) -> Result<()> {
-    let live = match workspace::state(store, branch)? {
-        Some(st) => workspace::is_live(store, &st)?,
-        None => false,
-    };
-    if !live {
-        let st = workspace::mount(
-            store,
-            &MountOptions {
-                branch: branch.to_string(),
-                ..MountOptions::default()
-            },
-        )?;
-        workspace::wait_warm(store, &st, workspace::lower::WARM_WAIT);
-    }
+    workspace::ensure_mounted(store, branch)?;
     if login::remove(&s.home, s.agent.adapter().login_name())? {
         log::warn!(
             "removed a login a turn left in {} (its runner was killed?)",

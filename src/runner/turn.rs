@@ -41,7 +41,7 @@ use crate::store::refs::check_name;
 use crate::store::Store;
 use crate::text::time::format_utc;
 use crate::text::time::now_ns;
-use crate::workspace::{self, DirtyPolicy, Hold, MountOptions};
+use crate::workspace::{self, DirtyPolicy, Hold};
 
 /// Exit status of a shell for a command that is not found.
 pub const EXIT_NOT_FOUND: i32 = 127;
@@ -476,21 +476,7 @@ fn prepare(
         .unwrap_or_else(|| fingerprint::current(store, Some(b)));
     let runtime =
         fingerprint::check_branch_now(store, b, "run a turn on", opts.accept_runtime_change, now)?;
-    let live = match workspace::state(store, b)? {
-        Some(st) => workspace::is_live(store, &st)?,
-        None => false,
-    };
-    if !live {
-        let st = workspace::mount(
-            store,
-            &MountOptions {
-                branch: b.to_string(),
-                ..MountOptions::default()
-            },
-        )?;
-        // As `mount --branch`: the agent's first walk finds the base's entries cached.
-        workspace::wait_warm(store, &st, workspace::lower::WARM_WAIT);
-    }
+    let live = workspace::ensure_mounted(store, b)?;
     let mut set_aside = None;
     if let Some(f) = pending_failure(store, b)? {
         if workspace::dirty(store, b)?.dirty {

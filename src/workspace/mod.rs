@@ -57,7 +57,9 @@ pub use checkpoint::{
     DirtyReport, Held, Hold, LiveTree, SpecialFile,
 };
 pub use fold::{fold, not_folded, roll_back_fold, waiting, FoldReport};
-pub use mount::{agent_cgroup, mount, reap_detached, umount, umount_killing, wait_warm};
+pub use mount::{
+    agent_cgroup, ensure_mounted, mount, reap_detached, umount, umount_killing, wait_warm,
+};
 pub use park::{evict_all as evict_parked, is_parked, parked, ParkRecord, Parked, MAX_PARKED};
 pub use plan::MountOptions;
 pub use state::{

@@ -308,3 +308,27 @@ pub fn agent_cgroup(store: &Store, branch: &str) -> Result<PathBuf> {
         Ok((dir, summary))
     })
 }
+
+/// Mounts `branch` with the default options when it is not mounted (and waits, bounded, for
+/// its lower view's warm-up, as `mount --branch` does: the agent's first walk then finds the
+/// base's entries cached). Returns whether it was mounted already.
+///
+/// # Errors
+/// Reading the workspace state; what [`mount`] refuses.
+pub fn ensure_mounted(store: &Store, branch: &str) -> Result<bool> {
+    let live = match super::state(store, branch)? {
+        Some(st) => super::is_live(store, &st)?,
+        None => false,
+    };
+    if !live {
+        let st = mount(
+            store,
+            &MountOptions {
+                branch: branch.to_string(),
+                ..MountOptions::default()
+            },
+        )?;
+        wait_warm(store, &st, super::lower::WARM_WAIT);
+    }
+    Ok(live)
+}

@@ -4,6 +4,7 @@
 //! at debug level).
 
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use serde_json::json;
@@ -42,8 +43,20 @@ fn secret_stays_out(agent: Agent) {
         return;
     };
     let secret = r.secret.as_bytes();
+    // Root's file, which the agent points the login's name at between turns: lending the
+    // login must not write through it (nor taking it back remove it).
+    let target = r.tmp.path().join("roots-file");
+    std::fs::write(&target, "untouched\n").unwrap();
+    let login_name = match agent {
+        Agent::Codex => "auth.json",
+        Agent::Claude => ".credentials.json",
+    };
     let mut logs = Vec::new();
     for p in ["first", "second"] {
+        if p == "second" {
+            let link = r.home.join(login_name);
+            nobody_ok(&format!("ln -s {} {}", target.display(), link.display()));
+        }
         let (o, rep) = r.turn(p, &[]);
         assert_eq!(
             rep["outcome"],
@@ -54,6 +67,12 @@ fn secret_stays_out(agent: Agent) {
         logs.extend_from_slice(&o.stdout);
         logs.extend_from_slice(&o.stderr);
     }
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched\n");
+    assert_eq!(std::fs::symlink_metadata(&target).unwrap().uid(), 0);
+    assert!(
+        std::fs::symlink_metadata(r.home.join(login_name)).is_err(),
+        "taken back"
+    );
     // The login was lent: the model server got it with every turn's requests.
     let reqs = r.server.turn_requests();
     assert!(!reqs.is_empty());
