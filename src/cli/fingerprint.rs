@@ -53,6 +53,7 @@ pub struct FingerprintArgs {
 /// `ckptfs fingerprint`.
 pub fn run_fingerprint(a: FingerprintArgs) -> Result<i32> {
     let mut s = ckptfs::remote::open_store(&a.store)?;
+    // Comparing with a branch needs one (declaring for one is checked by `declare`).
     if let Some(b) = &a.branch {
         if s.read_branch(b)?.is_none() {
             return Err(ckptfs::Error::Usage(format!(

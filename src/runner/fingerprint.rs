@@ -617,6 +617,13 @@ pub fn declare(store: &Store, branch: Option<&str>, decl: &RuntimeDecl) -> Resul
     let roots = root_paths(store);
     if let Some(b) = branch {
         crate::store::refs::check_name("branch", b)?;
+        // A declaration for no branch would never be used (a typo of the one meant).
+        if store.read_branch(b)?.is_none() {
+            return Err(Error::Usage(format!(
+                "--branch {b}: no such branch (`ckptfs branch list {}`)",
+                store.root().display()
+            )));
+        }
     }
     let files_and_commands = resolve_decl(&files_and_commands, &roots)?;
     let args =
