@@ -593,6 +593,7 @@ command("import", "import", obj("ImportReport", {
     "branches": t(arr(STR), "branches in the archive"),
     "labels": t(arr(STR), "labels in the archive"),
     "relocated": t(mapof(PATH, "path"), "roots recorded at a new path (--relocate)"),
+    "roots_added": t(mapof(PATH, "path"), "roots STORE.json did not have (every root of a created store; into an existing one only those named by --add-root or --relocate): directories a capture now reads"),
     "upgraded_to": t(U, "the existing store's new format version, when it had to change"),
 }, optional=["upgraded_to"]), "What import imported. `unarchive` is the same command (its older name, which also takes `FILE STORE`), with the same output.", "ckptfs import STORE FILE --json")
 

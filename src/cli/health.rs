@@ -80,6 +80,11 @@ pub struct UnarchiveArgs {
     /// contents are never rewritten.
     #[arg(long, value_name = "NAME=/NEW/PATH")]
     pub relocate: Vec<String>,
+    /// Into an existing store, add root NAME of the archive at the path the archive records
+    /// (repeatable). A root the store lacks is otherwise refused: the archive chose its path,
+    /// and the next capture would read that directory.
+    #[arg(long = "add-root", value_name = "NAME")]
+    pub add_root: Vec<String>,
     /// Expected SHA-256 of the whole archive, when there is no FILE.sha256 sidecar.
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
@@ -391,6 +396,7 @@ pub fn run_unarchive(a: UnarchiveArgs, store_flag: Option<&Path>) -> Result<i32>
         file,
         store,
         relocate,
+        add_roots: a.add_root.into_iter().collect(),
         sha256: a.sha256,
     })?;
     if a.json.json {
@@ -418,6 +424,11 @@ pub fn run_unarchive(a: UnarchiveArgs, store_flag: Option<&Path>) -> Result<i32>
         }
         for (n, p) in &r.relocated {
             println!("root {n} now recorded at {}", p.display());
+        }
+        for (n, p) in &r.roots_added {
+            if !r.relocated.contains_key(n) {
+                println!("root {n} added at {}", ckptfs::text::quote::path(p));
+            }
         }
         if let Some(v) = r.upgraded_to {
             let what = if v >= 3 {

@@ -380,11 +380,12 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
     let scan = scan(&files).map_err(nothing_imported)?;
     let target = crate::store::absolute(&opts.store)?;
     let m = &scan.manifest;
-    for name in opts.relocate.keys() {
+    let named = opts.relocate.keys().map(|n| ("--relocate", n));
+    for (flag, name) in named.chain(opts.add_roots.iter().map(|n| ("--add-root", n))) {
         if !m.roots.contains_key(name) {
             let known: Vec<&str> = m.roots.keys().map(String::as_str).collect();
             return Err(Error::Usage(format!(
-                "--relocate {name}: the archive has no root {name} (roots: {})",
+                "{flag} {name}: the archive has no root {name} (roots: {})",
                 known.join(", ")
             )));
         }
@@ -399,7 +400,22 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
     } else {
         None
     };
-    let merged = check_manifest_against(m, &target, current.as_ref(), &opts.relocate)?;
+    let merged = check_manifest_against(
+        m,
+        &target,
+        current.as_ref(),
+        &opts.relocate,
+        &opts.add_roots,
+    )?;
+    let roots_added: BTreeMap<String, PathBuf> = merged
+        .iter()
+        .filter(|(n, _)| {
+            current
+                .as_ref()
+                .is_none_or(|s| !s.config().roots.contains_key(*n))
+        })
+        .map(|(n, rc)| (n.clone(), rc.path.clone()))
+        .collect();
     let mut roots = m.roots.clone();
     for (name, path) in &opts.relocate {
         if let Some(rc) = roots.get_mut(name) {
@@ -425,6 +441,7 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
         created_store: created,
         sha256: digest.clone(),
         relocated: opts.relocate.clone(),
+        roots_added,
         ..Default::default()
     };
     let mut config = store.config().clone();
@@ -446,7 +463,8 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
         report.upgraded_to = Some(config.version);
     }
     let config_changed = config != *store.config();
-    let args = serde_json::json!({"file": base, "sha256": digest, "relocate": opts.relocate});
+    let args = serde_json::json!({"file": base, "sha256": digest, "relocate": opts.relocate,
+        "add_roots": opts.add_roots});
     store.mutate("unarchive", args, |_| {
         check_ref_conflicts(&store, m)?;
         if upgrade {
@@ -506,7 +524,8 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
         }
         let summary = serde_json::json!({"sha256": report.sha256,
             "checkpoints_new": report.checkpoints_new, "objects_new": report.objects_new,
-            "branches": report.branches, "labels": report.labels, "relocated": report.relocated});
+            "branches": report.branches, "labels": report.labels, "relocated": report.relocated,
+            "roots_added": report.roots_added});
         Ok(((), summary))
     })?;
     Ok(report)

@@ -254,17 +254,38 @@ pub(super) const BRANCH_STATES: &[&str] = &["active", "archived"];
 /// The roots the target store at `target` would have after importing `m` (its own, the
 /// archive's it lacks, relocated ones moved), checked as `init` checks roots.
 ///
+/// An existing store gains a root of the archive only when the user named it (`--add-root`
+/// or `--relocate`): the archive is untrusted, and a root it brings is a directory the next
+/// `capture` reads.
+///
 /// # Errors
-/// `Invalid` naming the manifest's root at fault (`Usage` for a bad `--relocate`).
+/// `Invalid` naming the manifest's root at fault (`Usage` for a bad `--relocate`, or for a
+/// root the existing store lacks and the user did not name).
 pub(super) fn check_manifest_against(
     m: &Manifest,
     target: &Path,
     existing: Option<&Store>,
     relocate: &BTreeMap<String, PathBuf>,
+    add: &BTreeSet<String>,
 ) -> Result<BTreeMap<String, RootConfig>> {
     let mut roots = existing.map_or_else(BTreeMap::new, |s| s.config().roots.clone());
+    for name in add {
+        if existing.is_some() && roots.contains_key(name) {
+            return Err(Error::Usage(format!(
+                "--add-root {name}: {} already has root {name}",
+                target.display()
+            )));
+        }
+    }
+    let mut unnamed = None;
     for (name, rc) in &m.roots {
-        roots.entry(name.clone()).or_insert_with(|| rc.clone());
+        if roots.contains_key(name) {
+            continue;
+        }
+        if existing.is_some() && !add.contains(name) && !relocate.contains_key(name) {
+            unnamed.get_or_insert((name.clone(), rc.path.clone()));
+        }
+        roots.insert(name.clone(), rc.clone());
     }
     for (name, path) in relocate {
         crate::store::check_root_path(name, path).map_err(|e| match e {
@@ -287,5 +308,14 @@ pub(super) fn check_manifest_against(
             nothing_imported(bad_field("roots", msg))
         }
     })?;
+    if let Some((name, path)) = unnamed {
+        return Err(Error::Usage(format!(
+            "the archive has root {name} ({}), which {} does not have: a capture would read \
+             that directory; add it there with --add-root {name}, or elsewhere with \
+             --relocate {name}=/PATH; nothing imported",
+            crate::text::quote::path(&path),
+            target.display()
+        )));
+    }
     Ok(roots)
 }

@@ -24,7 +24,7 @@
 //! records, then STORE.json roots (`--relocate NAME=/NEW/PATH` changes only a root's recorded
 //! path), then refs. A failure in (1) or (2) imports nothing.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -124,6 +124,9 @@ pub struct UnarchiveReport {
     pub branches: Vec<String>,
     pub labels: Vec<String>,
     pub relocated: BTreeMap<String, PathBuf>,
+    /// Roots STORE.json did not have before (every root of a store this import created):
+    /// directories a `capture` of the store now reads.
+    pub roots_added: BTreeMap<String, PathBuf>,
     /// The existing store's new format version, when its trees had to gain ctimes and inode
     /// numbers (an archive from a newer store).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -175,6 +178,9 @@ pub struct UnarchiveOptions {
     pub store: PathBuf,
     /// NAME -> new absolute path of a root.
     pub relocate: BTreeMap<String, PathBuf>,
+    /// Roots of the archive an existing store gains at the path the archive records
+    /// (`--add-root`); any other root the store lacks is refused unless relocated.
+    pub add_roots: BTreeSet<String>,
     /// Expected whole-archive SHA-256 when there is no sidecar.
     pub sha256: Option<String>,
 }

@@ -484,3 +484,44 @@ fn two_inits_of_one_path_at_once_one_wins_the_other_fails_naming_it() {
         assert!(cfg.contains(&format!("/{winner}\"")), "{cfg}");
     }
 }
+
+/// Issue 34, 8: an archive is untrusted; a root it brings into an existing store is a
+/// directory the next capture would read, so it is added only when the user names it.
+#[test]
+fn an_import_adds_a_root_to_an_existing_store_only_when_named() {
+    let t = tempdir();
+    let (mine, theirs) = (t.path().join("mine"), t.path().join("theirs"));
+    write(&mine.join("a.txt"), b"a\n");
+    write(&theirs.join("b.txt"), b"b\n");
+    let (store, other) = (t.path().join("store"), t.path().join("other"));
+    ok(["init", s(&store), "--root", &format!("r={}", s(&mine))]);
+    ok(["capture", s(&store)]);
+    ok(["init", s(&other), "--root", &format!("x={}", s(&theirs))]);
+    ok(["capture", s(&other), "--branch", "elsewhere"]);
+    let file = t.path().join("x.ckar");
+    ok(["export", s(&other), "elsewhere", "--out", s(&file)]);
+    let before = state_of(&store);
+    let o = run(["import", s(&store), s(&file)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("root x") && err.contains("--add-root x"),
+        "{err}"
+    );
+    assert!(err.contains(s(&theirs)), "names the archive's path: {err}");
+    assert!(state_of(&store) == before, "nothing imported");
+    // Named, it is added where the archive says, and said so.
+    let u = ok_json(["import", s(&store), s(&file), "--add-root", "x", "--json"]);
+    assert_eq!(u["roots_added"]["x"], s(&theirs));
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&fs::read(store.join("STORE.json")).unwrap()).unwrap();
+    assert_eq!(cfg["roots"]["x"]["path"], s(&theirs), "{cfg}");
+    // --add-root of a root the store has, or the archive lacks, is refused.
+    for (name, says) in [("x", "already has root x"), ("nope", "has no root nope")] {
+        let o = run(["import", s(&store), s(&file), "--add-root", name]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+}

@@ -346,7 +346,16 @@ fn crafted_manifests_are_refused_naming_the_field_and_nothing_is_written() {
         ["unarchive", s(&untouched), s(&fx.path("new-untouched"))],
         BOUND,
     );
-    ok_bounded(["unarchive", s(&untouched), s(&fx.target)], BOUND);
+    ok_bounded(
+        [
+            "unarchive",
+            s(&untouched),
+            s(&fx.target),
+            "--add-root",
+            "ws",
+        ],
+        BOUND,
+    );
 }
 
 #[test]
