@@ -19,6 +19,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+static NOTICES: AtomicBool = AtomicBool::new(false);
 
 /// Turns drawing on for this process when `wanted` and stderr is a terminal; returns whether it
 /// is on. Called once by the CLI before running a command.
@@ -26,6 +27,17 @@ pub fn enable(wanted: bool) -> bool {
     let on = wanted && std::io::stderr().is_terminal();
     ENABLED.store(on, Ordering::Relaxed);
     on
+}
+
+/// Turns [`notices`] on or off for this process (the CLI: on unless `--quiet`).
+pub fn enable_notices(on: bool) {
+    NOTICES.store(on, Ordering::Relaxed);
+}
+
+/// Whether one-line notices of a wait (a remote that does not answer yet) go to stderr: on
+/// for the CLI without `--quiet`, off for library users.
+pub fn notices() -> bool {
+    NOTICES.load(Ordering::Relaxed)
 }
 
 /// Whether progress is drawn in this process.

@@ -811,6 +811,7 @@ command("remote-list", "remote list", arr(obj("RemoteRow", {
     "endpoint": t(null(STR), "`--endpoint` (null: AWS)"),
     "region": t(null(STR), "`--region` (null: the default)"),
     "cache_bytes": t(BYTES, "bytes of lazily fetched objects kept before the oldest are evicted"),
+    "timeout_ms": t(U, "milliseconds a request may go without an answer before it is given up (`--timeout`, default 10000)"),
     "branches": t(BRANCH_HEADS, "the remote's branches and their heads, as last seen (push, fetch)"),
     "labels": t(BRANCH_HEADS, "the remote's labels and their checkpoints, as last seen"),
 })), "The store's remotes, by name.", "ckptfs remote list STORE --json")

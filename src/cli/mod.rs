@@ -101,6 +101,7 @@ pub fn parse() -> Cli {
     match parsed {
         Ok((cli, matches)) => {
             ckptfs::progress::enable(!cli.quiet && !wants_json(&matches));
+            ckptfs::progress::enable_notices(!cli.quiet);
             cli
         }
         Err(e) if !e.use_stderr() => e.exit(),

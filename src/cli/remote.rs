@@ -33,6 +33,11 @@ pub struct ReachArgs {
     /// (e.g. 2G; default 10G).
     #[arg(long, value_name = "SIZE", value_parser = super::size_arg)]
     pub cache_size: Option<u64>,
+    /// Give up on a request that gets no answer for this long (1s to 10min, e.g. 30s;
+    /// default 10s). Recorded with the remote: push, pull, fetch and lazy reads use it. A
+    /// request that keeps receiving may take six times as long.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl ReachArgs {
@@ -61,6 +66,9 @@ impl ReachArgs {
                 }
             }
         }
+        if let Some(t) = self.timeout {
+            remote::backend::check_timeout(t)?;
+        }
         let abs = |p: &PathBuf| ckptfs::store::absolute(p);
         Ok(RemoteConfig {
             url: url.to_string(),
@@ -69,6 +77,9 @@ impl ReachArgs {
             credentials: self.credentials.as_ref().map(abs).transpose()?,
             key_file: self.key_file.as_ref().map(abs).transpose()?,
             cache_bytes: self.cache_size.unwrap_or(remote::DEFAULT_CACHE_BYTES),
+            timeout_ms: self
+                .timeout
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         })
     }
 }
@@ -250,6 +261,9 @@ pub fn run_remote(c: RemoteCommand) -> Result<i32> {
                     "name": name, "url": redact(&cfg.url),
                     "endpoint": cfg.endpoint.as_deref().map(redact),
                     "region": cfg.region, "cache_bytes": cfg.cache_bytes,
+                    "timeout_ms": cfg.timeout_ms.unwrap_or(
+                        u64::try_from(remote::backend::DEFAULT_TIMEOUT.as_millis())
+                            .unwrap_or(u64::MAX)),
                     "branches": refs.branches, "labels": refs.labels,
                 }));
                 if !a.json.json {

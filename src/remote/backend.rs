@@ -26,6 +26,32 @@ use crate::remote::redact::{check_endpoint, redact};
 /// Requests a batch keeps in flight at once.
 pub const IN_FLIGHT: usize = 8;
 
+/// How long a request may go without an answer (no byte received) before it is given up,
+/// unless the remote records another (`--timeout`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The range `--timeout` accepts: below a second is surely a typo, above ten minutes is
+/// indistinguishable from a hang to the person waiting.
+pub const TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
+/// After this long without the answer to a call, one line on stderr says what is awaited.
+const NOTICE_AFTER: Duration = Duration::from_secs(2);
+
+/// Checks a `--timeout` against [`TIMEOUT_RANGE`].
+///
+/// # Errors
+/// `Usage` naming the value and the range.
+pub fn check_timeout(t: Duration) -> Result<()> {
+    let (lo, hi) = TIMEOUT_RANGE;
+    if t < lo || t > hi {
+        return Err(Error::Usage(format!(
+            "--timeout {}: give between {} and {}",
+            humantime::format_duration(t),
+            humantime::format_duration(lo),
+            humantime::format_duration(hi)
+        )));
+    }
+    Ok(())
+}
+
 /// The operations ckptfs needs of an object store. Keys are relative to the remote's
 /// prefix. Every object is written whole and never rewritten in place, except refs and locks
 /// (which are small and replaced whole).
@@ -61,6 +87,8 @@ pub struct S3Options {
     pub credentials: Option<std::path::PathBuf>,
     /// A profile in that file (default `default`).
     pub profile: Option<String>,
+    /// How long a request may go without an answer (default [`DEFAULT_TIMEOUT`]).
+    pub timeout: Option<Duration>,
 }
 
 /// Splits `s3://BUCKET/PREFIX` into bucket and prefix (no leading or trailing `/`).
@@ -97,6 +125,10 @@ pub struct S3Backend {
     rt: tokio::runtime::Runtime,
     prefix: String,
     url: String,
+    /// Where requests go, for the waiting notice (`http://HOST:PORT`, or AWS).
+    server: String,
+    timeout: Duration,
+    noticed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for S3Backend {
@@ -161,18 +193,48 @@ fn check_region(what: &str, r: &str) -> Result<()> {
     )))
 }
 
+/// Whether an error, or one of its causes, is a time-out.
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if c.to_string().contains("timed out") {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
+}
+
 fn s3_error(what: &str, url: &str, e: object_store::Error) -> Error {
     // object_store's messages name the request URL: without its userinfo.
     let short = first_line(&e.to_string());
     // With no credentials given, object_store asks the instance metadata service last; its
     // refusal is what comes back. Say what is missing.
-    if short.contains("169.254.169.254") {
+    // (Its address is 169.254.169.254 unless AWS_METADATA_ENDPOINT moves it; its paths are
+    // /latest/api/token and /latest/meta-data/.)
+    if ["169.254.169.254", "/latest/api/token", "/latest/meta-data/"]
+        .iter()
+        .any(|m| short.contains(m))
+    {
+        let why = short
+            .rsplit(": ")
+            .map(str::trim)
+            .find(|p| !p.is_empty())
+            .unwrap_or("no answer");
         return Error::Usage(format!(
             "{what} {}: no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
-             give --credentials FILE (the instance metadata service, tried last, refused: {})",
+             give --credentials FILE (the instance metadata service, tried last, refused: {why})",
             redact(url),
-            short.rsplit(": ").next().unwrap_or("")
         ));
+    }
+    if timed_out(&e) {
+        return Error::io_op(
+            format!("{what} {}", redact(url)),
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within the remote's --timeout: {short}"),
+            ),
+        );
     }
     Error::io_op(
         format!("{what} {}", redact(url)),
@@ -222,15 +284,20 @@ impl S3Backend {
             }
         }
         // Few, quick retries: a lazy read behind a dead server must fail (EIO) in seconds,
-        // not after object_store's default three minutes.
+        // not after object_store's default three minutes. A request that receives nothing
+        // for `timeout` is given up and not retried past it; one that keeps receiving may
+        // take six times as long (a large pack on a slow link).
+        let timeout = o.timeout.unwrap_or(DEFAULT_TIMEOUT);
+        check_timeout(timeout)?;
         let retry = RetryConfig {
             max_retries: 3,
-            retry_timeout: Duration::from_secs(10),
+            retry_timeout: timeout,
             ..Default::default()
         };
         let client = ClientOptions::new()
-            .with_connect_timeout(Duration::from_secs(3))
-            .with_timeout(Duration::from_secs(60))
+            .with_connect_timeout(timeout.min(Duration::from_secs(3)))
+            .with_read_timeout(timeout)
+            .with_timeout((timeout * 6).max(Duration::from_secs(60)))
             .with_allow_http(
                 o.endpoint
                     .as_deref()
@@ -256,6 +323,41 @@ impl S3Backend {
             rt,
             prefix: o.prefix.clone(),
             url,
+            server: o
+                .endpoint
+                .as_deref()
+                .map_or_else(|| "AWS S3".to_string(), redact),
+            timeout,
+            noticed: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Runs one call on the runtime. Once per backend, a call still unanswered after
+    /// [`NOTICE_AFTER`] says on stderr what it waits for and when it gives up (when
+    /// [`crate::progress::notices`] are on): a server that never answers is otherwise
+    /// silence.
+    fn wait<F: std::future::Future>(&self, f: F) -> F::Output {
+        use std::sync::atomic::Ordering;
+        self.rt.block_on(async {
+            let mut f = std::pin::pin!(f);
+            if self.noticed.load(Ordering::Relaxed) || !crate::progress::notices() {
+                return f.await;
+            }
+            tokio::select! {
+                r = &mut f => r,
+                () = tokio::time::sleep(NOTICE_AFTER) => {
+                    if !self.noticed.swap(true, Ordering::Relaxed) {
+                        eprintln!(
+                            "ckptfs: waiting for {} ({}); a request with no answer for {} \
+                             is given up",
+                            self.server,
+                            redact(&self.url),
+                            humantime::format_duration(self.timeout)
+                        );
+                    }
+                    f.await
+                }
+            }
         })
     }
 
@@ -314,8 +416,7 @@ fn first_line(s: &str) -> String {
 impl Backend for S3Backend {
     fn put(&self, key: &str, data: Vec<u8>) -> Result<()> {
         let p = self.path(key);
-        self.rt
-            .block_on(self.store.put(&p, PutPayload::from(data)))
+        self.wait(self.store.put(&p, PutPayload::from(data)))
             .map(|_| ())
             .map_err(|e| s3_error("writing", &format!("{}/{key}", self.url), e))
     }
@@ -326,7 +427,7 @@ impl Backend for S3Backend {
             let p = self.path(&k);
             async move { store.put(&p, PutPayload::from(d)).await.map_err(|e| (k, e)) }
         });
-        self.rt.block_on(async {
+        self.wait(async {
             let mut s = futures::stream::iter(jobs).buffer_unordered(IN_FLIGHT);
             while let Some(r) = s.next().await {
                 if let Err((k, e)) = r {
@@ -339,7 +440,7 @@ impl Backend for S3Backend {
 
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let p = self.path(key);
-        self.rt.block_on(async {
+        self.wait(async {
             match self.store.get(&p).await {
                 Ok(r) => self.read_bounded(key, r).await.map(Some),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -383,7 +484,7 @@ impl Backend for S3Backend {
                     })
             }
         });
-        self.rt.block_on(
+        self.wait(
             futures::stream::iter(jobs)
                 .buffered(IN_FLIGHT)
                 .collect::<Vec<_>>(),
@@ -393,8 +494,7 @@ impl Backend for S3Backend {
     fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
         let p = self.path(prefix.trim_end_matches('/'));
         let metas: Vec<object_store::ObjectMeta> = self
-            .rt
-            .block_on(self.store.list(Some(&p)).try_collect())
+            .wait(self.store.list(Some(&p)).try_collect())
             .map_err(|e| s3_error("listing", &format!("{}/{prefix}", self.url), e))?;
         Ok(metas
             .into_iter()
@@ -404,7 +504,7 @@ impl Backend for S3Backend {
 
     fn delete(&self, key: &str) -> Result<()> {
         let p = self.path(key);
-        match self.rt.block_on(self.store.delete(&p)) {
+        match self.wait(self.store.delete(&p)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(s3_error("deleting", &format!("{}/{key}", self.url), e)),
         }

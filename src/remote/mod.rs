@@ -73,6 +73,10 @@ pub struct RemoteConfig {
     /// Bytes of lazily fetched objects kept before the oldest are evicted.
     #[serde(default = "default_cache")]
     pub cache_bytes: u64,
+    /// Milliseconds a request may go without an answer (`--timeout`); default
+    /// [`backend::DEFAULT_TIMEOUT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 fn default_cache() -> u64 {
@@ -241,6 +245,7 @@ pub fn backend_of(c: &RemoteConfig) -> Result<Box<dyn Backend>> {
         region: c.region.clone(),
         credentials: c.credentials.clone(),
         profile: None,
+        timeout: c.timeout_ms.map(std::time::Duration::from_millis),
     })?))
 }
 

@@ -276,6 +276,20 @@ const CASES: &[Case] = &[
         says: "--include: bad pattern \"[\"",
     },
     // clap's errors: said once (26).
+    // Time-outs that are surely typos (13).
+    Case {
+        args: &[
+            "remote",
+            "add",
+            "{store}",
+            "o",
+            "s3://b/p",
+            "--timeout",
+            "500ms",
+        ],
+        code: 2,
+        says: "--timeout 500ms: give between 1s and 10m",
+    },
     Case {
         args: &["completions", "nosuchshell"],
         code: 2,
@@ -360,13 +374,12 @@ fn careless_command_lines_fail_in_one_line_with_the_documented_code_and_change_n
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// A stand-in S3 server on 127.0.0.1 that answers every request with `Content-Length:
-/// 10^12` and a few bytes, then hangs up (killed on drop).
-struct LyingServer(std::process::Child, u16);
+/// A stand-in server on 127.0.0.1 (a Python script that prints its port, then serves;
+/// killed on drop).
+struct StandIn(std::process::Child, u16);
 
-impl LyingServer {
-    fn start() -> LyingServer {
-        let code = r#"
+/// Answers every request with `Content-Length: 10^12` and a few bytes, then hangs up.
+const LIAR: &str = r#"
 import socket, threading
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
 print(s.getsockname()[1], flush=True)
@@ -382,6 +395,32 @@ while True:
     c, _ = s.accept()
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 "#;
+
+/// Accepts every connection and never answers.
+const SILENT: &str = r#"
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
+print(s.getsockname()[1], flush=True)
+held = []
+while True:
+    held.append(s.accept()[0])
+"#;
+
+/// Answers every request 403 (an instance metadata service that refuses).
+const FORBIDDING: &str = r#"
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_PUT(self):
+        self.send_response(403); self.send_header("Content-Length", "0"); self.end_headers()
+    do_GET = do_PUT
+    def log_message(self, *a): pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+
+impl StandIn {
+    fn start(code: &str) -> StandIn {
         let mut child = std::process::Command::new("python3")
             .args(["-c", code])
             .stdout(std::process::Stdio::piped())
@@ -394,11 +433,15 @@ while True:
         )
         .unwrap();
         let port = line.trim().parse().unwrap();
-        LyingServer(child, port)
+        StandIn(child, port)
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.1)
     }
 }
 
-impl Drop for LyingServer {
+impl Drop for StandIn {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -408,8 +451,8 @@ impl Drop for LyingServer {
 #[test]
 fn a_server_that_announces_a_terabyte_is_refused_without_allocating_it() {
     let t = tempdir();
-    let liar = LyingServer::start();
-    let endpoint = format!("http://127.0.0.1:{}", liar.1);
+    let liar = StandIn::start(LIAR);
+    let endpoint = liar.url();
     let key = t.path().join("key");
     fs::write(&key, "k\n").unwrap();
     let target = t.path().join("clone");
@@ -524,4 +567,95 @@ fn an_import_adds_a_root_to_an_existing_store_only_when_named() {
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(err.contains(says), "{err}");
     }
+}
+
+/// Issue 34, 13: a server that accepts and never answers is given up after the remote's
+/// --timeout (it was 60 s of silence), and a line says what is awaited meanwhile.
+#[test]
+fn a_server_that_never_answers_is_given_up_after_the_timeout_saying_what_it_waits_for() {
+    let t = tempdir();
+    let silent = StandIn::start(SILENT);
+    let key = t.path().join("key");
+    fs::write(&key, "k\n").unwrap();
+    let target = t.path().join("clone");
+    let mut c = cmd([
+        "clone",
+        "s3://b/p",
+        s(&target),
+        "--endpoint",
+        &silent.url(),
+        "--key-file",
+        s(&key),
+        "--timeout",
+        "4s",
+    ]);
+    c.env("AWS_ACCESS_KEY_ID", "a")
+        .env("AWS_SECRET_ACCESS_KEY", "b");
+    let (o, finished) = run_command_bounded(c, std::time::Duration::from_secs(40));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(finished, "hung: {err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert_eq!(lines.len(), 2, "a notice, then the error: {err}");
+    assert!(
+        lines[0].contains(&format!("waiting for {}", silent.url())) && lines[0].contains("4s"),
+        "{err}"
+    );
+    assert!(
+        lines[1].contains("s3://b/p")
+            && lines[1].contains("no answer within the remote's --timeout"),
+        "{err}"
+    );
+    assert!(!target.exists(), "nothing made");
+}
+
+/// Issue 34, 14: with no credentials anywhere, the instance metadata service is asked last;
+/// its refusal is reported as the missing credentials, not as a 403 from an odd address.
+#[test]
+fn no_credentials_anywhere_is_said_as_such() {
+    let t = tempdir();
+    let room = t.path().join("room");
+    fs::create_dir(&room).unwrap();
+    let store = t.path().join("store");
+    ok(["init", s(&store), "--root", &format!("r={}", s(&room))]);
+    let imds = StandIn::start(FORBIDDING);
+    let before = state_of(&store);
+    let mut c = cmd([
+        "remote",
+        "add",
+        s(&store),
+        "o",
+        "s3://b/p",
+        "--endpoint",
+        &imds.url(),
+    ]);
+    for v in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ] {
+        c.env_remove(v);
+    }
+    // The metadata service moved to the stand-in (object_store reads this variable).
+    c.env("AWS_METADATA_ENDPOINT", imds.url())
+        .env("CKPTFS_PASSPHRASE", "x");
+    let (o, finished) = run_command_bounded(c, std::time::Duration::from_secs(40));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(finished, "hung: {err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no S3 credentials") && err.contains("AWS_ACCESS_KEY_ID"),
+        "{err}"
+    );
+    assert!(
+        err.contains("403 Forbidden"),
+        "says what the service said: {err}"
+    );
+    assert!(state_of(&store) == before, "no remote recorded");
+    assert!(!store.join("remotes/o").exists());
 }

@@ -471,7 +471,7 @@ fn remote_commands_match_their_schemas() {
     let st = env.s();
     let key = key_file(env.tmp.path(), "json schema");
     let url = g.url("json/a");
-    let mut add = vec!["remote", "add", &st, "origin", &url];
+    let mut add = vec!["remote", "add", &st, "origin", &url, "--timeout", "30s"];
     let r = reach(&g, 0, &key);
     add.extend(r.iter().map(String::as_str));
     add.extend(FAST_KDF);
@@ -497,6 +497,7 @@ fn remote_commands_match_their_schemas() {
     assert_eq!(v[0]["name"], "origin", "{v}");
     assert_eq!(v[0]["branches"]["main"], c2.as_str(), "{v}");
     assert_eq!(v[0]["labels"]["first"], c1.as_str(), "{v}");
+    assert_eq!(v[0]["timeout_ms"], 30_000, "--timeout is recorded: {v}");
 
     // A second store: clone, then a new checkpoint on A, pushed, fetched and pulled into B.
     let b = env.tmp.path().join("b");

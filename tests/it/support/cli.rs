@@ -175,6 +175,11 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
+    run_command_bounded(cmd(args), limit)
+}
+
+/// `run_bounded` for a command already made (with its own environment).
+pub fn run_command_bounded(mut c: Command, limit: Duration) -> (Output, bool) {
     fn drain(r: Option<impl Read + Send + 'static>) -> JoinHandle<Vec<u8>> {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
@@ -184,7 +189,7 @@ where
             buf
         })
     }
-    let mut child = cmd(args)
+    let mut child = c
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
