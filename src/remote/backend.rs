@@ -179,6 +179,61 @@ fn read_credentials_file(path: &Path, profile: &str) -> Result<(String, String, 
 ///
 /// # Errors
 /// `Usage` naming where the region came from.
+/// The AWS environment the client reads: credentials it puts in headers, and URLs it parses
+/// (both unwrapped inside the client, so a bad value was a panic). An empty variable is
+/// left to the client (as unset).
+///
+/// # Errors
+/// `Usage` naming the variable, never a credential's value.
+fn check_environment() -> Result<()> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    for name in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+    ] {
+        if let Some(v) = std::env::var_os(name).filter(|v| !v.is_empty()) {
+            check_credential(name, &v.to_string_lossy())?;
+        }
+    }
+    for name in [
+        "AWS_ENDPOINT",
+        "AWS_ENDPOINT_URL",
+        "AWS_METADATA_ENDPOINT",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ] {
+        if let Some(v) = var(name) {
+            crate::remote::redact::check_url(name, &v)?;
+        }
+    }
+    if let Some(v) = var("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") {
+        let name = "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI";
+        if !v.starts_with('/') {
+            return Err(Error::Usage(format!(
+                "{name} {}: expected a path starting with /",
+                crate::text::quote::text(&v)
+            )));
+        }
+        crate::remote::redact::check_url(name, &format!("http://169.254.170.2{v}"))?;
+    }
+    Ok(())
+}
+
+/// A credential must be printable ASCII without spaces (what S3 keys and tokens are, and
+/// what a header carries).
+///
+/// # Errors
+/// `Usage` naming where the value came from, never the value.
+fn check_credential(what: &str, v: &str) -> Result<()> {
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_graphic()) {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "{what}: not a credential (printable ASCII without spaces expected; an empty value, a \
+         space, a newline or a non-ASCII character is in it)"
+    )))
+}
+
 fn check_region(what: &str, r: &str) -> Result<()> {
     let ok = !r.is_empty()
         && r.len() <= 64
@@ -275,9 +330,18 @@ impl S3Backend {
         {
             b = b.with_region("us-east-1");
         }
+        // The client puts the key id and the token in headers and unwraps the result: a
+        // value no header can carry is refused here, named, never shown.
+        check_environment()?;
         if let Some(path) = &o.credentials {
             let profile = o.profile.as_deref().unwrap_or("default");
             let (id, secret, token) = read_credentials_file(path, profile)?;
+            let named = |k: &str| format!("credentials file {} [{profile}] {k}", path.display());
+            check_credential(&named("aws_access_key_id"), &id)?;
+            check_credential(&named("aws_secret_access_key"), &secret)?;
+            if let Some(t) = &token {
+                check_credential(&named("aws_session_token"), t)?;
+            }
             b = b.with_access_key_id(id).with_secret_access_key(secret);
             if let Some(t) = token {
                 b = b.with_token(t);

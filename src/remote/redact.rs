@@ -41,31 +41,55 @@ pub fn has_userinfo(url: &str) -> bool {
     redact(url) != url
 }
 
-/// Checks an S3 endpoint URL: `http://` or `https://`, a host, no credentials, no spaces or
-/// control characters.
+/// Checks an S3 endpoint URL: `http://` or `https://`, a host (a name, an IPv4 address or a
+/// bracketed IPv6 one), an optional port and path, and nothing else: no credentials, query,
+/// fragment, spaces, control characters or anything the URL parser would rewrite. The HTTP
+/// client unwraps what it parses of the endpoint, so whatever passes here must parse.
 ///
 /// # Errors
 /// `Usage` naming the endpoint (without any credentials it held).
 pub fn check_endpoint(endpoint: &str) -> Result<()> {
+    check_url("endpoint", endpoint)
+}
+
+/// [`check_endpoint`] for a URL named `what` in messages (an environment variable).
+///
+/// # Errors
+/// `Usage` naming `what` and the URL (without any credentials it held).
+pub fn check_url(what: &str, endpoint: &str) -> Result<()> {
     let shown = redact(endpoint);
     if has_userinfo(endpoint) {
         return Err(Error::Usage(format!(
-            "endpoint {shown:?}: credentials in the URL are refused (they would be stored and \
+            "{what} {shown:?}: credentials in the URL are refused (they would be stored and \
              shown); give them in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or --credentials FILE"
         )));
     }
-    let host = endpoint
-        .strip_prefix("http://")
-        .or_else(|| endpoint.strip_prefix("https://"));
-    let ok = host.is_some_and(|h| {
-        !h.is_empty()
-            && !h.starts_with('/')
-            && !h.contains(|c: char| c.is_whitespace() || c.is_control())
-    });
-    if !ok {
-        return Err(Error::Usage(format!(
-            "endpoint {shown:?}: expected http://HOST[:PORT] or https://HOST[:PORT]"
-        )));
+    let bad = |why: &str| {
+        Error::Usage(format!(
+            "{what} {shown:?}: expected http://HOST[:PORT] or https://HOST[:PORT] ({why})"
+        ))
+    };
+    let simple = endpoint
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~:/[]%".contains(&b));
+    if !simple {
+        return Err(bad("a character a URL cannot carry as is"));
+    }
+    let url = url::Url::parse(endpoint).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("no host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(bad("no query or fragment"));
+    }
+    // What the parser would rewrite (`%zz`, `a/../b`, a default port) is refused rather than
+    // sent somewhere other than what was typed.
+    let normal = url.as_str().trim_end_matches('/');
+    if !normal.eq_ignore_ascii_case(endpoint.trim_end_matches('/')) {
+        return Err(bad(&format!("write it as {normal}")));
     }
     Ok(())
 }

@@ -276,6 +276,26 @@ const CASES: &[Case] = &[
         says: "--include: bad pattern \"[\"",
     },
     // clap's errors: said once (26).
+    // Endpoints that parse as URLs only loosely: the S3 client unwrapped its own parse
+    // (panics found by cli::parse_fuzz).
+    Case {
+        args: &[
+            "remote",
+            "add",
+            "{store}",
+            "o",
+            "s3://b/p",
+            "--endpoint",
+            "http://a:notaport",
+        ],
+        code: 2,
+        says: "invalid port number",
+    },
+    Case {
+        args: &["clone", "s3://b/p", "{tmp}/new", "--endpoint", "http://["],
+        code: 2,
+        says: "endpoint \"http://[\"",
+    },
     // Time-outs that are surely typos (13).
     Case {
         args: &[
@@ -658,4 +678,59 @@ fn no_credentials_anywhere_is_said_as_such() {
     );
     assert!(state_of(&store) == before, "no remote recorded");
     assert!(!store.join("remotes/o").exists());
+}
+
+/// Credentials the S3 client would put in a header and unwrap (a panic, found by fuzzing):
+/// refused in one line naming where they came from, never showing them.
+#[test]
+fn credentials_no_header_can_carry_are_refused_naming_their_source_not_their_value() {
+    let t = tempdir();
+    let key = t.path().join("key");
+    fs::write(&key, "k\n").unwrap();
+    let creds = t.path().join("creds");
+    fs::write(
+        &creds,
+        "[default]\naws_access_key_id = AKIA hunter2\naws_secret_access_key = s\n",
+    )
+    .unwrap();
+    let target = t.path().join("clone");
+    let base = |extra: &[&str]| {
+        let mut args = vec![
+            "clone",
+            "s3://b/p",
+            s(&target),
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--key-file",
+            s(&key),
+        ];
+        args.extend_from_slice(extra);
+        cmd(args)
+    };
+    let mut from_env = base(&[]);
+    from_env
+        .env("AWS_ACCESS_KEY_ID", "a")
+        .env("AWS_SECRET_ACCESS_KEY", "b")
+        .env("AWS_SESSION_TOKEN", "tok\nhunter2");
+    let mut from_file = base(&["--credentials", s(&creds)]);
+    from_file.env_remove("AWS_ACCESS_KEY_ID");
+    let mut metadata = base(&[]);
+    metadata
+        .env("AWS_ACCESS_KEY_ID", "a")
+        .env("AWS_SECRET_ACCESS_KEY", "b")
+        .env("AWS_METADATA_ENDPOINT", "http://a:bad");
+    for (c, says) in [
+        (from_env, "AWS_SESSION_TOKEN: not a credential"),
+        (from_file, "[default] aws_access_key_id: not a credential"),
+        (metadata, "AWS_METADATA_ENDPOINT \"http://a:bad\""),
+    ] {
+        let (o, finished) = run_command_bounded(c, std::time::Duration::from_secs(40));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(finished, "hung: {err}");
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{says}: {err}");
+        assert!(!err.contains("hunter2"), "the value is never shown: {err}");
+        assert!(!target.exists(), "nothing made");
+    }
 }

@@ -3,6 +3,7 @@ mod conventions;
 mod exec;
 mod json_schema;
 mod log;
+mod parse_fuzz;
 mod prefix;
 mod progress;
 mod readme;
