@@ -11,6 +11,8 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 # The agent CLIs of tests/it/agent come from npm (below).
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# tests/it/health/powerloss.rs records the system calls of a command (tests/powerloss).
+command -v strace >/dev/null 2>&1 || need+=(strace)
 # tests/it/support/garage.rs talks S3 to Garage behind ckptfs's back (curl --aws-sigv4).
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # tests/cli_shell.rs renders the generated man pages (`man -l`, groff's nroff).

@@ -5,6 +5,9 @@
 //! `CKPTFS_FAULT=abort:N` in the environment; `CKPTFS_FAULT=stop:N` stops the process there
 //! (SIGSTOP) for a test to look at what it holds. `CKPTFS_FAULT=count` makes the binary print
 //! `ckptfs: io steps: N` on stderr at exit, so tests know how many steps an operation takes.
+//! `CKPTFS_FAULT=skip-sync:replace` leaves out the file fsync of [`write_atomic_replace`]: the
+//! bug the power-loss tests must catch (tests/powerloss), kept breakable on purpose so they
+//! show they do.
 //! Without the variable the hook is one relaxed atomic increment.
 
 use std::fs::{self, File, OpenOptions};
@@ -24,6 +27,8 @@ enum FaultMode {
     Abort,
     Stop,
     Count,
+    /// Leave out the temp file's fsync in `replace` (the step number is unused).
+    SkipReplaceSync,
 }
 
 fn fault_config() -> Option<(FaultMode, u64)> {
@@ -32,6 +37,9 @@ fn fault_config() -> Option<(FaultMode, u64)> {
         let v = std::env::var("CKPTFS_FAULT").ok()?;
         if v == "count" {
             return Some((FaultMode::Count, 0));
+        }
+        if v == "skip-sync:replace" {
+            return Some((FaultMode::SkipReplaceSync, 0));
         }
         let (mode, n) = v.split_once(':')?;
         let n: u64 = n.parse().ok()?;
@@ -64,7 +72,7 @@ pub fn fault_point(what: &str) -> io::Result<()> {
                     nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP)
                         .map_err(io::Error::from)?;
                 }
-                FaultMode::Count => {}
+                FaultMode::Count | FaultMode::SkipReplaceSync => {}
             }
         }
     }
@@ -226,7 +234,7 @@ fn replace(path: &Path, data: &[u8], mode: u32, sync: bool) -> Result<()> {
     let tmp = temp_path(dir, "w");
     let result = (|| {
         write_new(&tmp, data, mode)?;
-        if sync {
+        if sync && !matches!(fault_config(), Some((FaultMode::SkipReplaceSync, _))) {
             sync_path(&tmp)?;
         }
         rename(&tmp, path)?;

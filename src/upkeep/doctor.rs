@@ -336,6 +336,16 @@ fn check_run_state(store: &Store, f: &mut Vec<Finding>) {
             Repair::Recover,
         ));
     }
+    for p in inventory::unreadable_mount_records(store) {
+        f.push(Finding::new(
+            Severity::Warning,
+            Check::Mount,
+            p.display().to_string(),
+            "workspace mount record that does not parse (a power loss cut it; its mounts are gone)",
+            "ckptfs recover removes it",
+            Repair::Recover,
+        ));
+    }
     for p in inventory::dead_sockets(store) {
         f.push(Finding::new(
             Severity::Warning,

@@ -113,13 +113,27 @@ pub fn dead_pins(store: &Store) -> Result<Vec<PathBuf>> {
     Ok(list_dir(&store.pins_dir())?
         .into_iter()
         .filter(|p| p.extension().and_then(|x| x.to_str()) == Some("json"))
-        .filter(|p| {
-            fs::read(p)
-                .ok()
-                .and_then(|d| serde_json::from_slice::<Pin>(&d).ok())
-                .is_some_and(|pin| !pid_alive(pin.pid))
+        .filter(|p| match fs::read(p) {
+            // A pin is replaced atomically and never synced (it describes a live process):
+            // one that does not parse was cut by a power loss, and its process is gone.
+            Ok(d) => serde_json::from_slice::<Pin>(&d).map_or(true, |pin| !pid_alive(pin.pid)),
+            Err(_) => false,
         })
         .collect())
+}
+
+/// Workspace mount records (`run/mounts/B.json`) that do not parse: written atomically and
+/// never synced (they describe live mounts), so only a power loss leaves one empty or cut,
+/// and the mounts it described went with it.
+pub fn unreadable_mount_records(store: &Store) -> Vec<PathBuf> {
+    list_dir(&store.workspace_states_dir())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.extension().and_then(|x| x.to_str()) == Some("json"))
+        .filter(|p| {
+            fs::read(p).is_ok_and(|d| serde_json::from_slice::<serde_json::Value>(&d).is_err())
+        })
+        .collect()
 }
 
 /// Files under `run/`, recursively, with their metadata, without entering a mount: the

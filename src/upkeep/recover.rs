@@ -2,7 +2,9 @@
 //! `run/RUNNING.json`, and remove half-written temp files. Runs under the exclusive lock, so no
 //! other mutating command can be running; a marker whose process is still alive is refused.
 //!
-//! It also repairs what `doctor` reports as safely repairable: dead pins, dead control sockets
+//! It also repairs what `doctor` reports as safely repairable: dead pins (and pins or workspace
+//! mount records a power loss left unreadable: never synced, they describe what a reboot
+//! ended), dead control sockets
 //! and pid files, writable object files (back to 0444), a store directory open to others (back
 //! to 0700), and mounts of this store whose daemon is gone (lazily detached). An interrupted
 //! `archive` has its partial output files removed; an interrupted `gc` or `unarchive` needs no
@@ -156,6 +158,13 @@ fn repair_health(store: &Store, report: &mut RecoverReport) -> Result<()> {
         report
             .actions
             .push(format!("removed the dead pin {}", p.display()));
+    }
+    for p in inventory::unreadable_mount_records(store) {
+        fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+        report.actions.push(format!(
+            "removed the unreadable workspace record {} (a power loss cut it; its mounts are gone)",
+            p.display()
+        ));
     }
     for p in inventory::dead_sockets(store)
         .into_iter()

@@ -86,14 +86,27 @@ pub(super) fn write_mount_state(store: &Store, st: &WorkspaceState) -> Result<()
 
 /// The mounted workspace of `branch`, if its state file exists.
 pub fn state(store: &Store, branch: &str) -> Result<Option<WorkspaceState>> {
-    read_json(&store.workspace_state_path(branch))
+    read_mount_record(&store.workspace_state_path(branch))
+}
+
+/// A mount record, `None` also when it does not parse: it is never synced, so a power loss
+/// can leave it empty, and the mounts it described are gone with the reboot. Said once as a
+/// warning; `recover` removes it.
+fn read_mount_record(p: &Path) -> Result<Option<WorkspaceState>> {
+    match read_json(p) {
+        Err(Error::Corrupt(m)) => {
+            log::warn!("{m}: unreadable workspace record, taken as not mounted (a power loss cuts these; `ckptfs recover` removes it)");
+            Ok(None)
+        }
+        other => other,
+    }
 }
 
 /// Every mounted workspace (by state file).
 pub fn states(store: &Store) -> Result<Vec<WorkspaceState>> {
     let mut out = Vec::new();
     for (p, _) in crate::fs::json_records(&store.workspace_states_dir())? {
-        if let Some(s) = read_json::<WorkspaceState>(&p)? {
+        if let Some(s) = read_mount_record(&p)? {
             out.push(s);
         }
     }

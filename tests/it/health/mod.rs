@@ -5,5 +5,6 @@ mod doctor;
 mod forget;
 mod gc;
 mod gc_retention;
+mod powerloss;
 mod proptest;
 mod workspace;
