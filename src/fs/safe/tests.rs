@@ -39,6 +39,28 @@ fn never_follows_a_symlink_component() {
     );
 }
 
+/// Issue 35, gap 3: a *relative* symlink that stays inside the held directory is refused
+/// too. `RESOLVE_BENEATH` lets it through (it never leaves); only `RESOLVE_NO_SYMLINKS` stops
+/// it, so an agent cannot make a write meant for `d/x` land in `elsewhere/x` of its own room.
+#[test]
+fn never_follows_a_relative_symlink_that_stays_beneath() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir(t.path().join("elsewhere")).unwrap();
+    std::fs::write(t.path().join("elsewhere/x"), b"x").unwrap();
+    std::os::unix::fs::symlink("elsewhere", t.path().join("d")).unwrap();
+    std::os::unix::fs::symlink("elsewhere/x", t.path().join("fx")).unwrap();
+    std::os::unix::fs::symlink("../elsewhere", t.path().join("elsewhere/up")).unwrap();
+    let d = Dir::open(t.path()).unwrap();
+    assert!(d.open_file("elsewhere/x").is_ok());
+    for rel in ["d/x", "fx", "elsewhere/up/x"] {
+        let e = d.open_file(rel).unwrap_err();
+        assert!(is_swapped(&e), "{rel}: {e}");
+    }
+    assert!(d.open_dir("d").is_err());
+    assert!(d.open_dir("elsewhere/up").is_err());
+    assert!(d.stat("d/x").is_err(), "stat through a relative symlink");
+}
+
 #[test]
 fn a_fifo_never_blocks_and_is_named() {
     let t = tempfile::tempdir().unwrap();

@@ -183,3 +183,44 @@ fn status_branch_list_switch_and_checkpoint_agree_on_changes() {
     let out = ok(["umount", w.room()]);
     assert!(out.contains("un-checkpointed changes"), "{out}");
 }
+
+/// Issue 35, gap 1: a file that stays in the upper layer (`--no-fold`, the normal case with
+/// an agent inside) edited to the same size is recorded with its new bytes, also when its
+/// mtime is put back: the walk of the upper layer may reuse chunks only for a file whose
+/// identity and change time say it was not written. (A mutation reusing them whenever the
+/// size was unchanged passed every test before this one.)
+#[test]
+fn a_same_size_edit_of_a_file_kept_in_the_upper_layer_is_recorded() {
+    let w = Workspace::new(|room| write(&room.join("keep.txt"), b"base\n"));
+    let f = w.path("f.txt");
+    write(&f, b"dddd");
+    let first = ok_json(["checkpoint", w.room(), "--no-fold"]);
+    let first = first["id"].as_str().unwrap().to_string();
+    assert_eq!(w.cat(&first, "f.txt"), b"dddd");
+    let mtime = fs::metadata(&f).unwrap().modified().unwrap();
+    // Same size, new bytes.
+    write(&f, b"eeee");
+    let second = ok_json(["checkpoint", w.room(), "--no-fold"]);
+    let second = second["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        w.cat(&second, "f.txt"),
+        b"eeee",
+        "a same-size edit was missed"
+    );
+    // Same size, new bytes, and the old mtime put back (`touch -d`, or a tool that keeps
+    // times): only the change time tells.
+    write(&f, b"ffff");
+    fs::File::options()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    let third = ok_json(["checkpoint", w.room(), "--no-fold"]);
+    let third = third["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        w.cat(&third, "f.txt"),
+        b"ffff",
+        "an edit with its mtime put back was missed"
+    );
+}
