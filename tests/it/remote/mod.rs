@@ -3,3 +3,4 @@ mod garage_harness;
 mod reads;
 mod remote_main;
 mod repack;
+mod tamper;
