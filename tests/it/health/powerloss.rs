@@ -283,3 +283,31 @@ fn a_turn_survives_power_loss_at_every_step() {
         "the turn was recorded"
     );
 }
+
+/// `switch --checkpoint-first`: the changes are recorded on the branch left, then the other
+/// branch is mounted at the same paths. In every state both heads are old or new and the
+/// change is somewhere: in main's new head, or still in an upper layer or set aside.
+#[test]
+fn a_switch_survives_power_loss_at_every_step() {
+    let w = Workspace::new(|room| write(&room.join("a.txt"), b"a\n"));
+    ok(["fork", w.store(), "main", "feature"]);
+    let (main, feature) = (
+        head(&w.store, "main").unwrap(),
+        head(&w.store, "feature").unwrap(),
+    );
+    write(&w.path("a.txt"), b"a\nswitched-away\n");
+    let check = format!(
+        "grep -rqs switched-away {{store}}/upper {{store}}/displaced || \
+         {} cat {{store}} main:ws/a.txt | grep -q switched-away",
+        bin()
+    );
+    let (m, f) = (format!("{main},@after"), format!("{feature},@after"));
+    let v = crashsim_with(
+        &w.store,
+        &[("main", &m), ("feature", &f)],
+        &[vec!["sh".into(), "-c".into(), check]],
+        &[bin(), "umount", w.room()],
+        &["switch", w.room(), "--to", "feature", "--checkpoint-first"],
+    );
+    holds(&v, 30);
+}
