@@ -3,6 +3,9 @@
 #
 #   scripts/mutants.sh [MODULE...]      default: every module below
 #   scripts/mutants.sh --list           the modules and the tests each runs against
+#   MUTANTS_ARGS="--in-place" scripts/mutants.sh ...   extra cargo-mutants arguments (--in-place
+#                                       mutates this checkout and reuses its target/: use a
+#                                       spare clone)
 #
 # For each module, cargo-mutants (https://mutants.rs) makes every small plausible bug it can
 # (a function returning a default, a condition negated, an operator swapped) and runs the
@@ -47,7 +50,7 @@ for m in "${MODULES[@]}"; do
   IFS=',' read -ra globs <<<"$files"
   for g in "${globs[@]}"; do fargs+=(--file "$g"); done
   # shellcheck disable=SC2086
-  cargo mutants --no-shuffle --timeout-multiplier 3 --output "$out" "${fargs[@]}" \
+  cargo mutants --no-shuffle --timeout-multiplier 3 --output "$out" ${MUTANTS_ARGS:-} "${fargs[@]}" \
     -- $args >"$out/log.txt" 2>&1 || true
   mo="$out/mutants.out"
   count() { [ -f "$mo/$1.txt" ] && grep -c . "$mo/$1.txt" || echo 0; }
