@@ -315,3 +315,124 @@ pub fn secret_from(key_file: Option<&std::path::Path>) -> Result<Vec<u8>> {
             .into(),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    //! The edges the pack tests do not reach (found by `scripts/mutants.sh crypto`).
+    use super::*;
+
+    fn keys() -> Keys {
+        Keys::create(b"secret", 256, 1).expect("keys").0
+    }
+
+    #[test]
+    fn the_default_kdf_cost_is_owasps() {
+        assert_eq!((KDF_MEMORY_KIB, KDF_PASSES), (64 * 1024, 3));
+        assert_eq!(
+            OVERHEAD, 40,
+            "24-byte XChaCha20 nonce and 16-byte Poly1305 tag"
+        );
+    }
+
+    #[test]
+    fn random_names_are_hex_of_their_length_and_differ() {
+        let (a, b) = (random_hex(8).unwrap(), random_hex(8).unwrap());
+        assert_eq!(a.len(), 16);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b);
+        assert_eq!(unhex(&a, "x").unwrap().len(), 8);
+    }
+
+    #[test]
+    fn unhex_refuses_odd_lengths_and_non_hex() {
+        for bad in ["abc", "zz", "0g", "a"] {
+            assert!(unhex(bad, "x").is_err(), "{bad}");
+        }
+        assert_eq!(unhex("00ff", "x").unwrap(), vec![0, 255]);
+    }
+
+    #[test]
+    fn keys_never_show_their_bytes() {
+        let shown = format!("{:?}", keys());
+        assert_eq!(shown, "Keys::Sealed(..)");
+        assert_eq!(format!("{:?}", Keys::Plain), "Keys::Plain");
+        assert!(keys().encrypted() && !Keys::Plain.encrypted());
+    }
+
+    /// An empty plaintext seals to exactly OVERHEAD bytes and opens; anything shorter is an
+    /// error, never a panic, in both ways of opening.
+    #[test]
+    fn sealed_lengths_at_and_below_the_overhead() {
+        let k = keys();
+        let empty = k.seal(b"w", b"").unwrap();
+        assert_eq!(empty.len(), OVERHEAD);
+        assert_eq!(k.open(b"w", &empty, "e").unwrap(), b"");
+        let mut copy = empty.clone();
+        let r = k.open_in_place(b"w", &mut copy, "e").unwrap();
+        assert!(r.is_empty());
+        for n in [0, 5, NONCE_LEN, OVERHEAD - 1] {
+            let mut short = empty[..n].to_vec();
+            assert!(k.open(b"w", &short, "s").is_err(), "{n}");
+            assert!(k.open_in_place(b"w", &mut short, "s").is_err(), "{n}");
+        }
+        // In place, the plaintext's range is the sealed bytes less nonce and tag.
+        let mut sealed = k.seal(b"w", b"hello").unwrap();
+        let r = k.open_in_place(b"w", &mut sealed, "h").unwrap();
+        assert_eq!(r, NONCE_LEN..NONCE_LEN + 5);
+        assert_eq!(&sealed[r], b"hello");
+    }
+
+    #[test]
+    fn names_are_keyed_hmacs_distinct_per_object() {
+        let (k, other) = (keys(), keys());
+        let (a, b) = (ObjectId::of(b"a"), ObjectId::of(b"b"));
+        let na = k.name_of(&a);
+        assert_eq!(na.len(), 64);
+        assert!(na.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(na, k.name_of(&b));
+        assert_ne!(na, other.name_of(&a), "another master key, other names");
+        assert_eq!(Keys::Plain.name_of(&a), a.to_hex());
+    }
+
+    /// A key file's bytes are the secret, line ends at its end dropped, inside kept; an empty
+    /// or oversized one is refused.
+    #[test]
+    fn a_key_file_is_its_bytes_less_the_final_line_end() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("k");
+        for (content, want) in [
+            (&b"pw\n"[..], &b"pw"[..]),
+            (b"pw\r\n\n", b"pw"),
+            (b"p\nw\n", b"p\nw"),
+            (b"\x00\xff", b"\x00\xff"),
+        ] {
+            std::fs::write(&f, content).unwrap();
+            assert_eq!(secret_from(Some(&f)).unwrap(), want);
+        }
+        for bad in [&b"\n\r\n"[..], &[b'x'; (1 << 16) + 1][..]] {
+            std::fs::write(&f, bad).unwrap();
+            assert!(secret_from(Some(&f)).is_err(), "{} bytes", bad.len());
+        }
+        assert!(secret_from(Some(&t.path().join("none"))).is_err());
+    }
+
+    /// Each bound of a key record is checked on its own, before any key is derived (a record
+    /// from the remote is untrusted: a cost past them would take the machine's memory).
+    #[test]
+    fn each_kdf_bound_of_a_key_record_is_refused_alone() {
+        let (_, rec) = Keys::create(b"right", 256, 1).unwrap();
+        let edits: [(&str, fn(&mut KeyRecord)); 4] = [
+            ("kdf", |r| r.kdf = "scrypt".into()),
+            ("memory", |r| r.memory_kib = (4 << 20) + 1),
+            ("passes", |r| r.passes = 101),
+            ("lanes", |r| r.lanes = 65),
+        ];
+        for (what, edit) in edits {
+            let mut r = rec.clone();
+            edit(&mut r);
+            let e = Keys::open_record(&r, b"right").map(|_| ()).unwrap_err();
+            assert!(e.to_string().contains("unsupported KDF"), "{what}: {e}");
+        }
+        assert!(Keys::open_record(&rec, b"right").unwrap().is_some());
+    }
+}
