@@ -421,7 +421,8 @@ mod tests {
     #[test]
     fn each_kdf_bound_of_a_key_record_is_refused_alone() {
         let (_, rec) = Keys::create(b"right", 256, 1).unwrap();
-        let edits: [(&str, fn(&mut KeyRecord)); 4] = [
+        type Edit = fn(&mut KeyRecord);
+        let edits: [(&str, Edit); 4] = [
             ("kdf", |r| r.kdf = "scrypt".into()),
             ("memory", |r| r.memory_kib = (4 << 20) + 1),
             ("passes", |r| r.passes = 101),
