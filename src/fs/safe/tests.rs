@@ -163,3 +163,95 @@ fn xattrs_of_names_and_files() {
         assert_eq!(seen.len(), 2);
     }
 }
+
+/// `Stat` says what `lstat` says, field by field, for every kind of entry (found unchecked by
+/// `scripts/mutants.sh safe`: every accessor could return a constant).
+#[test]
+fn stat_is_lstat_field_by_field_for_every_kind() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("f"), vec![7u8; 5000]).unwrap();
+    std::fs::set_permissions(t.path().join("f"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::fs::hard_link(t.path().join("f"), t.path().join("f2")).unwrap();
+    std::fs::write(t.path().join("empty"), b"").unwrap();
+    std::fs::create_dir(t.path().join("d")).unwrap();
+    std::os::unix::fs::symlink("f", t.path().join("l")).unwrap();
+    nix::unistd::mkfifo(
+        &t.path().join("p"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let _sock = std::os::unix::net::UnixListener::bind(t.path().join("s")).unwrap();
+    let d = Dir::open(t.path()).unwrap();
+    let dev = Dir::open(Path::new("/dev")).unwrap();
+    let cases = [
+        (&d, "f", Kind::File),
+        (&d, "empty", Kind::File),
+        (&d, "d", Kind::Dir),
+        (&d, "l", Kind::Symlink),
+        (&d, "p", Kind::Fifo),
+        (&d, "s", Kind::Socket),
+        (&dev, "null", Kind::CharDevice),
+    ];
+    for (dir, name, kind) in cases {
+        let st = dir.stat(name).unwrap().unwrap();
+        let md = std::fs::symlink_metadata(dir.path().join(name)).unwrap();
+        assert_eq!(st.kind(), kind, "{name}");
+        assert_eq!(st.is_file(), kind == Kind::File, "{name}");
+        assert_eq!(st.is_dir(), kind == Kind::Dir, "{name}");
+        assert_eq!(st.is_symlink(), kind == Kind::Symlink, "{name}");
+        assert_eq!(
+            (st.len(), st.is_empty()),
+            (md.len(), md.len() == 0),
+            "{name}"
+        );
+        let ours = (
+            st.dev(),
+            st.ino(),
+            st.mode(),
+            st.nlink(),
+            st.uid(),
+            st.gid(),
+            st.rdev(),
+        );
+        let theirs = (
+            md.dev(),
+            md.ino(),
+            md.mode(),
+            md.nlink(),
+            md.uid(),
+            md.gid(),
+            md.rdev(),
+        );
+        assert_eq!(ours, theirs, "{name}");
+        let times = |m: &dyn MetadataExt| {
+            (
+                m.size(),
+                (m.atime(), m.atime_nsec()),
+                (m.mtime(), m.mtime_nsec()),
+                (m.ctime(), m.ctime_nsec()),
+                (m.blksize(), m.blocks()),
+            )
+        };
+        // (Not /dev/null's: anyone on the machine may be writing to it meanwhile.)
+        if kind != Kind::CharDevice {
+            assert_eq!(times(&st), times(&md), "{name}");
+        }
+    }
+    let f = d.stat("f").unwrap().unwrap();
+    assert_eq!((f.len(), f.nlink(), f.mode() & 0o7777), (5000, 2, 0o640));
+    assert!(d.stat("empty").unwrap().unwrap().is_empty() && !f.is_empty());
+}
+
+#[test]
+fn relative_paths_are_plain_names_only() {
+    for bad in ["", "/a", "a\0b", "a/\0", "/"] {
+        assert!(
+            check_rel(Path::new(OsStr::from_bytes(bad.as_bytes()))).is_err(),
+            "{bad:?}"
+        );
+    }
+    for good in ["a", "a/b", "a//b", "a/b/"] {
+        assert!(check_rel(Path::new(good)).is_ok(), "{good:?}");
+    }
+}
