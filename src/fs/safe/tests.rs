@@ -255,3 +255,47 @@ fn relative_paths_are_plain_names_only() {
         assert!(check_rel(Path::new(good)).is_ok(), "{good:?}");
     }
 }
+
+/// The opens refuse what is not what they open (a file where a directory is asked for), say
+/// which path, and tell "not there" from "swapped".
+#[test]
+fn opens_refuse_the_wrong_kind_naming_the_path() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("f"), b"x").unwrap();
+    std::fs::create_dir_all(t.path().join("d/e")).unwrap();
+    assert!(
+        Dir::open(&t.path().join("f")).is_err(),
+        "a file is no top directory"
+    );
+    let d = Dir::open(t.path()).unwrap();
+    let e = d.open_dir("f").unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&t.path().join("f").display().to_string()),
+        "{e}"
+    );
+    assert!(!is_swapped(&d.open_file("nothing").unwrap_err()));
+    assert!(d.try_open_dir("nothing").unwrap().is_none());
+    assert!(
+        d.try_open_dir("f").is_err(),
+        "a file there is an error, not nothing"
+    );
+    let sub = d.try_open_dir("d").unwrap().expect("d");
+    assert_eq!(sub.path(), t.path().join("d"));
+    assert_eq!(sub.display_path("e"), t.path().join("d/e"));
+    assert!(sub.open_dir("e").is_ok());
+}
+
+#[test]
+fn subdirs_lists_directories_and_counts_everything() {
+    let t = tempfile::tempdir().unwrap();
+    for n in ["a", "b"] {
+        std::fs::create_dir(t.path().join(n)).unwrap();
+    }
+    std::fs::write(t.path().join("f"), b"").unwrap();
+    std::os::unix::fs::symlink("a", t.path().join("l")).unwrap();
+    let (mut dirs, all) = Dir::open(t.path()).unwrap().subdirs().unwrap();
+    dirs.sort();
+    assert_eq!(dirs, vec![OsString::from("a"), OsString::from("b")]);
+    assert_eq!(all, 4, "without . and ..");
+}
