@@ -138,9 +138,20 @@ fn xattrs_of_names_and_files() {
     let p = t.path().join("f");
     std::fs::write(&p, b"x").unwrap();
     let d = Dir::open(t.path()).unwrap();
-    if d.set_xattr(OsStr::new("f"), b"user.a", b"1").is_err() {
+    // The filesystem's support is probed by path, so a broken `set_xattr` cannot pass for
+    // "unsupported here".
+    let probe = rustix::fs::lsetxattr(&p, "user.probe", b"", rustix::fs::XattrFlags::empty());
+    if probe.is_err() {
         return; // tmpfs without user xattrs
     }
+    rustix::fs::lremovexattr(&p, "user.probe").unwrap();
+    d.set_xattr(OsStr::new("f"), b"user.a", b"1").unwrap();
+    // The directory's own.
+    rustix::fs::setxattr(t.path(), "user.dir", b"2", rustix::fs::XattrFlags::empty()).unwrap();
+    assert_eq!(
+        d.xattrs_self().unwrap(),
+        vec![(b"user.dir".to_vec(), b"2".to_vec())]
+    );
     assert_eq!(
         d.xattrs_of(OsStr::new("f")).unwrap(),
         vec![(b"user.a".to_vec(), b"1".to_vec())]
