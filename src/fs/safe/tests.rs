@@ -310,3 +310,72 @@ fn subdirs_lists_directories_and_counts_everything() {
     assert_eq!(dirs, vec![OsString::from("a"), OsString::from("b")]);
     assert_eq!(all, 4, "without . and ..");
 }
+
+/// Every write through a held directory does what it says, and nothing through a symlink
+/// (unit-level; restore and the workspace tests use them on real trees).
+#[test]
+fn writers_do_what_they_say_and_never_through_a_symlink() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let d = Dir::open(t.path()).unwrap();
+    let mode = |n: &str| {
+        std::fs::symlink_metadata(t.path().join(n))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    d.create_dir(OsStr::new("sub"), 0o750).unwrap();
+    // The mode given, less the umask.
+    assert_eq!((mode("sub") & !0o750, mode("sub") & 0o700), (0, 0o700));
+    assert!(d.create_dir(OsStr::new("sub"), 0o700).is_err(), "exists");
+    std::io::Write::write_all(&mut d.create_file(OsStr::new("a"), 0o600).unwrap(), b"A").unwrap();
+    assert!(
+        d.create_file(OsStr::new("a"), 0o600).is_err(),
+        "never over an existing file"
+    );
+    std::fs::write(t.path().join("b"), b"B").unwrap();
+    let sub = d.open_dir("sub").unwrap();
+    sub.hard_link(&d, OsStr::new("a"), OsStr::new("a-link"))
+        .unwrap();
+    assert_eq!(std::fs::metadata(t.path().join("a")).unwrap().nlink(), 2);
+    // rename: never replacing unless asked.
+    assert!(d
+        .rename(OsStr::new("a"), &d, OsStr::new("b"), false)
+        .is_err());
+    assert_eq!(std::fs::read(t.path().join("b")).unwrap(), b"B");
+    d.rename(OsStr::new("b"), &sub, OsStr::new("b2"), false)
+        .unwrap();
+    assert_eq!(std::fs::read(t.path().join("sub/b2")).unwrap(), b"B");
+    d.exchange(OsStr::new("a"), &sub, OsStr::new("b2")).unwrap();
+    assert_eq!(std::fs::read(t.path().join("a")).unwrap(), b"B");
+    assert_eq!(std::fs::read(t.path().join("sub/b2")).unwrap(), b"A");
+    // Owner, mode and times on a symlink touch the link or nothing, never its target.
+    std::os::unix::fs::symlink("a", t.path().join("l")).unwrap();
+    d.set_mode(OsStr::new("a"), 0o640).unwrap();
+    assert_eq!(mode("a"), 0o640);
+    d.set_mode(OsStr::new("l"), 0o777).unwrap();
+    assert_eq!(mode("a"), 0o640, "set_mode followed the symlink");
+    d.set_owner(OsStr::new("l"), 65534, 65534).unwrap();
+    let (a, l) = (
+        std::fs::metadata(t.path().join("a")).unwrap(),
+        std::fs::symlink_metadata(t.path().join("l")).unwrap(),
+    );
+    assert_eq!((l.uid(), a.uid()), (65534, nix::unistd::geteuid().as_raw()));
+    d.set_owner(OsStr::new("a"), 65534, 65534).unwrap();
+    assert_eq!(std::fs::metadata(t.path().join("a")).unwrap().gid(), 65534);
+    d.set_times(OsStr::new("l"), 1_000_000_000, 2_000_000_000)
+        .unwrap();
+    let (a, l) = (
+        std::fs::metadata(t.path().join("a")).unwrap(),
+        std::fs::symlink_metadata(t.path().join("l")).unwrap(),
+    );
+    assert_eq!(l.mtime(), 2);
+    assert_ne!(a.mtime(), 2, "set_times followed the symlink");
+    d.set_times(OsStr::new("a"), 3_000_000_000, 4_000_000_007)
+        .unwrap();
+    let a = std::fs::metadata(t.path().join("a")).unwrap();
+    assert_eq!((a.atime(), a.mtime(), a.mtime_nsec()), (3, 4, 7));
+    d.remove_all(OsStr::new("sub")).unwrap();
+    assert!(!t.path().join("sub").exists());
+}
