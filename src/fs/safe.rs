@@ -719,10 +719,7 @@ impl Dir {
         let entry = self.stat(name)?;
         let dir = self.open_dir(name)?;
         let held = dir.stat_self()?;
-        let ours = entry.is_some_and(|e| e.same_object(&held))
-            && held.uid == nix::unistd::geteuid().as_raw()
-            && held.mode & 0o022 == 0;
-        if !ours {
+        if !private_and_ours(entry.as_ref(), &held, nix::unistd::geteuid().as_raw()) {
             return Err(Error::Invalid(format!(
                 "{} was replaced while being created (is its parent writable by others?)",
                 path.display()
@@ -730,6 +727,12 @@ impl Dir {
         }
         Ok(dir)
     }
+}
+
+/// The check of [`Dir::create_private_dir`]: the directory held is the entry created (by
+/// `lstat` of the name), owned by `euid`, and writable by nobody else.
+fn private_and_ours(entry: Option<&Stat>, held: &Stat, euid: u32) -> bool {
+    entry.is_some_and(|e| e.same_object(held)) && held.uid == euid && held.mode & 0o022 == 0
 }
 
 // Metadata of an open file or directory (rule 4): the fd is what was created or checked.

@@ -379,3 +379,76 @@ fn writers_do_what_they_say_and_never_through_a_symlink() {
     d.remove_all(OsStr::new("sub")).unwrap();
     assert!(!t.path().join("sub").exists());
 }
+
+/// A private directory is refused unless the one held is the one created, ours, and
+/// writable by nobody else (each condition alone; the swap itself is a race the hostile
+/// tests drive).
+#[test]
+fn a_private_directory_must_be_the_one_made_ours_and_closed() {
+    let t = tempfile::tempdir().unwrap();
+    let d = Dir::open(t.path()).unwrap();
+    let p = d.create_private_dir(OsStr::new("p")).unwrap();
+    assert!(d.create_private_dir(OsStr::new("p")).is_err(), "exists");
+    let held = p.stat_self().unwrap();
+    assert_eq!(held.mode & 0o7777, 0o700);
+    let me = nix::unistd::geteuid().as_raw();
+    let entry = d.stat("p").unwrap().unwrap();
+    assert!(private_and_ours(Some(&entry), &held, me));
+    assert!(!private_and_ours(None, &held, me), "no entry");
+    std::fs::create_dir(t.path().join("other")).unwrap();
+    let other = d.stat("other").unwrap().unwrap();
+    assert!(
+        !private_and_ours(Some(&other), &held, me),
+        "another directory"
+    );
+    assert!(
+        !private_and_ours(Some(&entry), &held, me + 1),
+        "someone else's"
+    );
+    for open in [0o720, 0o702, 0o777] {
+        let loose = Stat {
+            mode: (held.mode & !0o7777) | open,
+            ..held.clone()
+        };
+        assert!(!private_and_ours(Some(&entry), &loose, me), "{open:o}");
+    }
+}
+
+/// `open_regular_path`: nothing there is `None`, a FIFO is refused at once, a symlink only
+/// when not followed; the `*_fd` setters act on the fd given.
+#[test]
+fn open_regular_path_and_the_fd_setters() {
+    let t = tempfile::tempdir().unwrap();
+    let f = t.path().join("f");
+    std::fs::write(&f, b"x").unwrap();
+    std::os::unix::fs::symlink("f", t.path().join("l")).unwrap();
+    nix::unistd::mkfifo(
+        &t.path().join("p"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    assert!(open_regular_path(&t.path().join("none"), false)
+        .unwrap()
+        .is_none());
+    assert!(open_regular_path(&t.path().join("p"), false).is_err());
+    assert!(open_regular_path(&t.path().join("l"), false).is_err());
+    let (file, st) = open_regular_path(&t.path().join("l"), true)
+        .unwrap()
+        .unwrap();
+    assert_eq!(st.ino, std::fs::metadata(&f).unwrap().ino());
+    let (file2, _) = open_regular_path(&f, false).unwrap().unwrap();
+    set_mode_fd(&file, &f, 0o604).unwrap();
+    set_owner_fd(&file, &f, 65534, 65534).unwrap();
+    set_times_fd(&file2, &f, 5_000_000_000, 6_000_000_000).unwrap();
+    let md = std::fs::metadata(&f).unwrap();
+    assert_eq!(
+        (md.mode() & 0o7777, md.uid(), md.mtime()),
+        (0o604, 65534, 6)
+    );
+    if set_xattr_fd(&file, &f, b"user.k", b"v").is_ok() {
+        assert_eq!(
+            file_xattrs(&file, &f).unwrap(),
+            vec![(b"user.k".to_vec(), b"v".to_vec())]
+        );
+    }
+}
