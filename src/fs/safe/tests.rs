@@ -408,7 +408,7 @@ fn a_private_directory_must_be_the_one_made_ours_and_closed() {
     for open in [0o720, 0o702, 0o777] {
         let loose = Stat {
             mode: (held.mode & !0o7777) | open,
-            ..held.clone()
+            ..held
         };
         assert!(!private_and_ours(Some(&entry), &loose, me), "{open:o}");
     }
