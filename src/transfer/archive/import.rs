@@ -369,6 +369,21 @@ pub(super) fn check_complete(s: &Scan) -> Result<()> {
     Ok(())
 }
 
+/// Every root `--relocate` or `--add-root` names must be one of the archive's.
+fn check_named_roots(m: &Manifest, opts: &UnarchiveOptions) -> Result<()> {
+    let named = opts.relocate.keys().map(|n| ("--relocate", n));
+    for (flag, name) in named.chain(opts.add_roots.iter().map(|n| ("--add-root", n))) {
+        if !m.roots.contains_key(name) {
+            let known: Vec<&str> = m.roots.keys().map(String::as_str).collect();
+            return Err(Error::Usage(format!(
+                "{flag} {name}: the archive has no root {name} (roots: {})",
+                known.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Imports an archive (see the module doc).
 ///
 /// # Errors
@@ -380,16 +395,7 @@ pub fn unarchive(opts: &UnarchiveOptions) -> Result<UnarchiveReport> {
     let scan = scan(&files).map_err(nothing_imported)?;
     let target = crate::store::absolute(&opts.store)?;
     let m = &scan.manifest;
-    let named = opts.relocate.keys().map(|n| ("--relocate", n));
-    for (flag, name) in named.chain(opts.add_roots.iter().map(|n| ("--add-root", n))) {
-        if !m.roots.contains_key(name) {
-            let known: Vec<&str> = m.roots.keys().map(String::as_str).collect();
-            return Err(Error::Usage(format!(
-                "{flag} {name}: the archive has no root {name} (roots: {})",
-                known.join(", ")
-            )));
-        }
-    }
+    check_named_roots(m, opts)?;
     // Everything is checked before anything is written: the manifest against the target
     // (roots as `init` checks them, refs), then the store is created or opened for writing.
     let existing = target.join(crate::store::CONFIG_FILE).exists();
