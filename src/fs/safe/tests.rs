@@ -189,6 +189,8 @@ fn stat_is_lstat_field_by_field_for_every_kind() {
     std::fs::write(t.path().join("f"), vec![7u8; 5000]).unwrap();
     std::fs::set_permissions(t.path().join("f"), std::fs::Permissions::from_mode(0o640)).unwrap();
     std::fs::hard_link(t.path().join("f"), t.path().join("f2")).unwrap();
+    // Owned by someone else than the test (root): an accessor answering 0 shows.
+    std::os::unix::fs::chown(t.path().join("f"), Some(65534), Some(65533)).unwrap();
     std::fs::write(t.path().join("empty"), b"").unwrap();
     std::fs::create_dir(t.path().join("d")).unwrap();
     std::os::unix::fs::symlink("f", t.path().join("l")).unwrap();
@@ -256,6 +258,7 @@ fn stat_is_lstat_field_by_field_for_every_kind() {
     }
     let f = d.stat("f").unwrap().unwrap();
     assert_eq!((f.len(), f.nlink(), f.mode() & 0o7777), (5000, 2, 0o640));
+    assert_eq!((f.uid(), f.gid()), (65534, 65533));
     assert!(d.stat("empty").unwrap().unwrap().is_empty() && !f.is_empty());
 }
 
