@@ -435,5 +435,19 @@ mod tests {
             assert!(e.to_string().contains("unsupported KDF"), "{what}: {e}");
         }
         assert!(Keys::open_record(&rec, b"right").unwrap().is_some());
+        // At the bounds themselves: derived (with other parameters the key is another one,
+        // so the record does not open), not refused.
+        let at_bounds: [(&str, Edit); 2] = [
+            ("passes", |r| r.passes = 100),
+            ("lanes", |r| {
+                r.lanes = 64;
+                r.memory_kib = 8 * 64;
+            }),
+        ];
+        for (what, edit) in at_bounds {
+            let mut r = rec.clone();
+            edit(&mut r);
+            assert!(Keys::open_record(&r, b"right").unwrap().is_none(), "{what}");
+        }
     }
 }
