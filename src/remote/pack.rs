@@ -484,6 +484,12 @@ mod tests {
             );
         }
         assert!(!idx.contains(&ObjectId::of(b"absent")));
+        // The smallest valid ones: an index of nothing, a plain trailer of nothing.
+        Index::default().merge_encoded(&encode_index(&[])).unwrap();
+        assert_eq!(
+            parse_trailer(&Keys::Plain, &[0, 0, 0, 0], "p").unwrap(),
+            vec![]
+        );
         // A second file naming one of the same packs shares its number.
         let more = encode_index(&[(ObjectId::of(b"m"), p2, Kind::Data, 0, 1, 1)]);
         idx.merge_encoded(&more).unwrap();
