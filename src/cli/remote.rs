@@ -261,9 +261,7 @@ pub fn run_remote(c: RemoteCommand) -> Result<i32> {
                     "name": name, "url": redact(&cfg.url),
                     "endpoint": cfg.endpoint.as_deref().map(redact),
                     "region": cfg.region, "cache_bytes": cfg.cache_bytes,
-                    "timeout_ms": cfg.timeout_ms.unwrap_or(
-                        u64::try_from(remote::backend::DEFAULT_TIMEOUT.as_millis())
-                            .unwrap_or(u64::MAX)),
+                    "timeout_ms": u64::try_from(cfg.timeout().as_millis()).unwrap_or(u64::MAX),
                     "branches": refs.branches, "labels": refs.labels,
                 }));
                 if !a.json.json {

@@ -174,11 +174,6 @@ fn read_credentials_file(path: &Path, profile: &str) -> Result<(String, String, 
     }
 }
 
-/// A region name as S3 services write them (`us-east-1`, `garage`): 1 to 64 letters, digits,
-/// `-`, `_` or `.` (it goes into signed request headers).
-///
-/// # Errors
-/// `Usage` naming where the region came from.
 /// The AWS environment the client reads: credentials it puts in headers, and URLs it parses
 /// (both unwrapped inside the client, so a bad value was a panic). An empty variable is
 /// left to the client (as unset).
@@ -234,6 +229,11 @@ fn check_credential(what: &str, v: &str) -> Result<()> {
     )))
 }
 
+/// A region name as S3 services write them (`us-east-1`, `garage`): 1 to 64 letters, digits,
+/// `-`, `_` or `.` (it goes into signed request headers).
+///
+/// # Errors
+/// `Usage` naming where the region came from.
 fn check_region(what: &str, r: &str) -> Result<()> {
     let ok = !r.is_empty()
         && r.len() <= 64

@@ -79,6 +79,14 @@ pub struct RemoteConfig {
     pub timeout_ms: Option<u64>,
 }
 
+impl RemoteConfig {
+    /// How long a request may go without an answer: `--timeout`, else the default.
+    pub fn timeout(&self) -> std::time::Duration {
+        self.timeout_ms
+            .map_or(backend::DEFAULT_TIMEOUT, std::time::Duration::from_millis)
+    }
+}
+
 fn default_cache() -> u64 {
     DEFAULT_CACHE_BYTES
 }
@@ -245,7 +253,7 @@ pub fn backend_of(c: &RemoteConfig) -> Result<Box<dyn Backend>> {
         region: c.region.clone(),
         credentials: c.credentials.clone(),
         profile: None,
-        timeout: c.timeout_ms.map(std::time::Duration::from_millis),
+        timeout: Some(c.timeout()),
     })?))
 }
 

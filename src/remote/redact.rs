@@ -69,6 +69,7 @@ pub fn check_url(what: &str, endpoint: &str) -> Result<()> {
             "{what} {shown:?}: expected http://HOST[:PORT] or https://HOST[:PORT] ({why})"
         ))
     };
+    // (No `?`, `#` or `@` either: no query, fragment or userinfo gets past this.)
     let simple = endpoint
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"-._~:/[]%".contains(&b));
@@ -81,9 +82,6 @@ pub fn check_url(what: &str, endpoint: &str) -> Result<()> {
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err(bad("no host"));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(bad("no query or fragment"));
     }
     // What the parser would rewrite (`%zz`, `a/../b`, a default port) is refused rather than
     // sent somewhere other than what was typed.

@@ -131,7 +131,10 @@ pub fn unreadable_mount_records(store: &Store) -> Vec<PathBuf> {
         .into_iter()
         .filter(|p| p.extension().and_then(|x| x.to_str()) == Some("json"))
         .filter(|p| {
-            fs::read(p).is_ok_and(|d| serde_json::from_slice::<serde_json::Value>(&d).is_err())
+            // The same parse `workspace::state` makes (it takes these as not mounted).
+            fs::read(p).is_ok_and(|d| {
+                serde_json::from_slice::<crate::workspace::WorkspaceState>(&d).is_err()
+            })
         })
         .collect()
 }

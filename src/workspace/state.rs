@@ -90,8 +90,8 @@ pub fn state(store: &Store, branch: &str) -> Result<Option<WorkspaceState>> {
 }
 
 /// A mount record, `None` also when it does not parse: it is never synced, so a power loss
-/// can leave it empty, and the mounts it described are gone with the reboot. Said once as a
-/// warning; `recover` removes it.
+/// can leave it empty, and the mounts it described are gone with the reboot. A warning says
+/// so at each read; `recover` removes it (`upkeep::inventory::unreadable_mount_records`).
 fn read_mount_record(p: &Path) -> Result<Option<WorkspaceState>> {
     match read_json(p) {
         Err(Error::Corrupt(m)) => {

@@ -156,20 +156,6 @@ LINE = re.compile(r"^(\d+) +(\w+)\((.*)\) += (-?\d+|\?)(?:<([^>]*)>)?")
 FD_PATH = re.compile(r"(-?\d+|AT_FDCWD)<([^>]*)>")
 HEX = re.compile(r"^ \| [0-9a-f]{5}  (.{49})")
 
-# Calls that change a tracked tree and are modelled; any other call that names a tracked path
-# for writing makes the run fail loudly rather than build wrong states.
-MODELLED = {
-    "open", "openat", "openat2", "creat", "write", "pwrite64", "writev", "pwritev", "pwritev2",
-    "fsync", "fdatasync", "syncfs", "sync", "rename", "renameat", "renameat2", "link",
-    "linkat", "unlink", "unlinkat", "rmdir", "mkdir", "mkdirat", "symlink", "symlinkat",
-    "ftruncate", "truncate", "lseek", "close", "dup", "dup2", "dup3", "fcntl", "clone",
-    "clone3", "fork", "vfork", "execve", "fchmod", "fchmodat", "chmod", "fchown", "fchownat",
-    "chown", "lchown", "utimensat", "futimesat", "fsetxattr", "setxattr", "lsetxattr",
-    "fremovexattr", "removexattr", "lremovexattr", "fallocate", "sync_file_range",
-}
-WRITERS = {"copy_file_range", "sendfile", "splice", "mknod", "mknodat", "renameat2"}
-
-
 def unquote(s):
     """A strace string argument ("...") as bytes."""
     s = s.strip()
@@ -278,7 +264,6 @@ class Replayer:
         self.tables = {}  # pid -> fd table id
         self.offsets = {}  # (table, fd) -> [offset, append, path]
         self.next_table = 0
-        self.steps = 0
 
     def table(self, pid):
         if pid not in self.tables:

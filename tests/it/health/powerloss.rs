@@ -273,10 +273,16 @@ fn a_turn_survives_power_loss_at_every_step() {
             "--",
             "sh",
             "-c",
-            "echo turn-work > t.txt",
+            &format!("echo turn-work > {}", s(&w.path("t.txt"))),
         ],
     );
     holds(&v, 30);
+    let now = head(&w.store, "main").unwrap();
+    assert_eq!(
+        w.cat(&now, "t.txt"),
+        b"turn-work\n",
+        "the turn recorded its work"
+    );
     assert_ne!(
         head(&w.store, "main").unwrap(),
         old,

@@ -225,3 +225,25 @@ fn a_torn_running_marker_is_an_interrupted_operation_that_recover_clears() {
         env.capture_id(&[]);
     }
 }
+
+/// A power loss can leave a workspace's mount record (never synced) empty: it is taken as not
+/// mounted (`branch list` works), `doctor` names it, and `recover` removes it.
+#[test]
+fn an_empty_mount_record_is_not_mounted_and_recover_removes_it() {
+    let env = Env::new();
+    small_tree(env.ws());
+    env.capture_id(&[]);
+    let rec = env.store.join("run/mounts/main.json");
+    fs::create_dir_all(rec.parent().unwrap()).unwrap();
+    fs::write(&rec, b"").unwrap();
+    let list = ok_json(["branch", "list", &env.s()]);
+    assert_eq!(list[0]["mounted"], false, "{list}");
+    let o = run(["doctor", &env.s()]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("main.json"),
+        "{o:?}"
+    );
+    let out = ok(["recover", &env.s()]);
+    assert!(out.contains("unreadable workspace record"), "{out}");
+    assert!(!rec.exists());
+}
