@@ -18,7 +18,8 @@
 //! - [`workspace`]: a branch mounted writable at its roots' paths (kernel overlayfs over the
 //!   view), checkpointed by ingesting its upper layer.
 //! - [`upkeep`] (gc, forget, verify, doctor, recover), [`transfer`] (restore, archive) and
-//!   [`runner`] (turn, fingerprint, whom the agent runs as).
+//!   [`runner`] (turn, fingerprint, whom the agent runs as); [`merge`] (three-way merge of
+//!   branches, with drivers for text, append-only logs and SQLite).
 //!
 //! The CLI (`src/cli`) is a thin layer over this library; the library never sees clap.
 
@@ -31,6 +32,7 @@ pub mod fs;
 pub mod history;
 pub mod id;
 pub mod ingest;
+pub mod merge;
 pub mod meta;
 pub mod progress;
 pub mod remote;
