@@ -492,6 +492,35 @@ command("switch", "switch", obj("SwitchReport", {
     "elapsed_ms": t(U, "time taken"),
 }), "What switch did.", "ckptfs switch ROOM --to B --json")
 
+ROW_CONFLICT = obj("RowConflict", {
+    "table": t(STR, "the SQLite table (`*` for the whole database)"),
+    "key": t(null(STR), "the row's primary key as `col=value[,col=value]` (SQL literals), or null for a table-level conflict"),
+    "why": t(STR, "`both` (the row changed both ways), `deleted-changed`, `constraint`, `schema`, `no-primary-key`, `too-large`"),
+})
+command("merge", "merge", obj("MergeReport", {
+    "into": t(STR, "the branch merged into (ours)"),
+    "source": t(STR, "what was merged in, as given (theirs)"),
+    "ours": t(ID, "the head of `into` before the merge"),
+    "theirs": t(ID, "the checkpoint `source` names"),
+    "base": t(null(ID), "the nearest common ancestor (null: unrelated histories, merged as if both added everything)"),
+    "other_bases": t(arr(ID), "other nearest common ancestors of a criss-cross history (the newest was used)"),
+    "outcome": t(enum("up-to-date", "fast-forward", "merged", "conflicts"), "what happened (or, with --dry-run, would happen)"),
+    "dry_run": t(BOOL, "nothing was written"),
+    "checkpoint": t(null(ID), "the merge checkpoint recorded, or theirs for a fast-forward; null in a dry run, when up to date, or with conflicts"),
+    "steps": t(arr(obj("MergeStep", {
+        "path": t(STR, "`ROOT/PATH`"),
+        "how": t(enum("added", "removed", "modified", "renamed", "merged"), "theirs' change taken, or `merged`: both sides' changes combined"),
+        "driver": t(enum("text", "append", "sqlite", "binary"), "for `merged`: the driver that combined them"),
+    }, optional=("driver",))), "every path the merge changes in ours (a directory taken whole is one step)"),
+    "conflicts": t(arr(obj("MergeConflict", {
+        "path": t(STR, "`ROOT/PATH`"),
+        "kind": t(enum("content", "add-add", "modify-delete", "type", "symlink", "rename", "mode", "owner", "xattr", "root"), "what conflicts"),
+        "detail": t(STR, "what each side did"),
+        "rows": t(arr(ROW_CONFLICT), "SQLite rows or tables in conflict"),
+        "resolved": t(null(enum("ours", "theirs")), "the side --take kept, or null: open (nothing is recorded while one is open)"),
+    }, optional=("rows",))), "paths both sides changed in ways that do not combine (exit 1 while any is open)"),
+}, optional=("other_bases",)), "What merge did or would do.", "ckptfs merge STORE SOURCE --into BRANCH --json")
+
 VERIFY = obj("VerifyReport", {
     "checkpoints": t(U, "checkpoints verified"),
     "trees": t(U, "trees decoded"),

@@ -21,6 +21,7 @@ mod health;
 mod history;
 mod json;
 mod label;
+mod merge;
 mod remote;
 mod shell;
 mod stats;
@@ -291,6 +292,22 @@ pub enum Command {
     Switch(workspace::SwitchArgs),
     /// Start a new independent branch at a checkpoint (O(1): nothing is copied).
     Fork(workspace::ForkArgs),
+    /// Merge a branch (or any checkpoint) into a branch, three ways.
+    ///
+    /// The base is the nearest common ancestor in the checkpoint graph (fork points and
+    /// earlier merges). A path changed on one side only takes that side; directories changed
+    /// on both are merged entry by entry; content changed on both goes to a driver chosen by
+    /// what it is: text (line-based, as `git merge-file`), append-only files (transcripts,
+    /// logs: base, our tail, their tail); anything else (SQLite databases included, for now)
+    /// is a conflict. Renames are followed.
+    ///
+    /// The result is one checkpoint with two parents on --into BRANCH, recorded only when no
+    /// conflict is left (exit 1 and nothing recorded otherwise: --take resolves them). When
+    /// BRANCH has not moved since the base, it simply moves forward to SOURCE (--no-ff
+    /// records a merge anyway). BRANCH must not be mounted or hold un-checkpointed changes.
+    ///
+    /// Example: ckptfs merge /var/lib/ckpt try-2 --into main --dry-run
+    Merge(merge::MergeArgs),
     /// Re-hash every object reachable from the given checkpoints (or all) and report every
     /// missing or corrupt object with the paths that use it. Exit 1 on any finding.
     Verify(health::VerifyArgs),
@@ -460,6 +477,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Agent(c) => agent::run_agent(c),
         Command::Fingerprint(a) => fingerprint::run_fingerprint(a),
         Command::Fork(a) => workspace::run_fork(a),
+        Command::Merge(a) => merge::run_merge(a),
         Command::Verify(a) => health::run_verify(a),
         Command::Gc(a) => health::run_gc(a),
         Command::Archive(a) => health::run_archive(a),

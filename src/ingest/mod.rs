@@ -33,6 +33,7 @@ mod reader;
 mod snapshot;
 pub mod upper;
 
+pub(crate) use chunker::chunk_file;
 pub(crate) use reader::OnChange;
 /// The reflink snapshots a workspace's checkpoints keep (see `snapshot`): which a stat cache
 /// names, which none does, and sweeping the rest.

@@ -409,6 +409,10 @@ pub struct Config {
     /// absent in stores that declared none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<checkpoint::RuntimeDecl>,
+    /// `merge`'s driver per glob (`"*.log": "append"`): text, append, sqlite or binary
+    /// (docs/merge.md). Absent: chosen by what the bytes are.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub merge_drivers: BTreeMap<String, String>,
 }
 
 /// Options for [`Store::init`].
@@ -562,6 +566,7 @@ impl Store {
             created_ns: crate::text::time::now_ns(),
             retention: None,
             runtime: None,
+            merge_drivers: BTreeMap::new(),
         };
         let store = Store {
             root,

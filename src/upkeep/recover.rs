@@ -236,8 +236,13 @@ fn remove_temps(dir: &Path, all: bool) -> Result<u64> {
         let name = ent.file_name();
         if all || name.to_string_lossy().starts_with(".tmp-") {
             let p = ent.path();
-            if ent.file_type().map_err(|e| Error::io(&p, e))?.is_file() {
+            let kind = ent.file_type().map_err(|e| Error::io(&p, e))?;
+            if kind.is_file() {
                 fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+                n += 1;
+            } else if kind.is_dir() && name.to_string_lossy().starts_with(".tmp-merge-") {
+                // A merge's scratch directory (the store's own, under tmp/).
+                fs::remove_dir_all(&p).map_err(|e| Error::io(&p, e))?;
                 n += 1;
             }
         }

@@ -101,3 +101,48 @@ pub fn delete_branch(store: &Store, branch: &str, force: bool) -> Result<Option<
         Ok((displaced.clone(), serde_json::json!({"displaced": displaced})))
     })
 }
+
+/// Makes way for a command other than `checkpoint` to move `branch`'s head (`merge`): refuses
+/// while the branch is mounted or has un-checkpointed changes (as git refuses a dirty tree),
+/// and lets go of what an earlier mount left applying to the old head: an empty upper layer
+/// forgets its base; a clean one that still holds copied-up files moves to `displaced/`.
+/// Callers hold the store lock.
+///
+/// # Errors
+/// `Conflict` naming the mount or the changes.
+pub fn release_head(store: &Store, branch: &str) -> Result<Option<PathBuf>> {
+    if is_mounted(store, branch)? {
+        let at = super::state::state(store, branch)?
+            .and_then(|st| st.roots.values().next().map(|r| r.mountpoint.clone()))
+            .map_or(String::new(), |p| format!(" at {}", p.display()));
+        return Err(Error::Conflict(format!(
+            "branch {branch} is mounted{at}; unmount it (`ckptfs umount`) and merge again \
+             (merging into a live workspace is not supported yet)"
+        )));
+    }
+    super::park::evict(store, branch)?;
+    if !store.upper_branch_dir(branch).exists() {
+        return Ok(None);
+    }
+    if is_dirty(store, branch)? {
+        return Err(Error::Conflict(format!(
+            "branch {branch} has un-checkpointed changes in its workspace; mount it and \
+             checkpoint them first"
+        )));
+    }
+    let empty = store.config().roots.keys().all(|root| {
+        crate::fs::safe::Dir::open(&store.upper_dir(branch, root))
+            .and_then(|d| d.entries())
+            .map_or(true, |e| e.is_empty())
+    });
+    if empty {
+        let p = store.upper_base_path(branch);
+        match fs::remove_file(&p) {
+            Ok(()) => atomic::sync_path(&store.upper_branch_dir(branch))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(&p, e)),
+        }
+        return Ok(None);
+    }
+    displace_upper(store, branch)
+}

@@ -12,6 +12,7 @@ mod agent;
 mod cli;
 mod health;
 mod hostile;
+mod merge;
 mod remote;
 mod runner;
 mod store;

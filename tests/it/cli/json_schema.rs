@@ -606,6 +606,32 @@ fn every_json_command_has_a_schema_and_every_schema_a_command() {
 }
 
 #[test]
+fn merge_reports_match_their_schema() {
+    let env = Env::new();
+    write(&env.ws().join("t"), b"1\n2\n3\n");
+    write(&env.ws().join("b"), b"\0base");
+    env.capture_id(&[]);
+    ok(["fork", &env.s(), "main", "feat"]);
+    ok(["fork", &env.s(), "main", "ahead"]);
+    write(&env.ws().join("t"), b"one\n2\n3\n");
+    write(&env.ws().join("b"), b"\0ours");
+    env.capture_id(&[]);
+    write(&env.ws().join("t"), b"1\n2\nthree\n");
+    write(&env.ws().join("b"), b"\0theirs");
+    env.capture_id(&["-b", "feat"]);
+    let st = env.s();
+    let v = check_code(1, "merge", &["merge", &st, "feat", "--dry-run"]);
+    assert_eq!(v["outcome"], "conflicts");
+    check_code(1, "merge", &["merge", &st, "feat"]);
+    let v = check("merge", &["merge", &st, "feat", "--take", "ours"]);
+    assert_eq!(v["outcome"], "merged");
+    let v = check("merge", &["merge", &st, "feat"]);
+    assert_eq!(v["outcome"], "up-to-date");
+    let v = check("merge", &["merge", &st, "main", "--into", "ahead"]);
+    assert_eq!(v["outcome"], "fast-forward");
+}
+
+#[test]
 fn every_schema_is_exercised() {
     // The schemas the tests above validate against (kept in step with them by hand): a new
     // schema file must be exercised there too.
@@ -632,6 +658,7 @@ fn every_schema_is_exercised() {
         "log",
         "log-turns",
         "ls",
+        "merge",
         "mount",
         "pull",
         "push",
