@@ -18,6 +18,9 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 # tests/cli_shell.rs renders the generated man pages (`man -l`, groff's nroff).
 command -v man >/dev/null 2>&1 || need+=(man-db)
 command -v nroff >/dev/null 2>&1 || need+=(groff-base)
+# rusqlite's `session` feature (src/merge/sqlite.rs) generates its SQLite bindings at build
+# time with bindgen, which loads libclang (and clang's own headers).
+dpkg-query -W -f='${Status}' libclang-dev 2>/dev/null | grep -q "ok installed" || need+=(libclang-dev)
 # In /usr/sbin, which a non-root PATH may lack.
 has() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 has mkfs.ext4 || need+=(e2fsprogs)
