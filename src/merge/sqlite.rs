@@ -1511,6 +1511,14 @@ mod tests {
             f.rows("out", "SELECT id, v FROM a ORDER BY id"),
             ["2|'same'", "3|'three'", "9|'nine'"]
         );
+        // Theirs changed v and w, ours the same v: theirs' w lands, no conflict.
+        let f = Fixture::new(AB);
+        f.exec("ours", "UPDATE a SET v = 'X' WHERE id = 3;");
+        f.exec("theirs", "UPDATE a SET v = 'X', w = 99 WHERE id = 3;");
+        let m = f.merge();
+        assert_eq!(m.conflicts, []);
+        assert_eq!(m.rows_applied, 1);
+        assert_eq!(f.rows("out", "SELECT v, w FROM a WHERE id = 3"), ["'X'|99"]);
         // An insert of the same key with other values is a conflict.
         let f = Fixture::new(AB);
         f.exec("ours", "INSERT INTO a VALUES (9, 'nine', 90);");
@@ -1710,6 +1718,25 @@ mod tests {
         f.exec("ours", "DROP INDEX a_v; CREATE INDEX a_v ON a(w);");
         f.exec("theirs", "DROP INDEX a_v; CREATE INDEX a_v ON a(v, w);");
         assert_eq!(f.merge().conflicts, [conflict("a_v", None, "schema")]);
+    }
+
+    #[test]
+    fn a_virtual_table_theirs_changed_is_named_not_merged() {
+        let f = Fixture::new(&format!("{AB} CREATE VIRTUAL TABLE docs USING fts5(body);"));
+        f.exec(
+            "theirs",
+            "INSERT INTO docs VALUES ('hello'); INSERT INTO a VALUES (4, 'f', 4);",
+        );
+        let m = f.merge();
+        assert!(!m.conflicts.is_empty());
+        for c in &m.conflicts {
+            assert!(
+                c.table.starts_with("docs_") && c.why == "virtual-table",
+                "{c:?}"
+            );
+        }
+        assert_eq!(f.rows("out", "SELECT count(*) FROM a"), ["4"]);
+        assert!(f.integrity_ok("out"));
     }
 
     /// Leaves `name`'s last transaction in its `-wal` (not checkpointed into the file).
