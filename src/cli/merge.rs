@@ -30,8 +30,8 @@ pub struct MergeArgs {
     #[arg(long)]
     pub dry_run: bool,
     /// Resolve conflicts by keeping one side: for text, that side of each conflicting hunk
-    /// (both sides' clean changes stay); for anything else (binary, SQLite, deleted on one
-    /// side, a type change), that side's entry. With
+    /// (both sides' clean changes stay); for SQLite, that side of each conflicting row; for
+    /// anything else (binary, deleted on one side, a type change), that side's entry. With
     /// paths after `--`, only conflicts at or under those ROOT/PATHs.
     #[arg(long, value_enum, value_name = "SIDE")]
     pub take: Option<TakeArg>,

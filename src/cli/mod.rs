@@ -298,8 +298,8 @@ pub enum Command {
     /// earlier merges). A path changed on one side only takes that side; directories changed
     /// on both are merged entry by entry; content changed on both goes to a driver chosen by
     /// what it is: text (line-based, as `git merge-file`), append-only files (transcripts,
-    /// logs: base, our tail, their tail); anything else (SQLite databases included, for now)
-    /// is a conflict. Renames are followed.
+    /// logs: base, our tail, their tail), SQLite databases (row by row, through SQLite's
+    /// session extension); anything else is a conflict. Renames are followed.
     ///
     /// The result is one checkpoint with two parents on --into BRANCH, recorded only when no
     /// conflict is left (exit 1 and nothing recorded otherwise: --take resolves them). When

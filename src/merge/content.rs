@@ -1,12 +1,14 @@
 //! Content changed on both sides of a merge: the driver (chosen by what the bytes are, or by a
 //! glob in STORE.json's `merge_drivers`) and the stored result.
 //!
-//! - `sqlite`: every present version starts with SQLite's header: see [`super::sqlite`].
+//! - `sqlite`: every present version starts with SQLite's header: row by row, see
+//!   [`super::sqlite`].
 //! - `append`: both sides only appended to the base's bytes (transcripts, logs): the base, then
 //!   our tail, then theirs. Compared chunk by chunk, so a 500 MB transcript costs its last
 //!   chunks, not its size.
-//! - `text`: no NUL byte in the first 8000 bytes of any version (git's test) and each at most
-//!   [`TEXT_MAX`]: line-based three-way merge with `git merge-file`'s semantics.
+//! - `text`: no NUL byte in the first 8000 bytes of any version (git's test): line-based
+//!   three-way merge with `git merge-file`'s semantics; a version over [`TEXT_MAX`] is a
+//!   conflict, not read.
 //! - anything else changed on both sides is a conflict, never a silent pick.
 //!
 //! Every version is read from the store; merged bytes go to a private scratch directory under
@@ -243,7 +245,7 @@ impl ContentMerger<'_> {
         for e in all.into_iter().flatten() {
             let head = self.head(e, BINARY_PROBE)?;
             sqlite &= sqlite::is_sqlite(&head);
-            text &= !head.contains(&0) && e.size <= TEXT_MAX;
+            text &= !head.contains(&0);
         }
         if sqlite {
             return Ok(Driver::Sqlite);
@@ -457,17 +459,18 @@ impl ContentMerger<'_> {
                     ))
                 }
             };
-        let content = Some(self.store_file(&out, chunks_of(v.ours))?);
+        // A version too large (with its -wal) is a conflict and leaves no `out`.
+        let content = if out.exists() {
+            Some(self.store_file(&out, chunks_of(v.ours))?)
+        } else {
+            None
+        };
         for p in [base, ours, theirs, out] {
             let _ = fs::remove_file(sidecar(&p));
             let _ = fs::remove_file(&p);
         }
-        let conflict = (!merged.conflicts.is_empty()).then(|| {
-            format!(
-                "{} rows or tables changed both ways",
-                merged.conflicts.len()
-            )
-        });
+        let n = merged.conflicts.len() as u64 + merged.conflicts_unlisted;
+        let conflict = (n > 0).then(|| format!("{n} rows or tables in conflict"));
         Ok(FileMerge {
             driver: Driver::Sqlite,
             content,

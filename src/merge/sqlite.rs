@@ -191,7 +191,10 @@ pub fn merge_databases(
     check_readable(&merged, "main", Side::Ours)?;
 
     let plan = Planner::new(&diff, &merged)?.plan()?;
-    let state = Arc::new(Mutex::new(ApplyState::new(limits.max_conflicts, limits.prefer_theirs)));
+    let state = Arc::new(Mutex::new(ApplyState::new(
+        limits.max_conflicts,
+        limits.prefer_theirs,
+    )));
     lock(&state)?.extend(plan.conflicts.iter().cloned());
     let changes = diff_theirs(&diff, &plan)?;
     diff.close().map_err(|(_, e)| sql_error(Side::Base, e))?;

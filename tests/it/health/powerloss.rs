@@ -151,6 +151,26 @@ fn the_power_loss_states_catch_a_missing_fsync() {
 }
 
 #[test]
+fn a_merge_survives_power_loss_at_every_step() {
+    let t = tempdir();
+    let (store, room, _) = store_with_changes(t.path());
+    ok(["fork", s(&store), "main", "feat"]);
+    let ours = capture(&store, &[]);
+    write(&room.join("a.txt"), b"first\nsecond\nthird\n");
+    write(&room.join("theirs.bin"), &[9u8; 70_000]);
+    let theirs = capture(&store, &["-b", "feat"]);
+    let v = crashsim(
+        &store,
+        &[],
+        &[("main", &format!("{ours},@after")), ("feat", &theirs)],
+        &[],
+        &[],
+        &["merge", s(&store), "feat"],
+    );
+    holds(&v, 5);
+}
+
+#[test]
 fn gc_survives_power_loss_at_every_step() {
     let t = tempdir();
     let (store, room, _) = store_with_changes(t.path());

@@ -171,6 +171,8 @@ fn a_crafted_100k_tree_chain_fails_cleanly_in_every_stored_walk() {
         vec!["export", &store, "--all", "--to", s(&archive)],
         vec!["doctor", &store],
         vec!["gc", &store, "--dry-run"],
+        vec!["merge", &store, &cp, "--dry-run"],
+        vec!["merge", &store, &cp, "--no-ff"],
     ] {
         let o = bounded(&args);
         if let Some(sig) = o.status.signal() {

@@ -2,4 +2,7 @@
 //! binary (`cat`, `show`, `verify`) and against `git merge-file` for text.
 
 mod branches;
+mod crash;
+mod hostile;
 mod oracle;
+mod sqlite;
