@@ -332,9 +332,10 @@ LOG_ROW = obj("LogRow", {
     "stats": t(STATS, "what it recorded"),
     **ANNOTATIONS,
     "graph": t(obj("GraphRow", {
-        "joins": t(arr(STR), "lines drawn just above it, where forks of it join (e.g. `|/`)"),
-        "lanes": t(STR, "the lanes of its own line (`* ` in its column)"),
+        "joins": t(arr(STR), "lines drawn just above it: lanes moving aside for an octopus merge (three or more parents), as git draws them"),
+        "lanes": t(STR, "the start of its own line: `*` in its column and the other lanes, padded to the graph's width"),
         "column": t(U, "its column, 0 = leftmost"),
+        "below": t(arr(STR), "lines drawn just below it: a merge's parents fanning out (`|\\`), lanes joining one to their left (`|/`), as `git log --graph` draws them"),
     }), "with --graph: how the graph draws it"),
 }, optional=list(ANNOTATIONS) + ["graph"])
 command("log", "log", arr(LOG_ROW), "Checkpoints newest first (or one branch's line); with `--graph`, each row also has `graph`; `meta`, `runtime` and `turn` as in the record, when it has them. `log --turns` prints another shape (below).",
@@ -475,7 +476,21 @@ command("branch-list", "branch list", arr(obj("BranchRow", {
     "dirty_files": t(U, "files changed"),
     "dirty_bytes": t(BYTES, "their bytes"),
     "upper_bytes": t(BYTES, "bytes in its upper layer"),
-})), "Branches (archived ones with --all).", "ckptfs branch list STORE --json")
+    "lineage": t(obj("BranchLineage", {
+        "parent": t(null(STR), "the branch it was forked from: the one whose line of first parents holds `forked_from` (the branch the fork point was recorded on, when that one still holds it); null when not forked or no branch holds it"),
+        "depth": t(U, "its depth in the tree, 0 for a root (a branch whose parent is null or not listed)"),
+        "merged_into": t(arr(obj("MergedInto", {
+            "branch": t(STR, "the branch merged into"),
+            "checkpoint": t(ID, "the merge: a checkpoint on that branch's line whose second (or later) parent is on this branch's line"),
+            "time": t(TIME, "when it was recorded"),
+        })), "merges that brought its work into other branches, oldest first"),
+    }), "with --tree: where it comes from and where it went"),
+}, optional=["lineage"])), "Branches (archived ones with --all); with `--tree`, in tree order (each branch after the one it was forked from), each with `lineage`.", "ckptfs branch list STORE --json; ckptfs branch list STORE --tree --json")
+
+command("fork", "fork", obj("ForkReport", {
+    "checkpoint": t(ID, "the checkpoint forked (every new branch's head)"),
+    "branches": t(arr(STR), "the branches made: NAME, or NAME-1 .. NAME-N with --count N"),
+}), "The branches a fork made (all of them, or none and an error).", "ckptfs fork STORE main try --count 3 --json")
 
 command("switch", "switch", obj("SwitchReport", {
     "from_branch": t(STR, "the branch shown before"),

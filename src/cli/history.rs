@@ -24,7 +24,8 @@ pub struct LogArgs {
     /// Only this branch's history (following parents from its head).
     #[arg(long, short)]
     pub branch: Option<String>,
-    /// Draw checkpoints with their forks, the way `git log --graph` does.
+    /// Draw checkpoints with their forks and merges, the way `git log --graph` draws
+    /// commits (with --branch: its line of first parents, one lane).
     #[arg(long)]
     pub graph: bool,
     /// Show only the N newest checkpoints (of those --branch and --since select).
@@ -233,8 +234,14 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
             eprintln!("(forgotten: {})", g.line());
         }
     }
+    // One branch's line is one lane; the whole store fans out at merges.
+    let edges = if a.branch.is_some() {
+        timeline::Edges::Line
+    } else {
+        timeline::Edges::Recorded
+    };
     if a.graph && !a.json.json {
-        for line in timeline::graph_lines(&h.items, &names) {
+        for line in timeline::graph_lines(&h.items, &names, edges) {
             println!("{}", quote::text(&line));
         }
         return Ok(0);
@@ -248,7 +255,7 @@ pub fn run_log(a: LogArgs) -> Result<i32> {
         // --graph --json: the same rows, each with how the graph draws it (parents are the
         // edges).
         if a.graph {
-            for (row, g) in rows.iter_mut().zip(timeline::graph_rows(&h.items)) {
+            for (row, g) in rows.iter_mut().zip(timeline::graph_rows(&h.items, edges)) {
                 row["graph"] = serde_json::to_value(g).unwrap_or_default();
             }
         }

@@ -128,6 +128,12 @@ pub struct ForkArgs {
     /// The older spelling of NAME, still accepted: `fork STORE C --name NAME`.
     #[arg(long, value_name = "NAME", conflicts_with = "new_branch")]
     pub name: Option<String>,
+    /// Make N branches NAME-1 .. NAME-N at once (1 to 64), all or none: when any of those
+    /// names is taken (a branch or a label), none is made and the error names it.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u32>,
+    #[command(flatten)]
+    pub json: JsonFlag,
 }
 
 #[derive(Subcommand, Debug)]
@@ -138,6 +144,11 @@ pub enum BranchCommand {
         /// Include archived branches.
         #[arg(long)]
         all: bool,
+        /// Show the lineage: each branch under the branch it was forked from (the one whose
+        /// line of first parents holds its fork point), with the merges that brought its work
+        /// into another branch ("merged into X at CHECKPOINT").
+        #[arg(long)]
+        tree: bool,
         #[command(flatten)]
         json: JsonFlag,
     },
@@ -159,7 +170,12 @@ pub enum BranchCommand {
 /// `ckptfs branch ...`.
 pub fn run_branch(c: BranchCommand) -> Result<i32> {
     match c {
-        BranchCommand::List { store, all, json } => branch_list(&store, all, json.json),
+        BranchCommand::List {
+            store,
+            all,
+            tree,
+            json,
+        } => branch_list(&store, all, tree, json.json),
         BranchCommand::Archive { store, name } => branch_archive(&store, &name, true),
         BranchCommand::Unarchive { store, name } => branch_archive(&store, &name, false),
         BranchCommand::Delete { store, name, force } => branch_delete(&store, &name, force),
@@ -204,7 +220,19 @@ pub fn run_fork(a: ForkArgs) -> Result<i32> {
     let name = a.new_branch.or(a.name).ok_or_else(|| {
         Error::Usage("fork needs the new branch's NAME: fork STORE CHECKPOINT NAME".into())
     })?;
-    fork(&a.store, &a.checkpoint, &name)
+    let s = ckptfs::remote::open_store(&a.store)?;
+    let (id, names) = match a.count {
+        None => (workspace::fork(&s, &a.checkpoint, &name)?, vec![name]),
+        Some(n) => workspace::fork_numbered(&s, &a.checkpoint, &name, n)?,
+    };
+    if a.json.json {
+        print_json(&serde_json::json!({"checkpoint": id, "branches": names}))?;
+    } else {
+        for n in &names {
+            println!("branch {n} forked from {}", id.short());
+        }
+    }
+    Ok(0)
 }
 
 /// `mount STORE --branch B [--root NAME]... [--at DIR --relocate]`. The read-only view's
@@ -568,13 +596,6 @@ fn print_left_behind(r: &workspace::SwitchReport) {
     }
 }
 
-pub fn fork(store: &Path, checkpoint: &str, name: &str) -> Result<i32> {
-    let s = ckptfs::remote::open_store(store)?;
-    let id = workspace::fork(&s, checkpoint, name)?;
-    println!("branch {name} forked from {}", id.short());
-    Ok(0)
-}
-
 /// Umount of a workspace mountpoint; `Ok(None)` when the path is not a workspace.
 pub fn umount(mountpoint: &Path, kill: bool) -> Result<Option<i32>> {
     let Ok((s, st)) = place::find_workspace(mountpoint) else {
@@ -603,34 +624,18 @@ pub fn umount(mountpoint: &Path, kill: bool) -> Result<Option<i32>> {
     Ok(Some(0))
 }
 
-pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
+pub fn branch_list(store: &Path, all: bool, tree: bool, json: bool) -> Result<i32> {
     let s = ckptfs::remote::open_store(store)?;
     let mut rows = Vec::new();
-    for (name, b) in s.list_branches()? {
+    let branches = s.list_branches()?;
+    if tree {
+        return branch_tree(&s, &branches, all, json);
+    }
+    for (name, b) in branches {
         if b.state == "archived" && !all {
             continue;
         }
-        let mounted = workspace::is_mounted(&s, &name)?;
-        let parked = !mounted && workspace::is_parked(&s, &name)?;
-        let (upper_files, upper_bytes) = workspace::upper_usage(&s, &name);
-        let dirty = if upper_files > 0 || s.upper_branch_dir(&name).exists() {
-            workspace::dirty(&s, &name).ok()
-        } else {
-            None
-        };
-        let last = b
-            .head
-            .and_then(|h| s.read_checkpoint(&h).ok())
-            .map_or(b.updated_ns, |c| c.time_ns.max(b.updated_ns));
-        rows.push(serde_json::json!({
-            "name": name, "head": b.head, "forked_from": b.forked_from, "state": b.state,
-            "last_activity": ckptfs::text::time::format_rfc3339(last), "mounted": mounted,
-            "parked": parked,
-            "dirty": dirty.as_ref().is_some_and(|d| d.dirty),
-            "dirty_files": dirty.as_ref().map_or(0, |d| d.files_changed),
-            "dirty_bytes": dirty.as_ref().map_or(0, |d| d.bytes_changed),
-            "upper_bytes": upper_bytes,
-        }));
+        rows.push(branch_row(&s, &name, &b)?);
     }
     if json {
         print_json(&rows)?;
@@ -675,6 +680,116 @@ pub fn branch_list(store: &Path, all: bool, json: bool) -> Result<i32> {
             ]);
         }
         t.print();
+    }
+    Ok(0)
+}
+
+/// One `branch list` row (`--json`'s `BranchRow`).
+fn branch_row(
+    s: &ckptfs::Store,
+    name: &str,
+    b: &ckptfs::store::refs::Branch,
+) -> Result<serde_json::Value> {
+    let mounted = workspace::is_mounted(s, name)?;
+    let parked = !mounted && workspace::is_parked(s, name)?;
+    let (upper_files, upper_bytes) = workspace::upper_usage(s, name);
+    let dirty = if upper_files > 0 || s.upper_branch_dir(name).exists() {
+        workspace::dirty(s, name).ok()
+    } else {
+        None
+    };
+    let last = b
+        .head
+        .and_then(|h| s.read_checkpoint(&h).ok())
+        .map_or(b.updated_ns, |c| c.time_ns.max(b.updated_ns));
+    Ok(serde_json::json!({
+        "name": name, "head": b.head, "forked_from": b.forked_from, "state": b.state,
+        "last_activity": ckptfs::text::time::format_rfc3339(last), "mounted": mounted,
+        "parked": parked,
+        "dirty": dirty.as_ref().is_some_and(|d| d.dirty),
+        "dirty_files": dirty.as_ref().map_or(0, |d| d.files_changed),
+        "dirty_bytes": dirty.as_ref().map_or(0, |d| d.bytes_changed),
+        "upper_bytes": upper_bytes,
+    }))
+}
+
+/// `branch list --tree`: the rows in tree order, each with its `lineage`; in text, one line
+/// per branch drawn as `tree --charset=ascii` draws directories, then its fork point and
+/// merges.
+fn branch_tree(
+    s: &ckptfs::Store,
+    branches: &[(String, ckptfs::store::refs::Branch)],
+    all: bool,
+    json: bool,
+) -> Result<i32> {
+    use ckptfs::history::lineage;
+    let l = lineage::lineage(s, branches);
+    for p in &l.problems {
+        eprintln!("ckptfs: warning: {p}; the branch lines stop there (run `ckptfs doctor`)");
+    }
+    let state: BTreeMap<&str, &ckptfs::store::refs::Branch> =
+        branches.iter().map(|(n, b)| (n.as_str(), b)).collect();
+    let shown = |n: &str| all || state.get(n).is_some_and(|b| b.state != "archived");
+    let created = |n: &str| state.get(n).map_or(0, |b| b.created_ns);
+    let order = l.tree(shown, created);
+    if json {
+        let mut rows = Vec::new();
+        for &(i, depth) in &order {
+            let (name, b) = &branches[i];
+            let bl = &l.branches[i];
+            let mut row = branch_row(s, name, b)?;
+            row["lineage"] = serde_json::json!({
+                "parent": bl.parent,
+                "depth": depth,
+                "merged_into": bl.merged_into.iter().map(|m| serde_json::json!({
+                    "branch": m.branch, "checkpoint": m.checkpoint,
+                    "time": ckptfs::text::time::format_rfc3339(m.time_ns),
+                })).collect::<Vec<_>>(),
+            });
+            rows.push(row);
+        }
+        print_json(&rows)?;
+        return Ok(0);
+    }
+    // Whether each depth still has a sibling to come, for the `|` of the lines between.
+    let mut open: Vec<bool> = Vec::new();
+    for (k, &(i, depth)) in order.iter().enumerate() {
+        let (name, b) = &branches[i];
+        let bl = &l.branches[i];
+        let last_sibling = order[k + 1..]
+            .iter()
+            .take_while(|(_, d)| *d >= depth)
+            .all(|(_, d)| *d != depth);
+        open.truncate(depth);
+        let mut line = String::new();
+        for more in open.iter().skip(1) {
+            line.push_str(if *more { "|   " } else { "    " });
+        }
+        if depth > 0 {
+            line.push_str(if last_sibling { "`-- " } else { "|-- " });
+        }
+        open.push(!last_sibling);
+        line.push_str(name);
+        let head = b
+            .head
+            .map_or("no head".to_string(), |h| format!("head {}", h.short()));
+        let mut facts = vec![head];
+        match (&bl.parent, bl.forked_from) {
+            (Some(p), Some(f)) => facts.push(format!("forked from {p} at {}", f.short())),
+            (None, Some(f)) => facts.push(format!("forked at {}", f.short())),
+            _ => {}
+        }
+        for m in &bl.merged_into {
+            facts.push(format!(
+                "merged into {} at {}",
+                m.branch,
+                m.checkpoint.short()
+            ));
+        }
+        if b.state == "archived" {
+            facts.push("archived".into());
+        }
+        println!("{}  {}", quote::text(&line), facts.join(", "));
     }
     Ok(0)
 }

@@ -4,6 +4,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+pub use super::graph::{Edges, GraphRow};
+
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::Checkpoint;
@@ -209,29 +211,24 @@ pub fn log_row(id: &ObjectId, c: &Checkpoint, labels: &[(String, ObjectId)]) -> 
     row
 }
 
-/// How `log --graph` draws one checkpoint: the join lines drawn just above it (forks of it
-/// meeting their parent, e.g. `|/`) and the lanes of its own line (`* ` in its column, `| `
-/// for the other open lines), one per item given.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct GraphRow {
-    pub joins: Vec<String>,
-    pub lanes: String,
-    /// The checkpoint's column (0 = leftmost).
-    pub column: usize,
-}
-
 /// `log --graph`: checkpoints in the order given (newest first) with one lane per line of
-/// descent, like `git log --graph`. Forks show as lanes joining their parent. `names` are
-/// shown beside the checkpoints they name (see [`graph_names`]).
-pub fn graph_lines(items: &[(ObjectId, Checkpoint)], names: &[(String, ObjectId)]) -> Vec<String> {
+/// descent, drawn as `git log --graph` draws them (see [`super::graph`]): forks join their
+/// parent's lane (`|/`), merges fan out to their parents (`|\\`). With [`Edges::Line`] (one
+/// branch's line) a single lane. `names` are shown beside the checkpoints they name (see
+/// [`graph_names`]).
+pub fn graph_lines(
+    items: &[(ObjectId, Checkpoint)],
+    names: &[(String, ObjectId)],
+    edges: Edges,
+) -> Vec<String> {
     let heads: HashMap<ObjectId, Vec<&str>> =
         names.iter().fold(HashMap::new(), |mut m, (n, id)| {
             m.entry(*id).or_default().push(n.as_str());
             m
         });
     let mut out = Vec::new();
-    for ((id, c), row) in items.iter().zip(graph_rows(items)) {
-        out.extend(row.joins);
+    for ((id, c), row) in items.iter().zip(graph_rows(items, edges)) {
+        out.extend(row.joins.iter().map(|l| l.trim_end().to_string()));
         let ls = heads
             .get(id)
             .map_or(String::new(), |v| format!(" [{}]", v.join(", ")));
@@ -244,75 +241,15 @@ pub fn graph_lines(items: &[(ObjectId, Checkpoint)], names: &[(String, ObjectId)
             ls,
             c.message
         ));
+        out.extend(row.below.iter().map(|l| l.trim_end().to_string()));
     }
     out
 }
 
 /// The lanes of [`graph_lines`], one [`GraphRow`] per item (for `log --graph --json`).
-pub fn graph_rows(items: &[(ObjectId, Checkpoint)]) -> Vec<GraphRow> {
-    let mut lanes: Vec<Option<ObjectId>> = Vec::new();
-    let mut out = Vec::new();
-    for (id, c) in items {
-        let col = match lanes.iter().position(|l| *l == Some(*id)) {
-            Some(i) => i,
-            None => match lanes.iter().position(Option::is_none) {
-                Some(i) => {
-                    lanes[i] = Some(*id);
-                    i
-                }
-                None => {
-                    lanes.push(Some(*id));
-                    lanes.len() - 1
-                }
-            },
-        };
-        // Other lanes waiting for this checkpoint are forks of it: they join it just above
-        // its line (as `git log --graph` draws `|/` above the fork point).
-        let joined: Vec<usize> = lanes
-            .iter()
-            .enumerate()
-            .filter(|(i, l)| *i != col && **l == Some(*id))
-            .map(|(i, _)| i)
-            .collect();
-        let mut joins = Vec::new();
-        if !joined.is_empty() {
-            let mut j = String::new();
-            for (i, l) in lanes.iter().enumerate() {
-                j.push_str(if joined.contains(&i) {
-                    "/ "
-                } else if l.is_some() {
-                    "| "
-                } else {
-                    "  "
-                });
-            }
-            joins.push(j.trim_end().to_string());
-            for &i in &joined {
-                lanes[i] = None;
-            }
-            while lanes.last().is_some_and(Option::is_none) {
-                lanes.pop();
-            }
-        }
-        let mut line = String::new();
-        for (i, l) in lanes.iter().enumerate() {
-            line.push_str(if i == col {
-                "* "
-            } else if l.is_some() {
-                "| "
-            } else {
-                "  "
-            });
-        }
-        out.push(GraphRow {
-            joins,
-            lanes: line,
-            column: col,
-        });
-        lanes[col] = c.parents.first().copied();
-        while lanes.last().is_some_and(Option::is_none) {
-            lanes.pop();
-        }
-    }
-    out
+pub fn graph_rows(items: &[(ObjectId, Checkpoint)], edges: Edges) -> Vec<GraphRow> {
+    super::graph::graph_rows(
+        items.iter().map(|(id, c)| (*id, c.parents.as_slice())),
+        edges,
+    )
 }

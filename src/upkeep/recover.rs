@@ -74,6 +74,11 @@ pub fn recover(store: &Store) -> Result<RecoverReport> {
                     .extend(crate::workspace::roll_back_switch(store, &phase)?);
             }
         }
+        if m.op == "fork" {
+            report
+                .actions
+                .extend(crate::workspace::roll_back_fork(store, &m.args)?);
+        }
         if m.op == "fold" {
             report
                 .actions

@@ -18,7 +18,15 @@ use super::checkpoint::is_dirty;
 use super::state::is_mounted;
 use super::upper::displace_upper;
 
+/// Most branches one `fork --count` makes: enough for best-of-N, few enough that a slip
+/// (`--count 1000`) does not bury `branch list`.
+pub const MAX_FORK_COUNT: u32 = 64;
+
 /// `ckptfs fork`: a new branch whose head is `checkpoint` (O(1); nothing is copied).
+///
+/// # Errors
+/// `Usage` for a bad name; `NotFound` for an unknown checkpoint; `Conflict` when `name` is
+/// already a branch or a label.
 pub fn fork(store: &Store, checkpoint: &str, name: &str) -> Result<ObjectId> {
     check_name("branch", name)?;
     let id = store.resolve(checkpoint)?;
@@ -26,28 +34,114 @@ pub fn fork(store: &Store, checkpoint: &str, name: &str) -> Result<ObjectId> {
         "fork",
         serde_json::json!({"checkpoint": id, "name": name}),
         |_| {
-            if store.read_branch(name)?.is_some() {
-                return Err(Error::Conflict(format!("branch {name} already exists")));
-            }
-            if store.read_label(name)?.is_some() {
-                return Err(Error::Conflict(format!(
-                    "{name} is already a label; pick another name"
-                )));
-            }
-            let now = now_ns();
-            store.write_branch(
-                name,
-                &Branch {
-                    head: Some(id),
-                    forked_from: Some(id),
-                    state: "active".into(),
-                    created_ns: now,
-                    updated_ns: now,
-                },
-            )?;
+            make_forks(store, id, &[name.to_string()])?;
             Ok((id, serde_json::Value::Null))
         },
     )
+}
+
+/// `ckptfs fork --count N`: branches `NAME-1` .. `NAME-N` whose heads are `checkpoint`, in
+/// one store mutation (each O(1)): all of them or none. Returns the checkpoint and the names.
+/// A crash halfway leaves the marker naming them, and `recover` removes those made
+/// ([`roll_back_fork`]).
+///
+/// # Errors
+/// `Usage` for a count outside 1..=[`MAX_FORK_COUNT`] or a bad name; `NotFound` for an
+/// unknown checkpoint; `Conflict` naming the first `NAME-i` that is already a branch or a
+/// label (nothing is made).
+pub fn fork_numbered(
+    store: &Store,
+    checkpoint: &str,
+    name: &str,
+    count: u32,
+) -> Result<(ObjectId, Vec<String>)> {
+    if !(1..=MAX_FORK_COUNT).contains(&count) {
+        return Err(Error::Usage(format!(
+            "--count {count}: give 1 to {MAX_FORK_COUNT} branches"
+        )));
+    }
+    let names: Vec<String> = (1..=count).map(|i| format!("{name}-{i}")).collect();
+    for n in &names {
+        check_name("branch", n)?;
+    }
+    let id = store.resolve(checkpoint)?;
+    store.mutate(
+        "fork",
+        serde_json::json!({"checkpoint": id, "names": names}),
+        |_| {
+            make_forks(store, id, &names)?;
+            Ok(((id, names.clone()), serde_json::Value::Null))
+        },
+    )
+}
+
+/// Writes a branch at `id` for each of `names`, after checking that none is taken (a
+/// branch or a label). Callers hold the store lock.
+fn make_forks(store: &Store, id: ObjectId, names: &[String]) -> Result<()> {
+    for name in names {
+        if store.read_branch(name)?.is_some() {
+            return Err(Error::Conflict(format!("branch {name} already exists")));
+        }
+        if store.read_label(name)?.is_some() {
+            return Err(Error::Conflict(format!(
+                "{name} is already a label; pick another name"
+            )));
+        }
+    }
+    let now = now_ns();
+    for name in names {
+        store.write_branch(
+            name,
+            &Branch {
+                head: Some(id),
+                forked_from: Some(id),
+                state: "active".into(),
+                created_ns: now,
+                updated_ns: now,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// `recover` after a `fork --count` that did not finish (`args`: its marker's): removes the
+/// branches it made, so none of them is left. The fork checked that none of its names was
+/// taken before writing any, and nothing else ran since (the marker stops every mutation),
+/// so a branch of those names still at the fork point is one it made. Returns what it did.
+///
+/// # Errors
+/// I/O removing a branch file.
+pub fn roll_back_fork(store: &Store, args: &serde_json::Value) -> Result<Vec<String>> {
+    let (Some(names), Some(at)) = (
+        args.get("names").and_then(|n| n.as_array()),
+        args.get("checkpoint")
+            .and_then(|c| c.as_str())
+            .and_then(|c| ObjectId::parse(c).ok()),
+    ) else {
+        return Ok(Vec::new());
+    };
+    let mut removed = Vec::new();
+    for name in names.iter().filter_map(|n| n.as_str()) {
+        if check_name("branch", name).is_err() {
+            continue;
+        }
+        let Ok(Some(b)) = store.read_branch(name) else {
+            continue;
+        };
+        if b.head == Some(at) && b.forked_from == Some(at) {
+            let p = store.branch_path(name);
+            fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+            removed.push(name.to_string());
+        }
+    }
+    if removed.is_empty() {
+        return Ok(Vec::new());
+    }
+    atomic::sync_path(&store.branches_dir())?;
+    Ok(vec![format!(
+        "removed the branches an interrupted fork --count made ({}): run it again",
+        removed.join(", ")
+    )])
 }
 
 /// `branch archive` / `branch unarchive`.

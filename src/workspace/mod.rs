@@ -50,7 +50,9 @@ mod state;
 mod switch;
 mod upper;
 
-pub use branch::{delete_branch, fork, release_head, set_archived};
+pub use branch::{
+    delete_branch, fork, fork_numbered, release_head, roll_back_fork, set_archived, MAX_FORK_COUNT,
+};
 pub(crate) use checkpoint::unused_snapshots;
 pub use checkpoint::{
     checkpoint, dirty, first_change, is_dirty, live_tree, CheckpointOptions, CheckpointReport,

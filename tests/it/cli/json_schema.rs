@@ -632,6 +632,35 @@ fn merge_reports_match_their_schema() {
 }
 
 #[test]
+fn fork_and_branch_lineage_match_their_schemas() {
+    let env = Env::new();
+    write(&env.ws().join("t"), b"1\n");
+    env.capture_id(&[]);
+    let v = check("fork", &["fork", &env.s(), "main", "try", "--count", "2"]);
+    assert_eq!(v["branches"], serde_json::json!(["try-1", "try-2"]), "{v}");
+    let v = check("fork", &["fork", &env.s(), "main", "one"]);
+    assert_eq!(v["branches"], serde_json::json!(["one"]), "{v}");
+    write(&env.ws().join("t"), b"2\n");
+    env.capture_id(&["-b", "try-1"]);
+    ok(["merge", &env.s(), "try-1", "--into", "main", "--no-ff"]);
+    ok(["branch", "archive", &env.s(), "one"]);
+    let v = check(
+        "branch-list",
+        &["branch", "list", &env.s(), "--tree", "--all"],
+    );
+    let try1 = v
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["name"] == "try-1")
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(try1["lineage"]["parent"], "main", "{v}");
+    assert_eq!(try1["lineage"]["depth"], 1, "{v}");
+    assert_eq!(try1["lineage"]["merged_into"][0]["branch"], "main", "{v}");
+    check("branch-list", &["branch", "list", &env.s(), "--tree"]);
+}
+
+#[test]
 fn every_schema_is_exercised() {
     // The schemas the tests above validate against (kept in step with them by hand): a new
     // schema file must be exercised there too.
@@ -652,6 +681,7 @@ fn every_schema_is_exercised() {
         "find-history",
         "fingerprint",
         "forget",
+        "fork",
         "gc",
         "import",
         "label-delete",

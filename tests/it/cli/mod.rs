@@ -1,6 +1,7 @@
 mod bad_input;
 mod conventions;
 mod exec;
+mod graph;
 mod json_schema;
 mod log;
 mod parse_fuzz;
