@@ -201,6 +201,9 @@ impl Matcher<'_> {
         if let Some(m) = self.memo.get(&key) {
             return Ok(Rc::clone(m));
         }
+        // A crafted chain of 100k directories: refused at the bound, not walked (the paths,
+        // the memo keys and the recursion would all grow with it).
+        crate::store::tree::check_depth(dir.split('/').count(), || dir.to_string())?;
         let tree = self.store.read_tree(&t)?;
         self.trees_read += 1;
         self.progress.add_items(1);
