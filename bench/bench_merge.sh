@@ -63,6 +63,8 @@ for s in p["steps"]:
 print(f"ckptfs plan: {len(p['steps'])} steps, merged by driver {drivers}, "
       f"{len(p['conflicts'])} conflicts ({sorted({c['kind'] for c in p['conflicts']})}); "
       f"recorded: {m['outcome']}")
+for c in p["conflicts"]:
+    print(f"  conflict {c['kind']}: {c['path']}: {c['detail']}")
 PY
 echo "ckptfs merge --dry-run:         $plan ms"
 echo "ckptfs merge --take ours:       $rec ms"
