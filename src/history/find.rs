@@ -203,7 +203,8 @@ impl Matcher<'_> {
         }
         // A crafted chain of 100k directories: refused at the bound, not walked (the paths,
         // the memo keys and the recursion would all grow with it).
-        crate::store::tree::check_depth(dir.split('/').count(), || dir.to_string())?;
+        // `dir` is ROOT/PATH: its depth is the components below the root.
+        crate::store::tree::check_depth(dir.split('/').count() - 1, || dir.to_string())?;
         let tree = self.store.read_tree(&t)?;
         self.trees_read += 1;
         self.progress.add_items(1);

@@ -490,7 +490,8 @@ impl<'a> TreeMerge<'a> {
         o: Option<ObjectId>,
         t: Option<ObjectId>,
     ) -> Result<Tree> {
-        check_depth(path.split('/').count(), || path.to_string())?;
+        // `path` is ROOT/PATH: its depth is the components below the root.
+        check_depth(path.split('/').count() - 1, || path.to_string())?;
         let load = |id: Option<ObjectId>| match id {
             Some(id) => self.store.read_tree(&id),
             None => Ok(Tree::default()),
