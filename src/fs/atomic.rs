@@ -324,3 +324,6 @@ fn parent_of(path: &Path) -> Result<&Path> {
     path.parent()
         .ok_or_else(|| Error::Invalid(format!("{} has no parent directory", path.display())))
 }
+
+#[cfg(test)]
+mod tests;
