@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 # MODULE|files (comma-separated globs)|cargo test arguments (after `cargo test`)
 MODULES=(
   "safe|src/fs/safe.rs|--lib -- fs::safe"
-  "atomic|src/fs/atomic.rs|--lib --test it -- fs::atomic store::recover health::powerloss::the_power health::powerloss::a_capture"
+  "atomic|src/fs/atomic.rs|--lib --test it -- fs::atomic store::recover store::capture_faults::fault_injection health::powerloss::the_power health::powerloss::a_capture"
   "crypto|src/remote/crypto.rs|--lib -- remote::"
   "pack|src/remote/pack.rs|--lib -- remote::"
   "object|src/store/object.rs,src/store/object/*.rs|--lib -- store::object"

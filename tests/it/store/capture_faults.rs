@@ -98,3 +98,60 @@ fn a_workspace_checkpoint_failing_at_any_step_leaves_no_stray_record() {
         }
     }
 }
+
+/// The fault hook's own contract, which every fault loop relies on: steps count from one,
+/// so `fail:N` for the N steps `count` reports strikes the last of them and `fail:N+1`
+/// none; `stop:N` stops the process at step N until it is continued.
+#[test]
+fn fault_injection_strikes_exactly_the_counted_steps() {
+    let probe = tempdir();
+    let steps = io_steps(["capture", s(&fixture(probe.path())), "-m", "second"]);
+    for (n, strikes) in [(1, true), (steps, true), (steps + 1, false)] {
+        let dir = tempdir();
+        let store = fixture(dir.path());
+        let o = run_fault(["capture", s(&store), "-m", "second"], "fail", n);
+        let what = describe_output(&format!("capture with fail:{n} of {steps}"), &o);
+        assert_eq!(!o.status.success(), strikes, "{what}");
+        if strikes {
+            let said = format!("injected fault at I/O step {n} ");
+            assert!(stderr(&o).contains(&said), "{what}");
+        }
+    }
+
+    let dir = tempdir();
+    let store = fixture(dir.path());
+    let err_file = dir.path().join("capture.err");
+    let mut c = cmd(["capture", s(&store), "-m", "second"])
+        .env(FAULT_ENV, "stop:1")
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(&err_file).expect("create"))
+        .spawn()
+        .expect("spawn ckptfs");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(c.id()).expect("pid"));
+    let t0 = std::time::Instant::now();
+    let stopped = loop {
+        if let Some(st) = c.try_wait().expect("wait") {
+            break Err(st);
+        }
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+        {
+            break Ok(());
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("capture with stop:1 neither stopped nor ended");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    if let Err(st) = stopped {
+        panic!("capture with stop:1 ended ({st}) without stopping");
+    }
+    let said = fs::read_to_string(&err_file).expect("read stderr");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    assert!(c.wait().expect("wait").success());
+    assert!(said.contains("injected stop at I/O step 1 "), "{said}");
+}
