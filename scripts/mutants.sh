@@ -52,7 +52,7 @@ for m in "${MODULES[@]}"; do
   cargo mutants --no-shuffle --timeout-multiplier 3 --output "$out" ${MUTANTS_ARGS:-} "${fargs[@]}" \
     -- $args >"$out/log.txt" 2>&1 || true
   mo="$out/mutants.out"
-  count() { [ -f "$mo/$1.txt" ] && grep -c . "$mo/$1.txt" || echo 0; }
+  count() { if [ -f "$mo/$1.txt" ]; then grep -c . "$mo/$1.txt" || true; else echo 0; fi; }
   printf '%-10s %7s %7s %7s %9s\n' "$name" "$(count caught)" "$(count missed)" \
     "$(count timeout)" "$(count unviable)"
 done
