@@ -183,9 +183,11 @@ fn an_object_reads_back_only_at_the_length_its_reader_expects() {
     assert_eq!(store.read_chunk(&chunk(id, 100)).unwrap(), data);
     assert_eq!(store.read_object(&id).unwrap(), data);
     assert_eq!(store.read_object_bounded(&id, 100).unwrap(), data);
+    // Refused by the file's size, before anything is read.
     for len in [99, 101] {
+        let said = format!("is 100 bytes, the tree says {len}");
         assert!(
-            is_corrupt(store.read_chunk(&chunk(id, len)), "the tree says"),
+            is_corrupt(store.read_chunk(&chunk(id, len)), &said),
             "{len}"
         );
     }
@@ -810,14 +812,20 @@ fn a_missing_object_is_fetched_from_the_source_once_and_checked() {
 fn fetched_bytes_handed_over_fit_the_readers_length_or_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let data = random_like(100);
-    let (store, _src) = store_with_source(dir.path(), &[&data], true);
+    let (store, src) = store_with_source(dir.path(), &[&data], true);
     let id = ObjectId::of(&data);
+    let repairs = || src.repairs.load(Ordering::Relaxed);
     // The first read builds the source and fetches; the bytes handed over are refused
     // (and the copy written from them too) at a length other than the reader's.
     assert!(is_corrupt(store.read_object_bounded(&id, 99), "100 bytes"));
     assert_eq!(store.read_object_bounded(&id, 100).unwrap(), data);
+    // Handed over at the reader's length: taken as they are, no repair asked for.
+    let before = repairs();
     fs::remove_file(store.object_path(&id, false)).unwrap();
     assert_eq!(store.read_chunk(&chunk(id, 100)).unwrap(), data);
+    fs::remove_file(store.object_path(&id, false)).unwrap();
+    assert_eq!(store.read_object_bounded(&id, 100).unwrap(), data);
+    assert_eq!(repairs(), before);
     fs::remove_file(store.object_path(&id, false)).unwrap();
     assert!(is_corrupt(store.read_chunk(&chunk(id, 101)), "100 bytes"));
 }
