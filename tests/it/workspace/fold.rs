@@ -67,6 +67,8 @@ fn a_checkpoint_with_nobody_inside_leaves_no_recorded_bytes_in_the_upper() {
         Some((3 << 20) + 13),
         "{r}"
     );
+    // Two files (big.bin, notes.md); the whiteout of a.txt is no file.
+    assert_eq!(r["fold"]["upper_files"], 2, "{r}");
     // The upper layer holds nothing (no file, no whiteout); the folded one is removed.
     assert_eq!(files_under(&upper), (0, 0));
     // Not even the root's directory: overlayfs makes it again at the first change.
@@ -178,6 +180,12 @@ fn no_fold_keeps_the_upper_until_a_checkpoint_that_folds() {
         (0, 0),
         "turn without --no-fold did not fold"
     );
+    // Nothing recorded and nothing waiting: the report still says why nothing was folded.
+    let r = ok_json(["checkpoint", w.room(), "-m", "none", "--no-fold", "--json"]);
+    assert_eq!(r["recorded"], false, "{r}");
+    assert_eq!(r["fold"]["folded"], false, "{r}");
+    assert_eq!(r["fold"]["reason"], "--no-fold", "{r}");
+    assert_eq!(r["fold"]["upper_bytes"], 0, "{r}");
 }
 
 #[test]
