@@ -429,8 +429,17 @@ fn a_fold_interrupted_at_any_step_loses_nothing() {
             write(&w.path(&format!("r/{round}.txt")), text.as_bytes());
             let o = run_fault(["checkpoint", w.room(), "-m", "faulty"], mode, n);
             let ctx = format!("checkpoint {mode}:{n}/{steps}: {}", stderr(&o));
+            let was_writable = writable(&w);
             let r = run(["recover", w.store()]);
             assert!(r.status.success(), "{ctx}: recover: {}", stderr(&r));
+            let said = stdout(&r);
+            if was_writable {
+                // Nothing to roll back: recover says nothing about the overlays.
+                assert!(
+                    !said.contains("writable again") && !said.contains("stays read-only"),
+                    "{ctx}: recover said {said}"
+                );
+            }
             if !writable(&w) {
                 // Interrupted after the fold took the upper: umount and mount resume it.
                 // Said by the failed checkpoint itself, or by recover after a crash.
@@ -456,9 +465,14 @@ fn a_fold_interrupted_at_any_step_loses_nothing() {
                 );
             }
             assert!(ok(["verify", w.store()]).contains("0 findings"), "{ctx}");
-            // The next checkpoint records it and folds.
+            // A write after recover lands in the branch's upper layer (an overlay made
+            // writable again over an upper the fold took would lose it).
+            let after = format!("after/{round}.txt");
+            write(&w.path(&after), b"after");
+            // The next checkpoint records it all and folds.
             let id = w.checkpoint("after the fault");
             assert_eq!(w.cat(&id, "notes.md"), text.as_bytes(), "{ctx}");
+            assert_eq!(w.cat(&id, &after), b"after", "{ctx}");
         }
     }
 }
