@@ -18,27 +18,7 @@ use crate::store::object::ObjectBatch;
 use crate::store::tree::{check_depth, Entry, EntryKind, Tree};
 use crate::store::Store;
 
-/// Recursive counts of what a merge changed in ours, to keep totals exact without walking
-/// unchanged subtrees.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Totals {
-    pub files: i64,
-    pub bytes: i64,
-    pub dirs: i64,
-    pub symlinks: i64,
-}
-
-impl Totals {
-    /// What was added since `before`.
-    pub fn since(self, before: Totals) -> Totals {
-        Totals {
-            files: self.files - before.files,
-            bytes: self.bytes - before.bytes,
-            dirs: self.dirs - before.dirs,
-            symlinks: self.symlinks - before.symlinks,
-        }
-    }
-}
+pub use crate::ingest::upper::Totals;
 
 type Triple = [Option<Entry>; 3];
 
@@ -293,11 +273,7 @@ impl<'a> TreeMerge<'a> {
         if self.steps.last().is_none_or(|s| s.path != path) {
             self.step(path, how, None);
         }
-        let d = count_delta(self.store, before, after)?;
-        self.delta.files += d.files;
-        self.delta.bytes += d.bytes;
-        self.delta.dirs += d.dirs;
-        self.delta.symlinks += d.symlinks;
+        self.delta.add(count_delta(self.store, before, after)?, 1);
         Ok(())
     }
 

@@ -64,13 +64,15 @@ pub struct Totals {
 }
 
 impl Totals {
-    fn add(&mut self, o: Totals, sign: i64) {
+    /// Adds `o` times `sign` (1 or -1).
+    pub fn add(&mut self, o: Totals, sign: i64) {
         self.files += sign * o.files;
         self.bytes += sign * o.bytes;
         self.dirs += sign * o.dirs;
         self.symlinks += sign * o.symlinks;
     }
-    fn since(self, before: Totals) -> Totals {
+    /// What was added since `before`.
+    pub fn since(self, before: Totals) -> Totals {
         let mut d = self;
         d.add(before, -1);
         d
