@@ -305,7 +305,14 @@ command("checkpoint", "checkpoint", obj("WorkspaceCheckpoint", {
         "bytes_read": t(BYTES, "their bytes"),
         "dirs_merged": t(U, "directories merged while frozen"),
     }), "with --freeze-cgroup or --freeze-fs: how long writers were held"),
-}, optional=["held"]), "The checkpoint of a mounted workspace.",
+    "merge": t(obj("MergeProgress", {
+        "source": t(STR, "what is merged in, as given to `merge`"),
+        "theirs": t(ID, "the checkpoint merged in"),
+        "recorded": t(BOOL, "this checkpoint records the merge: its second parent is `theirs`, and the merge is over"),
+        "unresolved": t(arr(STR), "`ROOT/PATH`s of conflicts still open: the merge stays in progress and this checkpoint (if recorded) has one parent"),
+        "interrupted": t(BOOL, "the merge was cut short while being written into the workspace: never recorded as a merge (`merge --abort` puts the workspace back)"),
+    }), "a merge in progress in the workspace (`ckptfs merge` into it): whether this checkpoint recorded it"),
+}, optional=["held", "merge"]), "The checkpoint of a mounted workspace.",
     "ckptfs checkpoint /workspace/room --json")
 
 command("restore", "restore", {"oneOf": [RESTORE, obj("RestoreAll", {
@@ -512,7 +519,7 @@ ROW_CONFLICT = obj("RowConflict", {
     "key": t(null(STR), "the row's primary key as `col=value[,col=value]` (SQL literals), or null for a table-level conflict"),
     "why": t(STR, "`both` (the row changed both ways), `deleted-changed`, `constraint`, `schema`, `no-primary-key`, `too-large`"),
 })
-command("merge", "merge", obj("MergeReport", {
+MERGE = obj("MergeReport", {
     "into": t(STR, "the branch merged into (ours)"),
     "source": t(STR, "what was merged in, as given (theirs)"),
     "ours": t(ID, "the head of `into` before the merge"),
@@ -534,7 +541,24 @@ command("merge", "merge", obj("MergeReport", {
         "rows": t(arr(ROW_CONFLICT), "SQLite rows or tables in conflict"),
         "resolved": t(null(enum("ours", "theirs")), "the side --take kept, or null: open (nothing is recorded while one is open)"),
     }, optional=("rows",))), "paths both sides changed in ways that do not combine (exit 1 while any is open)"),
-}, optional=("other_bases",)), "What merge did or would do.", "ckptfs merge STORE SOURCE --into BRANCH --json")
+    "workspace": t(obj("WorkspaceMerge", {
+        "mountpoints": t(mapof(PATH, "path"), "each root's mountpoint"),
+        "written": t(U, "entries written into the workspace (a new directory counts once)"),
+        "removed": t(U, "entries removed from it"),
+        "in_progress": t(BOOL, "a merge is in progress in the workspace: its conflicts are left there (text with git's markers) until resolved, then `ckptfs checkpoint` records it; `merge --abort` gives up"),
+    }), "merged into a mounted workspace: what was written there"),
+}, optional=("other_bases", "workspace"))
+MERGE_ABORT = obj("MergeAbort", {
+    "into": t(STR, "the branch whose workspace was put back"),
+    "source": t(STR, "what the merge given up was merging in"),
+    "theirs": t(ID, "its checkpoint"),
+    "restored": t(ID, "the checkpoint the workspace holds again (the branch head when the merge started)"),
+    "written": t(U, "entries written into the workspace"),
+    "removed": t(U, "entries removed from it"),
+})
+command("merge", "merge", {"oneOf": [MERGE, MERGE_ABORT]},
+        "What merge did or would do (MergeReport), or what `merge --abort` undid (MergeAbort).",
+        "ckptfs merge STORE SOURCE --into BRANCH --json")
 
 VERIFY = obj("VerifyReport", {
     "checkpoints": t(U, "checkpoints verified"),
@@ -801,7 +825,19 @@ WORKSPACE_ROW = obj("WorkspaceStatus", {
     }, optional=["outcome", "exit_status", "time"]),
         "a turn running on its branch, or the failed turn whose writes it holds (absent when neither)"),
     "fold_waiting": t(FOLD, "the upper layer's bytes the last checkpoint recorded, waiting to be folded, and who holds them (zero once folded)"),
-}, optional=["error", "turn"])
+    "merge": t(obj("MergeStatus", {
+        "source": t(STR, "what is merged in, as given to `merge`"),
+        "theirs": t(ID, "the checkpoint merged in"),
+        "ours": t(ID, "the branch head when the merge started (what `merge --abort` puts back)"),
+        "interrupted": t(BOOL, "cut short while being written into the workspace: run `merge --abort`"),
+        "conflicts": t(arr(obj("MergeConflictStatus", {
+            "path": t(STR, "`ROOT/PATH`"),
+            "kind": t(STR, "as in the merge report (`content`, `modify-delete`, ...)"),
+            "resolved": t(BOOL, "resolved in the workspace as it is now: no conflict marker left in a text file, or anything else changed there, or `--take` wrote one side"),
+            "taken": t(enum("ours", "theirs"), "the side `merge --take` wrote there"),
+        }, optional=["taken"])), "the conflicts the merge left in the workspace"),
+    }), "a merge in progress in it (absent when none): once every conflict is resolved, the next checkpoint records the merge"),
+}, optional=["error", "turn", "merge"])
 LEFT_BEHIND_ROW = obj("LeftBehindStatus", {
     "kind": t(const("left-behind"), "a tree a switch or a fold set aside, still mounted because processes are inside"),
     "branch": t(STR, "the branch whose tree it is"),

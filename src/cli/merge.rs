@@ -6,6 +6,7 @@ use clap::{Args, ValueEnum};
 
 use ckptfs::merge::{self, FastForward, MergeOptions, MergeReport, Take};
 use ckptfs::text::quote;
+use ckptfs::workspace::place;
 use ckptfs::Result;
 
 use super::{print_json, JsonFlag};
@@ -20,12 +21,21 @@ pub enum TakeArg {
 /// `merge` arguments.
 #[derive(Args, Debug)]
 pub struct MergeArgs {
+    /// The store, or a mounted workspace (its mountpoint or a path inside it: the merge goes
+    /// into that workspace's branch).
     pub store: PathBuf,
     /// What to merge in ("theirs"): a branch, a label or a checkpoint id (or unique prefix).
-    pub source: String,
-    /// The branch to merge into ("ours"); it moves to the merge checkpoint.
-    #[arg(long, value_name = "BRANCH", default_value = ckptfs::store::refs::DEFAULT_BRANCH)]
-    pub into: String,
+    #[arg(required_unless_present = "abort")]
+    pub source: Option<String>,
+    /// The branch to merge into ("ours"); it moves to the merge checkpoint. Default: the
+    /// workspace STORE names or the current directory is in, else main. A mounted branch
+    /// gets the merge written into its workspace (see --abort).
+    #[arg(long, value_name = "BRANCH")]
+    pub into: Option<String>,
+    /// Give up the merge in progress in the workspace: every change since it started is
+    /// undone (checkpoints recorded meanwhile stay in history).
+    #[arg(long, conflicts_with_all = ["source", "take", "dry_run", "no_ff", "ff_only", "message"])]
+    pub abort: bool,
     /// Print the plan and the conflicts; write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -51,16 +61,52 @@ pub struct MergeArgs {
     pub json: JsonFlag,
 }
 
+/// The store and the branch merged into: `--into`, else the workspace STORE names, else
+/// the one the current directory is in, else main.
+fn target(a: &MergeArgs) -> Result<(ckptfs::Store, String)> {
+    let (s, named) = match place::resolve_place(&a.store)? {
+        place::Place::Store(s) => (s, None),
+        place::Place::Workspace(s, st) => (s, Some(st.branch)),
+    };
+    if let Some(b) = a.into.clone().or(named) {
+        return Ok((s, b));
+    }
+    let here = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| ckptfs::workspace::find_by_path(&s, &cwd).ok().flatten());
+    let b = here.map_or_else(
+        || ckptfs::store::refs::DEFAULT_BRANCH.to_string(),
+        |st| st.branch,
+    );
+    Ok((s, b))
+}
+
 pub fn run_merge(a: MergeArgs) -> Result<i32> {
     if !a.paths.is_empty() && a.take.is_none() {
         return Err(ckptfs::Error::Usage(
             "paths after -- say where --take applies; give --take ours or --take theirs".into(),
         ));
     }
-    let s = ckptfs::remote::open_store(&a.store)?;
+    let (s, into) = target(&a)?;
+    if a.abort {
+        let r = merge::abort(&s, &into)?;
+        if a.json.json {
+            print_json(&r)?;
+        } else {
+            println!(
+                "merge of {} aborted: the workspace of {} holds {} again ({} entries written, {} removed)",
+                quote::text(&r.source),
+                r.into,
+                r.restored.short(),
+                r.applied.written,
+                r.applied.removed
+            );
+        }
+        return Ok(0);
+    }
     let opts = MergeOptions {
-        into: a.into,
-        source: a.source,
+        into,
+        source: a.source.unwrap_or_default(),
         dry_run: a.dry_run,
         take: a.take.map(|t| match t {
             TakeArg::Ours => Take::Ours,
@@ -140,6 +186,25 @@ fn print_text(r: &MergeReport) {
         }
     }
     let open = r.open_conflicts();
+    if let Some(w) = &r.workspace {
+        let at: Vec<String> = w
+            .mountpoints
+            .values()
+            .map(|p| quote::path(p).to_string())
+            .collect();
+        println!(
+            "workspace {}: {} entries written, {} removed",
+            at.join(", "),
+            w.applied.written,
+            w.applied.removed
+        );
+        if w.in_progress {
+            println!(
+                "merge in progress: resolve the conflicts in the workspace (text files hold git's markers), or keep one side with --take ours|theirs [-- ROOT/PATH...]; then `ckptfs checkpoint` records the merge. `ckptfs merge --abort` gives up."
+            );
+            return;
+        }
+    }
     match (r.outcome.as_str(), r.checkpoint) {
         ("up-to-date", _) => println!(
             "already up to date: {} is in {}'s history",

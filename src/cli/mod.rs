@@ -304,9 +304,16 @@ pub enum Command {
     /// The result is one checkpoint with two parents on --into BRANCH, recorded only when no
     /// conflict is left (exit 1 and nothing recorded otherwise: --take resolves them). When
     /// BRANCH has not moved since the base, it simply moves forward to SOURCE (--no-ff
-    /// records a merge anyway). BRANCH must not be mounted or hold un-checkpointed changes.
+    /// records a merge anyway). BRANCH must not hold un-checkpointed changes.
     ///
-    /// Example: ckptfs merge /var/lib/ckpt try-2 --into main --dry-run
+    /// A mounted BRANCH gets the merge written into its workspace, as git merges into a work
+    /// tree: with no conflict it is recorded at once; with conflicts they are left there (text
+    /// with git's markers), `status` lists them, and the first `checkpoint` with all of them
+    /// resolved records the merge. --take writes one side of a conflict there; --abort puts
+    /// the workspace back.
+    ///
+    /// Examples: ckptfs merge /var/lib/ckpt try-2 --into main --dry-run;
+    /// ckptfs merge /srv/room try-2 (into the workspace mounted at /srv/room)
     Merge(merge::MergeArgs),
     /// Re-hash every object reachable from the given checkpoints (or all) and report every
     /// missing or corrupt object with the paths that use it. Exit 1 on any finding.

@@ -43,6 +43,10 @@ struct WorkspaceStatus {
     /// The upper layer's bytes that the last checkpoint recorded, waiting to be folded (see
     /// docs/workspaces.md), and the processes inside that hold them: zero once folded.
     fold_waiting: workspace::FoldReport,
+    /// A merge in progress in it (`ckptfs merge` into a mounted branch): its conflicts and
+    /// whether each is resolved yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    merge: Option<workspace::pending::MergeStatus>,
 }
 
 /// Status of the workspaces of a store (or of the one a path is in).
@@ -101,6 +105,10 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
             freeze_fs: st.freeze_fs,
             unheld_writers,
             turn: super::turn::turn_status(&s, &st.branch, d.dirty),
+            merge: workspace::merge_status(&s, &st.branch).unwrap_or_else(|e| {
+                log::warn!("the merge in progress in {}: {e}", st.branch);
+                None
+            }),
         };
         out.push(serde_json::to_value(&ws).unwrap_or_default());
     }
@@ -134,6 +142,7 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
         if let Some(t) = w["turn"]["describe"].as_str() {
             println!("  {}", quote::text(t));
         }
+        print_merge(&w["merge"]);
         for line in short_status(w) {
             println!("  {line}");
         }
@@ -185,6 +194,47 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
                 quote::name(p["path"].as_str().unwrap_or("").as_bytes())
             );
         }
+    }
+}
+
+/// A merge in progress, as `git status` tells one.
+fn print_merge(m: &serde_json::Value) {
+    let Some(source) = m["source"].as_str() else {
+        return;
+    };
+    let conflicts = m["conflicts"].as_array().cloned().unwrap_or_default();
+    let open = conflicts
+        .iter()
+        .filter(|c| c["resolved"].as_bool() != Some(true))
+        .count();
+    if m["interrupted"].as_bool() == Some(true) {
+        println!(
+            "  merge of {} cut short while being written: run `ckptfs merge --abort`",
+            quote::text(source)
+        );
+        return;
+    }
+    println!(
+        "  merging {}: {open} of {} conflicts unresolved{}",
+        quote::text(source),
+        conflicts.len(),
+        if open == 0 {
+            " (`ckptfs checkpoint` records the merge)"
+        } else {
+            " (fix them, then `ckptfs checkpoint`; `ckptfs merge --abort` gives up)"
+        }
+    );
+    for c in &conflicts {
+        println!(
+            "    {} {} ({})",
+            if c["resolved"].as_bool() == Some(true) {
+                "resolved:  "
+            } else {
+                "unresolved:"
+            },
+            quote::name(c["path"].as_str().unwrap_or("").as_bytes()),
+            c["kind"].as_str().unwrap_or("")
+        );
     }
 }
 

@@ -475,6 +475,39 @@ fn print_checkpoint(b: &str, r: &workspace::CheckpointReport) {
             );
         }
     }
+    print_merge_progress(r);
+}
+
+/// What a checkpoint did with the merge in progress in its workspace.
+fn print_merge_progress(r: &workspace::CheckpointReport) {
+    let Some(m) = &r.merge else { return };
+    let source = quote::text(&m.source);
+    if m.recorded {
+        println!(
+            "merge of {source} recorded: parents {}",
+            r.checkpoint
+                .parents
+                .iter()
+                .map(|p| p.short())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        );
+    } else if m.interrupted {
+        println!(
+            "the merge of {source} was cut short while being written into the workspace: not recorded as a merge; `ckptfs merge --abort` puts the workspace back"
+        );
+    } else {
+        let paths: Vec<String> = m
+            .unresolved
+            .iter()
+            .map(|p| quote::name(p.as_bytes()).to_string())
+            .collect();
+        println!(
+            "merge of {source} still in progress, not recorded: {} conflicts unresolved: {}",
+            paths.len(),
+            paths.join(", ")
+        );
+    }
 }
 
 /// The text report of a fold (nothing when there was nothing to fold).

@@ -111,11 +111,38 @@ impl Side {
         self
     }
 
-    fn tree(&self, store: &Store, id: &ObjectId) -> Result<Tree> {
+    /// A tree of this side: one a dry run built, else the store's.
+    ///
+    /// # Errors
+    /// A tree the store does not hold or that does not decode.
+    pub fn tree(&self, store: &Store, id: &ObjectId) -> Result<Tree> {
         match self.trees.get(id) {
             Some(t) => Ok(t.clone()),
             None => store.read_tree(id),
         }
+    }
+
+    /// The entry at `ROOT/PATH` of this side, if there is one (nothing on the way is a
+    /// symlink: trees are walked by name).
+    ///
+    /// # Errors
+    /// A tree on the way that does not read.
+    pub fn entry_at(&self, store: &Store, path: &str) -> Result<Option<Entry>> {
+        let mut parts = path.split('/');
+        let Some(mut tree) = parts.next().and_then(|r| self.roots.get(r).copied()) else {
+            return Ok(None);
+        };
+        let mut names: Vec<&str> = parts.collect();
+        let Some(last) = names.pop() else {
+            return Ok(None);
+        };
+        for n in names {
+            match self.tree(store, &tree)?.get(n.as_bytes()).map(|e| &e.kind) {
+                Some(EntryKind::Dir { tree: id, .. }) => tree = *id,
+                _ => return Ok(None),
+            }
+        }
+        Ok(self.tree(store, &tree)?.get(last.as_bytes()).cloned())
     }
 
     /// The bytes of a file entry (or a symlink's target) at `path` (`ROOT/PATH`): from the

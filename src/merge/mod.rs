@@ -12,8 +12,10 @@
 //! from ours to it (compare-and-swap). Nothing is recorded while a conflict is open; a crash
 //! leaves the old head (objects no record names are gc's).
 
+mod apply;
 pub mod base;
 mod content;
+mod live;
 pub mod sqlite;
 mod text;
 mod tree;
@@ -23,8 +25,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+pub use apply::Applied;
 pub use content::Driver;
 use content::{ContentMerger, DriverRules, Scratch};
+pub use live::{abort, AbortReport, WorkspaceMerge};
 pub use sqlite::RowConflict;
 use tree::TreeMerge;
 
@@ -94,6 +98,9 @@ pub struct Conflict {
     pub rows: Vec<RowConflict>,
     /// The side `--take` kept, when it resolved this conflict.
     pub resolved: Option<Take>,
+    /// Merged into a workspace, the file was left there with git's conflict markers.
+    #[serde(skip)]
+    pub markers: bool,
 }
 
 /// What a merge did or would do.
@@ -115,6 +122,9 @@ pub struct MergeReport {
     pub checkpoint: Option<ObjectId>,
     pub steps: Vec<Step>,
     pub conflicts: Vec<Conflict>,
+    /// Merged into a mounted workspace: what was written there (see [`live`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceMerge>,
 }
 
 impl MergeReport {
@@ -141,6 +151,12 @@ pub fn merge(store: &Store, opts: &MergeOptions) -> Result<MergeReport> {
         .head
         .ok_or_else(|| Error::NotFound(format!("branch {} has no checkpoint yet", opts.into)))?;
     let theirs = store.resolve(&opts.source)?;
+    if let Some(p) = crate::workspace::pending::read(store, &opts.into)? {
+        if opts.take.is_some() && !opts.dry_run && p.theirs == theirs {
+            return take_pending(store, opts, p);
+        }
+        live::check_clean(store, &opts.into)?;
+    }
     let found = base::merge_base(store, ours, theirs)?;
     let mut report = MergeReport {
         into: opts.into.clone(),
@@ -154,6 +170,7 @@ pub fn merge(store: &Store, opts: &MergeOptions) -> Result<MergeReport> {
         checkpoint: None,
         steps: Vec::new(),
         conflicts: Vec::new(),
+        workspace: None,
     };
     if found.id == Some(theirs) {
         report.outcome = "up-to-date".into();
@@ -169,6 +186,9 @@ pub fn merge(store: &Store, opts: &MergeOptions) -> Result<MergeReport> {
     if opts.dry_run {
         return plan_only(store, opts, report, ff);
     }
+    if crate::workspace::is_mounted(store, &opts.into)? {
+        return merge_mounted(store, opts, report, ff);
+    }
     let args = serde_json::json!({"into": opts.into, "source": opts.source, "theirs": theirs});
     store.mutate("merge", args, |_| {
         crate::workspace::release_head(store, &opts.into)?;
@@ -181,7 +201,7 @@ pub fn merge(store: &Store, opts: &MergeOptions) -> Result<MergeReport> {
             return Ok((report, summary));
         }
         let batch = ObjectBatch::new(store);
-        let merged = three_way(store, &batch, opts, &mut report)?;
+        let merged = three_way(store, &batch, opts, &mut report, false)?;
         if report.open_conflicts() > 0 {
             batch.abandon();
             report.outcome = "conflicts".into();
@@ -192,6 +212,78 @@ pub fn merge(store: &Store, opts: &MergeOptions) -> Result<MergeReport> {
         report.outcome = "merged".into();
         report.checkpoint = Some(id);
         Ok((report, serde_json::json!({"checkpoint": id})))
+    })
+}
+
+/// A merge into a mounted workspace (see [`live`]): written into it; recorded at once by a
+/// checkpoint when nothing conflicts, else left in progress.
+fn merge_mounted(
+    store: &Store,
+    opts: &MergeOptions,
+    mut report: MergeReport,
+    ff: bool,
+) -> Result<MergeReport> {
+    let args = serde_json::json!({"into": opts.into, "source": opts.source,
+        "theirs": report.theirs, "workspace": true});
+    let mut r = store.mutate("merge", args, |_| {
+        live::check_clean(store, &opts.into)?;
+        if ff {
+            report.steps = fast_forward_steps(store, report.ours, report.theirs)?;
+        }
+        let w = live::merge_into_workspace(store, opts, &mut report, ff)?;
+        report.workspace = Some(w);
+        let summary = serde_json::json!({"outcome": report.outcome});
+        Ok((report, summary))
+    })?;
+    if r.outcome == "merged" {
+        let o = crate::workspace::CheckpointOptions {
+            label: None,
+            message: "",
+            hold: &crate::workspace::Hold::default(),
+            exclude: &[],
+            allow_empty: false,
+            annotations: &Annotations::default(),
+        };
+        let c = crate::workspace::checkpoint(store, &opts.into, &o, None)?;
+        r.checkpoint = Some(c.id);
+        if let Some(w) = &mut r.workspace {
+            w.in_progress = crate::workspace::pending::is_pending(store, &opts.into);
+        }
+    }
+    if r.checkpoint.is_some() {
+        // As after `ckptfs checkpoint`: the recorded bytes leave the upper layer if nobody
+        // is inside (docs/workspaces.md).
+        crate::workspace::fold(store, &opts.into)?;
+    }
+    Ok(r)
+}
+
+/// `merge --take` while a merge is in progress in the workspace (see
+/// [`live::take_in_workspace`]).
+fn take_pending(
+    store: &Store,
+    opts: &MergeOptions,
+    mut p: crate::workspace::pending::PendingMerge,
+) -> Result<MergeReport> {
+    let mut report = MergeReport {
+        into: opts.into.clone(),
+        source: opts.source.clone(),
+        ours: p.ours,
+        theirs: p.theirs,
+        base: p.base,
+        other_bases: Vec::new(),
+        outcome: String::new(),
+        dry_run: false,
+        checkpoint: None,
+        steps: Vec::new(),
+        conflicts: Vec::new(),
+        workspace: None,
+    };
+    let args = serde_json::json!({"into": opts.into, "source": opts.source, "take": opts.take});
+    store.mutate("merge", args, |_| {
+        let w = live::take_in_workspace(store, opts, &mut p, &mut report)?;
+        report.workspace = Some(w);
+        Ok((report, serde_json::json!({"take": true})))
     })
 }
 
@@ -208,7 +300,7 @@ fn plan_only(
         return Ok(report);
     }
     let batch = ObjectBatch::dry_run(store);
-    three_way(store, &batch, opts, &mut report)?;
+    three_way(store, &batch, opts, &mut report, false)?;
     report.outcome = if report.open_conflicts() > 0 {
         "conflicts"
     } else {
@@ -281,6 +373,7 @@ fn three_way(
     batch: &ObjectBatch<'_>,
     opts: &MergeOptions,
     report: &mut MergeReport,
+    marked: bool,
 ) -> Result<Merged> {
     let ours = store.read_checkpoint(&report.ours)?;
     let theirs = store.read_checkpoint(&report.theirs)?;
@@ -296,6 +389,7 @@ fn three_way(
         sqlite_limits: sqlite::Limits::default(),
     };
     let mut walk = TreeMerge::new(store, batch, content, opts.take, opts.take_paths.clone());
+    walk.marked = marked;
     let sides = [base.as_ref(), Some(&ours), Some(&theirs)]
         .map(|c| c.map_or_else(Side::default, Side::checkpoint));
     walk.follow_renames(&sides[0], &sides[1], &sides[2])?;
@@ -330,6 +424,7 @@ fn three_way(
                 detail: "a root is not a directory".into(),
                 rows: Vec::new(),
                 resolved: None,
+                markers: false,
             });
         }
     }
@@ -374,10 +469,7 @@ fn publish(
     report: &MergeReport,
     m: Merged,
 ) -> Result<ObjectId> {
-    let message = opts
-        .message
-        .clone()
-        .unwrap_or_else(|| format!("merge {} into {}", opts.source, opts.into));
+    let message = live::message(opts);
     let c = Checkpoint {
         version: 1,
         roots: m.roots,

@@ -37,13 +37,17 @@ pub struct TreeMerge<'a> {
     pub steps: Vec<Step>,
     pub conflicts: Vec<Conflict>,
     pub delta: Totals,
+    /// For a workspace (`git merge` into a work tree): an open conflict leaves what helps
+    /// resolve it, not ours: text with conflict markers, a database with every row that
+    /// merged, a file deleted on one side and changed on the other.
+    pub marked: bool,
 }
 
 fn path_of(prefix: &str, name: &[u8]) -> String {
     format!("{prefix}/{}", String::from_utf8_lossy(name))
 }
 
-fn under(path: &str, prefix: &str) -> bool {
+pub(super) fn under(path: &str, prefix: &str) -> bool {
     path == prefix
         || path
             .strip_prefix(prefix)
@@ -91,6 +95,7 @@ impl<'a> TreeMerge<'a> {
             steps: Vec::new(),
             conflicts: Vec::new(),
             delta: Totals::default(),
+            marked: false,
         }
     }
 
@@ -108,6 +113,7 @@ impl<'a> TreeMerge<'a> {
             detail,
             rows: Vec::new(),
             resolved,
+            markers: false,
         });
         resolved
     }
@@ -136,7 +142,7 @@ impl<'a> TreeMerge<'a> {
         };
         let (in_ours, in_theirs) = (of(ours)?, of(theirs)?);
         let lookup =
-            |side: &Side, path: &str| -> Result<Option<Entry>> { entry_at(self.store, side, path) };
+            |side: &Side, path: &str| -> Result<Option<Entry>> { side.entry_at(self.store, path) };
         let theirs_to: HashMap<&str, &str> = in_theirs
             .iter()
             .map(|(f, t, _, _)| (f.as_str(), t.as_str()))
@@ -185,7 +191,7 @@ impl<'a> TreeMerge<'a> {
         let detail = format!("renamed to {ours_new} here and to {theirs_new} there");
         match self.conflict(old, "rename", detail) {
             Some(Take::Ours) => {
-                let t = entry_at(self.store, theirs, theirs_new)?;
+                let t = theirs.entry_at(self.store, theirs_new)?;
                 self.set_override(theirs_new, [t.clone(), None, t]);
             }
             Some(Take::Theirs) => {
@@ -292,7 +298,12 @@ impl<'a> TreeMerge<'a> {
                 ("changed here", "deleted there")
             };
             let take = self.conflict(path, "modify-delete", format!("{here}, {there}"));
-            return Ok(if take == Some(Take::Theirs) { t } else { o }.cloned());
+            return Ok(match take {
+                Some(Take::Theirs) => t,
+                None if self.marked => o.or(t),
+                _ => o,
+            }
+            .cloned());
         };
         let kind = |e: &Entry| e.kind_name();
         if kind(oe) != kind(te) {
@@ -370,7 +381,21 @@ impl<'a> TreeMerge<'a> {
                 c.rows = m.rows;
             }
             let Some(take) = resolved else {
-                return Ok(Some(oe.clone()));
+                let kept = match &m.content {
+                    Some((chunks, size)) if self.marked && !linked => {
+                        if let Some(c) = self.conflicts.last_mut() {
+                            c.markers = m.driver == super::Driver::Text;
+                        }
+                        let mut e = self.meta(path, b, oe, te, oe);
+                        e.kind = EntryKind::File {
+                            chunks: chunks.clone(),
+                        };
+                        e.size = *size;
+                        e
+                    }
+                    _ => oe.clone(),
+                };
+                return Ok(Some(kept));
             };
             if linked || m.content.is_none() {
                 return Ok(Some(if take == Take::Theirs { te } else { oe }.clone()));
@@ -521,28 +546,6 @@ impl<'a> TreeMerge<'a> {
         self.count(path, o, None, false)?;
         Ok(None)
     }
-}
-
-/// The entry at `ROOT/PATH` of a side.
-fn entry_at(store: &Store, side: &Side, path: &str) -> Result<Option<Entry>> {
-    let mut parts = path.split('/');
-    let Some(root) = parts.next() else {
-        return Ok(None);
-    };
-    let Some(mut tree) = side.roots.get(root).copied() else {
-        return Ok(None);
-    };
-    let mut names: Vec<&str> = parts.collect();
-    let last = names.pop();
-    for n in names {
-        let t = store.read_tree(&tree)?;
-        match t.get(n.as_bytes()).map(|e| &e.kind) {
-            Some(EntryKind::Dir { tree: id, .. }) => tree = *id,
-            _ => return Ok(None),
-        }
-    }
-    let Some(last) = last else { return Ok(None) };
-    Ok(store.read_tree(&tree)?.get(last.as_bytes()).cloned())
 }
 
 /// What replacing `before` with `after` changes in a root's totals; equal subtrees are not

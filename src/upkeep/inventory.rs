@@ -50,6 +50,11 @@ pub fn workspace_bases(store: &Store) -> Vec<(String, ObjectId)> {
     let mut out = Vec::new();
     for d in list_dir(&store.upper_base_dir()).unwrap_or_default() {
         let b = file_name(&d);
+        // A merge in progress (`workspace::pending`) stands on the merge's two sides.
+        if let Ok(Some(p)) = crate::workspace::pending::read(store, &b) {
+            out.push((b.clone(), p.ours));
+            out.push((b.clone(), p.theirs));
+        }
         if let Some(id) = read_base(&store.upper_base_path(&b)) {
             out.push((b, id));
         }

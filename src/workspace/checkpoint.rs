@@ -150,6 +150,10 @@ pub struct CheckpointReport {
     /// read meanwhile.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held: Option<Held>,
+    /// A merge in progress in the workspace (`ckptfs merge` into it): whether this
+    /// checkpoint recorded it, or what is left to resolve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge: Option<super::pending::MergeProgress>,
 }
 
 /// The frozen part of a checkpoint with `--freeze-cgroup` or `--freeze-fs`.
@@ -340,6 +344,19 @@ pub fn live_tree(store: &Store, branch: &str) -> Result<LiveTree> {
         roots: m.roots.clone(),
         merged: m,
     })
+}
+
+/// The merge in progress in `branch`'s workspace, if any, its conflicts judged on the
+/// workspace as it is now (see `pending`).
+///
+/// # Errors
+/// An unreadable record; as [`live_tree`].
+pub fn merge_status(store: &Store, branch: &str) -> Result<Option<super::pending::MergeStatus>> {
+    let Some(p) = super::pending::read(store, branch)? else {
+        return Ok(None);
+    };
+    let live = live_tree(store, branch)?;
+    super::pending::status(store, &live.side, &p).map(Some)
 }
 
 /// Un-checkpointed changes of `branch`'s workspace (reads only files whose stat changed): the
@@ -645,6 +662,11 @@ pub(super) fn checkpoint_locked(
     } = all;
     let merged = t0.elapsed();
     let head_c = store.read_checkpoint(&head)?;
+    let merging = merging(store, branch, &head, &batch, &roots)?;
+    let merge_parent = merging
+        .as_ref()
+        .filter(|(_, m)| m.recorded)
+        .map(|(p, _)| p.clone());
     let same_trees = roots.len() == head_c.roots.len()
         && roots.iter().all(|(n, r)| {
             head_c
@@ -652,16 +674,21 @@ pub(super) fn checkpoint_locked(
                 .get(n)
                 .is_some_and(|h| h.tree == r.tree && same_root_meta(Some(h), r))
         });
-    // A label names a new checkpoint: asked for, it is recorded as `allow_empty` is.
-    let forced = allow_empty || label.is_some();
+    let progress = merging.map(|(_, m)| m);
+    // A label names a new checkpoint: asked for, it is recorded as `allow_empty` is; so is
+    // a merge whose conflicts are all resolved.
+    let forced = allow_empty || label.is_some() || merge_parent.is_some();
     if same_trees && !forced {
-        return Ok(unrecorded(
-            head,
-            head_c,
-            (files_read, bytes_read, bytes_unread, dirs_merged),
-            held,
-            t0,
-        ));
+        return Ok(CheckpointReport {
+            merge: progress,
+            ..unrecorded(
+                head,
+                head_c,
+                (files_read, bytes_read, bytes_unread, dirs_merged),
+                held,
+                t0,
+            )
+        });
     }
     batch.commit()?;
     log::debug!(
@@ -684,24 +711,35 @@ pub(super) fn checkpoint_locked(
             && roots.len() == head_c.roots.len()
             && crate::history::diff::diff_sides(store, &head_side, &new_side, &opts)?.is_empty()
         {
-            return Ok(unrecorded(
-                head,
-                head_c,
-                (files_read, bytes_read, bytes_unread, dirs_merged),
-                held,
-                t0,
-            ));
+            return Ok(CheckpointReport {
+                merge: progress,
+                ..unrecorded(
+                    head,
+                    head_c,
+                    (files_read, bytes_read, bytes_unread, dirs_merged),
+                    held,
+                    t0,
+                )
+            });
         }
     }
     stats.new_objects = batch.new_objects();
     stats.new_bytes = batch.new_bytes();
+    let mut parents = vec![head];
+    let mut message = message.to_string();
+    if let Some(p) = &merge_parent {
+        parents.push(p.theirs);
+        if message.is_empty() {
+            message.clone_from(&p.message);
+        }
+    }
     let c = Checkpoint {
         version: 1,
         roots,
-        parents: vec![head],
+        parents,
         branch: branch.to_string(),
         label: label.map(str::to_string),
-        message: message.to_string(),
+        message,
         time_ns: now_ns(),
         stats,
         annotations: Box::new(ann.clone()),
@@ -709,6 +747,10 @@ pub(super) fn checkpoint_locked(
     let id = store.publish_checkpoint(&c, Some(head))?;
     if let Some(l) = label {
         store.create_label(l, &id)?;
+    }
+    if merge_parent.is_some() {
+        // A crash before this leaves a record the head already records: dropped then.
+        super::pending::remove(store, branch)?;
     }
     for (name, cache, upper) in &caches {
         store.save_statcache(&id, name, cache);
@@ -729,7 +771,42 @@ pub(super) fn checkpoint_locked(
         dirs_merged,
         elapsed_ms: t0.elapsed().as_millis() as u64,
         held,
+        merge: progress,
     })
+}
+
+/// The merge in progress in `branch`'s workspace (see `pending`), judged on the tree this
+/// checkpoint records (`roots`, whose objects are committed for it): whether it records the
+/// merge. A record the head already records (a crash after the merge checkpoint) is removed.
+fn merging(
+    store: &Store,
+    branch: &str,
+    head: &ObjectId,
+    batch: &ObjectBatch<'_>,
+    roots: &BTreeMap<String, RootRecord>,
+) -> Result<Option<(super::pending::PendingMerge, super::pending::MergeProgress)>> {
+    use super::pending;
+    let Some(p) = pending::read(store, branch)? else {
+        return Ok(None);
+    };
+    if pending::recorded_by(store, head, &p)? {
+        pending::remove(store, branch)?;
+        return Ok(None);
+    }
+    batch.commit()?;
+    let side = crate::history::diff::Side {
+        roots: roots.iter().map(|(n, r)| (n.clone(), r.tree)).collect(),
+        ..Default::default()
+    };
+    let unresolved = pending::unresolved(store, &side, &p)?;
+    let m = pending::MergeProgress {
+        source: p.source.clone(),
+        theirs: p.theirs,
+        recorded: p.applied && unresolved.is_empty(),
+        unresolved,
+        interrupted: !p.applied,
+    };
+    Ok(Some((p, m)))
 }
 
 /// The report of a checkpoint that found nothing new: the head stands for the workspace.
@@ -752,6 +829,7 @@ fn unrecorded(
         dirs_merged,
         elapsed_ms: t0.elapsed().as_millis() as u64,
         held,
+        merge: None,
     }
 }
 

@@ -162,6 +162,12 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         // The next mount drops an upper its head records (see `mount`).
         return Ok(not("not mounted", FoldReport::default()));
     }
+    if super::pending::is_pending(store, branch) {
+        return Ok(not(
+            "a merge is in progress in the workspace (see `ckptfs status`)",
+            report,
+        ));
+    }
     let mps = mountpoints(&st);
     // The kernel tells at once whether anyone uses the overlays; /proc is scanned only then
     // (to name them, and since this process's own cwd counts for the kernel, not for us).

@@ -34,8 +34,12 @@ fn rebase_if_clean(store: &Store, branch: &str, head: ObjectId) -> Result<Object
     if base == head {
         return Ok(head);
     }
-    // Excluded files are in no checkpoint: an upper holding one is kept.
-    if first_excluded(store, branch)?.is_some() || is_dirty(store, branch)? {
+    // Excluded files are in no checkpoint: an upper holding one is kept; so is one a merge
+    // in progress is written into (see `pending`).
+    if super::pending::is_pending(store, branch)
+        || first_excluded(store, branch)?.is_some()
+        || is_dirty(store, branch)?
+    {
         return Ok(base);
     }
     // The agent's trees: removed through held fds, never following what it linked in (a

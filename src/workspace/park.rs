@@ -244,7 +244,7 @@ pub(super) fn resume(
     if !outside.is_empty() {
         if !kill {
             return Err(Error::Conflict(format!(
-                "branch {branch}: its parked tree is mounted in another mount namespace too,                  where it would become writable with the workspace: {}; end {}, or use --kill",
+                "branch {branch}: its parked tree is mounted in another mount namespace too, where it would become writable with the workspace: {}; end {}, or use --kill",
                 holders::describe(&outside),
                 if outside.len() == 1 { "it" } else { "them" }
             )));

@@ -102,7 +102,11 @@ pub(super) fn folded_dir(store: &Store) -> PathBuf {
 /// read-only): the branch's base becomes its head. Returns where they went.
 pub(super) fn drop_recorded_upper(store: &Store, branch: &str) -> Result<Option<PathBuf>> {
     let upper = store.upper_branch_dir(branch);
-    if !upper.exists() || first_excluded(store, branch)?.is_some() || is_dirty(store, branch)? {
+    if !upper.exists()
+        || super::pending::is_pending(store, branch)
+        || first_excluded(store, branch)?.is_some()
+        || is_dirty(store, branch)?
+    {
         return Ok(None);
     }
     reap_folded(store);

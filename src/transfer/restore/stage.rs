@@ -115,7 +115,19 @@ pub fn materialize_dir(
 /// The first name restored of each linked file (by its recorded inode number): the held
 /// directory it is in, and its name there. Later names become hard links to it.
 #[derive(Default)]
-pub(super) struct Links(HashMap<u64, (Dir, OsString)>);
+pub struct Links(HashMap<u64, (Dir, OsString)>);
+
+impl Links {
+    /// The first name of linked file `ino` was renamed in its directory from `from` to `to`
+    /// (a name made under a temporary name, then moved into place).
+    pub fn renamed(&mut self, ino: u64, from: &OsStr, to: &OsStr) {
+        if let Some((_, n)) = self.0.get_mut(&ino) {
+            if n == from {
+                *n = to.to_os_string();
+            }
+        }
+    }
+}
 
 /// As [`materialize_dir`], through `filter`: `rel` is `at`'s path from the restored
 /// directory, `whole` that an include rule matched a directory above (everything in it is
@@ -173,8 +185,10 @@ pub(super) fn materialize(
 }
 
 /// Creates the file or symlink `e` as `name` in the held directory `at` (which this restore
-/// created), with its metadata; a later name of a linked file is a hard link to the first.
-pub(super) fn materialize_entry(
+/// created, or one others can write: `name` is created exclusively, a directory is checked
+/// to be the one made), with its metadata; a later name of a linked file is a hard link to
+/// the first.
+pub fn materialize_entry(
     store: &Store,
     e: &Entry,
     at: &Dir,

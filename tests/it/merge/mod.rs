@@ -6,3 +6,4 @@ mod crash;
 mod hostile;
 mod oracle;
 mod sqlite;
+mod workspace;
