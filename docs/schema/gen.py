@@ -533,7 +533,8 @@ MERGE = obj("MergeReport", {
         "path": t(STR, "`ROOT/PATH`"),
         "how": t(enum("added", "removed", "modified", "renamed", "merged"), "theirs' change taken, or `merged`: both sides' changes combined"),
         "driver": t(enum("text", "append", "sqlite", "binary"), "for `merged`: the driver that combined them"),
-    }, optional=("driver",))), "every path the merge changes in ours (a directory taken whole is one step)"),
+        "from": t(STR, "for `renamed`: the old `ROOT/PATH`"),
+    }, optional=("driver", "from"))), "every path the merge changes in ours (a directory taken whole is one step)"),
     "conflicts": t(arr(obj("MergeConflict", {
         "path": t(STR, "`ROOT/PATH`"),
         "kind": t(enum("content", "add-add", "modify-delete", "type", "symlink", "rename", "mode", "owner", "xattr", "root"), "what conflicts"),

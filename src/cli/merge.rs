@@ -163,7 +163,11 @@ fn print_text(r: &MergeReport) {
             .driver
             .as_ref()
             .map_or(String::new(), |d| format!("  merged ({d})"));
-        println!("  {letter} {}{driver}", quote::text(&s.path));
+        let from = s
+            .from
+            .as_ref()
+            .map_or(String::new(), |f| format!("{} -> ", quote::text(f)));
+        println!("  {letter} {from}{}{driver}", quote::text(&s.path));
     }
     for c in &r.conflicts {
         let resolved = match c.resolved {

@@ -83,6 +83,9 @@ pub struct Step {
     pub how: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub driver: Option<String>,
+    /// For "renamed": the old `ROOT/PATH`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
 }
 
 /// A path both sides changed in ways that do not combine.
@@ -338,6 +341,7 @@ fn fast_forward_steps(store: &Store, ours: ObjectId, theirs: ObjectId) -> Result
             path: c.path,
             how: c.change,
             driver: None,
+            from: c.from,
         })
         .collect())
 }
@@ -428,7 +432,7 @@ fn three_way(
             });
         }
     }
-    report.steps = std::mem::take(&mut walk.steps);
+    report.steps = walk.take_steps();
     report.conflicts = std::mem::take(&mut walk.conflicts);
     let d = walk.delta;
     let mut stats = ours.stats.clone();

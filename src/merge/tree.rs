@@ -34,6 +34,9 @@ pub struct TreeMerge<'a> {
     overrides: HashMap<String, Triple>,
     /// Directories the walk must enter even when one side did not change them.
     descend: HashSet<String>,
+    /// Renames theirs made (old path, new path): a step removing one and adding the other is
+    /// reported as the rename.
+    theirs_renames: Vec<(String, String)>,
     pub steps: Vec<Step>,
     pub conflicts: Vec<Conflict>,
     pub delta: Totals,
@@ -92,6 +95,7 @@ impl<'a> TreeMerge<'a> {
             take_paths,
             overrides: HashMap::new(),
             descend: HashSet::new(),
+            theirs_renames: Vec::new(),
             steps: Vec::new(),
             conflicts: Vec::new(),
             delta: Totals::default(),
@@ -123,6 +127,7 @@ impl<'a> TreeMerge<'a> {
             path: path.to_string(),
             how: how.into(),
             driver: driver.map(str::to_string),
+            from: None,
         });
     }
 
@@ -141,6 +146,10 @@ impl<'a> TreeMerge<'a> {
                 .collect())
         };
         let (in_ours, in_theirs) = (of(ours)?, of(theirs)?);
+        self.theirs_renames = in_theirs
+            .iter()
+            .map(|(f, t, _, _)| (f.clone(), t.clone()))
+            .collect();
         let lookup =
             |side: &Side, path: &str| -> Result<Option<Entry>> { side.entry_at(self.store, path) };
         let theirs_to: HashMap<&str, &str> = in_theirs
@@ -155,7 +164,9 @@ impl<'a> TreeMerge<'a> {
                 continue;
             }
             let t_old = lookup(theirs, old)?;
-            if t_old.as_ref().is_some_and(|t| t != b) && lookup(theirs, new)?.is_none() {
+            if t_old.as_ref().is_some_and(|t| !same(Some(t), Some(b)))
+                && lookup(theirs, new)?.is_none()
+            {
                 // Ours renamed, theirs modified: theirs' version goes to the new path.
                 let t = t_old.map(|t| renamed(&t, new));
                 self.set_override(old, [Some(b.clone()), None, Some(b.clone())]);
@@ -168,7 +179,9 @@ impl<'a> TreeMerge<'a> {
                 continue;
             }
             let o_old = lookup(ours, old)?;
-            if o_old.as_ref().is_some_and(|o| o != b) && lookup(ours, new)?.is_none() {
+            if o_old.as_ref().is_some_and(|o| !same(Some(o), Some(b)))
+                && lookup(ours, new)?.is_none()
+            {
                 // Theirs renamed, ours modified: ours' version moves to the new path.
                 let o = o_old.map(|o| renamed(&o, new));
                 self.set_override(old, [Some(b.clone()), Some(b.clone()), None]);
@@ -210,6 +223,40 @@ impl<'a> TreeMerge<'a> {
             p = parent;
         }
         self.overrides.insert(path.to_string(), t);
+    }
+
+    /// The steps, with a removal and an addition that are one rename of theirs reported as
+    /// that rename (`how: "renamed"`, `from` the old path).
+    pub fn take_steps(&mut self) -> Vec<Step> {
+        let mut steps = std::mem::take(&mut self.steps);
+        for (old, new) in &self.theirs_renames {
+            let Some(r) = steps
+                .iter()
+                .position(|s| s.how == "removed" && s.path == *old)
+            else {
+                continue;
+            };
+            if let Some(a) = steps
+                .iter()
+                .position(|s| s.path == *new && matches!(s.how.as_str(), "added" | "renamed"))
+            {
+                steps[a].how = "renamed".into();
+                steps[a].from = Some(old.clone());
+                steps.remove(r);
+            } else if steps
+                .iter()
+                .any(|s| s.how == "added" && under(new, &s.path))
+            {
+                // Into a directory theirs added (one step): the rename is named beside it.
+                steps[r] = Step {
+                    path: new.clone(),
+                    how: "renamed".into(),
+                    driver: None,
+                    from: Some(old.clone()),
+                };
+            }
+        }
+        steps
     }
 
     /// Merges one entry; `None` when the merged tree has nothing at `path`.

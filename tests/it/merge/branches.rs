@@ -320,3 +320,34 @@ fn a_dry_run_writes_nothing_and_plans_what_the_merge_does() {
         "the plan is what the merge does"
     );
 }
+
+#[test]
+fn a_rename_theirs_made_is_one_renamed_step_in_the_plan() {
+    let env = diverged(
+        &[
+            ("a.txt", Some(b"content that moves\n")),
+            ("b", Some(b"b\n")),
+        ],
+        &[
+            ("a.txt", Some(b"content that moves\n")),
+            ("b", Some(b"B\n")),
+        ],
+        &[
+            ("moved/a.txt", Some(b"content that moves\n")),
+            ("b", Some(b"b\n")),
+        ],
+    );
+    let (code, r) = merge_json(&env, &["--dry-run"]);
+    assert_eq!(code, Some(0), "{r:#}");
+    let steps = r["steps"].as_array().expect("steps");
+    let renamed: Vec<&Value> = steps.iter().filter(|s| s["how"] == "renamed").collect();
+    assert_eq!(renamed.len(), 1, "{r:#}");
+    assert_eq!(renamed[0]["path"], "ws/moved/a.txt");
+    assert_eq!(renamed[0]["from"], "ws/a.txt");
+    assert!(
+        !steps.iter().any(|s| s["path"] == "ws/a.txt"),
+        "no separate removal: {r:#}"
+    );
+    let text = ok(["merge", &env.s(), "feat", "--dry-run"]);
+    assert!(text.contains("R ws/a.txt -> ws/moved/a.txt"), "{text}");
+}
