@@ -154,6 +154,19 @@ pub fn check_fuse() -> Result<()> {
             "FUSE is not available: /dev/fuse is missing (load the fuse module, or run the container with --device /dev/fuse)".into(),
         ));
     }
+    // Debian's fuse3 udev rule makes it 0666; a container or a bare system may leave it 0600.
+    if nix::unistd::access(
+        "/dev/fuse",
+        nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::W_OK,
+    )
+    .is_err()
+    {
+        return Err(Error::Invalid(
+            "FUSE is not open to this user: /dev/fuse is not readable and writable (as root: \
+             `chmod 0666 /dev/fuse`, which Debian's fuse3 udev rule does at boot)"
+                .into(),
+        ));
+    }
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").is_file()))
         .unwrap_or(false)

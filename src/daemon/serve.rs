@@ -273,7 +273,7 @@ pub fn wait_exit(pid: u32, dev: Option<&str>, mountpoint: &Path) -> bool {
 /// at `mp` is ours (device `dev`): a detached view's daemon must not unmount the view that
 /// took its place.
 pub(super) fn unmount_self(mp: &Path, dev: Option<&str>) {
-    use nix::mount::{umount2, MntFlags};
+    use crate::fs::programs::unmount_fuse;
     match (mount_at(mp), dev) {
         (Ok(Some(m)), Some(dev)) if m.dev == dev => {}
         (Ok(_), Some(_)) => {
@@ -285,11 +285,11 @@ pub(super) fn unmount_self(mp: &Path, dev: Option<&str>) {
         }
         _ => {}
     }
-    match umount2(mp, MntFlags::empty()) {
+    match unmount_fuse(mp, false) {
         Ok(()) => {}
         Err(nix::errno::Errno::EBUSY) => {
             log::warn!("{} is busy: detaching it lazily", mp.display());
-            if let Err(e) = umount2(mp, MntFlags::MNT_DETACH) {
+            if let Err(e) = unmount_fuse(mp, true) {
                 log::error!("detaching {}: {e}", mp.display());
             }
         }

@@ -213,7 +213,7 @@ pub fn stop(mountpoint: &Path) -> Result<()> {
             mp.display()
         );
     }
-    match nix::mount::umount2(&mp, nix::mount::MntFlags::empty()) {
+    match crate::fs::programs::unmount_fuse(&mp, false) {
         Ok(()) => {}
         Err(nix::errno::Errno::EBUSY) => {
             return Err(Error::Conflict(format!(

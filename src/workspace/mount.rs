@@ -74,6 +74,7 @@ fn clear_stale(store: &Store, mountpoint: &Path) -> Result<()> {
 
 /// `ckptfs mount STORE --branch B`: mounts the branch's roots writable.
 pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
+    overlay::require_root("mount --branch")?;
     check_name("branch", &opts.branch)?;
     // Absolute, so a checkpoint run from anywhere finds them.
     let mut freeze_cgroups = Vec::new();

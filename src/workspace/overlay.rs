@@ -347,3 +347,21 @@ pub fn detach_in_background(target: &Path) {
         let _ignored = std::fs::remove_dir(target);
     }
 }
+
+/// Refuses `what` (a command that mounts a workspace) for a user who is not root, in one
+/// line: a workspace is a kernel overlayfs mount over a FUSE view, and an ordinary account
+/// cannot make one outside a user namespace, which ckptfs does not set up yet (see
+/// docs/rootless.md for what works without root).
+///
+/// # Errors
+/// `Invalid` saying so, for a user who is not root.
+pub fn require_root(what: &str) -> Result<()> {
+    if nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    Err(Error::Invalid(format!(
+        "{what} needs root today (a workspace is a kernel overlayfs mount, which an ordinary \
+         account cannot make); without root, capture, restore, the read-only views (mount, \
+         browse), export, import, verify and gc work: see docs/rootless.md"
+    )))
+}

@@ -52,7 +52,7 @@ pub fn mount(view: Arc<View>, mountpoint: &Path, cfg: &MountConfig) -> io::Resul
     let session = match Session::from_fd(fs, device, config.acl, config) {
         Ok(s) => s,
         Err(e) => {
-            if let Err(u) = nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+            if let Err(u) = crate::fs::programs::unmount_fuse(mountpoint, true) {
                 log::warn!(
                     "detaching {} after a failed start: {u}",
                     mountpoint.display()

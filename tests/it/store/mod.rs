@@ -9,6 +9,7 @@ mod history;
 mod model_history;
 mod recover;
 mod restore_grain;
+mod rootless;
 mod roundtrip;
 mod traversal;
 mod verify;
