@@ -257,7 +257,8 @@ WORKSPACE_STATE = obj("WorkspaceState", {
     "mounted_ns": t(NS, "when it was mounted"),
     "freeze_cgroups": t(arr(PATH), "cgroups each checkpoint freezes (absent when none)"),
     "freeze_fs": t(BOOL, "each checkpoint freezes the store's filesystem (absent when not)"),
-}, optional=["freeze_cgroups", "freeze_fs"])
+    "fold_budget": t(BYTES, "the upper layer is folded only once it holds more than this (`mount --fold-budget`; absent: at every checkpoint with nobody inside)"),
+}, optional=["freeze_cgroups", "freeze_fs", "fold_budget"])
 
 # --- Commands -------------------------------------------------------------------------
 

@@ -94,6 +94,15 @@ pub struct MountArgs {
     /// docs/workspaces.md).
     #[arg(long, requires = "branch")]
     pub kill: bool,
+    /// With --branch: fold the upper layer into the checkpoint (see `checkpoint --no-fold`)
+    /// only once it holds more than SIZE (e.g. 2G; default 0: at every checkpoint with
+    /// nobody inside). Until then the files the agent writes (transcripts, databases) stay
+    /// in it, so writing them again after a checkpoint copies nothing, and the first `git
+    /// status` after a checkpoint finds the kernel's caches still warm; they are stored
+    /// twice meanwhile (`status` shows how much). Recorded with the mount and kept across
+    /// switches.
+    #[arg(long, value_name = "SIZE", requires = "branch", value_parser = size_arg)]
+    pub fold_budget: Option<u64>,
     /// With --branch: print the mounted workspace as JSON.
     #[arg(long, requires = "branch")]
     pub json: bool,

@@ -306,6 +306,7 @@ pub fn mount_branch(a: &super::view::MountArgs, branch: &str) -> Result<i32> {
             hold,
             lower_cache_bytes,
             kill: a.kill,
+            fold_budget: a.fold_budget,
         },
     )?;
     workspace::wait_warm(&s, &st, a.warm_wait.unwrap_or(workspace::lower::WARM_WAIT));

@@ -162,6 +162,15 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         // The next mount drops an upper its head records (see `mount`).
         return Ok(not("not mounted", FoldReport::default()));
     }
+    if let Some(budget) = st.fold_budget.filter(|b| report.upper_bytes <= *b) {
+        let why = format!(
+            "the upper layer ({}) is within the fold budget ({}): kept, so the files written \
+             lately need no copy-up",
+            crate::units::human_bytes(report.upper_bytes),
+            crate::units::human_bytes(budget)
+        );
+        return Ok(not(&why, report));
+    }
     if super::pending::is_pending(store, branch) {
         return Ok(not(
             "a merge is in progress in the workspace (see `ckptfs status`)",
@@ -305,6 +314,7 @@ fn remount_over_head(
         },
         lower_cache_bytes: None,
         kill: false,
+        fold_budget: st.fold_budget,
     };
     let roots = plan_roots(store, branch, &head, &opts).map_err(resume)?;
     let src = source_name(store, branch);

@@ -161,6 +161,7 @@ pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
             mounted_ns: now_ns(),
             freeze_cgroups: freeze_cgroups.clone(),
             freeze_fs: opts.hold.filesystem,
+            fold_budget: opts.fold_budget,
         };
         write_mount_state(store, &st)?;
         if resumed_now {

@@ -32,6 +32,9 @@ pub struct MountOptions {
     /// `--kill`: end the processes that still use the branch's upper layer through another
     /// overlay (see [`mount_roots`]) instead of refusing.
     pub kill: bool,
+    /// `--fold-budget`: the upper layer is folded only once it holds more than this many
+    /// bytes (see `fold`); `None`: at every checkpoint with nobody inside.
+    pub fold_budget: Option<u64>,
 }
 
 /// Creates the upper directories of `branch` for `root`: the overlay's upper directory

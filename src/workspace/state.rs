@@ -45,6 +45,11 @@ pub struct WorkspaceState {
     /// Every checkpoint of this workspace freezes the store's filesystem (`mount --freeze-fs`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub freeze_fs: bool,
+    /// The upper layer is folded only once it holds more than this many bytes (`mount
+    /// --fold-budget`): until then the files the agent writes stay in it, with no copy-up
+    /// after a checkpoint, and are stored twice meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fold_budget: Option<u64>,
 }
 
 pub(super) fn source_name(store: &Store, branch: &str) -> String {

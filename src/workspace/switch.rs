@@ -529,6 +529,7 @@ fn mount_target(
         },
         lower_cache_bytes: None,
         kill: false,
+        fold_budget: st.fold_budget,
     };
     let mut roots = plan_roots(store, to_branch, &base, &opts)?;
     let mut base = base;
@@ -557,6 +558,7 @@ fn mount_target(
         mounted_ns: now_ns(),
         freeze_cgroups: st.freeze_cgroups.clone(),
         freeze_fs: st.freeze_fs,
+        fold_budget: st.fold_budget,
     };
     write_mount_state(store, &new_state)?;
     if resumed {

@@ -476,3 +476,82 @@ fn a_fold_interrupted_at_any_step_loses_nothing() {
         }
     }
 }
+
+/// `mount --fold-budget`: below the budget the upper layer is kept (the files the agent
+/// writes need no copy-up after a checkpoint: the same inode takes the next append), every
+/// checkpoint still records exactly what the workspace holds; past it, the fold happens.
+#[test]
+fn below_the_fold_budget_the_upper_is_kept_and_every_checkpoint_is_exact() {
+    let w = Workspace::new(populate);
+    ok(["umount", w.room()]);
+    let st = ok_json([
+        "mount",
+        w.store(),
+        "--branch",
+        "main",
+        "--fold-budget",
+        "8M",
+        "--json",
+    ]);
+    validate("mount", &st, "mount --fold-budget --json");
+    assert_eq!(st["fold_budget"], 8 << 20, "{st}");
+    let upper = w.store.join("upper/main/.top-ws/ws");
+    let log = w.path("transcript.jsonl");
+    let mut expect = b"{\"turn\":0}\n".repeat(20_000);
+    fs::write(&log, &expect).unwrap();
+    let r = w.checkpoint_json("turn 0");
+    assert_eq!(r["fold"]["folded"], false, "{r}");
+    assert!(
+        r["fold"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("fold budget"),
+        "{r}"
+    );
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+    let kept = ino(&upper.join("transcript.jsonl"));
+    // Turns of appends, a rewrite, a truncation and a rename: each checkpoint is exact, and
+    // the transcript is never copied up again.
+    for turn in 1..=6u32 {
+        let line = format!("{{\"turn\":{turn}}}\n");
+        let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
+        std::io::Write::write_all(&mut f, line.as_bytes()).unwrap();
+        drop(f);
+        expect.extend_from_slice(line.as_bytes());
+        match turn {
+            3 => fs::write(w.path("notes.md"), format!("rewritten {turn}\n")).unwrap(),
+            4 => fs::OpenOptions::new()
+                .write(true)
+                .open(w.path("notes.md"))
+                .and_then(|f| f.set_len(3))
+                .unwrap(),
+            5 => fs::rename(w.path("notes.md"), w.path("sub/notes.md")).unwrap(),
+            _ => {}
+        }
+        let id = w.checkpoint(&format!("turn {turn}"));
+        assert_eq!(w.cat(&id, "transcript.jsonl"), expect, "turn {turn}");
+        assert_eq!(
+            ino(&upper.join("transcript.jsonl")),
+            kept,
+            "turn {turn}: copied up"
+        );
+        let notes = if turn >= 5 {
+            "sub/notes.md"
+        } else {
+            "notes.md"
+        };
+        assert_eq!(
+            w.cat(&id, notes),
+            fs::read(w.path(notes)).unwrap(),
+            "turn {turn}"
+        );
+        assert_eq!(workspace_row(&w)["dirty"], false, "turn {turn}");
+    }
+    // Past the budget the fold happens, and the upper layer empties.
+    write(&w.path("big.bin"), &random_bytes(9, 9 << 20));
+    let r = w.checkpoint_json("over budget");
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+    assert_eq!(files_under(&upper), (0, 0));
+    assert_eq!(fs::read(&log).unwrap(), expect);
+    ok(["verify", w.store()]);
+}
