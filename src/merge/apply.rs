@@ -22,7 +22,7 @@ use crate::history::diff::Side;
 use crate::id::ObjectId;
 use crate::meta::{apply_meta_fd, Meta};
 use crate::progress::Progress;
-use crate::store::tree::{check_depth, Entry, EntryKind};
+use crate::store::tree::{check_depth, names_in, Entry, EntryKind};
 use crate::store::Store;
 use crate::transfer::restore::{materialize_entry, Links};
 
@@ -161,13 +161,7 @@ impl Writer<'_> {
         check_depth(path.split('/').count() - 1, || path.to_string())?;
         let ta = self.from.tree(self.store, &a)?;
         let tb = self.to.tree(self.store, &b)?;
-        let names: BTreeSet<&[u8]> = ta
-            .entries
-            .iter()
-            .chain(&tb.entries)
-            .map(|e| e.name.as_slice())
-            .collect();
-        for name in names {
+        for name in names_in(&[&ta, &tb]) {
             let os = OsStr::from_bytes(name);
             let p = format!("{path}/{}", String::from_utf8_lossy(name));
             match (ta.get(name), tb.get(name)) {

@@ -7,7 +7,7 @@
 //! Renames (the diff's rename detection: same content, new path) are followed: a file one side
 //! renamed and the other side modified ends up modified at its new path.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use super::content::{ContentMerger, Versions};
 use super::{Conflict, Step, Take};
@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::history::diff::{diff_sides, DiffOptions, Side};
 use crate::id::ObjectId;
 use crate::store::object::ObjectBatch;
-use crate::store::tree::{check_depth, Entry, EntryKind, Tree};
+use crate::store::tree::{check_depth, names_in, Entry, EntryKind, Tree};
 use crate::store::Store;
 
 pub use crate::ingest::upper::Totals;
@@ -545,10 +545,7 @@ impl<'a> TreeMerge<'a> {
             None => Ok(Tree::default()),
         };
         let (tb, to, tt) = (load(b)?, load(o)?, load(t)?);
-        let names: BTreeSet<&[u8]> = [&tb, &to, &tt]
-            .iter()
-            .flat_map(|t| t.entries.iter().map(|e| e.name.as_slice()))
-            .collect();
+        let names = names_in(&[&tb, &to, &tt]);
         let dbs = super::wal::groups(self, path, [&tb, &to, &tt])?;
         let mut out = Tree::default();
         for name in names {
@@ -612,13 +609,7 @@ pub fn count_delta(store: &Store, before: Option<&Entry>, after: Option<&Entry>)
                     continue;
                 }
                 let (ta, tb) = (store.read_tree(ta)?, store.read_tree(tb)?);
-                let names: BTreeSet<&[u8]> = ta
-                    .entries
-                    .iter()
-                    .chain(&tb.entries)
-                    .map(|e| e.name.as_slice())
-                    .collect();
-                for n in names {
+                for n in names_in(&[&ta, &tb]) {
                     todo.push((ta.get(n).cloned(), tb.get(n).cloned()));
                 }
                 continue;

@@ -175,6 +175,15 @@ pub fn check_entry_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Every name in any of `trees`, sorted, once (the walk over two or three versions of a
+/// directory).
+pub fn names_in<'t>(trees: &[&'t Tree]) -> std::collections::BTreeSet<&'t [u8]> {
+    trees
+        .iter()
+        .flat_map(|t| t.entries.iter().map(|e| e.name.as_slice()))
+        .collect()
+}
+
 impl Tree {
     /// Looks up an entry by name (binary search: entries are sorted).
     pub fn get(&self, name: &[u8]) -> Option<&Entry> {

@@ -678,17 +678,19 @@ pub(super) fn checkpoint_locked(
     // A label names a new checkpoint: asked for, it is recorded as `allow_empty` is; so is
     // a merge whose conflicts are all resolved.
     let forced = allow_empty || label.is_some() || merge_parent.is_some();
+    // The head stands for the workspace: nothing is recorded.
+    let nothing_new = |head_c: Checkpoint, held: Option<Held>, progress| CheckpointReport {
+        merge: progress,
+        ..unrecorded(
+            head,
+            head_c,
+            (files_read, bytes_read, bytes_unread, dirs_merged),
+            held,
+            t0,
+        )
+    };
     if same_trees && !forced {
-        return Ok(CheckpointReport {
-            merge: progress,
-            ..unrecorded(
-                head,
-                head_c,
-                (files_read, bytes_read, bytes_unread, dirs_merged),
-                held,
-                t0,
-            )
-        });
+        return Ok(nothing_new(head_c, held, progress));
     }
     batch.commit()?;
     log::debug!(
@@ -711,16 +713,7 @@ pub(super) fn checkpoint_locked(
             && roots.len() == head_c.roots.len()
             && crate::history::diff::diff_sides(store, &head_side, &new_side, &opts)?.is_empty()
         {
-            return Ok(CheckpointReport {
-                merge: progress,
-                ..unrecorded(
-                    head,
-                    head_c,
-                    (files_read, bytes_read, bytes_unread, dirs_merged),
-                    held,
-                    t0,
-                )
-            });
+            return Ok(nothing_new(head_c, held, progress));
         }
     }
     stats.new_objects = batch.new_objects();
