@@ -213,6 +213,19 @@ pub(super) fn take_in_workspace(
     let applied = apply_paths(store, &to, &paths, &mountpoints)?;
     crate::fs::atomic::sync_filesystem(store.root())?;
     pending::write(store, &opts.into, p)?;
+    // The report tells the merge in progress: what an earlier --take wrote is resolved too.
+    for c in &mut report.conflicts {
+        let taken = p
+            .conflicts
+            .iter()
+            .find(|pc| pc.path == c.path)
+            .and_then(|pc| pc.taken.as_deref());
+        c.resolved = match taken {
+            Some("ours") => Some(Take::Ours),
+            Some("theirs") => Some(Take::Theirs),
+            _ => c.resolved,
+        };
+    }
     report.outcome = "conflicts".into();
     Ok(WorkspaceMerge {
         mountpoints,
