@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -16,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::store::checkpoint::Checkpoint;
 use crate::store::tree::{Chunk, Entry, EntryKind, Tree};
+use crate::store::tree_cache::TreeCache;
 use crate::store::Store;
 
 /// One difference.
@@ -122,6 +124,14 @@ impl Side {
         }
     }
 
+    /// [`Side::tree`] through a cache of decoded trees (the diff's walk).
+    fn cached_tree(&self, trees: &TreeCache<'_>, id: &ObjectId) -> Result<Arc<Tree>> {
+        match self.trees.get(id) {
+            Some(t) => Ok(Arc::new(t.clone())),
+            None => trees.read(id),
+        }
+    }
+
     /// The entry at `ROOT/PATH` of this side, if there is one (nothing on the way is a
     /// symlink: trees are walked by name).
     ///
@@ -213,6 +223,20 @@ pub fn diff(store: &Store, a: &Checkpoint, b: &Checkpoint) -> Result<Vec<Change>
 /// # Errors
 /// A tree that does not read.
 pub fn diff_sides(store: &Store, a: &Side, b: &Side, opts: &DiffOptions) -> Result<Vec<Change>> {
+    diff_sides_cached(&TreeCache::with_budget(store, 0), a, b, opts)
+}
+
+/// [`diff_sides`], reading the stored trees through `trees`: a caller that diffs the same
+/// trees again (a merge: base->ours, base->theirs, then its walk) decodes each once.
+///
+/// # Errors
+/// A tree that does not read.
+pub fn diff_sides_cached(
+    trees: &TreeCache<'_>,
+    a: &Side,
+    b: &Side,
+    opts: &DiffOptions,
+) -> Result<Vec<Change>> {
     let filter: Vec<String> = opts
         .paths
         .iter()
@@ -220,7 +244,7 @@ pub fn diff_sides(store: &Store, a: &Side, b: &Side, opts: &DiffOptions) -> Resu
         .filter(|p| !p.is_empty())
         .collect();
     let w = Walker {
-        store,
+        trees,
         a,
         b,
         filter: &filter,
@@ -247,7 +271,7 @@ pub fn diff_sides(store: &Store, a: &Side, b: &Side, opts: &DiffOptions) -> Resu
 }
 
 struct Walker<'a> {
-    store: &'a Store,
+    trees: &'a TreeCache<'a>,
     a: &'a Side,
     b: &'a Side,
     filter: &'a [String],
@@ -290,8 +314,8 @@ impl Walker<'_> {
         }
         crate::store::tree::check_depth(prefix.split('/').count(), || prefix.to_string())?;
         let load = |side: &Side, id: Option<ObjectId>| match id {
-            Some(id) => side.tree(self.store, &id),
-            None => Ok(Tree::default()),
+            Some(id) => side.cached_tree(self.trees, &id),
+            None => Ok(Arc::new(Tree::default())),
         };
         let (ta, tb) = (load(self.a, a)?, load(self.b, b)?);
         let (mut i, mut j) = (0, 0);

@@ -65,6 +65,7 @@ pub mod pin;
 pub mod refs;
 pub mod statcache;
 pub mod tree;
+pub mod tree_cache;
 pub mod trust;
 
 use std::collections::BTreeMap;
