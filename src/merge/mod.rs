@@ -432,6 +432,8 @@ fn three_way(
             });
         }
     }
+    let (hits, misses) = walk.trees.counts();
+    log::debug!("merge: {misses} trees read, {hits} reads answered by the cache");
     report.steps = walk.take_steps();
     report.conflicts = std::mem::take(&mut walk.conflicts);
     let d = walk.delta;

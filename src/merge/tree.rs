@@ -8,14 +8,16 @@
 //! renamed and the other side modified ends up modified at its new path.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use super::content::{ContentMerger, Versions};
 use super::{Conflict, Step, Take};
 use crate::error::Result;
-use crate::history::diff::{diff_sides, DiffOptions, Side};
+use crate::history::diff::{diff_sides_cached, DiffOptions, Side};
 use crate::id::ObjectId;
 use crate::store::object::ObjectBatch;
 use crate::store::tree::{check_depth, names_in, Entry, EntryKind, Tree};
+use crate::store::tree_cache::TreeCache;
 use crate::store::Store;
 
 pub use crate::ingest::upper::Totals;
@@ -24,8 +26,9 @@ type Triple = [Option<Entry>; 3];
 
 /// The walk's state: what it found and what it must do at given paths.
 pub struct TreeMerge<'a> {
-    pub store: &'a Store,
     pub batch: &'a ObjectBatch<'a>,
+    /// Every stored tree the merge reads (its diffs, its walk, its totals), decoded once.
+    pub trees: Arc<TreeCache<'a>>,
     pub content: ContentMerger<'a>,
     pub take: Option<Take>,
     /// `ROOT/PATH`s `--take` applies to (every conflict when empty).
@@ -88,8 +91,8 @@ impl<'a> TreeMerge<'a> {
         take_paths: Vec<String>,
     ) -> TreeMerge<'a> {
         TreeMerge {
-            store,
             batch,
+            trees: Arc::new(TreeCache::new(store)),
             content,
             take,
             take_paths,
@@ -139,7 +142,7 @@ impl<'a> TreeMerge<'a> {
             renames: true,
         };
         let of = |side: &Side| -> Result<Vec<(String, String, Entry, Entry)>> {
-            Ok(diff_sides(self.store, base, side, &opts)?
+            Ok(diff_sides_cached(&self.trees, base, side, &opts)?
                 .into_iter()
                 .filter(|c| c.change == "renamed")
                 .filter_map(|c| Some((c.from?, c.path, c.before?, c.after?)))
@@ -150,8 +153,9 @@ impl<'a> TreeMerge<'a> {
             .iter()
             .map(|(f, t, _, _)| (f.clone(), t.clone()))
             .collect();
+        let trees = Arc::clone(&self.trees);
         let lookup =
-            |side: &Side, path: &str| -> Result<Option<Entry>> { side.entry_at(self.store, path) };
+            |side: &Side, path: &str| -> Result<Option<Entry>> { entry_at(&trees, side, path) };
         let theirs_to: HashMap<&str, &str> = in_theirs
             .iter()
             .map(|(f, t, _, _)| (f.as_str(), t.as_str()))
@@ -204,7 +208,7 @@ impl<'a> TreeMerge<'a> {
         let detail = format!("renamed to {ours_new} here and to {theirs_new} there");
         match self.conflict(old, "rename", detail) {
             Some(Take::Ours) => {
-                let t = theirs.entry_at(self.store, theirs_new)?;
+                let t = entry_at(&self.trees, theirs, theirs_new)?;
                 self.set_override(theirs_new, [t.clone(), None, t]);
             }
             Some(Take::Theirs) => {
@@ -326,7 +330,7 @@ impl<'a> TreeMerge<'a> {
         if self.steps.last().is_none_or(|s| s.path != path) {
             self.step(path, how, None);
         }
-        self.delta.add(count_delta(self.store, before, after)?, 1);
+        self.delta.add(count_delta(&self.trees, before, after)?, 1);
         Ok(())
     }
 
@@ -541,12 +545,12 @@ impl<'a> TreeMerge<'a> {
         // `path` is ROOT/PATH: its depth is the components below the root.
         check_depth(path.split('/').count() - 1, || path.to_string())?;
         let load = |id: Option<ObjectId>| match id {
-            Some(id) => self.store.read_tree(&id),
-            None => Ok(Tree::default()),
+            Some(id) => self.trees.read(&id),
+            None => Ok(Arc::new(Tree::default())),
         };
         let (tb, to, tt) = (load(b)?, load(o)?, load(t)?);
-        let names = names_in(&[&tb, &to, &tt]);
-        let dbs = super::wal::groups(self, path, [&tb, &to, &tt])?;
+        let names = names_in(&[&*tb, &*to, &*tt]);
+        let dbs = super::wal::groups(self, path, [&*tb, &*to, &*tt])?;
         let mut out = Tree::default();
         for name in names {
             let p = path_of(path, name);
@@ -592,47 +596,107 @@ impl<'a> TreeMerge<'a> {
     }
 }
 
+/// The entry at `ROOT/PATH` of a side.
+fn entry_at(trees: &TreeCache<'_>, side: &Side, path: &str) -> Result<Option<Entry>> {
+    let mut parts = path.split('/');
+    let Some(root) = parts.next() else {
+        return Ok(None);
+    };
+    let Some(mut tree) = side.roots.get(root).copied() else {
+        return Ok(None);
+    };
+    let mut names: Vec<&str> = parts.collect();
+    let last = names.pop();
+    for n in names {
+        let t = trees.read(&tree)?;
+        match t.get(n.as_bytes()).map(|e| &e.kind) {
+            Some(EntryKind::Dir { tree: id, .. }) => tree = *id,
+            _ => return Ok(None),
+        }
+    }
+    let Some(last) = last else { return Ok(None) };
+    Ok(trees.read(&tree)?.get(last.as_bytes()).cloned())
+}
+
 /// What replacing `before` with `after` changes in a root's totals; equal subtrees are not
 /// read. Iterative: a stored tree can be deeper than any stack.
-pub fn count_delta(store: &Store, before: Option<&Entry>, after: Option<&Entry>) -> Result<Totals> {
-    let mut d = Totals::default();
-    let mut todo: Vec<(Option<Entry>, Option<Entry>)> = vec![(before.cloned(), after.cloned())];
-    while let Some((x, y)) = todo.pop() {
-        match (&x, &y) {
-            (Some(a), Some(b)) if a.is_dir() && b.is_dir() => {
-                let (EntryKind::Dir { tree: ta, .. }, EntryKind::Dir { tree: tb, .. }) =
-                    (&a.kind, &b.kind)
-                else {
-                    continue;
-                };
-                if ta == tb {
-                    continue;
-                }
-                let (ta, tb) = (store.read_tree(ta)?, store.read_tree(tb)?);
-                for n in names_in(&[&ta, &tb]) {
-                    todo.push((ta.get(n).cloned(), tb.get(n).cloned()));
-                }
-                continue;
-            }
-            _ => {}
-        }
-        for (e, sign) in [(x, -1i64), (y, 1)] {
-            let Some(e) = e else { continue };
-            let mut stack = vec![e];
-            while let Some(e) = stack.pop() {
-                match &e.kind {
-                    EntryKind::File { .. } => {
-                        d.files += sign;
-                        d.bytes += sign * e.size as i64;
+pub fn count_delta(
+    trees: &TreeCache<'_>,
+    before: Option<&Entry>,
+    after: Option<&Entry>,
+) -> Result<Totals> {
+    let mut c = Count::default();
+    c.pair(before, after);
+    while let Some((a, b)) = c.pairs.pop() {
+        let (ta, tb) = (trees.read(&a)?, trees.read(&b)?);
+        // Both lists are sorted by name: one pass pairs them; equal entries change nothing.
+        let (mut i, mut j) = (0, 0);
+        while i < ta.entries.len() || j < tb.entries.len() {
+            match (ta.entries.get(i), tb.entries.get(j)) {
+                (Some(x), Some(y)) if x.name == y.name => {
+                    if x != y {
+                        c.pair(Some(x), Some(y));
                     }
-                    EntryKind::Symlink { .. } => d.symlinks += sign,
-                    EntryKind::Dir { tree, .. } => {
-                        d.dirs += sign;
-                        stack.extend(store.read_tree(tree)?.entries);
-                    }
+                    (i, j) = (i + 1, j + 1);
+                }
+                (Some(x), y) if y.is_none_or(|y| x.name < y.name) => {
+                    c.pair(Some(x), None);
+                    i += 1;
+                }
+                (_, y) => {
+                    c.pair(None, y);
+                    j += 1;
                 }
             }
         }
     }
-    Ok(d)
+    while let Some((id, sign)) = c.whole.pop() {
+        for e in &trees.read(&id)?.entries {
+            c.add(e, sign);
+        }
+    }
+    Ok(c.d)
+}
+
+/// [`count_delta`]'s state: the totals so far, directory pairs still to compare, and whole
+/// directories still to count (with the sign they count with).
+#[derive(Default)]
+struct Count {
+    d: Totals,
+    pairs: Vec<(ObjectId, ObjectId)>,
+    whole: Vec<(ObjectId, i64)>,
+}
+
+impl Count {
+    fn pair(&mut self, x: Option<&Entry>, y: Option<&Entry>) {
+        match (x.map(|e| &e.kind), y.map(|e| &e.kind)) {
+            (Some(EntryKind::Dir { tree: a, .. }), Some(EntryKind::Dir { tree: b, .. })) => {
+                if a != b {
+                    self.pairs.push((*a, *b));
+                }
+            }
+            _ => {
+                if let Some(x) = x {
+                    self.add(x, -1);
+                }
+                if let Some(y) = y {
+                    self.add(y, 1);
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, e: &Entry, sign: i64) {
+        match &e.kind {
+            EntryKind::File { .. } => {
+                self.d.files += sign;
+                self.d.bytes += sign * e.size as i64;
+            }
+            EntryKind::Symlink { .. } => self.d.symlinks += sign,
+            EntryKind::Dir { tree, .. } => {
+                self.d.dirs += sign;
+                self.whole.push((*tree, sign));
+            }
+        }
+    }
 }
