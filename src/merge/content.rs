@@ -14,10 +14,10 @@
 //! Every version is read from the store; merged bytes go to a private scratch directory under
 //! the store's `tmp/` and are cut into chunks by the same chunker as a capture.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 
@@ -411,17 +411,73 @@ impl ContentMerger<'_> {
         })
     }
 
-    /// Writes a version (and its `-wal`) into the scratch directory for SQLite.
-    fn place(&mut self, e: &Entry, wal: Option<&Entry>, stem: &str) -> Result<PathBuf> {
+    /// Writes a version (and its `-wal`) into the scratch directory for SQLite. With `like`
+    /// (a version placed before, and its entry), the file starts as a copy of that one and
+    /// only the chunks it lacks are read from the store: the versions of a database share
+    /// most of their blocks.
+    fn place(
+        &mut self,
+        e: &Entry,
+        wal: Option<&Entry>,
+        stem: &str,
+        like: Option<(&Path, &Entry)>,
+    ) -> Result<PathBuf> {
         let p = self.scratch.file(stem)?;
-        for (e, path) in [(Some(e), p.clone()), (wal, sidecar(&p))] {
-            let Some(e) = e else { continue };
-            let f = File::create(&path).map_err(|err| Error::io(&path, err))?;
-            let mut w = BufWriter::new(f);
-            self.copy_from(chunks_of(e), 0, &mut w, &path)?;
-            w.flush().map_err(|err| Error::io(&path, err))?;
+        match like {
+            Some((from, l)) => self.place_like(e, &p, from, chunks_of(l))?,
+            None => self.write_file(e, &p)?,
+        }
+        if let Some(w) = wal {
+            self.write_file(w, &sidecar(&p))?;
         }
         Ok(p)
+    }
+
+    fn write_file(&self, e: &Entry, path: &Path) -> Result<()> {
+        let f = File::create(path).map_err(|err| Error::io(path, err))?;
+        let mut w = BufWriter::new(f);
+        self.copy_from(chunks_of(e), 0, &mut w, path)?;
+        w.flush().map_err(|err| Error::io(path, err))
+    }
+
+    /// Writes `e` at `to` from `from`, a file already placed that holds the bytes of `like`:
+    /// `from` is copied (a reflink where the filesystem has them), then every chunk of `e`
+    /// that is not at the same offset in `like` is copied from where `like` has it, or else
+    /// read from the store.
+    fn place_like(&self, e: &Entry, to: &Path, from: &Path, like: &[Chunk]) -> Result<()> {
+        fs::copy(from, to).map_err(|err| Error::io(to, err))?;
+        let src = File::open(from).map_err(|err| Error::io(from, err))?;
+        let dst = fs::OpenOptions::new()
+            .write(true)
+            .open(to)
+            .map_err(|err| Error::io(to, err))?;
+        let mut at: HashMap<&Chunk, u64> = HashMap::with_capacity(like.len());
+        let mut pos = 0u64;
+        for c in like {
+            at.entry(c).or_insert(pos);
+            pos += u64::from(c.len);
+        }
+        let mut pos = 0u64;
+        let mut buf = Vec::new();
+        for c in chunks_of(e) {
+            match at.get(c) {
+                Some(&p) if p == pos => {}
+                Some(&p) => {
+                    buf.resize(c.len as usize, 0);
+                    src.read_exact_at(&mut buf, p)
+                        .map_err(|err| Error::io(from, err))?;
+                    dst.write_all_at(&buf, pos)
+                        .map_err(|err| Error::io(to, err))?;
+                }
+                None => {
+                    let data = self.store.read_chunk(c)?;
+                    dst.write_all_at(&data, pos)
+                        .map_err(|err| Error::io(to, err))?;
+                }
+            }
+            pos += u64::from(c.len);
+        }
+        dst.set_len(pos).map_err(|err| Error::io(to, err))
     }
 
     fn sqlite(&mut self, v: &Versions<'_>) -> Result<FileMerge> {
@@ -442,9 +498,9 @@ impl ContentMerger<'_> {
                 "database added on both sides".into(),
             ));
         };
-        let base = self.place(b, v.wal[0], "base.db")?;
-        let ours = self.place(v.ours, v.wal[1], "ours.db")?;
-        let theirs = self.place(v.theirs, v.wal[2], "theirs.db")?;
+        let base = self.place(b, v.wal[0], "base.db", None)?;
+        let ours = self.place(v.ours, v.wal[1], "ours.db", Some((&base, b)))?;
+        let theirs = self.place(v.theirs, v.wal[2], "theirs.db", Some((&base, b)))?;
         let out = self.scratch.file("merged.db")?;
         let mut limits = self.sqlite_limits.clone();
         limits.prefer_theirs = v.take == Some(Take::Theirs);
@@ -485,4 +541,70 @@ fn sidecar(p: &Path) -> PathBuf {
     let mut s = p.as_os_str().to_owned();
     s.push("-wal");
     PathBuf::from(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::object::ObjectBatch;
+
+    fn file(chunks: Vec<Chunk>) -> Entry {
+        Entry {
+            name: b"db".to_vec(),
+            size: chunks.iter().map(|c| u64::from(c.len)).sum(),
+            kind: EntryKind::File { chunks },
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 0,
+            xattrs: Vec::new(),
+            ctime_ns: 0,
+            ino: 0,
+            nlink: 0,
+        }
+    }
+
+    #[test]
+    fn a_version_placed_like_another_has_its_own_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::temp_store(dir.path());
+        let batch = ObjectBatch::new(&store);
+        let blocks: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
+        let c: Vec<Chunk> = blocks
+            .iter()
+            .map(|b| Chunk {
+                id: batch.ensure(b).unwrap(),
+                len: b.len() as u32,
+            })
+            .collect();
+        batch.commit().unwrap();
+        let batch = ObjectBatch::dry_run(&store);
+        let mut m = ContentMerger {
+            store: &store,
+            batch: &batch,
+            rules: DriverRules::new(&BTreeMap::new()).unwrap(),
+            scratch: Scratch::new(&store),
+            sqlite_limits: sqlite::Limits::default(),
+        };
+        let base = file(vec![c[0], c[1], c[2], c[3]]);
+        let at = m.place(&base, None, "base.db", None).unwrap();
+        let bytes = |e: &[usize]| {
+            e.iter()
+                .flat_map(|i| blocks[*i].clone())
+                .collect::<Vec<u8>>()
+        };
+        assert_eq!(fs::read(&at).unwrap(), bytes(&[0, 1, 2, 3]));
+        // Same offsets, moved blocks, a new block, shorter and longer than the base.
+        for order in [
+            vec![0, 1, 4, 3],
+            vec![1, 0, 3],
+            vec![0, 1, 2, 3, 4, 2],
+            vec![4],
+            vec![],
+        ] {
+            let e = file(order.iter().map(|i| c[*i]).collect());
+            let p = m.place(&e, None, "v.db", Some((&at, &base))).unwrap();
+            assert_eq!(fs::read(&p).unwrap(), bytes(&order), "{order:?}");
+        }
+    }
 }
