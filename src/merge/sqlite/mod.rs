@@ -52,8 +52,13 @@ const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 /// Virtual machine steps between two looks at the clock (the progress handler).
 const PROGRESS_STEPS: i32 = 100;
 
-/// Page cache of each connection, in KiB (`PRAGMA cache_size` takes KiB when negative).
+/// Page cache of each connection, in KiB (`PRAGMA cache_size` takes KiB when negative): the
+/// least each database gets (see [`size_cache`]).
 const CACHE_KIB: u64 = 16 * 1024;
+
+/// A database's page cache may grow to hold all of it, up to this share of
+/// [`Limits::max_memory`] (three databases are open at once: base, theirs, ours).
+const CACHE_SHARE_OF_HEAP: u64 = 8;
 
 /// A key value longer than this is cut in a conflict report.
 const MAX_KEY_VALUE_CHARS: usize = 120;
@@ -162,14 +167,16 @@ pub fn merge_databases(
 ) -> Result<Merged> {
     let deadline = Instant::now() + limits.max_time;
     let scratch = fs::canonicalize(scratch).map_err(|e| Error::io(scratch, e))?;
-    let mut largest = 0;
+    let mut sizes = HashMap::new();
     for (side, path) in [
         (Side::Base, base),
         (Side::Ours, ours),
         (Side::Theirs, theirs),
     ] {
-        largest = largest.max(check_input(&scratch, path, side)?);
+        sizes.insert(side, check_input(&scratch, path, side)?);
     }
+    let largest = sizes.values().copied().max().unwrap_or(0);
+    let size = |side| sizes.get(&side).copied().unwrap_or(0);
     check_place(&scratch, out, Side::Merged)?;
     if largest > limits.max_bytes {
         let too_large = RowConflict {
@@ -185,7 +192,11 @@ pub fn merge_databases(
     copy_with_wal(ours, out)?;
     let diff = open_hardened(base, Side::Base, deadline, limits)?;
     attach(&diff, theirs, Side::Theirs)?;
+    size_cache(&diff, "main", size(Side::Base), limits).map_err(|e| sql_error(Side::Base, e))?;
+    size_cache(&diff, "theirs", size(Side::Theirs), limits)
+        .map_err(|e| sql_error(Side::Theirs, e))?;
     let merged = open_hardened(out, Side::Ours, deadline, limits)?;
+    size_cache(&merged, "main", size(Side::Ours), limits).map_err(|e| sql_error(Side::Ours, e))?;
     check_readable(&diff, "main", Side::Base)?;
     check_readable(&diff, "theirs", Side::Theirs)?;
     check_readable(&merged, "main", Side::Ours)?;
@@ -199,6 +210,8 @@ pub fn merge_databases(
     let changes = diff_theirs(&diff, &plan)?;
     diff.close().map_err(|(_, e)| sql_error(Side::Base, e))?;
     attach(&merged, theirs, Side::Theirs)?;
+    size_cache(&merged, "theirs", size(Side::Theirs), limits)
+        .map_err(|e| sql_error(Side::Theirs, e))?;
     let rows = apply_plan(&merged, &plan, changes, &state)?;
     finish(merged, out)?;
     let state = lock(&state)?;
@@ -343,6 +356,17 @@ fn harden(conn: &Connection, deadline: Instant, limits: &Limits) -> rusqlite::Re
          PRAGMA locking_mode=EXCLUSIVE; PRAGMA hard_heap_limit={};",
         limits.max_memory
     ))
+}
+
+/// Lets schema `db`'s page cache hold the whole database (`bytes`, with its `-wal`), so that
+/// each page is read from the file once (the checks, then the session diff, read every page
+/// again), between [`CACHE_KIB`] and a share of the heap limit. An attached database starts
+/// with SQLite's default (2 MiB). Only memory, never a result, depends on it: SQLite recycles
+/// cached pages when the heap nears its limit.
+fn size_cache(conn: &Connection, db: &str, bytes: u64, limits: &Limits) -> rusqlite::Result<()> {
+    let most = (limits.max_memory / CACHE_SHARE_OF_HEAP) >> 10;
+    let kib = (bytes >> 10).saturating_add(1024).min(most).max(CACHE_KIB);
+    conn.execute_batch(&format!("PRAGMA {db}.cache_size=-{kib};"))
 }
 
 /// `ATTACH`es `path` as `theirs` (a bound parameter: no URI, no SQL in the name).
