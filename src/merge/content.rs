@@ -498,10 +498,12 @@ impl ContentMerger<'_> {
                 "database added on both sides".into(),
             ));
         };
+        let started = std::time::Instant::now();
         let base = self.place(b, v.wal[0], "base.db", None)?;
         let ours = self.place(v.ours, v.wal[1], "ours.db", Some((&base, b)))?;
         let theirs = self.place(v.theirs, v.wal[2], "theirs.db", Some((&base, b)))?;
         let out = self.scratch.file("merged.db")?;
+        let placed = started.elapsed();
         let mut limits = self.sqlite_limits.clone();
         limits.prefer_theirs = v.take == Some(Take::Theirs);
         let merged =
@@ -525,6 +527,11 @@ impl ContentMerger<'_> {
             let _ = fs::remove_file(sidecar(&p));
             let _ = fs::remove_file(&p);
         }
+        log::debug!(
+            "merge: {} merged by rows in {:?} (versions placed in {placed:?})",
+            v.path,
+            started.elapsed()
+        );
         let n = merged.conflicts.len() as u64 + merged.conflicts_unlisted;
         let conflict = (n > 0).then(|| format!("{n} rows or tables in conflict"));
         Ok(FileMerge {

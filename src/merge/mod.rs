@@ -396,7 +396,9 @@ fn three_way(
     walk.marked = marked;
     let sides = [base.as_ref(), Some(&ours), Some(&theirs)]
         .map(|c| c.map_or_else(Side::default, Side::checkpoint));
+    let started = std::time::Instant::now();
     walk.follow_renames(&sides[0], &sides[1], &sides[2])?;
+    log::debug!("merge: renames found in {:?}", started.elapsed());
     let mut names: Vec<&String> = ours.roots.keys().chain(theirs.roots.keys()).collect();
     names.sort();
     names.dedup();
@@ -433,7 +435,10 @@ fn three_way(
         }
     }
     let (hits, misses) = walk.trees.counts();
-    log::debug!("merge: {misses} trees read, {hits} reads answered by the cache");
+    log::debug!(
+        "merge: walked in {:?}; {misses} trees read, {hits} reads answered by the cache",
+        started.elapsed()
+    );
     report.steps = walk.take_steps();
     report.conflicts = std::mem::take(&mut walk.conflicts);
     let d = walk.delta;
