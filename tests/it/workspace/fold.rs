@@ -554,4 +554,67 @@ fn below_the_fold_budget_the_upper_is_kept_and_every_checkpoint_is_exact() {
     assert_eq!(files_under(&upper), (0, 0));
     assert_eq!(fs::read(&log).unwrap(), expect);
     ok(["verify", w.store()]);
+
+/// The value of option `key` in a mount's option string (`lowerdir=...`).
+fn option_value(opts: &str, key: &str) -> Option<String> {
+    opts.split(',')
+        .find_map(|o| o.strip_prefix(&format!("{key}=")))
+        .map(str::to_string)
+}
+
+/// Asserts that `run/mounts/main.json` and `upper/main/base.json` describe what is mounted:
+/// the base is the branch's head, and each root's lower, upper and work directories are the
+/// overlay's own (`lowerdir=`, `upperdir=`, `workdir=` in mountinfo). A nested root (every
+/// upper made now) stacks the overlay on the parents of the recorded lower and upper.
+fn record_matches_mounts(w: &Workspace, ctx: &str) {
+    let head = head(&w.store, "main").expect("a head");
+    let rec: serde_json::Value =
+        serde_json::from_slice(&fs::read(w.store.join("run/mounts/main.json")).unwrap()).unwrap();
+    assert_eq!(rec["base"], head.as_str(), "{ctx}: record's base: {rec:#}");
+    let base: serde_json::Value =
+        serde_json::from_slice(&fs::read(w.store.join("upper/main/base.json")).unwrap()).unwrap();
+    assert_eq!(base["base"], head.as_str(), "{ctx}: upper/main/base.json");
+    let root = &rec["roots"]["ws"];
+    let field = |k: &str| Path::new(root[k].as_str().expect(k)).to_path_buf();
+    assert_eq!(field("mountpoint"), w.room, "{ctx}: {rec:#}");
+    let opts = mount_options(&w.room).expect("the workspace is mounted");
+    let lower = field("lower");
+    assert!(
+        lower.to_string_lossy().contains(&head),
+        "{ctx}: the recorded lower {} is not the head {head}'s",
+        lower.display()
+    );
+    let layer = |k: &str| option_value(&opts, k).unwrap_or_else(|| panic!("no {k} in {opts}"));
+    assert_eq!(
+        Path::new(&layer("lowerdir")),
+        lower.parent().unwrap(),
+        "{ctx}: the overlay's lower is not the recorded one ({opts})"
+    );
+    assert_eq!(
+        Path::new(&layer("upperdir")),
+        field("upper").parent().unwrap(),
+        "{ctx}: {opts}"
+    );
+    assert_eq!(Path::new(&layer("workdir")), field("work"), "{ctx}: {opts}");
+}
+
+/// After a fold the mount record is the workspace's new one: its base the new head, its
+/// lower the head's (the overlay's `lowerdir=`), not the roots mounted before the fold.
+#[test]
+fn after_a_fold_the_mount_record_describes_the_new_overlay() {
+    let w = Workspace::new(populate);
+    record_matches_mounts(&w, "mounted");
+    for i in 0..2 {
+        write(&w.path(&format!("turn{i}.txt")), b"work\n");
+        let r = w.checkpoint_json(&format!("turn {i}"));
+        assert_eq!(r["fold"]["folded"], true, "{r}");
+        record_matches_mounts(&w, &format!("after fold {i}"));
+    }
+    // What reads the record (status) agrees, and a remount from it shows the work.
+    let row = workspace_row(&w);
+    assert_eq!(row["base"], row["head"], "{row}");
+    ok(["umount", w.room()]);
+    ok(["mount", w.store(), "--branch", "main"]);
+    record_matches_mounts(&w, "remounted");
+    assert_eq!(fs::read(w.path("turn1.txt")).unwrap(), b"work\n");
 }
