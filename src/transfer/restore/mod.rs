@@ -713,11 +713,14 @@ fn run(
             if let Some((name, dir)) = &j.staging {
                 remove_staging(&j.target, name, dir);
             }
-            atomic::fault_point("fsync").map_err(|e| Error::io(&j.target.parent_real, e))?;
-            j.target.parent.sync()?;
+            // `displaced/` first: once the parent's entry (the restored tree) is durable, the
+            // tree it replaced must be durable where it was moved, or a power loss between
+            // the two syncs loses it (the parent's sync need not carry the other directory).
             if let Some(d) = &j.displaced {
                 d.sync()?;
             }
+            atomic::fault_point("fsync").map_err(|e| Error::io(&j.target.parent_real, e))?;
+            j.target.parent.sync()?;
         }
         let reports: Vec<RestoreReport> = jobs
             .iter()
