@@ -30,7 +30,7 @@ Usage (the tests in tests/it/health/powerloss.rs drive it):
   crashsim.py --ckptfs BIN --store DIR --work DIR [--track DIR]... [--head B=ID,ID]...
               (an ID of "@after" is the head once the command is done, "none" no branch)
               [--check JSON_ARGV]... [--before-checks JSON_ARGV]... [--max-points N]
-              [--keep] -- COMMAND...
+              [--keep] [--remap-inodes] -- COMMAND...
 
 --max-points N spreads N crash points over the run (0: every step, the long sweep).
 
@@ -53,7 +53,8 @@ import sys
 
 
 class Inode:
-    __slots__ = ("kind", "data", "durable", "entries", "durable_entries", "target", "mode")
+    __slots__ = ("kind", "data", "durable", "entries", "durable_entries", "target", "mode",
+                 "real_ino")
 
     def __init__(self, kind, mode=0o644):
         self.kind = kind  # "file", "dir", "link"
@@ -63,6 +64,7 @@ class Inode:
         self.entries = {}
         self.durable_entries = {}
         self.target = b""
+        self.real_ino = None  # its inode number in the real run, once a traced stat showed it
 
 
 class Model:
@@ -154,6 +156,7 @@ def load_tree(path):
 
 LINE = re.compile(r"^(\d+) +(\w+)\((.*)\) += (-?\d+|\?)(?:<([^>]*)>)?")
 FD_PATH = re.compile(r"(-?\d+|AT_FDCWD)<([^>]*)>")
+INO = re.compile(r"\bstx?_ino=(\d+)")
 HEX = re.compile(r"^ \| [0-9a-f]{5}  (.{49})")
 
 def unquote(s):
@@ -311,6 +314,22 @@ class Replayer:
         elif trunc and ino.kind == "file":
             ino.data = bytearray()
         return ino
+
+    def note_ino(self, call, a):
+        """Notes the inode number a stat call showed (strace -v) on the inode it names."""
+        m = INO.search(" ".join(a))
+        if not m:
+            return
+        if call == "fstat" or (call != "stat" and call != "lstat" and len(a) > 1
+                                and unquote(a[1]) == b""):
+            _, path = self.fd_path(a[0])
+        elif call in ("stat", "lstat"):
+            path = self.path_of(a[0])
+        else:
+            path = self.path_of(a[1], a[0])
+        ino = self.m.lookup(path) if path and self.m.split(path) is not None else None
+        if ino is not None:
+            ino.real_ino = int(m.group(1))
 
     def apply(self, ev):
         """Applies one event; returns True when it changed durable-relevant state."""
@@ -499,6 +518,9 @@ class Replayer:
             ino.target = target or b""
             pd[0].entries[pd[1]] = ino
             return "ns"
+        if call in ("fstat", "newfstatat", "fstatat64", "statx", "stat", "lstat"):
+            self.note_ino(call, a)
+            return None
         if call in ("copy_file_range", "sendfile", "splice", "mknod", "mknodat"):
             for arg in a:
                 fd, path = self.fd_path(arg)
@@ -512,14 +534,17 @@ class Replayer:
 # States
 
 
-def write_state(ino, dest, synced):
-    """Writes the tree of `ino` at `dest`: entries durable (synced) or current, bytes durable."""
+def write_state(ino, dest, synced, written):
+    """Writes the tree of `ino` at `dest`: entries durable (synced) or current, bytes durable.
+    `written` gets the path each inode was first written at (by `id`)."""
     os.mkdir(dest, 0o700)
+    written.setdefault(id(ino), dest)
     entries = ino.durable_entries if synced else ino.entries
     for name, child in entries.items():
         p = os.path.join(dest, name)
+        written.setdefault(id(child), p)
         if child.kind == "dir":
-            write_state(child, p, synced)
+            write_state(child, p, synced, written)
         elif child.kind == "link":
             os.symlink(child.target, p)
         else:
@@ -527,6 +552,37 @@ def write_state(ino, dest, synced):
                 f.write(child.durable)
             os.chmod(p, child.mode)
     os.chmod(dest, ino.mode or 0o755)
+
+
+RECORDED_INO = re.compile(rb'("ino"\s*:\s*)(\d+)')
+
+
+def remap_inodes(model, written, store):
+    """A reboot keeps inode numbers; a state written as copies does not. The identities a
+    record in the store keeps (`"ino": N` in its JSON files, as a restore's RUNNING marker
+    does) are rewritten from the real run's numbers (seen by the traced stat calls) to those
+    of the copies; an inode not in this state gets 0, which names nothing."""
+    new = {}
+    for ino in model.all:
+        if ino.real_ino is not None:
+            p = written.get(id(ino))
+            new[ino.real_ino] = os.lstat(p).st_ino if p else 0
+
+    def sub(m):
+        n = int(m.group(2))
+        return m.group(1) + str(new.get(n, n)).encode()
+
+    for d, _, files in os.walk(store):
+        for f in files:
+            if not f.endswith(".json"):
+                continue
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                data = fh.read()
+            out = RECORDED_INO.sub(sub, data)
+            if out != data:
+                with open(p, "wb") as fh:
+                    fh.write(out)
 
 
 def check_state(args, dirs, heads):
@@ -591,6 +647,9 @@ def main():
                          "(unmount a live workspace whose store the states copy)")
     ap.add_argument("--max-points", type=int, default=0)
     ap.add_argument("--keep", action="store_true", help="keep the first failing state")
+    ap.add_argument("--remap-inodes", action="store_true",
+                    help="trace stat results (strace -v) and rewrite the inode numbers the "
+                         "store's JSON records keep to the copies' (see remap_inodes)")
     ap.add_argument("command", nargs="+")
     args = ap.parse_args()
     tracked = [os.path.realpath(args.store)] + [os.path.realpath(t) for t in args.track]
@@ -610,7 +669,8 @@ def main():
     trace = os.path.join(args.work, "trace")
     # -b execve: a program the command starts (a view's daemon, mount helpers) is not
     # followed: daemons outlive the command, and strace would wait for them.
-    cmd = ["strace", "-f", "-b", "execve", "-y", "-qq", "-s", "0", "-e", "write=all",
+    verbose = ["-v"] if args.remap_inodes else []
+    cmd = ["strace", "-f", "-b", "execve", "-y", "-qq", "-s", "0"] + verbose + ["-e", "write=all",
            "-e", "trace=%file,%desc,fsync,fdatasync,syncfs,sync,clone,clone3,fork,vfork",
            "-o", trace] + args.command
     p = subprocess.run(cmd, capture_output=True)
@@ -645,15 +705,18 @@ def main():
         stride = len(steps) / args.max_points
         chosen = {steps[int(i * stride)] for i in range(args.max_points)} | {steps[-1]}
     # Second pass: build and check the states at the chosen points.
-    _, rep, roots = fresh()
+    model, rep, roots = fresh()
 
     def snapshot(kind):
         """Writes the state of `kind` in place of the tracked trees (the command is done with
         them): paths recorded inside the store (a marker's, a root's) then name the state, as
         they would after a reboot. Returns the directories, the store first."""
+        written = {}
         for t, r in zip(tracked, roots):
             shutil.rmtree(t, ignore_errors=True)
-            write_state(r, t, kind == "synced")
+            write_state(r, t, kind == "synced", written)
+        if args.remap_inodes:
+            remap_inodes(model, written, tracked[0])
         return tracked
 
     failures, points, states = [], 0, 0

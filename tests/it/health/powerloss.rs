@@ -50,6 +50,11 @@ fn crashsim_full(
     let mut c = std::process::Command::new("python3");
     c.arg(script)
         .args(["--ckptfs", bin(), "--store", s(store), "--work", s(&work)]);
+    // A restore's marker names what it made and moved by inode number (see crashsim.py's
+    // remap_inodes).
+    if command.first() == Some(&"restore") {
+        c.arg("--remap-inodes");
+    }
     for t in track {
         c.args(["--track", s(t)]);
     }
@@ -336,4 +341,81 @@ fn a_switch_survives_power_loss_at_every_step() {
         &["switch", w.room(), "--to", "feature", "--checkpoint-first"],
     );
     holds(&v, 30);
+}
+
+/// The check of a restore's states: the target holds the tree it held (and the store has not
+/// recorded the restore as done) or the restored one, whole; in the second case the tree it
+/// held is whole in the store's `displaced/` or beside the target; no staging directory is
+/// left. `{1}` is the target's parent (the tracked directory), `name` the target's name.
+fn restored_or_not(name: &str, old: &Path, new: &Path) -> Vec<String> {
+    let script = format!(
+        "t={{1}}/{name}; same() {{ diff -r --no-dereference \"$1\" \"$2\" >/dev/null 2>&1; }}; \
+         if same \"$t\" {new}; then \
+           for d in {{store}}/displaced/* {{1}}/{name}.ckptfs-aside-*; do \
+             same \"$d\" {old} && exit_ok=1; done; \
+           [ -n \"$exit_ok\" ] || {{ echo 'restored, but the tree it replaced is lost'; exit 1; }}; \
+         elif same \"$t\" {old}; then \
+           if grep '\"op\":\"restore\"' {{store}}/audit.jsonl | grep -F '/{name}\"' \
+              | grep -q '\"ok\":true'; then \
+             echo 'the store recorded the restore, the target holds the old tree'; exit 1; fi; \
+         else echo 'the target is neither tree:'; diff -r --no-dereference \"$t\" {new}; exit 1; fi; \
+         if ls -a {{1}} | grep -q ckptfs-restore; then echo 'a staging directory is left'; exit 1; fi",
+        old = s(old),
+        new = s(new),
+    );
+    vec!["sh".into(), "-c".into(), script]
+}
+
+/// A tree at `dir` for a restore to replace, and its copy at `copy`.
+fn old_tree(dir: &Path, copy: &Path) {
+    write(&dir.join("a.txt"), b"changed since\n");
+    write(&dir.join("added/x.bin"), &[3u8; 20_000]);
+    std::os::unix::fs::symlink("added/x.bin", dir.join("link")).unwrap();
+    copy_dir(dir, copy);
+}
+
+/// `restore --in-place` of a root, and `restore --to DIR` over a tree there: after a power
+/// loss at any step and `recover`, the target holds its old tree or the restored one, whole,
+/// and the old one, when replaced, is whole where the restore moved it.
+#[test]
+fn a_restore_survives_power_loss_at_every_step() {
+    let t = tempdir();
+    let place = t.path().join("place");
+    let room = place.join("room");
+    write(&room.join("a.txt"), b"as captured\n");
+    write(&room.join("keep/b.bin"), &random_bytes(5, 70_000));
+    write(&room.join("keep/deep/c.txt"), b"c\n");
+    std::os::unix::fs::symlink("keep/deep/c.txt", room.join("link")).unwrap();
+    let new = t.path().join("ref-new");
+    copy_dir(&room, &new);
+    let store = t.path().join("store");
+    ok(["init", s(&store), "--root", &format!("r={}", s(&room))]);
+    let id = capture(&store, &[]);
+    fs::remove_dir_all(room.join("keep")).unwrap();
+    fs::remove_file(room.join("link")).unwrap();
+    let old = t.path().join("ref-old");
+    old_tree(&room, &old);
+    let spec = format!("{id}:r");
+    let v = crashsim(
+        &store,
+        &[&place],
+        &[("main", &id)],
+        &[restored_or_not("room", &old, &new)],
+        &[],
+        &["restore", s(&store), &spec, "--in-place"],
+    );
+    holds(&v, 20);
+    // --to a directory outside the roots: the old tree is set aside beside it.
+    let out = t.path().join("out");
+    let old_out = t.path().join("ref-old-out");
+    old_tree(&out.join("dir"), &old_out);
+    let v = crashsim(
+        &store,
+        &[&out],
+        &[("main", &id)],
+        &[restored_or_not("dir", &old_out, &new)],
+        &[],
+        &["restore", s(&store), &spec, "--to", s(&out.join("dir"))],
+    );
+    holds(&v, 20);
 }
