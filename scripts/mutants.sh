@@ -5,7 +5,8 @@
 #   scripts/mutants.sh --list           the modules and the tests each runs against
 #   MUTANTS_ARGS="--in-place" scripts/mutants.sh ...   extra cargo-mutants arguments (--in-place
 #                                       mutates this checkout and reuses its target/: use a
-#                                       spare clone)
+#                                       spare clone; split on spaces, not globbed, so a -F
+#                                       regex spells a space \s)
 #
 # For each module, cargo-mutants (https://mutants.rs) makes every small plausible bug it can
 # (a function returning a default, a condition negated, an operator swapped) and runs the
@@ -48,9 +49,11 @@ for m in "${MODULES[@]}"; do
   fargs=()
   IFS=',' read -ra globs <<<"$files"
   for g in "${globs[@]}"; do fargs+=(--file "$g"); done
+  set -f
   # shellcheck disable=SC2086
   cargo mutants --no-shuffle --timeout-multiplier 3 --output "$out" ${MUTANTS_ARGS:-} "${fargs[@]}" \
     -- $args >"$out/log.txt" 2>&1 || true
+  set +f
   mo="$out/mutants.out"
   count() { if [ -f "$mo/$1.txt" ]; then grep -c . "$mo/$1.txt" || true; else echo 0; fi; }
   printf '%-10s %7s %7s %7s %9s\n' "$name" "$(count caught)" "$(count missed)" \
