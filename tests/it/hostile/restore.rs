@@ -351,3 +351,152 @@ fn restore_lands_its_tree_at_dir_whatever_the_staging_name_holds() {
     eprintln!("{landed} of 5 restores completed under the race");
     assert!(landed > 0, "no restore completed under the race");
 }
+
+/// Runs `args` (a restore) aborted at each I/O step in turn until `found` says the state left
+/// is the one wanted (a marker left, `recover` not yet run), and returns that step; every
+/// other state is recovered. `None` when no step up to 80 leaves it.
+fn abort_until(
+    env: &Env,
+    args: &[&str],
+    found: impl Fn(&serde_json::Value) -> bool,
+) -> Option<u64> {
+    for n in 1..=80u64 {
+        let o = run_fault(args, "abort", n);
+        if o.status.success() {
+            return None;
+        }
+        let marker = fs::read(env.store.join("run/RUNNING.json"))
+            .ok()
+            .and_then(|d| serde_json::from_slice::<serde_json::Value>(&d).ok());
+        if marker.as_ref().is_some_and(|m| found(&m["phase"])) {
+            return Some(n);
+        }
+        ok(["recover", &env.s()]);
+    }
+    None
+}
+
+/// `recover` after an in-place restore of `ws/sub/mid/deep` stopped with that directory set
+/// aside reaches the target's parent beneath the root, never through a symlink: with `sub`
+/// replaced by a symlink to a decoy that has a `mid`, nothing is written in the decoy and
+/// `recover` fails (its marker stays) rather than taking the parent for gone; with `sub`
+/// back, it puts the original back.
+#[test]
+fn recover_never_puts_a_restore_target_back_through_a_symlinked_parent() {
+    let env = Env::new();
+    write(&env.ws().join("sub/mid/deep/a.txt"), b"captured");
+    let id = env.capture_id(&[]);
+    write(&env.ws().join("sub/mid/deep/a.txt"), b"the agent's");
+    let spec = format!("{id}:ws/sub/mid/deep");
+    let (store, deep) = (env.s(), env.ws().join("sub/mid/deep"));
+    let args = ["restore", &store, &spec, "--in-place"];
+    let aside = |p: &serde_json::Value| {
+        p["targets"][0]["aside_id"].is_object() && fs::symlink_metadata(&deep).is_err()
+    };
+    abort_until(&env, &args, aside).expect("no step left the target set aside");
+    let decoy = env.path("decoy");
+    fs::create_dir_all(decoy.join("mid")).unwrap();
+    fs::rename(env.ws().join("sub"), env.path("sub-moved")).unwrap();
+    symlink(&decoy, env.ws().join("sub")).unwrap();
+    let r = run(["recover", &store]);
+    assert!(
+        !r.status.success(),
+        "recover went on through a symlinked parent: {}",
+        stdout(&r)
+    );
+    assert_eq!(
+        fs::read_dir(decoy.join("mid")).unwrap().count(),
+        0,
+        "written through the symlink"
+    );
+    assert!(
+        env.store.join("run/RUNNING.json").exists(),
+        "the marker went"
+    );
+    fs::remove_file(env.ws().join("sub")).unwrap();
+    fs::rename(env.path("sub-moved"), env.ws().join("sub")).unwrap();
+    let rep = ok_json(["recover", &store]);
+    assert!(
+        rep["actions"].to_string().contains("put the original"),
+        "{rep}"
+    );
+    assert_eq!(fs::read(deep.join("a.txt")).unwrap(), b"the agent's");
+}
+
+/// The target's parent gone after an interrupted restore (`--to`, and in place beneath a
+/// root): `recover` says so and clears the marker (nothing is left there to roll back; an
+/// in-place target's old tree is in `displaced/`).
+#[test]
+fn recover_after_a_restore_whose_target_parent_is_gone_says_so() {
+    let env = Env::new();
+    write(&env.ws().join("sub/mid/deep/a.txt"), b"captured");
+    let id = env.capture_id(&[]);
+    let work = env.path("work");
+    let dest = work.join("dest");
+    write(&dest.join("original.txt"), b"the user's data");
+    let (store, to) = (env.s(), dest.display().to_string());
+    let spec = format!("{id}:ws/sub/mid/deep");
+    let cases: [(Vec<&str>, PathBuf); 2] = [
+        (vec!["restore", &store, &id, "--to", &to], work.clone()),
+        (
+            vec!["restore", &store, &spec, "--in-place"],
+            env.ws().join("sub"),
+        ),
+    ];
+    for (args, gone) in cases {
+        abort_until(&env, &args, |p| p["targets"][0]["staging_id"].is_object())
+            .expect("no step left a staging directory");
+        fs::remove_dir_all(&gone).unwrap();
+        let rep = ok_json(["recover", &store]);
+        assert!(
+            rep["actions"].to_string().contains("is gone"),
+            "{args:?}: {rep}"
+        );
+        assert!(!env.store.join("run/RUNNING.json").exists());
+    }
+}
+
+/// A restore stopped once its marker names the staging directory but before it is made:
+/// whatever someone puts at that name is not the restore's, so `recover` leaves it: a
+/// directory of another owner (even empty), or one of ours that holds something.
+#[test]
+fn recover_leaves_alone_what_others_made_at_the_staging_name() {
+    let env = Env::new();
+    small_tree(env.ws());
+    let id = env.capture_id(&[]);
+    let work = env.path("work");
+    let dest = work.join("dest");
+    write(&dest.join("original.txt"), b"the user's data");
+    let (store, to) = (env.s(), dest.display().to_string());
+    let args = ["restore", &store, &id, "--to", &to];
+    let named_not_made = |p: &serde_json::Value| {
+        p["targets"][0]["staging_id"].is_null()
+            && p["targets"][0]["staging"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
+    };
+    let n = abort_until(&env, &args, named_not_made).expect("no step left the name only");
+    ok(["recover", &store]);
+    for (owner, content) in [(NOBODY, false), (0, true)] {
+        assert!(!run_fault(args, "abort", n).status.success());
+        let marker: serde_json::Value =
+            serde_json::from_slice(&fs::read(env.store.join("run/RUNNING.json")).unwrap()).unwrap();
+        let staging = PathBuf::from(marker["phase"]["targets"][0]["staging"].as_str().unwrap());
+        fs::create_dir(&staging).unwrap();
+        if content {
+            write(&staging.join("theirs.txt"), b"theirs");
+        }
+        std::os::unix::fs::chown(&staging, Some(owner), Some(owner)).unwrap();
+        let rep = ok_json(["recover", &store]);
+        assert!(staging.is_dir(), "owner {owner}: removed: {rep}");
+        assert!(rep["actions"].to_string().contains("left"), "{rep}");
+        if content {
+            assert_eq!(fs::read(staging.join("theirs.txt")).unwrap(), b"theirs");
+        }
+        fs::remove_dir_all(&staging).unwrap();
+        assert_eq!(
+            fs::read(dest.join("original.txt")).unwrap(),
+            b"the user's data"
+        );
+    }
+}

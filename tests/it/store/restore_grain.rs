@@ -383,3 +383,87 @@ fn a_symlink_planted_on_the_targets_path_is_never_followed() {
         "something was written through the agent's symlink"
     );
 }
+
+/// An in-place restore of a root on another filesystem than the store (the root in `/tmp`,
+/// the store on the test's tmpfs): what it replaces cannot be renamed into `displaced/`
+/// (EXDEV), so it is set aside beside the root.
+#[test]
+fn a_root_on_another_filesystem_than_the_store_is_set_aside_beside_it() {
+    let t = tempdir();
+    let far = tempfile::Builder::new()
+        .prefix("ckptfs-test-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let dev = |p: &Path| fs::metadata(p).unwrap().dev();
+    if dev(far.path()) == dev(t.path()) {
+        eprintln!(
+            "skipped: /tmp is on the same filesystem as {}",
+            t.path().display()
+        );
+        return;
+    }
+    let room = far.path().join("room");
+    small_tree(&room);
+    let store = t.path().join("store");
+    ok(["init", s(&store), "--root", &format!("far={}", s(&room))]);
+    let id = capture(&store, &[]);
+    let before = snapshot(&room);
+    write(&room.join("a.txt"), b"changed");
+    let changed = snapshot(&room);
+    let r = ok_json([
+        "restore",
+        s(&store),
+        &format!("{id}:far"),
+        "--in-place",
+        "--json",
+    ]);
+    assert_snapshots_equal(&before, &snapshot(&room), "restored");
+    let aside = named(far.path(), "room.ckptfs-aside-");
+    assert_eq!(aside.len(), 1, "{r}");
+    assert_snapshots_equal(&changed, &snapshot(&aside[0]), "set aside");
+    assert!(named(&store.join("displaced"), "").is_empty(), "{r}");
+}
+
+/// A directory restored over an empty directory takes its place: nothing is set aside.
+#[test]
+fn a_directory_restored_over_an_empty_one_sets_nothing_aside() {
+    let env = Env::new();
+    small_tree(env.ws());
+    let id = env.capture_id(&[]);
+    let out = env.path("out");
+    fs::create_dir_all(out.join("dest")).unwrap();
+    let r = ok_json(restore_args(&env, &id, &["--to", s(&out.join("dest"))]));
+    assert!(r["moved_aside"].is_null(), "{r}");
+    assert!(named(&out, "ckptfs-aside").is_empty(), "{r}");
+    assert_trees_equal(env.ws(), &out.join("dest"));
+}
+
+/// A restore that fails at any step removes what it staged: no staging directory is left
+/// beside the target (what it cannot roll back itself, `recover` does).
+#[test]
+fn a_restore_failing_at_any_step_leaves_no_staging_directory() {
+    let env = Env::new();
+    small_tree(env.ws());
+    let id = env.capture_id(&[]);
+    let work = env.path("work");
+    let dest = work.join("dest");
+    write(&dest.join("original.txt"), b"the user's data");
+    let (store, to) = (env.s(), s(&dest).to_string());
+    let mut failed = 0;
+    for n in 1..=80u64 {
+        let o = run_fault(["restore", &store, &id, "--to", &to], "fail", n);
+        if o.status.success() {
+            break;
+        }
+        failed += 1;
+        if env.store.join("run/RUNNING.json").exists() {
+            ok(["recover", &store]);
+        }
+        assert!(
+            named(&work, ".ckptfs-restore-").is_empty(),
+            "fail:{n}: staging left: {}",
+            stderr(&o)
+        );
+    }
+    assert!(failed > 3, "the restore never failed");
+}
