@@ -224,3 +224,74 @@ fn a_same_size_edit_of_a_file_kept_in_the_upper_layer_is_recorded() {
         "an edit with its mtime put back was missed"
     );
 }
+
+/// The upper walk reads what changed since the last checkpoint and no more: a file already
+/// recorded comes from the stat cache (the report's `files_read` and `bytes_read` count only
+/// the file written since).
+#[test]
+fn a_checkpoint_reads_only_the_upper_files_written_since_the_last() {
+    let w = Workspace::new(|room| write(&room.join("keep.txt"), b"base\n"));
+    // Each write well before its checkpoint: a file changed in the clock tick a walk starts
+    // in is read again at the next one.
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(50));
+    write(&w.path("a.txt"), b"aaaa");
+    settle();
+    let r = ok_json(["checkpoint", w.room(), "--no-fold"]);
+    let read = |r: &serde_json::Value| (r["files_read"].as_u64(), r["bytes_read"].as_u64());
+    assert_eq!(read(&r), (Some(1), Some(4)), "{r}");
+    write(&w.path("b.txt"), b"bbbbbb");
+    settle();
+    let r = ok_json(["checkpoint", w.room(), "--no-fold"]);
+    assert_eq!(read(&r), (Some(1), Some(6)), "a.txt read again: {r}");
+}
+
+/// A file of the base whose mode changes twice without a fold keeps its bytes in both
+/// checkpoints: overlayfs copies up only its metadata (the upper file is a hole with a
+/// `metacopy` xattr), and the second change, to a file the stat cache knows, is not taken for
+/// a data copy.
+#[test]
+fn a_metadata_only_copy_up_changed_again_keeps_its_bytes() {
+    let w = Workspace::new(|room| write(&room.join("m.txt"), b"lower bytes\n"));
+    let f = w.path("m.txt");
+    for mode in [0o600, 0o640] {
+        chmod(&f, mode);
+        let r = ok_json(["checkpoint", w.room(), "--no-fold"]);
+        let id = r["id"].as_str().unwrap().to_string();
+        assert_eq!(w.cat(&id, "m.txt"), b"lower bytes\n", "mode {mode:o}: {r}");
+    }
+}
+
+/// Hard links made in the workspace and recorded without a fold stay one file: a restore of
+/// the checkpoint gives one inode with both names.
+#[test]
+fn hard_links_in_the_upper_layer_are_recorded_as_links() {
+    use std::os::unix::fs::MetadataExt;
+    let w = Workspace::new(|room| write(&room.join("keep.txt"), b"base\n"));
+    write(&w.path("a.txt"), b"linked\n");
+    fs::hard_link(w.path("a.txt"), w.path("b.txt")).unwrap();
+    let r = ok_json(["checkpoint", w.room(), "--no-fold"]);
+    let id = r["id"].as_str().unwrap().to_string();
+    let out = w.tmp.path().join("out");
+    ok(["restore", w.store(), &format!("{id}:ws"), "--to", s(&out)]);
+    let ino = |n: &str| fs::metadata(out.join(n)).unwrap().ino();
+    assert_eq!(ino("a.txt"), ino("b.txt"), "recorded as two files: {r}");
+}
+
+/// An edit of a file in a directory of the upper layer, the directory itself untouched (its
+/// stat key the same): the directory is merged again, not taken whole from the last
+/// checkpoint, so the edit is recorded.
+#[test]
+fn an_edit_in_an_untouched_upper_directory_is_recorded() {
+    let w = Workspace::new(|room| write(&room.join("keep.txt"), b"base\n"));
+    let f = w.path("sub/f.txt");
+    write(&f, b"dddd");
+    let r = ok_json(["checkpoint", w.room(), "--no-fold"]);
+    assert_eq!(w.cat(r["id"].as_str().unwrap(), "sub/f.txt"), b"dddd");
+    fs::write(&f, b"eeeeee").unwrap();
+    let r = ok_json(["checkpoint", w.room(), "--no-fold"]);
+    assert_eq!(
+        w.cat(r["id"].as_str().unwrap(), "sub/f.txt"),
+        b"eeeeee",
+        "the directory was taken whole: {r}"
+    );
+}
