@@ -554,6 +554,7 @@ fn below_the_fold_budget_the_upper_is_kept_and_every_checkpoint_is_exact() {
     assert_eq!(files_under(&upper), (0, 0));
     assert_eq!(fs::read(&log).unwrap(), expect);
     ok(["verify", w.store()]);
+}
 
 /// The value of option `key` in a mount's option string (`lowerdir=...`).
 fn option_value(opts: &str, key: &str) -> Option<String> {
