@@ -126,11 +126,32 @@ fn an_ordinary_account_keeps_history_and_browses_it_without_root() {
     assert_eq!(owner(Path::new(&store)), owner(&u.home));
     let log = u.ok(&["log", &store]);
     assert_eq!(log.lines().count(), 2, "{log}");
+    let listed: serde_json::Value =
+        serde_json::from_str(&u.ok(&["log", &store, "--json"])).expect("log --json");
+    let second = listed[0]["id"].as_str().expect("the newest id").to_string();
+    assert_ne!(second, first);
     assert_eq!(u.ok(&["cat", &store, "main:ws/notes.md"]), "two\n");
     assert!(u
         .ok(&["diff", &store, &first, "main"])
         .contains("ws/notes.md"));
     u.ok(&["verify", &store]);
+    // History commands: show, find, stats, labels, a fork merged back, forget.
+    assert!(u.ok(&["show", &store, &first]).contains(&first[..12]));
+    assert!(u.ok(&["find", &store, "notes.md"]).contains("notes.md"));
+    u.ok(&["stats", &store]);
+    u.ok(&["label", &store, &first, "first"]);
+    assert_eq!(u.ok(&["cat", &store, "first:ws/notes.md"]), "one\n");
+    u.ok(&["fork", &store, "main", "try"]);
+    assert!(u.sh("echo three > room/sub/b").status.success());
+    u.ok(&["capture", &store, "-q", "-b", "try", "-m", "on try"]);
+    let merged = u.ok(&["merge", &store, "try", "--json"]);
+    assert!(merged.contains("\"fast-forward\""), "{merged}");
+    assert_eq!(u.ok(&["cat", &store, "main:ws/sub/b"]), "three\n");
+    u.ok(&["forget", &store, &second]);
+    assert!(!u
+        .run(&["cat", &store, &format!("{second}:ws/notes.md")])
+        .status
+        .success());
     u.ok(&["gc", &store]);
     // Export, import into a second store, restore.
     let archive = u.path("all.ckpt");
