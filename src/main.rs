@@ -2,6 +2,14 @@
 
 fn main() {
     let cli = cli::parse();
+    // Both before any thread starts: a user namespace is made and entered single-threaded.
+    if matches!(cli.command, cli::Command::InternalHolder) {
+        std::process::exit(ckptfs::fs::userns::hold());
+    }
+    if let Err(e) = ckptfs::fs::userns::enter_from_env() {
+        eprintln!("ckptfs: {e}");
+        std::process::exit(e.exit_code());
+    }
     if !cli.serves_a_mount() {
         ckptfs::fs::sys::default_sigpipe();
     }

@@ -423,6 +423,10 @@ pub enum Command {
         #[arg(long)]
         remove: Option<PathBuf>,
     },
+    /// Internal: keep the user + mount namespace an ordinary account's workspaces are mounted
+    /// in (docs/rootless.md).
+    #[command(hide = true, name = "internal-holder")]
+    InternalHolder,
 }
 
 pub(crate) fn split_kv<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str)> {
@@ -502,6 +506,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Fetch(a) => remote::run_fetch(a),
         Command::Pull(a) => remote::run_pull(a),
         Command::InternalDetach { targets, remove } => run_internal_detach(&targets, remove),
+        Command::InternalHolder => Ok(ckptfs::fs::userns::hold()),
     }
 }
 

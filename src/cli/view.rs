@@ -222,6 +222,9 @@ fn run(
 
 /// `ckptfs mount`.
 pub fn mount(a: MountArgs) -> Result<i32> {
+    // A view is the account's own FUSE mount, where its shell sees it: never in the
+    // namespace its workspaces are mounted in (docs/rootless.md).
+    ckptfs::fs::userns::stay_outside();
     let store = ckptfs::remote::open_store(&a.store)?;
     let Some(spec) = a.checkpoint.as_deref() else {
         return Err(Error::Usage(
@@ -284,6 +287,7 @@ pub fn mount(a: MountArgs) -> Result<i32> {
 
 /// `ckptfs browse`.
 pub fn browse(a: BrowseArgs) -> Result<i32> {
+    ckptfs::fs::userns::stay_outside();
     let store = ckptfs::remote::open_store(&a.store)?;
     let opts = ServeOptions {
         view: ViewOptions {
@@ -299,6 +303,7 @@ pub fn browse(a: BrowseArgs) -> Result<i32> {
 
 /// `ckptfs umount`.
 pub fn umount(a: UmountArgs) -> Result<i32> {
+    ckptfs::fs::userns::stay_outside();
     daemon::stop(&a.mountpoint)?;
     println!("unmounted {}", a.mountpoint.display());
     Ok(0)

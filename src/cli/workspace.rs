@@ -353,10 +353,23 @@ pub fn exec(
     let (s, b) = place::target(place, branch)?;
     super::fingerprint::check_resume(&s, &b, "exec in", accept_runtime_change)?;
     let who = ckptfs::runner::run_as::resolve(&s, &b, run_as)?;
-    let cgroup = workspace::agent_cgroup(&s, &b)?;
+    let cgroup = match workspace::agent_cgroup(&s, &b) {
+        Ok(c) => Some(c),
+        // Without root and without a delegated cgroup, COMMAND still runs: in none of its own.
+        Err(e) if ckptfs::fs::userns::in_child_userns() => {
+            eprintln!(
+                "ckptfs: warning: {e}; COMMAND runs in no cgroup of its own, so checkpoints \
+                 cannot hold its writes"
+            );
+            None
+        }
+        Err(e) => return Err(e),
+    };
     drop(s);
     // Join first (moving into the cgroup needs root), then become the agent's user.
-    workspace::freeze::join(&cgroup)?;
+    if let Some(cgroup) = &cgroup {
+        workspace::freeze::join(cgroup)?;
+    }
     if let Some(sw) = &who.switch {
         ckptfs::runner::run_as::drop_to(&sw.credentials)?;
     }
@@ -473,6 +486,12 @@ fn print_checkpoint(b: &str, r: &workspace::CheckpointReport) {
                 h.micros as f64 / 1000.0,
                 h.files_read,
                 human_bytes(h.bytes_read)
+            );
+        } else if ckptfs::fs::userns::in_child_userns() {
+            // Without root, writers are held only in a cgroup delegated to the account.
+            eprintln!(
+                "ckptfs: note: writers were not held for this checkpoint: {}",
+                workspace::freeze::NO_DELEGATION
             );
         }
     }

@@ -5,6 +5,7 @@
 //! - [`atomic`]: the durable write path (temp name, sync, rename, directory sync) with its
 //!   fault injection for crash tests.
 //! - [`mountinfo`]: the mount table; [`programs`]: the system programs ckptfs starts.
+//! - [`userns`]: the user namespace an ordinary account's workspaces are mounted in.
 //! - [`sys`]: the few libc calls without a safe wrapper; the only module allowed `unsafe`.
 
 pub mod atomic;
@@ -12,6 +13,7 @@ pub mod mountinfo;
 pub mod programs;
 pub mod safe;
 pub mod sys;
+pub mod userns;
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -665,7 +665,9 @@ fn zstd_bound(len: u64) -> u64 {
 /// # Errors
 /// As [`Store::open`].
 pub fn open_store(path: &Path) -> Result<Store> {
-    Ok(Store::open(path)?.with_object_source(cache::source_for))
+    let store = Store::open(path)?;
+    crate::fs::userns::enter_if_held(&store.namespace_record_path())?;
+    Ok(store.with_object_source(cache::source_for))
 }
 
 /// [`open_store`] for `doctor` and `recover` (see [`Store::open_to_repair`]).
@@ -673,5 +675,7 @@ pub fn open_store(path: &Path) -> Result<Store> {
 /// # Errors
 /// As [`Store::open_to_repair`].
 pub fn open_store_to_repair(path: &Path) -> Result<Store> {
-    Ok(Store::open_to_repair(path)?.with_object_source(cache::source_for))
+    let store = Store::open_to_repair(path)?;
+    crate::fs::userns::enter_if_held(&store.namespace_record_path())?;
+    Ok(store.with_object_source(cache::source_for))
 }

@@ -79,7 +79,7 @@ fn lookup(spec: &str) -> Result<User> {
 }
 
 /// The owner of the workspace's first root mountpoint.
-fn workspace_owner(store: &Store, branch: &str) -> Result<(u32, std::path::PathBuf)> {
+fn workspace_owner(store: &Store, branch: &str) -> Result<(u32, u32, std::path::PathBuf)> {
     let st = crate::workspace::state(store, branch)?
         .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {branch}")))?;
     let (_, root) = st
@@ -89,15 +89,33 @@ fn workspace_owner(store: &Store, branch: &str) -> Result<(u32, std::path::PathB
         .ok_or_else(|| Error::Invalid(format!("workspace of branch {branch} has no root")))?;
     let md =
         std::fs::symlink_metadata(&root.mountpoint).map_err(|e| Error::io(&root.mountpoint, e))?;
-    Ok((md.uid(), root.mountpoint.clone()))
+    Ok((md.uid(), md.gid(), root.mountpoint.clone()))
+}
+
+/// A switch to `uid` and `gid` alone, the environment kept: an id of an ordinary account's
+/// user namespace, which the user database does not describe (docs/rootless.md).
+fn id_only(uid: u32, gid: u32) -> RunAs {
+    RunAs {
+        uid,
+        switch: Some(Switch {
+            credentials: Credentials {
+                uid,
+                gid,
+                groups: vec![gid],
+            },
+            env: Vec::new(),
+        }),
+    }
 }
 
 /// The credentials and environment of a switch to `u`, with its supplementary groups.
 fn switch_to(u: &User) -> Result<Switch> {
     let name = std::ffi::CString::new(u.name.as_bytes())
         .map_err(|_| Error::Invalid(format!("user {}: name holds a NUL byte", u.name)))?;
-    let groups = nix::unistd::getgrouplist(&name, u.gid)
+    let mut groups = nix::unistd::getgrouplist(&name, u.gid)
         .map_err(|e| Error::io_op(format!("supplementary groups of user {}", u.name), e.into()))?;
+    // In a user namespace only the groups it maps can be set (the database is the machine's).
+    groups.retain(|g| crate::fs::userns::is_gid_mapped(g.as_raw()));
     Ok(Switch {
         credentials: Credentials {
             uid: u.uid.as_raw(),
@@ -149,6 +167,22 @@ pub fn resolve(store: &Store, branch: &str, o: &RunAsOptions) -> Result<RunAs> {
         });
     }
     let user = match &o.user {
+        // In a user namespace the database names the machine's ids, not the namespace's.
+        Some(spec) if crate::fs::userns::in_child_userns() => {
+            let uid = spec.parse::<u32>().map_err(|_| {
+                Error::Usage(format!(
+                    "--user {spec}: in a workspace without root, give a numeric uid of the \
+                     workspace's user namespace (docs/rootless.md)"
+                ))
+            })?;
+            if uid == 0 || !crate::fs::userns::is_mapped(uid) {
+                return Err(Error::Usage(format!(
+                    "--user {spec}: not a subordinate uid mapped in the workspace's user \
+                     namespace (1 to N, N the size of this account's /etc/subuid range)"
+                )));
+            }
+            return Ok(id_only(uid, uid));
+        }
         Some(spec) => {
             let u = lookup(spec)?;
             if u.uid.is_root() {
@@ -159,22 +193,37 @@ pub fn resolve(store: &Store, branch: &str, o: &RunAsOptions) -> Result<RunAs> {
             u
         }
         None => {
-            let (owner, root) = workspace_owner(store, branch)?;
+            let (owner, group, root) = workspace_owner(store, branch)?;
+            if crate::fs::userns::in_child_userns()
+                && (owner == crate::fs::userns::overflow_uid()
+                    || !crate::fs::userns::is_mapped(owner))
+            {
+                return Err(Error::Usage(format!(
+                    "{} is owned by an id the workspace's user namespace does not map: give \
+                     this account subordinate ids (as root: `usermod --add-subuids \
+                     100000-165535 --add-subgids 100000-165535 USER`, then remount), or pass \
+                     --as-root to run COMMAND as yourself (docs/rootless.md)",
+                    root.display()
+                )));
+            }
             if owner == 0 {
                 return Err(Error::Usage(format!(
                     "{} is owned by root: pass --user USER to run COMMAND as USER, or --as-root",
                     root.display()
                 )));
             }
-            User::from_uid(Uid::from_raw(owner))
-                .map_err(|e| Error::io_op("reading the user database", e.into()))?
-                .ok_or_else(|| {
-                    Error::Usage(format!(
-                        "{} is owned by uid {owner}, which the user database does not know: \
+            let known = User::from_uid(Uid::from_raw(owner))
+                .map_err(|e| Error::io_op("reading the user database", e.into()))?;
+            if crate::fs::userns::in_child_userns() {
+                return Ok(id_only(owner, group));
+            }
+            known.ok_or_else(|| {
+                Error::Usage(format!(
+                    "{} is owned by uid {owner}, which the user database does not know: \
                          pass --user USER or --as-root",
-                        root.display()
-                    ))
-                })?
+                    root.display()
+                ))
+            })?
         }
     };
     Ok(RunAs {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::id::ObjectId;
 
-use super::{Store, CONFIG_FILE, MOUNTS_BASE};
+use super::{Store, CONFIG_FILE};
 
 impl Store {
     pub fn config_path(&self) -> PathBuf {
@@ -55,6 +55,11 @@ impl Store {
     }
     pub fn run_dir(&self) -> PathBuf {
         self.root.join("run")
+    }
+    /// `run/namespace.json`: the holder of the user namespace an ordinary account's
+    /// workspaces of this store are mounted in (see `fs::userns`).
+    pub fn namespace_record_path(&self) -> PathBuf {
+        self.run_dir().join("namespace.json")
     }
     /// State and log files of read-only view daemons (`mount`, `browse`).
     pub fn views_dir(&self) -> PathBuf {
@@ -139,7 +144,7 @@ impl Store {
     /// durable is there. See docs/workspaces.md.
     pub fn mounts_dir(&self) -> PathBuf {
         let id = ObjectId::of(self.root.as_os_str().as_encoded_bytes()).to_hex();
-        Path::new(MOUNTS_BASE).join(&id[..16])
+        crate::fs::userns::mounts_base().join(&id[..16])
     }
     /// `/run/ckptfs/<id>/detached/`: old workspace overlays moved out of the way by `switch`
     /// and by a fold, detached once nobody uses them.

@@ -53,6 +53,7 @@ pub fn is_ckptfs_mount(m: &MountEntry) -> bool {
     m.source.starts_with("ckptfs:")
         || m.fstype == FUSE_TYPE
         || m.mountpoint.starts_with(MOUNTS_BASE)
+        || m.mountpoint.starts_with(crate::fs::userns::mounts_base())
 }
 
 /// The deepest ckptfs mount `path` is at or under, if any (from the kernel's mount table).
@@ -94,7 +95,11 @@ fn untrusted(path: &Path, why: impl std::fmt::Display) -> Error {
 /// group or others (unless `sticky_ok` and the sticky bit is set).
 fn owner_mode(md: &fs::Metadata, sticky_ok: bool) -> std::result::Result<(), String> {
     let me = euid();
-    if md.uid() != 0 && md.uid() != me {
+    // In a user namespace an owner it does not map (root's /, /tmp) shows as the overflow uid:
+    // taken for root's, as the store was checked from outside before entering one ckptfs made.
+    let unmapped =
+        crate::fs::userns::in_child_userns() && md.uid() == crate::fs::userns::overflow_uid();
+    if md.uid() != 0 && md.uid() != me && !unmapped {
         return Err(format!("owned by uid {}", md.uid()));
     }
     let mode = md.mode();

@@ -99,6 +99,9 @@ const OWN_DIR: &str = "ckptfs";
 /// `Usage` when no freezable hierarchy is mounted; `Io` when the directory cannot be made
 /// (a read-only cgroupfs in a container), saying what to do instead.
 pub fn make_cgroup(name: &str) -> Result<PathBuf> {
+    if crate::fs::userns::in_child_userns() {
+        return make_delegated_cgroup(name);
+    }
     let mounts = crate::fs::mountinfo::mounts()?;
     let v2 = mounts.iter().find(|m| m.fstype == "cgroup2");
     let v1 = mounts
@@ -122,6 +125,45 @@ pub fn make_cgroup(name: &str) -> Result<PathBuf> {
             e,
         )
     })?;
+    interface(&dir)?;
+    Ok(dir)
+}
+
+/// What an ordinary account needs for `exec` and `turn` to run the agent in a cgroup of its
+/// own, which checkpoints freeze (docs/rootless.md, "Holding writers").
+pub const NO_DELEGATION: &str = "no cgroup is delegated to this account (the cgroup v2 \
+     directory ckptfs runs in, or one above it, owned by the account); run ckptfs in one, \
+     e.g. under `systemd-run --user --scope -p Delegate=yes`";
+
+/// The cgroup v2 directory this process runs in, or the nearest one above it, that this
+/// account owns and may move processes in (a subtree systemd delegates with `Delegate=yes`):
+/// a cgroup made under it takes this process's children without crossing a cgroup of root's.
+pub fn delegated_base() -> Option<PathBuf> {
+    let mounts = crate::fs::mountinfo::mounts().ok()?;
+    let v2 = mounts.iter().find(|m| m.fstype == "cgroup2")?;
+    let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let me = nix::unistd::geteuid().as_raw();
+    let mut dir = v2.mountpoint.join(rel.trim_start_matches('/'));
+    loop {
+        let procs = dir.join("cgroup.procs");
+        let owned = fs::metadata(&dir).is_ok_and(|m| m.uid() == me)
+            && nix::unistd::access(&procs, nix::unistd::AccessFlags::W_OK).is_ok();
+        if owned {
+            return Some(dir);
+        }
+        if dir == v2.mountpoint || !dir.pop() {
+            return None;
+        }
+    }
+}
+
+/// [`make_cgroup`] for an ordinary account (in its user namespace): under [`delegated_base`].
+fn make_delegated_cgroup(name: &str) -> Result<PathBuf> {
+    let base = delegated_base().ok_or_else(|| Error::Invalid(NO_DELEGATION.to_string()))?;
+    let dir = base.join(OWN_DIR).join(name);
+    fs::create_dir_all(&dir)
+        .map_err(|e| Error::io_op(format!("creating cgroup {}", dir.display()), e))?;
     interface(&dir)?;
     Ok(dir)
 }

@@ -119,8 +119,8 @@ pub fn running_cache_bytes(store: &Store, mp: &Path) -> Option<u64> {
 /// that is not root's is refused (root alone can write `/run`, so it is not ours to trust).
 pub fn ensure_mounts_dir(store: &Store) -> Result<PathBuf> {
     let dir = store.mounts_dir();
-    let base = Path::new(crate::store::MOUNTS_BASE);
-    for d in [base, dir.as_path()] {
+    let base = crate::fs::userns::mounts_base();
+    for d in [base.as_path(), dir.as_path()] {
         match fs::DirBuilder::new().mode(0o700).create(d) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

@@ -74,7 +74,7 @@ fn clear_stale(store: &Store, mountpoint: &Path) -> Result<()> {
 
 /// `ckptfs mount STORE --branch B`: mounts the branch's roots writable.
 pub fn mount(store: &Store, opts: &MountOptions) -> Result<WorkspaceState> {
-    overlay::require_root("mount --branch")?;
+    overlay::require_mount_rights(store, "mount --branch")?;
     check_name("branch", &opts.branch)?;
     // Absolute, so a checkpoint run from anywhere finds them.
     let mut freeze_cgroups = Vec::new();
@@ -274,6 +274,10 @@ pub fn umount_killing(
             .iter()
             .any(|(_, u)| matches!(u, overlay::Unmounted::Detached));
         lower::release_view(store, held)?;
+        // An ordinary account's namespace ends with its last workspace (see `fs::userns`).
+        if crate::fs::userns::in_child_userns() {
+            crate::fs::userns::stop_holder(&store.namespace_record_path());
+        }
     } else {
         reap_unused_detached(store)?;
     }

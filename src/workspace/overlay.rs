@@ -227,9 +227,18 @@ fn mount_layers(
     index: bool,
 ) -> Result<()> {
     introduce_copies(lower, upper);
+    // In a user namespace (an ordinary account's workspaces, docs/rootless.md) overlayfs
+    // keeps its xattrs as user.overlay.* (`userxattr`) and refuses redirect_dir=on and
+    // metacopy=on with it: a renamed lower directory is copied (EXDEV to the renamer, which
+    // `mv` and git handle), a chmod copies the file up whole.
+    let features = if crate::fs::userns::in_child_userns() {
+        "userxattr"
+    } else {
+        "redirect_dir=on,metacopy=on"
+    };
     let with = |index: &str| {
         let opts = format!(
-            "lowerdir={},upperdir={},workdir={},redirect_dir=on,index={index},metacopy=on,xino=on",
+            "lowerdir={},upperdir={},workdir={},{features},index={index},xino=on",
             escape(lower),
             escape(upper),
             escape(work)
@@ -348,20 +357,17 @@ pub fn detach_in_background(target: &Path) {
     }
 }
 
-/// Refuses `what` (a command that mounts a workspace) for a user who is not root, in one
-/// line: a workspace is a kernel overlayfs mount over a FUSE view, and an ordinary account
-/// cannot make one outside a user namespace, which ckptfs does not set up yet (see
-/// docs/rootless.md for what works without root).
+/// Makes sure `what` (a command that mounts a workspace) may mount: root may; an ordinary
+/// account's command is re-executed in the store's user namespace (made first when none is
+/// live, see `fs::userns`), where it may, and this does not return then.
 ///
 /// # Errors
-/// `Invalid` saying so, for a user who is not root.
-pub fn require_root(what: &str) -> Result<()> {
-    if nix::unistd::geteuid().is_root() {
+/// One line naming what the machine does not give an ordinary account (`/dev/fuse` open to
+/// it, user namespaces) and how to give it; making or entering the namespace.
+pub fn require_mount_rights(store: &crate::store::Store, what: &str) -> Result<()> {
+    if !crate::fs::userns::is_ordinary() {
         return Ok(());
     }
-    Err(Error::Invalid(format!(
-        "{what} needs root today (a workspace is a kernel overlayfs mount, which an ordinary \
-         account cannot make); without root, capture, restore, the read-only views (mount, \
-         browse), export, import, verify and gc work: see docs/rootless.md"
-    )))
+    crate::daemon::check_fuse().map_err(|e| Error::Invalid(format!("{what}: {e}")))?;
+    crate::fs::userns::ensure_namespace(&store.namespace_record_path(), what)
 }

@@ -67,7 +67,11 @@ pub fn discover(dir: &Path) -> Option<(PathBuf, PathBuf, bool)> {
 /// mountinfo (`ckptfs:<store>:<branch>` sources).
 pub fn find_workspace(path: &Path) -> Result<(Store, WorkspaceState)> {
     let abs = crate::store::absolute(path)?;
-    for m in crate::fs::mountinfo::mounts()?.iter().rev() {
+    // An ordinary account's workspaces are mounted in its namespaces (see `fs::userns`):
+    // found in their holders' mount tables, then entered when the store is opened.
+    let mut mounts = crate::fs::userns::holder_mounts();
+    mounts.extend(crate::fs::mountinfo::mounts()?);
+    for m in mounts.iter().rev() {
         if m.fstype != "overlay" || !abs.starts_with(&m.mountpoint) {
             continue;
         }

@@ -267,7 +267,7 @@ pub fn switch(
     policy: DirtyPolicy,
     new_name: Option<&str>,
 ) -> Result<SwitchReport> {
-    super::overlay::require_root("switch")?;
+    super::overlay::require_mount_rights(store, "switch")?;
     switch_killing(store, from_branch, target, policy, new_name, false)
 }
 

@@ -52,8 +52,6 @@ use dirs::*;
 mod files;
 use files::*;
 
-const OVERLAY_XATTR_PREFIX: &[u8] = b"trusted.overlay.";
-
 /// Recursive counts, used to keep a root's totals exact without walking unchanged subtrees.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
@@ -427,9 +425,10 @@ pub(crate) fn merge_root(
     )?;
     progress.finish();
     for ((d, source), job) in results.iter_mut().zip(&ctx.sources).zip(&ctx.jobs) {
-        // Overlayfs's own (trusted.overlay.origin on copied-up files) are never captured.
-        d.xattrs
-            .retain(|(k, _)| !k.starts_with(OVERLAY_XATTR_PREFIX));
+        // Overlayfs's own (trusted.overlay.origin on copied-up files; user.overlay.* in a
+        // user namespace) are never captured.
+        let overlay_prefix = crate::fs::userns::overlay_xattr_prefix();
+        d.xattrs.retain(|(k, _)| !k.starts_with(overlay_prefix));
         if let (true, Some((from, origin))) = (d.read, source) {
             let name = job.abs.file_name().map_or(&job.rel[..], |n| n.as_bytes());
             (d.ino, d.ctime_ns) = shown_stat(&d.entry(name), from, *origin);
@@ -577,7 +576,8 @@ fn split_xattrs(
     read: impl FnOnce(&mut dyn FnMut(&[u8]) -> bool) -> Result<Vec<(Vec<u8>, Vec<u8>)>>,
 ) -> Result<Xattrs> {
     let mut origin = false;
-    let all = read(&mut |n: &[u8]| match n.strip_prefix(OVERLAY_XATTR_PREFIX) {
+    let prefix = crate::fs::userns::overlay_xattr_prefix();
+    let all = read(&mut |n: &[u8]| match n.strip_prefix(prefix) {
         Some(b"origin") => {
             origin = true;
             false
@@ -595,7 +595,7 @@ fn split_xattrs(
     };
     // In name order already, so `user` is too.
     for (k, v) in all {
-        match k.strip_prefix(OVERLAY_XATTR_PREFIX) {
+        match k.strip_prefix(prefix) {
             Some(b"opaque") => x.opaque = v == b"y",
             Some(b"redirect") => x.redirect = Some(v),
             Some(_) => x.metacopy = true,
