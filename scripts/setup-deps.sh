@@ -28,6 +28,8 @@ has mkfs.xfs || need+=(xfsprogs)
 has mkfs.btrfs || need+=(btrfs-progs)
 has fsfreeze || need+=(util-linux)
 has setcap || need+=(libcap2-bin)
+# tests/it/store/rootless.rs: an ordinary account's namespace maps its subordinate ids.
+[ -x /usr/bin/newuidmap ] || need+=(uidmap)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "missing packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2

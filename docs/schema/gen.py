@@ -782,7 +782,7 @@ command("doctor", "doctor", obj("DoctorReport", {
     "findings": t(arr(obj("DoctorFinding", {
         "severity": t(enum("error", "warning", "info"), "how bad"),
         "check": t(enum("format", "permissions", "ref", "object", "marker", "pin", "socket",
-                        "temp", "mount", "layout", "security", "garbage"), "which check found it"),
+                        "temp", "mount", "layout", "security", "garbage", "rootless"), "which check found it"),
         "subject": t(STR, "what it is about"),
         "detail": t(STR, "what is wrong"),
         "fix": t(STR, "how to fix it"),

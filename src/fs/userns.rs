@@ -372,6 +372,15 @@ fn spawn_holder(record: &Path, what: &str) -> Result<Holder> {
         Error::Invalid(format!("{what}: making the workspace namespace: {why}"))
     };
     let first = said(&mut line);
+    if first.starts_with("unshare(") {
+        let _ignored = child.wait();
+        return Err(Error::Invalid(format!(
+            "{what}: user namespaces are not open to this account ({first}): a chroot, a \
+             container that forbids them, or a setting (sysctl user.max_user_namespaces, \
+             kernel.unprivileged_userns_clone, kernel.apparmor_restrict_unprivileged_userns) \
+             keeps it from making the one its workspaces are mounted in (docs/rootless.md)"
+        )));
+    }
     if first != "unshared" {
         return Err(fail(&mut child, first));
     }
@@ -442,6 +451,11 @@ pub fn enter_from_env() -> Result<()> {
         return Ok(());
     };
     std::env::remove_var(ENTER_ENV);
+    // Only for an ordinary account outside: root, or a process in a namespace already (an
+    // agent that set it), has nothing to enter.
+    if !is_ordinary() {
+        return Ok(());
+    }
     let parsed = v.to_str().and_then(|s| {
         let (p, t) = s.split_once(':')?;
         Some(Holder {

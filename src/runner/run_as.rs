@@ -198,7 +198,7 @@ pub fn resolve(store: &Store, branch: &str, o: &RunAsOptions) -> Result<RunAs> {
                 && (owner == crate::fs::userns::overflow_uid()
                     || !crate::fs::userns::is_mapped(owner))
             {
-                return Err(Error::Usage(format!(
+                return Err(Error::Invalid(format!(
                     "{} is owned by an id the workspace's user namespace does not map: give \
                      this account subordinate ids (as root: `usermod --add-subuids \
                      100000-165535 --add-subgids 100000-165535 USER`, then remount), or pass \

@@ -64,6 +64,8 @@ pub enum Check {
     Layout,
     Security,
     Garbage,
+    /// What an ordinary account needs for workspaces (docs/rootless.md).
+    Rootless,
 }
 
 /// What repairs a finding.
@@ -105,6 +107,7 @@ impl Check {
             Check::Layout => "layout",
             Check::Security => "security",
             Check::Garbage => "garbage",
+            Check::Rootless => "rootless",
         }
     }
 }
@@ -244,6 +247,7 @@ pub fn doctor(path: &Path) -> Result<DoctorReport> {
     check_marker(&store, f);
     check_run_state(&store, f);
     check_mounts(&store, f);
+    check_rootless(f);
     check_layout(&store, f)?;
     check_config(&store, f);
     let checkpoints: HashSet<ObjectId> = store.list_checkpoints()?.into_iter().collect();
@@ -379,6 +383,75 @@ fn check_run_state(store: &Store, f: &mut Vec<Finding>) {
             "ckptfs recover removes them",
             Repair::Recover,
         ));
+    }
+}
+
+/// For an ordinary account (or in its namespace): what its workspaces need from the machine
+/// and lack, each with how to give it (docs/rootless.md). `/dev/fuse` and user namespaces
+/// are warnings (no workspace mounts without them); subordinate ids and a delegated cgroup are
+/// notes (workspaces work; the agent runs as the account, writers are not held).
+fn check_rootless(f: &mut Vec<Finding>) {
+    use crate::fs::userns;
+    if !userns::is_ordinary() && !userns::in_child_userns() {
+        return;
+    }
+    let mut note = |severity, subject: &str, detail: String, fix: &str| {
+        f.push(Finding::new(
+            severity,
+            Check::Rootless,
+            subject,
+            detail,
+            fix,
+            Repair::Manual,
+        ));
+    };
+    if let Err(e) = crate::daemon::check_fuse() {
+        note(
+            Severity::Warning,
+            "/dev/fuse",
+            e.to_string(),
+            "as root: `chmod 0666 /dev/fuse` (Debian's fuse3 udev rule does it at boot); in a \
+             container: `--device /dev/fuse`",
+        );
+    }
+    if let Err(e) = userns::check_userns("workspaces without root") {
+        note(
+            Severity::Warning,
+            "user namespaces",
+            e.to_string(),
+            "the sysctl the detail names, as root",
+        );
+    }
+    if !userns::in_child_userns() {
+        let uid = nix::unistd::geteuid().as_raw();
+        let name = std::env::var("USER").ok();
+        let has =
+            |file: &str| userns::subordinate_range(Path::new(file), name.as_deref(), uid).is_some();
+        let tools = ["newuidmap", "newgidmap"]
+            .iter()
+            .all(|t| crate::fs::programs::system_program(t).is_file());
+        if !(has("/etc/subuid") && has("/etc/subgid") && tools) {
+            note(
+                Severity::Info,
+                "subordinate ids",
+                format!(
+                    "uid {uid} has no range in /etc/subuid and /etc/subgid, or newuidmap and \
+                     newgidmap (Debian's uidmap) are missing: an agent in a workspace can only \
+                     run as this account, which can write the store"
+                ),
+                "as root: `apt-get install uidmap` and `usermod --add-subuids 100000-165535 \
+                 --add-subgids 100000-165535 USER`",
+            );
+        }
+    }
+    if crate::workspace::freeze::delegated_base().is_none() {
+        note(
+            Severity::Info,
+            "cgroup",
+            crate::workspace::freeze::NO_DELEGATION.to_string(),
+            "run ckptfs in a cgroup delegated to this account; without one, `turn` refuses and \
+             `exec` runs COMMAND in no cgroup of its own, whose writes checkpoints cannot hold",
+        );
     }
 }
 

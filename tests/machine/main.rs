@@ -9,6 +9,7 @@
 mod support;
 
 mod hostile_namespace;
+mod rootless;
 mod view_browse;
 mod workspace_fold_ns;
 

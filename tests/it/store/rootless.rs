@@ -1,114 +1,15 @@
 //! ckptfs for an ordinary account (no root): a real user, made by the test, runs the store
 //! commands and the read-only views on a store of its own, with /dev/fuse open to users as
-//! Debian's fuse3 udev rule leaves it; and what still needs root says so in one line.
+//! Debian's fuse3 udev rule leaves it. Its workspaces, in a user namespace of their own, are
+//! the machine binary's (`tests/machine/rootless.rs`): a namespace copies every mount of the
+//! machine, the other tests' workspaces too.
 
+use crate::support::operator::{owner, Operator};
 use crate::support::*;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-/// util-linux's runuser (root runs a command as another user, no password, no PAM prompt).
-const RUNUSER: &str = "/usr/sbin/runuser";
-
-/// A user account made for one test (home included), removed on drop with whatever it still
-/// has mounted or running; and /dev/fuse open to users meanwhile (its mode put back after).
-struct Operator {
-    name: String,
-    home: PathBuf,
-    bin: PathBuf,
-    fuse_mode: u32,
-    _tmp: tempfile::TempDir,
-}
-
-impl Operator {
-    fn new() -> Operator {
-        let name = format!("ckrl{}", std::process::id());
-        let o = Command::new("useradd")
-            .args(["--create-home", "--shell", "/bin/sh", &name])
-            .output()
-            .expect("useradd");
-        assert!(o.status.success(), "{}", describe_output("useradd", &o));
-        let home = PathBuf::from(format!("/home/{name}"));
-        // The binary where the user may run it, whatever the checkout's directories allow.
-        let tmp = open_tmp();
-        let bin_copy = tmp.path().join("ckptfs");
-        fs::copy(bin(), &bin_copy).expect("copy the binary");
-        fs::set_permissions(&bin_copy, fs::Permissions::from_mode(0o755)).expect("chmod");
-        let fuse_mode = fs::metadata("/dev/fuse")
-            .expect("/dev/fuse")
-            .permissions()
-            .mode();
-        fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(0o666)).expect("chmod fuse");
-        Operator {
-            name,
-            home,
-            bin: bin_copy,
-            fuse_mode,
-            _tmp: tmp,
-        }
-    }
-
-    /// `ckptfs ARGS` as the user, in its home.
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(RUNUSER)
-            .args(["-u", &self.name, "--"])
-            .arg(&self.bin)
-            .args(args)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("HOME", &self.home)
-            .current_dir(&self.home)
-            .output()
-            .expect("runuser")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.run(args);
-        assert!(
-            o.status.success(),
-            "{}",
-            describe_output(&format!("as {}: ckptfs {}", self.name, args.join(" ")), &o)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn path(&self, rel: &str) -> String {
-        self.home.join(rel).to_string_lossy().into_owned()
-    }
-
-    /// `cat REL` as the user.
-    fn read(&self, rel: &str) -> String {
-        let o = self.sh(&format!("cat '{rel}'"));
-        assert!(o.status.success(), "{}", describe_output(rel, &o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    /// Runs a shell line as the user.
-    fn sh(&self, line: &str) -> Output {
-        Command::new(RUNUSER)
-            .args(["-u", &self.name, "--", "/bin/sh", "-c", line])
-            .current_dir(&self.home)
-            .output()
-            .expect("runuser")
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        unmount_all_under(&self.home);
-        let _ = Command::new("pkill")
-            .args(["-KILL", "-u", &self.name])
-            .output();
-        let _ = Command::new("userdel").args(["-r", &self.name]).output();
-        let _ = fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(self.fuse_mode));
-    }
-}
-
-fn owner(p: &Path) -> u32 {
-    std::os::unix::fs::MetadataExt::uid(&fs::symlink_metadata(p).expect("stat"))
-}
+use std::path::Path;
 
 #[test]
 fn an_ordinary_account_keeps_history_and_browses_it_without_root() {
@@ -185,19 +86,6 @@ fn an_ordinary_account_keeps_history_and_browses_it_without_root() {
     assert_eq!(u.read("hist/branches/main/ws/notes.md"), "two\n");
     u.ok(&["umount", &hist]);
     assert!(!mounted(Path::new(&hist)));
-    // What needs root says so, in one line.
-    let o = u.run(&["mount", &store, "--branch", "main"]);
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "{}",
-        describe_output("mount --branch", &o)
-    );
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("needs root today") && err.trim().lines().count() == 1,
-        "{err}"
-    );
     // Without /dev/fuse open to users, the view's error names it.
     fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(0o600)).expect("chmod");
     let o = u.run(&["mount", &store, &first, &view]);

@@ -53,6 +53,7 @@ pub mod git;
 pub mod hostile;
 pub mod life;
 pub mod mount;
+pub mod operator;
 pub mod park;
 pub mod pty;
 pub mod remote;
