@@ -247,6 +247,12 @@ pub enum Command {
     /// and executes COMMAND there. The command and everything it starts are then frozen for
     /// the few milliseconds of each checkpoint's second pass, so every checkpoint captures all
     /// of their files at one instant. `umount` removes the cgroup once it is empty.
+    ///
+    /// Without root, COMMAND runs in the user namespace the workspace is mounted in (the only
+    /// place its files show at their path), as a subordinate id that cannot reach the store;
+    /// `--as-root` runs it as you (a shell there: `ckptfs exec ROOM --as-root -- bash`); the
+    /// cgroup is made in one delegated to you, and without one COMMAND runs in none
+    /// (docs/rootless.md).
     /// Example: `ckptfs exec /workspace/room -- python3 agent.py`.
     Exec(workspace::ExecArgs),
     /// Run one agent turn as one checkpoint: COMMAND in the workspace's cgroup, then, on exit
@@ -362,7 +368,8 @@ pub enum Command {
     /// (an overlay: lower = the branch's checkpoint read lazily from the store, upper =
     /// STORE/upper/B/ROOT where writes land at native speed and survive any crash of ckptfs).
     /// `ckptfs checkpoint` records it, `ckptfs switch` changes branch in place, mounting the
-    /// branch again resumes it.
+    /// branch again resumes it. Without root, the workspace is mounted in a user namespace
+    /// ckptfs keeps for the store: `ckptfs exec ROOM -- CMD` runs CMD there (docs/rootless.md).
     ///
     /// Example: ckptfs mount /var/lib/ckpt --branch main
     Mount(view::MountArgs),

@@ -151,6 +151,51 @@ fn an_ordinary_account_runs_workspaces_in_a_namespace_of_its_own() {
     );
     // A relative link out of the room is recorded as a link, never followed.
     agent_ok(&u, &room, &format!("ln -s ../store {room}/esc"));
+    // A FIFO: the checkpoint refuses it in one line, at once (never opens it to block).
+    agent_ok(&u, &room, &format!("mkfifo {room}/pipe"));
+    let o = u.run_delegated(&["checkpoint", &room]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        describe_output("checkpoint with a FIFO", &o)
+    );
+    agent_ok(&u, &room, &format!("rm {room}/pipe"));
+    // A directory swapped for a symlink to /etc, again and again, while checkpoints run:
+    // none records anything of /etc.
+    agent_ok(
+        &u,
+        &room,
+        &format!("mkdir {room}/d && echo mine > {room}/d/own"),
+    );
+    let swapper = Command::new("/bin/sh")
+        .arg("-c")
+        .arg("echo $$ > \"$0\"/cgroup.procs && exec \"$@\"")
+        .arg(&u.cgroup)
+        .args(["/usr/sbin/runuser", "-u", &u.name, "--"])
+        .arg(&u.bin)
+        .args(["exec", &room, "--", "/bin/sh", "-c"])
+        .arg(format!(
+            "cd {room}; for i in $(seq 1 400); do mv d d.x; ln -s /etc d; rm d; mv d.x d; done"
+        ))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir(&u.home)
+        .spawn()
+        .expect("swapper");
+    let mut swapper = KillOnDrop(swapper);
+    let mut recorded = Vec::new();
+    for _ in 0..5 {
+        let o = u.run_delegated(&["checkpoint", &room, "--json"]);
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&o.stdout) {
+            recorded.extend(v["checkpoint"]["id"].as_str().map(str::to_string));
+        }
+    }
+    let _ = swapper.0.wait();
+    for id in &recorded {
+        let o = u.run(&["cat", &store, &format!("{id}:ws/d/passwd")]);
+        assert!(!o.status.success(), "checkpoint {id} recorded /etc/passwd");
+    }
 
     let said = u.ok(&["checkpoint", &room, "-m", "turn 1"]);
     assert!(said.contains("checkpoint"), "{said}");
