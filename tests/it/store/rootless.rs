@@ -93,3 +93,56 @@ fn an_ordinary_account_keeps_history_and_browses_it_without_root() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("/dev/fuse"), "{err}");
 }
+
+#[test]
+fn an_ordinary_account_pushes_to_a_remote_and_reads_a_lazy_clone() {
+    let g = Garage::start();
+    let u = Operator::new();
+    let o = u
+        .sh("mkdir -p room && echo one > room/notes.md && head -c 300000 /dev/urandom > room/blob");
+    assert!(o.status.success(), "{}", describe_output("setup", &o));
+    let (store, room) = (u.path("store"), u.path("room"));
+    u.ok(&["init", &store, "--root", &format!("ws={room}")]);
+    u.ok(&["capture", &store, "-q", "-m", "one"]);
+    assert!(u.sh("echo secret > key && chmod 600 key").status.success());
+    let key = u.path("key");
+    let env = g.env();
+    let ok = |args: &[&str]| {
+        let o = u.run_env(args, &env);
+        assert!(
+            o.status.success(),
+            "{}",
+            describe_output(&args.join(" "), &o)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let url = g.url("rootless");
+    let endpoint = g.endpoint();
+    let mut reach = vec![
+        "--endpoint",
+        &endpoint,
+        "--region",
+        "garage",
+        "--key-file",
+        &key,
+    ];
+    let mut add = vec!["remote", "add", &store, "origin", &url];
+    add.append(&mut reach.clone());
+    add.extend(crate::support::remote::FAST_KDF);
+    ok(&add);
+    ok(&["push", &store, "origin", "main"]);
+    // A clone made by the account: records now, objects when read.
+    let clone = u.path("clone");
+    let mut c = vec!["clone", &url, &clone];
+    c.append(&mut reach);
+    ok(&c);
+    assert_eq!(ok(&["cat", &clone, "main:ws/notes.md"]), "one\n");
+    let blob = u.run_env(&["cat", &clone, "main:ws/blob"], &env);
+    assert_eq!(
+        blob.stdout,
+        fs::read(Path::new(&room).join("blob")).unwrap()
+    );
+    // Everything the clone holds is the account's.
+    assert_eq!(owner(Path::new(&clone)), owner(&u.home));
+    ok(&["verify", &clone]);
+}

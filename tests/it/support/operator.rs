@@ -52,7 +52,9 @@ fn cgroup2_root() -> PathBuf {
 
 impl Operator {
     pub fn new() -> Operator {
-        let name = format!("ckrl{}", std::process::id());
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("ckrl{}x{n}", std::process::id());
         let o = Command::new("useradd")
             .args(["--create-home", "--shell", "/bin/sh", &name])
             .output()
@@ -64,7 +66,7 @@ impl Operator {
         if subordinate("/etc/subuid", &name).is_none()
             || subordinate("/etc/subgid", &name).is_none()
         {
-            let start = 300_000 + u64::from(std::process::id() % 1000) * 65_536;
+            let start = 300_000 + u64::from((std::process::id() * 8 + n) % 4000) * 65_536;
             let range = format!("{start}-{}", start + 65_535);
             let o = Command::new("usermod")
                 .args(["--add-subuids", &range, "--add-subgids", &range, &name])
@@ -117,7 +119,16 @@ impl Operator {
         self.command(args, true)
     }
 
+    /// `ckptfs ARGS` as the user, with `env` added (a Garage's AWS environment).
+    pub fn run_env(&self, args: &[&str], env: &[(&'static str, String)]) -> Output {
+        self.spawn(args, false, env)
+    }
+
     fn command(&self, args: &[&str], delegated: bool) -> Output {
+        self.spawn(args, delegated, &[])
+    }
+
+    fn spawn(&self, args: &[&str], delegated: bool, env: &[(&'static str, String)]) -> Output {
         let mut c = if delegated {
             let mut c = Command::new("/bin/sh");
             c.arg("-c")
@@ -134,6 +145,7 @@ impl Operator {
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("HOME", &self.home)
+            .envs(env.iter().map(|(k, v)| (*k, v)))
             .current_dir(&self.home)
             .output()
             .expect("runuser")
