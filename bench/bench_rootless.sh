@@ -23,21 +23,27 @@ cargo build --release -q
 BASE=${BENCH_DIR:-/var/tmp/ckptfs-rootless-bench}
 U=ckbench$$
 useradd --create-home --shell /bin/sh "$U"
+UU=$(id -u "$U")
 grep -q "^$U:" /etc/subuid || usermod --add-subuids 400000-465535 --add-subgids 400000-465535 "$U"
 FUSE_MODE=$(stat -c %a /dev/fuse)
 chmod 0666 /dev/fuse
 CG=$(findmnt -n -o TARGET -t cgroup2 | head -1)/$U
 mkdir -p "$CG" && chown -R "$U" "$CG"
 cleanup() {
-    for r in "$BASE"/root/room "$BASE"/user/room; do umount -l "$r" 2>/dev/null || true; done
     B2=$BASE/bin/ckptfs
-    [ -x "$B2" ] && "$B2" umount "$BASE/root/room" >/dev/null 2>&1 || true
+    [ -x "$B2" ] && "$B2" umount --kill "$BASE/root/room" >/dev/null 2>&1 || true
     pkill -KILL -u "$U" 2>/dev/null || true
+    for r in "$BASE"/root/room "$BASE"/user/room; do umount -l "$r" 2>/dev/null || true; done
     sleep 0.5
     for d in "$CG"/ckptfs/* "$CG"/ckptfs "$CG"; do rmdir "$d" 2>/dev/null || true; done
     userdel -r "$U" 2>/dev/null || true
     chmod "$FUSE_MODE" /dev/fuse
-    rm -rf "$BASE" "/tmp/ckptfs-$(id -u "$U" 2>/dev/null || echo x)"
+    if grep -q " $BASE" /proc/mounts; then
+        echo "not removing $BASE: something is still mounted there" >&2
+    else
+        rm -rf --one-file-system "$BASE"
+    fi
+    grep -q " /tmp/ckptfs-$UU" /proc/mounts || rm -rf --one-file-system "/tmp/ckptfs-$UU"
 }
 trap cleanup EXIT
 rm -rf "$BASE"
@@ -76,7 +82,9 @@ for m in root user; do
     ck $m fork "$BASE/$m/store" main other >/dev/null
 done
 declare -A R
-for m in root user; do R[$m.mount]=$(timed ck $m mount "$BASE/$m/store" --branch main); done
+# The account's namespace first: made after root's workspace, it would hold a copy of it where
+# the machine's mounts are private (docs/rootless.md, "The threat model without root").
+for m in user root; do R[$m.mount]=$(timed ck $m mount "$BASE/$m/store" --branch main); done
 for m in root user; do
     R[$m.gitstatus]=$(timed ck $m exec "$BASE/$m/room" -- $GIT -C "$BASE/$m/room" status --porcelain)
 done

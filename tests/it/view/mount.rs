@@ -194,6 +194,14 @@ fn daemon_pid(store: &str, mp: &Path) -> i32 {
         .expect("mount listed by status") as i32
 }
 
+/// Whether process `pid` runs (exists and is not a zombie waiting to be reaped).
+fn running(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| Some(s[s.rfind(')')? + 1..].split_whitespace().next()? != "Z"))
+        .unwrap_or(false)
+}
+
 #[test]
 fn sigterm_and_sigkill_leave_no_mount_behind() {
     let f = ViewFixture::new();
@@ -207,6 +215,11 @@ fn sigterm_and_sigkill_leave_no_mount_behind() {
         );
         // The mountpoint is usable again, not a dead "transport endpoint".
         assert!(fs::read_dir(&g.mp).unwrap().next().is_none());
+        // Gone before the next mount: its record, until it exits, would name it for that one.
+        assert!(
+            wait_for(Duration::from_secs(20), || !running(pid)),
+            "daemon {pid} still running after signal {sig}"
+        );
     }
     assert_eq!(ok(["status", f.store_str(), "--json"]).trim(), "[]");
 }
