@@ -61,14 +61,18 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
             continue;
         }
         // A workspace whose changes cannot be told is not reported clean.
-        let (d, error) = match workspace::dirty(&s, &st.branch) {
-            Ok(d) => (d, None),
+        let (d, error, merge) = match workspace::dirty_and_merge(&s, &st.branch) {
+            Ok((d, merge)) => (d, None, merge),
             Err(e) => {
                 let d = workspace::DirtyReport {
                     dirty: true,
                     ..Default::default()
                 };
-                (d, Some(e.to_string()))
+                (
+                    d,
+                    Some(e.to_string()),
+                    workspace::merge_status(&s, &st.branch),
+                )
             }
         };
         let head = s.read_branch(&st.branch)?.and_then(|b| b.head);
@@ -105,7 +109,7 @@ pub fn workspace_status(place: &Path) -> Result<(Store, Vec<serde_json::Value>)>
             freeze_fs: st.freeze_fs,
             unheld_writers,
             turn: super::turn::turn_status(&s, &st.branch, d.dirty),
-            merge: workspace::merge_status(&s, &st.branch).unwrap_or_else(|e| {
+            merge: merge.unwrap_or_else(|e| {
                 log::warn!("the merge in progress in {}: {e}", st.branch);
                 None
             }),

@@ -359,10 +359,30 @@ pub fn merge_status(store: &Store, branch: &str) -> Result<Option<super::pending
     super::pending::status(store, &live.side, &p).map(Some)
 }
 
+/// [`dirty`] and [`merge_status`] from one dry-run merge of the workspace (what `status`
+/// shows); the merge status's own error apart, so that it does not hide the changes.
+///
+/// # Errors
+/// As [`dirty`].
+pub fn dirty_and_merge(
+    store: &Store,
+    branch: &str,
+) -> Result<(DirtyReport, Result<Option<super::pending::MergeStatus>>)> {
+    let live = live_tree(store, branch)?;
+    let merge = super::pending::read(store, branch).and_then(|p| match p {
+        Some(p) => super::pending::status(store, &live.side, &p).map(Some),
+        None => Ok(None),
+    });
+    Ok((dirty_of(store, branch, live)?, merge))
+}
+
 /// Un-checkpointed changes of `branch`'s workspace (reads only files whose stat changed): the
 /// dry-run merge of [`live_tree`], compared with the branch head.
 pub fn dirty(store: &Store, branch: &str) -> Result<DirtyReport> {
-    let live = live_tree(store, branch)?;
+    dirty_of(store, branch, live_tree(store, branch)?)
+}
+
+fn dirty_of(store: &Store, branch: &str, live: LiveTree) -> Result<DirtyReport> {
     let head_c = store.read_checkpoint(&live.head)?;
     let mounted = state(store, branch)?;
     let mut special_files = Vec::new();

@@ -56,8 +56,8 @@ pub use branch::{
 };
 pub(crate) use checkpoint::unused_snapshots;
 pub use checkpoint::{
-    checkpoint, dirty, first_change, is_dirty, live_tree, merge_status, CheckpointOptions,
-    CheckpointReport, DirtyReport, Held, Hold, LiveTree, SpecialFile,
+    checkpoint, dirty, dirty_and_merge, first_change, is_dirty, live_tree, merge_status,
+    CheckpointOptions, CheckpointReport, DirtyReport, Held, Hold, LiveTree, SpecialFile,
 };
 pub use fold::{fold, not_folded, roll_back_fold, waiting, FoldReport};
 pub use mount::{

@@ -277,7 +277,8 @@ fn a_merge_into_a_workspace_killed_at_every_step_is_recorded_whole_or_put_back()
 /// to a directory outside it: `--take` and `--abort` write nothing there.
 #[test]
 fn a_directory_swapped_for_a_symlink_during_a_merge_is_never_followed() {
-    let w = Workspace::new(populate);
+    // The room is nobody's, and nobody (the agent) makes the swap.
+    let w = Workspace::for_nobody(&[], populate);
     let _feat = theirs(&w, |d| {
         write(&d.join("sub/keep.txt"), b"theirs\n");
         write(&d.join("notes.md"), b"uno\n");
@@ -290,8 +291,13 @@ fn a_directory_swapped_for_a_symlink_during_a_merge_is_never_followed() {
     let outside = w.tmp.path().join("outside");
     fs::create_dir_all(&outside).unwrap();
     write(&outside.join("keep.txt"), b"not the workspace's\n");
-    fs::rename(w.path("sub"), w.path("sub-moved")).unwrap();
-    std::os::unix::fs::symlink(&outside, w.path("sub")).unwrap();
+    nobody_ok(&format!(
+        "mv {} {} && ln -s {} {}",
+        w.path("sub").display(),
+        w.path("sub-moved").display(),
+        outside.display(),
+        w.path("sub").display()
+    ));
     let o = run([
         "merge",
         w.room(),
