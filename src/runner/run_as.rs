@@ -168,20 +168,23 @@ pub fn resolve(store: &Store, branch: &str, o: &RunAsOptions) -> Result<RunAs> {
     }
     let user = match &o.user {
         // In a user namespace the database names the machine's ids, not the namespace's.
+        // A name stands for its uid's number, which is a subordinate id there, as a
+        // recorded owner's is (docs/rootless.md, "Identities").
         Some(spec) if crate::fs::userns::in_child_userns() => {
-            let uid = spec.parse::<u32>().map_err(|_| {
-                Error::Usage(format!(
-                    "--user {spec}: in a workspace without root, give a numeric uid of the \
-                     workspace's user namespace (docs/rootless.md)"
-                ))
-            })?;
+            let (uid, gid) = match spec.parse::<u32>() {
+                Ok(n) => (n, n),
+                Err(_) => {
+                    let u = lookup(spec)?;
+                    (u.uid.as_raw(), u.gid.as_raw())
+                }
+            };
             if uid == 0 || !crate::fs::userns::is_mapped(uid) {
                 return Err(Error::Usage(format!(
                     "--user {spec}: not a subordinate uid mapped in the workspace's user \
                      namespace (1 to N, N the size of this account's /etc/subuid range)"
                 )));
             }
-            return Ok(id_only(uid, uid));
+            return Ok(id_only(uid, gid));
         }
         Some(spec) => {
             let u = lookup(spec)?;

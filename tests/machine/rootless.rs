@@ -432,3 +432,61 @@ fn what_a_workspace_without_root_lacks_is_named_in_one_line() {
     let doctor = String::from_utf8_lossy(&doctor.stdout);
     assert!(doctor.contains("\"subordinate ids\""), "{doctor}");
 }
+
+/// examples/agent-room.sh as an ordinary account: the real agent CLI, three turns bound to
+/// its native session, a native fork and a turn there, back on main, all in the account's
+/// namespace; the agent runs as the account's recorded id, a subordinate one there.
+fn the_agent_example_runs_without_root(agent: crate::support::agent::Agent) {
+    let _s = serial();
+    if !crate::support::agent::agent_installed(agent) {
+        return;
+    }
+    let u = Operator::new();
+    // The example and the scripted model server, where the account may read them.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let open = open_tmp();
+    for rel in ["examples/agent-room.sh", "tests/agents/model_server.py"] {
+        let to = open.path().join(rel);
+        fs::create_dir_all(to.parent().unwrap()).unwrap();
+        fs::copy(src.join(rel), &to).unwrap();
+        chmod(&to, 0o755);
+        chmod(to.parent().unwrap(), 0o755);
+    }
+    let work = u.path("work");
+    assert!(u.sh("mkdir work").status.success());
+    let o = Command::new("/bin/sh")
+        .arg("-c")
+        .arg("echo $$ > \"$0\"/cgroup.procs && exec \"$@\"")
+        .arg(&u.cgroup)
+        .args(["/usr/sbin/runuser", "-u", &u.name, "--", "/bin/sh"])
+        .arg(open.path().join("examples/agent-room.sh"))
+        .arg(&work)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &u.home)
+        .env("CKPTFS", &u.bin)
+        .env("AGENT", agent.name())
+        .env("AGENT_USER", &u.name)
+        .current_dir(&u.home)
+        .output()
+        .expect("the example");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(out.matches(": ok, checkpoint").count(), 4, "{out}");
+    assert!(out.contains("reply: Wrote README.md."), "{out}");
+    assert!(out.contains("not found: ok"), "{out}");
+}
+
+#[test]
+fn the_codex_example_runs_without_root() {
+    the_agent_example_runs_without_root(crate::support::agent::Agent::Codex);
+}
+
+#[test]
+fn the_claude_example_runs_without_root() {
+    the_agent_example_runs_without_root(crate::support::agent::Agent::Claude);
+}
