@@ -10,9 +10,10 @@
 # Every step runs once per mode, alternating, and every agent step goes through `ckptfs exec`
 # in both (the agent is the room's owner: the account as root sees it, a subordinate id of it
 # without root):
-#   mount a workspace; first git status; TURNS turns (gen_room.py turn), each checkpointed
-#   (median); switch to a fork of the first checkpoint and back; the workload (3 turns,
-#   git add -A && git commit, 5000 SQLite inserts).
+#   mount a workspace; first git status, then three more (median); TURNS turns
+#   (gen_room.py turn), each checkpointed (median); switch to a fork of the first checkpoint
+#   and back, then three more round trips (median); the workload (3 turns, git add -A &&
+#   git commit, 5000 SQLite inserts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SCALE=${1:-small}
@@ -88,6 +89,11 @@ for m in user root; do R[$m.mount]=$(timed ck $m mount "$BASE/$m/store" --branch
 for m in root user; do
     R[$m.gitstatus]=$(timed ck $m exec "$BASE/$m/room" -- $GIT -C "$BASE/$m/room" status --porcelain)
 done
+for i in 1 2 3; do
+    for m in root user; do
+        R[$m.gs.$i]=$(timed ck $m exec "$BASE/$m/room" -- $GIT -C "$BASE/$m/room" status --porcelain)
+    done
+done
 for i in $(seq 1 "$TURNS"); do
     for m in root user; do
         ck $m exec "$BASE/$m/room" -- python3 "$GEN" turn "$BASE/$m/room" --seed "$i" >/dev/null
@@ -96,8 +102,18 @@ for i in $(seq 1 "$TURNS"); do
 done
 for m in root user; do
     R[$m.ckpt]=$(median $(for i in $(seq 1 "$TURNS"); do echo "${R[$m.ckpt.$i]}"; done))
+    R[$m.gitagain]=$(median "${R[$m.gs.1]}" "${R[$m.gs.2]}" "${R[$m.gs.3]}")
     R[$m.switch]=$(timed ck $m switch "$BASE/$m/room" --to other)
     R[$m.back]=$(timed ck $m switch "$BASE/$m/room" --to main)
+done
+for i in 1 2 3; do
+    for m in root user; do
+        R[$m.sw.$i]=$(timed ck $m switch "$BASE/$m/room" --to other)
+        R[$m.bk.$i]=$(timed ck $m switch "$BASE/$m/room" --to main)
+    done
+done
+for m in root user; do
+    R[$m.swagain]=$(median "${R[$m.sw.1]}" "${R[$m.bk.1]}" "${R[$m.sw.2]}" "${R[$m.bk.2]}" "${R[$m.sw.3]}" "${R[$m.bk.3]}")
 done
 WORK="for s in 101 102 103; do python3 $GEN turn ROOM --seed \$s >/dev/null; done; cd ROOM && $GIT add -A && $GIT commit -qm w && python3 -c 'import sqlite3; c=sqlite3.connect(\"state/agent.sqlite\"); c.execute(\"CREATE TABLE IF NOT EXISTS bench(i INTEGER PRIMARY KEY, v TEXT)\"); [ (c.execute(\"INSERT INTO bench(v) VALUES (?)\", (\"x\"*100,)), c.commit()) for _ in range(5000)]'"
 for m in root user; do
@@ -114,7 +130,9 @@ echo "|---|---|---|---|"
 row() { echo "| $1 | ${R[root.$2]} s | ${R[user.$2]} s | $(ratio "${R[root.$2]}" "${R[user.$2]}") |"; }
 row "mount a workspace" mount
 row "first git status (through exec)" gitstatus
+row "git status again (through exec; median of 3)" gitagain
 row "checkpoint after a turn (median of $TURNS)" ckpt
-row "switch to another checkpoint" switch
-row "switch back" back
+row "first switch to another checkpoint (parks the tree)" switch
+row "first switch back" back
+row "switch there or back again (median of 6)" swagain
 row "workload (3 turns, git add+commit, 5000 inserts; through exec)" work
