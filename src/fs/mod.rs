@@ -38,6 +38,20 @@ pub fn list_dir(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Every process in `/proc`: its pid and its directory there (none when `/proc` cannot be
+/// read; a process gone meanwhile is skipped by whoever reads its files).
+pub fn processes() -> Vec<(u32, PathBuf)> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((pid, e.path()))
+        })
+        .collect()
+}
+
 /// The last component of `p`, lossily as text ("" for none).
 pub fn file_name(p: &Path) -> String {
     p.file_name()

@@ -557,24 +557,18 @@ pub fn holder_mounts() -> Vec<super::mountinfo::MountEntry> {
         return Vec::new();
     }
     let me = nix::unistd::geteuid().as_raw();
-    let Ok(rd) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     let mut out = Vec::new();
-    for ent in rd.flatten() {
-        let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if !ent.metadata().is_ok_and(|m| m.uid() == me) {
+    for (_, dir) in super::processes() {
+        if !fs::metadata(&dir).is_ok_and(|m| m.uid() == me) {
             continue;
         }
-        let Ok(cmd) = fs::read(format!("/proc/{pid}/cmdline")) else {
+        let Ok(cmd) = fs::read(dir.join("cmdline")) else {
             continue;
         };
         if cmd.split(|&b| b == 0).nth(1) != Some(HOLDER_COMMAND.as_bytes()) {
             continue;
         }
-        if let Ok(text) = fs::read_to_string(format!("/proc/{pid}/mountinfo")) {
+        if let Ok(text) = fs::read_to_string(dir.join("mountinfo")) {
             out.extend(super::mountinfo::parse_mountinfo(&text));
         }
     }

@@ -538,18 +538,11 @@ pub fn unheld_writers(mountpoints: &[PathBuf], held: &[PathBuf]) -> Vec<Writer> 
     }
     let inside = |p: &Path| mountpoints.iter().any(|m| p.starts_with(m));
     let own = std::process::id();
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     let mut out = Vec::new();
-    for e in procs.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
+    for (pid, dir) in crate::fs::processes() {
         if pid == own || held_pids.contains(&pid) {
             continue;
         }
-        let dir = e.path();
         if let Some(path) = open_for_writing(&dir, &inside).or_else(|| mapped_shared(&dir, &inside))
         {
             let command = fs::read_to_string(dir.join("comm"))

@@ -44,19 +44,13 @@ pub fn holders(dirs: &[PathBuf]) -> Vec<Holder> {
     let inside = |p: &Path| dirs.iter().any(|d| p.starts_with(d));
     let prefixes: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     let own = std::process::id();
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     let mut out = Vec::new();
-    for e in procs.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
+    for (pid, dir) in crate::fs::processes() {
         if pid == own {
             continue;
         }
-        if let Some((how, path)) = held_by(&e.path(), &inside, &prefixes) {
-            let command = fs::read_to_string(e.path().join("comm"))
+        if let Some((how, path)) = held_by(&dir, &inside, &prefixes) {
+            let command = fs::read_to_string(dir.join("comm"))
                 .map(|c| c.trim_end().to_string())
                 .unwrap_or_default();
             out.push(Holder {
