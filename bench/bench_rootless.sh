@@ -63,11 +63,12 @@ cp -a "$BASE/src" "$BASE/user/room"
 chown "$U:$U" "$BASE/user"
 rm -rf "$BASE/src"
 
-# as MODE (root|user): ckptfs ARGS; the account's commands start in its delegated cgroup.
+# as MODE (root|user): ckptfs ARGS, both through runuser and env -i (the same start-up cost);
+# the account's commands start in its delegated cgroup.
 ck() {
     local mode=$1; shift
     if [ "$mode" = root ]; then
-        "$B" "$@"
+        runuser -u root -- env -i PATH=/usr/bin:/bin HOME=/root "$B" "$@"
     else
         sh -c 'echo $$ > "$0"/cgroup.procs && exec "$@"' "$CG" \
             runuser -u "$U" -- env -i PATH=/usr/bin:/bin HOME="/home/$U" "$B" "$@"
