@@ -1,15 +1,21 @@
 //! The `ckptfs` binary: parse the command line, set up logging, run, map errors to exit codes.
 
 fn main() {
-    let cli = cli::parse();
-    // Both before any thread starts: a user namespace is made and entered single-threaded.
-    if matches!(cli.command, cli::Command::InternalHolder) {
+    // All before any thread starts (a user namespace is made and entered single-threaded), and
+    // before parsing, which finds a store from the working directory as the namespace shows it.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args
+        .get(1)
+        .is_some_and(|a| a == ckptfs::fs::userns::HOLDER_COMMAND)
+    {
         std::process::exit(ckptfs::fs::userns::hold());
     }
     if let Err(e) = ckptfs::fs::userns::enter_from_env() {
         eprintln!("ckptfs: {e}");
         std::process::exit(e.exit_code());
     }
+    ckptfs::fs::userns::enter_early(&args);
+    let cli = cli::parse();
     if !cli.serves_a_mount() {
         ckptfs::fs::sys::default_sigpipe();
     }

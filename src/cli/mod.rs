@@ -433,7 +433,10 @@ pub enum Command {
     /// Internal: keep the user + mount namespace an ordinary account's workspaces are mounted
     /// in (docs/rootless.md).
     #[command(hide = true, name = "internal-holder")]
-    InternalHolder,
+    InternalHolder {
+        /// The store it serves (informational: matched by later commands).
+        store: Option<PathBuf>,
+    },
 }
 
 pub(crate) fn split_kv<'a>(flag: &str, s: &'a str) -> Result<(&'a str, &'a str)> {
@@ -513,7 +516,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Fetch(a) => remote::run_fetch(a),
         Command::Pull(a) => remote::run_pull(a),
         Command::InternalDetach { targets, remove } => run_internal_detach(&targets, remove),
-        Command::InternalHolder => Ok(ckptfs::fs::userns::hold()),
+        Command::InternalHolder { .. } => Ok(ckptfs::fs::userns::hold()),
     }
 }
 

@@ -27,6 +27,7 @@
 use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -347,8 +348,15 @@ fn write_maps(pid: u32) -> Result<Mapping> {
 /// commands starting one at once keep the first recorded, and the other holder exits).
 fn spawn_holder(record: &Path, what: &str) -> Result<Holder> {
     let exe = PathBuf::from("/proc/self/exe");
+    // The store's path rides on the holder's command line, for `enter_early` to match.
+    let store = record
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     let mut child = Command::new(&exe)
         .arg(HOLDER_COMMAND)
+        .arg(&store)
         .current_dir("/")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -469,6 +477,12 @@ pub fn enter_from_env() -> Result<()> {
             v.to_string_lossy()
         )));
     };
+    enter(h)
+}
+
+/// Enters `h`'s user and mount namespaces (single-threaded) and goes back to the same working
+/// directory, as the namespace shows it.
+fn enter(h: Holder) -> Result<()> {
     let cwd = std::env::current_dir().ok();
     for (ns, flag) in [
         ("user", CloneFlags::CLONE_NEWUSER),
@@ -486,6 +500,83 @@ pub fn enter_from_env() -> Result<()> {
         let _ignored = std::env::set_current_dir("/");
     }
     Ok(())
+}
+
+/// Before any thread starts, for an ordinary account: when one of its namespace holders
+/// serves a store this command names (an argument or the working directory is the store, is
+/// inside it, or is at or under one of that namespace's workspaces), enters that namespace at
+/// once, saving the command the run again that [`enter_if_held`] would make it take once it
+/// opened the store. Nothing for the read-only views (`mount` without `--branch`, `browse`),
+/// which stay where the account's shell is, nor when nothing matches: [`enter_if_held`] then
+/// decides as before. Errors are no error here: the later path reports them.
+pub fn enter_early(args: &[std::ffi::OsString]) {
+    if !is_ordinary() || ENTER_EARLY_SKIPS.iter().any(|s| skipped(args, s)) {
+        return;
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    let Ok(cwd) = std::env::current_dir() else {
+        return;
+    };
+    let named: Vec<PathBuf> = args
+        .iter()
+        .skip(1)
+        .filter(|a| !a.as_encoded_bytes().starts_with(b"-"))
+        .map(|a| cwd.join(a))
+        .chain(std::iter::once(cwd.clone()))
+        .collect();
+    for (pid, dir) in super::processes() {
+        if !fs::metadata(&dir).is_ok_and(|m| m.uid() == me) {
+            continue;
+        }
+        let Ok(cmd) = fs::read(dir.join("cmdline")) else {
+            continue;
+        };
+        let mut argv = cmd.split(|&b| b == 0);
+        if argv.nth(1) != Some(HOLDER_COMMAND.as_bytes()) {
+            continue;
+        }
+        let Some(store) = argv.next().filter(|s| !s.is_empty()) else {
+            continue;
+        };
+        let store = Path::new(std::ffi::OsStr::from_bytes(store));
+        let source = format!("ckptfs:{}:", store.display());
+        let workspaces: Vec<PathBuf> = fs::read_to_string(dir.join("mountinfo"))
+            .map(|t| super::mountinfo::parse_mountinfo(&t))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| m.fstype == "overlay" && m.source.starts_with(&source))
+            .map(|m| m.mountpoint)
+            .collect();
+        let ours = named
+            .iter()
+            .any(|p| p.starts_with(store) || workspaces.iter().any(|w| p.starts_with(w)));
+        let Some(start) = start_time(pid) else {
+            continue;
+        };
+        let h = Holder { pid, start };
+        if ours && h.is_live() {
+            if let Err(e) = enter(h) {
+                log::debug!("entering the namespace of {}: {e}", store.display());
+            }
+            return;
+        }
+    }
+}
+
+/// The commands [`enter_early`] leaves where they are: (subcommand, unless this flag). Any
+/// argument spelled as the subcommand counts (a global option's value may come first): a
+/// command skipped wrongly only takes the slower way in.
+const ENTER_EARLY_SKIPS: [(&str, &str); 2] = [("mount", "--branch"), ("browse", "")];
+
+fn skipped(args: &[std::ffi::OsString], (cmd, unless): &(&str, &str)) -> bool {
+    let flagged = |a: &std::ffi::OsString| {
+        let a = a.as_encoded_bytes();
+        a == unless.as_bytes()
+            || a.strip_prefix(unless.as_bytes())
+                .is_some_and(|r| r.starts_with(b"="))
+            || a.starts_with(b"-b")
+    };
+    args.iter().skip(1).any(|a| a == *cmd) && (unless.is_empty() || !args.iter().any(flagged))
 }
 
 /// `ckptfs internal-holder`: makes a user + mount namespace and keeps it until SIGTERM. Talks

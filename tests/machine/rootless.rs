@@ -86,12 +86,13 @@ fn find_named(dir: &Path, name: &str) -> Vec<PathBuf> {
     out
 }
 
-/// The mountpoints of overlays in the mount table of process `pid`.
-fn overlays_of(pid: u32) -> Vec<String> {
+/// The mountpoints of `store`'s overlays in the mount table of process `pid`.
+fn overlays_of(pid: u32, store: &str) -> Vec<String> {
+    let source = format!(" - overlay ckptfs:{store}:");
     fs::read_to_string(format!("/proc/{pid}/mountinfo"))
         .unwrap_or_default()
         .lines()
-        .filter(|l| l.contains(" - overlay ckptfs:"))
+        .filter(|l| l.contains(&source))
         .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
         .collect()
 }
@@ -107,7 +108,7 @@ fn an_ordinary_account_runs_workspaces_in_a_namespace_of_its_own() {
     assert!(!mounted(Path::new(&room)));
     let holders = holder_pids(u.uid);
     assert_eq!(holders.len(), 1, "one namespace holder: {holders:?}");
-    assert_eq!(overlays_of(holders[0]), vec![room.clone()]);
+    assert_eq!(overlays_of(holders[0], &store), vec![room.clone()]);
     let ns = |p: u32| fs::read_link(format!("/proc/{p}/ns/mnt")).expect("ns");
     assert_ne!(ns(holders[0]), ns(std::process::id()));
 
@@ -205,6 +206,16 @@ fn an_ordinary_account_runs_workspaces_in_a_namespace_of_its_own() {
     assert!(ls.contains("\"symlink\""), "{ls}");
     let status: serde_json::Value =
         serde_json::from_str(&u.ok(&["status", &room, "--json"])).expect("status --json");
+    assert_eq!(status[0]["branch"], "main", "{status}");
+    // From a shell of the account in the room's path (outside the namespace, where the path
+    // is the directory under the mount), a command with no store argument finds it there.
+    let o = u.sh(&format!("cd {room} && {} status --json", u.bin.display()));
+    assert!(
+        o.status.success(),
+        "{}",
+        describe_output("status in the room", &o)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&o.stdout).expect("status --json");
     assert_eq!(status[0]["branch"], "main", "{status}");
 
     // A fork, a switch to it and back, a turn on it: all at the same path.
