@@ -180,9 +180,44 @@ impl Holder {
 
 /// The holder recorded at `record`, when it is still running.
 pub fn live_holder(record: &Path) -> Option<Holder> {
-    let bytes = fs::read(record).ok()?;
-    let h: Holder = serde_json::from_slice(&bytes).ok()?;
-    h.is_live().then_some(h)
+    let recorded = fs::read(record)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Holder>(&b).ok());
+    match recorded {
+        Some(h) if h.is_live() => Some(h),
+        // The holder was killed while workspaces were mounted: the namespace lives on in the
+        // store's view daemons, through which it is entered (to unmount, mainly).
+        Some(_) => orphaned(record),
+        None => None,
+    }
+}
+
+/// A process of this account still in the namespace of a store whose holder is gone: one of
+/// its lower view daemons (`ckptfs browse STORE .../lower`), in a user namespace other than
+/// this process's.
+fn orphaned(record: &Path) -> Option<Holder> {
+    let store = record.parent()?.parent()?;
+    let me = nix::unistd::geteuid().as_raw();
+    super::processes().into_iter().find_map(|(pid, dir)| {
+        if !fs::metadata(&dir).is_ok_and(|m| m.uid() == me) {
+            return None;
+        }
+        let cmd = fs::read(dir.join("cmdline")).ok()?;
+        let mut argv = cmd.split(|&b| b == 0).skip(1);
+        let ours = argv.next() == Some(b"browse".as_slice())
+            && argv.next() == Some(store.as_os_str().as_bytes());
+        let h = Holder {
+            pid,
+            start: start_time(pid)?,
+        };
+        (ours && h.is_live()).then(|| {
+            log::warn!(
+                "the namespace holder of {} is gone: entering its namespace through view daemon {pid}",
+                store.display()
+            );
+            h
+        })
+    })
 }
 
 /// Set by the commands that work where the account's shell is (the read-only views): no
@@ -656,7 +691,11 @@ pub fn holder_mounts() -> Vec<super::mountinfo::MountEntry> {
         let Ok(cmd) = fs::read(dir.join("cmdline")) else {
             continue;
         };
-        if cmd.split(|&b| b == 0).nth(1) != Some(HOLDER_COMMAND.as_bytes()) {
+        // A holder; or a view daemon in a namespace of the account's, whose holder is gone.
+        let second = cmd.split(|&b| b == 0).nth(1);
+        let daemon_elsewhere = second == Some(b"browse".as_slice())
+            && fs::read_link(dir.join("ns/user")).ok() != fs::read_link("/proc/self/ns/user").ok();
+        if second != Some(HOLDER_COMMAND.as_bytes()) && !daemon_elsewhere {
             continue;
         }
         if let Ok(text) = fs::read_to_string(dir.join("mountinfo")) {

@@ -501,3 +501,33 @@ fn the_codex_example_runs_without_root() {
 fn the_claude_example_runs_without_root() {
     the_agent_example_runs_without_root(crate::support::agent::Agent::Claude);
 }
+
+#[test]
+fn a_killed_namespace_holder_leaves_its_workspace_reachable_and_unmountable() {
+    let _s = serial();
+    let u = Operator::new();
+    let (store, room) = room_and_store(&u);
+    u.ok(&["mount", &store, "--branch", "main"]);
+    agent_ok(&u, &room, &format!("echo after > {room}/after"));
+    let holders = holder_pids(u.uid);
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    let o = Command::new("kill")
+        .args(["-KILL", &holders[0].to_string()])
+        .output()
+        .expect("kill");
+    assert!(o.status.success());
+    eventually("the holder is gone", || holder_pids(u.uid).is_empty());
+    // The namespace lives on in the store's view daemons, and is entered through them.
+    let status: serde_json::Value =
+        serde_json::from_str(&u.ok(&["status", &room, "--json"])).expect("status --json");
+    assert_eq!(status[0]["live"], true, "{status}");
+    u.ok(&["checkpoint", &room, "-m", "after the holder"]);
+    assert_eq!(u.ok(&["cat", &store, "main:ws/after"]), "after\n");
+    u.ok(&["umount", &room]);
+    assert!(!Path::new(&store).join("run/namespace.json").exists());
+    // Mounted again: a new namespace.
+    u.ok(&["mount", &store, "--branch", "main"]);
+    assert_eq!(holder_pids(u.uid).len(), 1);
+    assert_eq!(agent_ok(&u, &room, &format!("cat {room}/after")), "after\n");
+    u.ok(&["umount", &room]);
+}
