@@ -286,7 +286,7 @@ FOLD = obj("FoldReport", {
     "upper_files": t(U, "files of the upper layer folded (`folded`) or waiting to be"),
     "upper_bytes": t(BYTES, "their bytes"),
     "holders": t(arr(HOLDER), "who is inside, when the fold waits for them"),
-    "reason": t(STR, "why nothing was folded, when it was not for `holders` (`--no-fold` when the checkpoint asked not to)"),
+    "reason": t(STR, "why nothing was folded, when it was not for `holders` (`--no-fold` when the checkpoint asked not to; in `status`, an upper layer the fold budget keeps: its bytes are then in the store too)"),
 }, optional=["reason"], text="A fold of a workspace's upper layer into its base (docs/workspaces.md).")
 
 command("checkpoint", "checkpoint", obj("WorkspaceCheckpoint", {
@@ -392,6 +392,8 @@ command("stats", "stats", obj("StatsReport", {
         "checkpoints": t(U, "checkpoint records"),
         "branches": t(U, "branches, any state"),
         "compressed": t(BOOL, "objects are zstd-compressed on disk"),
+        "upper_files": t(U, "files in the workspaces' upper layers (under upper/), beside the store"),
+        "upper_bytes": t(BYTES, "their bytes; what a checkpoint recorded and the fold kept (a fold budget, a process inside) is in the store too"),
     }), "the whole store"),
     "selected": t(obj("SelectionFigures", {
         "checkpoints": t(U, "checkpoints selected"),

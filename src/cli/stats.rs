@@ -53,11 +53,24 @@ pub fn run_stats(a: StatsArgs) -> Result<i32> {
         (None, None) => StatsScope::All,
     };
     let r = stats(&s, &scope)?;
+    // The workspaces' upper layers: bytes beside the store (some kept twice, see `status`).
+    let (upper_files, upper_bytes) = ckptfs::workspace::upper_totals(&s);
     if a.json.json {
-        print_json(&r)?;
+        let mut v = serde_json::to_value(&r)
+            .map_err(|e| ckptfs::Error::Invalid(format!("encoding JSON: {e}")))?;
+        v["store"]["upper_files"] = upper_files.into();
+        v["store"]["upper_bytes"] = upper_bytes.into();
+        print_json(&v)?;
         return Ok(0);
     }
     print_text(&r);
+    if upper_files > 0 {
+        println!(
+            "upper layers of workspaces: {upper_files} files, {} beside the store (what a \
+             checkpoint recorded and the fold kept is in both: `ckptfs status`)",
+            human_bytes(upper_bytes)
+        );
+    }
     Ok(0)
 }
 

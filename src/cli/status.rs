@@ -169,7 +169,14 @@ pub fn print_workspace_status(rows: &[serde_json::Value]) {
             println!("  checkpoints freeze the store's filesystem");
         }
         let f = &w["fold_waiting"];
-        if f["upper_bytes"].as_u64().unwrap_or(0) > 0 {
+        if let (Some(why), true) = (f["reason"].as_str(), f["upper_bytes"].as_u64() > Some(0)) {
+            // Kept by the fold budget: in the store and in the upper layer both.
+            println!(
+                "  upper layer: {} files ({}) recorded and kept beside the store: {why}",
+                f["upper_files"],
+                human_bytes(f["upper_bytes"].as_u64().unwrap_or(0)),
+            );
+        } else if f["upper_bytes"].as_u64().unwrap_or(0) > 0 {
             println!(
                 "  upper layer: {} files ({}) recorded, waiting to be folded{}",
                 f["upper_files"],

@@ -112,6 +112,8 @@ fn waiting_because(store: &Store, st: &WorkspaceState, why: Option<&str>) -> Res
         });
     }
     let (upper_files, upper_bytes) = upper_usage(store, &st.branch);
+    // Kept by the fold budget: recorded, so these bytes are in the store too.
+    let reason = reason.or_else(|| within_budget(st, upper_bytes));
     Ok(FoldReport {
         upper_files,
         upper_bytes,
@@ -124,6 +126,18 @@ fn waiting_because(store: &Store, st: &WorkspaceState, why: Option<&str>) -> Res
         reason,
         folded: false,
     })
+}
+
+/// Why a fold keeps an upper layer of `upper_bytes` (recorded bytes, kept twice) under the
+/// workspace's fold budget; `None` without a budget or above it.
+fn within_budget(st: &WorkspaceState, upper_bytes: u64) -> Option<String> {
+    let budget = st.fold_budget.filter(|b| upper_bytes <= *b)?;
+    Some(format!(
+        "the upper layer ({}) is within the fold budget ({}): kept, so the files written \
+         lately need no copy-up",
+        crate::units::human_bytes(upper_bytes),
+        crate::units::human_bytes(budget)
+    ))
 }
 
 /// As [`waiting`], without the scan of who is inside (the fold does its own).
@@ -162,13 +176,7 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         // The next mount drops an upper its head records (see `mount`).
         return Ok(not("not mounted", FoldReport::default()));
     }
-    if let Some(budget) = st.fold_budget.filter(|b| report.upper_bytes <= *b) {
-        let why = format!(
-            "the upper layer ({}) is within the fold budget ({}): kept, so the files written \
-             lately need no copy-up",
-            crate::units::human_bytes(report.upper_bytes),
-            crate::units::human_bytes(budget)
-        );
+    if let Some(why) = within_budget(&st, report.upper_bytes) {
         return Ok(not(&why, report));
     }
     if super::pending::is_pending(store, branch) {

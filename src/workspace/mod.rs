@@ -72,4 +72,4 @@ pub use switch::{
     left_behind, roll_back_switch, switch, switch_killing, DirtyPolicy, LeftBehind, SwitchPhase,
     SwitchReport,
 };
-pub use upper::{remove_folded, upper_usage};
+pub use upper::{remove_folded, upper_totals, upper_usage};

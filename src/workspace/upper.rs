@@ -21,6 +21,20 @@ use super::overlay;
 /// layers are the agent's trees: walked through held directory fds (see `safe`), symlinks
 /// never followed, so what it links in is not counted (nor listed). Best effort: what cannot
 /// be read is not counted.
+/// [`upper_usage`] over every branch with an upper layer: the files and bytes the store's
+/// workspaces keep beside the store (their recorded part, under a fold budget or while held,
+/// is in the store too).
+pub fn upper_totals(store: &Store) -> (u64, u64) {
+    let Ok(rd) = fs::read_dir(store.upper_base_dir()) else {
+        return (0, 0);
+    };
+    rd.flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .map(|b| upper_usage(store, &b))
+        .fold((0, 0), |a, u| (a.0 + u.0, a.1 + u.1))
+}
+
 pub fn upper_usage(store: &Store, branch: &str) -> (u64, u64) {
     fn walk(dir: &Dir, acc: &mut (u64, u64), depth: usize) {
         let Ok(names) = dir.entries() else { return };

@@ -508,6 +508,29 @@ fn below_the_fold_budget_the_upper_is_kept_and_every_checkpoint_is_exact() {
             .contains("fold budget"),
         "{r}"
     );
+    // status says what is kept, recorded and beside the store (bytes kept twice).
+    let status = ok_json(["status", w.room(), "--json"]);
+    validate("status", &status, "status with a kept upper");
+    let f = &status[0]["fold_waiting"];
+    assert!(
+        f["upper_bytes"].as_u64() >= Some(expect.len() as u64),
+        "{status}"
+    );
+    assert!(
+        f["reason"].as_str().unwrap_or("").contains("fold budget"),
+        "{status}"
+    );
+    let text = ok(["status", w.room()]);
+    assert!(
+        text.contains("recorded and kept beside the store"),
+        "{text}"
+    );
+    let stats = ok_json(["stats", w.store(), "--json"]);
+    validate("stats", &stats, "stats with a kept upper");
+    assert!(
+        stats["store"]["upper_bytes"].as_u64() >= Some(expect.len() as u64),
+        "{stats}"
+    );
     let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
     let kept = ino(&upper.join("transcript.jsonl"));
     // Turns of appends, a rewrite, a truncation and a rename: each checkpoint is exact, and
