@@ -1,7 +1,10 @@
 //! `restore` at every grain, through the binary: one file (as DEST, into a directory, over a
 //! file that is moved aside), a symlink, a subtree back into its place (the old one kept in
 //! `displaced/`), every root in place (and `recover` after an abort rolls all of them back
-//! together), `--include`/`--exclude`, and a symlink an agent planted on the target's path.
+//! together), `--include`/`--exclude`, and a symlink an agent planted on the target's path;
+//! a target below a missing directory named, every object read before the target's directory
+//! is written, the bar's total, the files and bytes reported (hard links once), and a file's
+//! bytes whatever they hold (text, a block repeated, zeros restored as a hole).
 
 use std::fs;
 use std::os::unix::fs::{lchown, symlink, MetadataExt};
@@ -466,4 +469,255 @@ fn a_restore_failing_at_any_step_leaves_no_staging_directory() {
         );
     }
     assert!(failed > 3, "the restore never failed");
+}
+
+/// A target below a directory that is not there is named in one line, nothing made: `--to`
+/// below a missing directory ("not found", the directory named), below a file (the component
+/// that is not a directory named), and in place when the agent removed the directory holding
+/// the entry ("gone") or put a file there (that error, not "gone").
+#[test]
+fn a_target_below_a_missing_directory_is_named_in_one_line() {
+    let env = Env::new();
+    small_tree(env.ws());
+    let id = env.capture_id(&[]);
+
+    let missing = env.path("missing");
+    let parent = missing.join("deeper");
+    refused(
+        1,
+        restore_args(&env, &id, &["--to", s(&parent.join("out"))]),
+        &[&format!("not found: directory {}", parent.display())],
+    );
+    assert!(!missing.exists());
+
+    // Below a file: the first component that is not a directory is the one named.
+    let file = env.path("plain");
+    write(&file, b"a file");
+    let line = refused(
+        1,
+        restore_args(&env, &id, &["--to", s(&file.join("x/y/out"))]),
+        &["Not a directory"],
+    );
+    assert!(
+        line.contains(&format!("{}: ", file.join("x").display())),
+        "{line}"
+    );
+    assert_eq!(fs::read(&file).unwrap(), b"a file");
+
+    // In place, the directory holding the entry removed: said so.
+    fs::remove_dir_all(env.ws().join("sub")).unwrap();
+    refused(
+        1,
+        restore_args(&env, &format!("{id}:ws/sub/b.txt"), &["--in-place"]),
+        &[&format!(
+            "{}: the directory holding it is gone",
+            env.ws().join("sub").display()
+        )],
+    );
+    assert!(!env.ws().join("sub").exists());
+    // ... or replaced by a file: that is not "gone", and the file stays.
+    write(&env.ws().join("sub"), b"a file now");
+    let line = refused(
+        1,
+        restore_args(&env, &format!("{id}:ws/sub/b.txt"), &["--in-place"]),
+        &["Not a directory"],
+    );
+    assert!(!line.contains("gone"), "{line}");
+    assert_eq!(fs::read(env.ws().join("sub")).unwrap(), b"a file now");
+}
+
+/// The first chunk of the file at `spec`, as its hex id (read through the library: `ls` does
+/// not show chunks).
+fn chunk_of(env: &Env, spec: &str) -> String {
+    let store = ckptfs::Store::open(&env.store).unwrap();
+    let loc = ckptfs::history::walk::locate(&store, spec).unwrap();
+    match loc.entry.unwrap().kind {
+        ckptfs::store::tree::EntryKind::File { chunks } => chunks[0].id.to_hex(),
+        _ => panic!("{spec} is not a file"),
+    }
+}
+
+/// Every object a restore needs is read before the target's directory is touched: with a
+/// chunk missing, the restore of the tree holding it fails and the directory the target would
+/// be staged in is not even written (its mtime, set in the past, stays).
+#[test]
+fn a_missing_chunk_fails_a_restore_before_the_targets_directory_is_written() {
+    let env = Env::new();
+    small_tree(env.ws());
+    let id = env.capture_id(&[]);
+    let chunk = chunk_of(&env, &format!("{id}:ws/sub/deeper/c.bin"));
+    fs::remove_file(env.object_file(&chunk)).unwrap();
+    let out = env.path("out");
+    fs::create_dir(&out).unwrap();
+    let past = 1_500_000_000_000_000_000;
+    for (spec, dest) in [
+        (id.clone(), out.join("dest")),
+        (format!("{id}:ws/sub"), out.join("sub")),
+    ] {
+        set_mtime(&out, past);
+        let line = refused(1, restore_args(&env, &spec, &["--to", s(&dest)]), &[]);
+        assert!(
+            line.contains(&chunk[..12]) || line.contains("not found"),
+            "{line}"
+        );
+        let m = fs::metadata(&out).unwrap();
+        assert_eq!(
+            m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+            past,
+            "{spec}: the target's directory was written before the check failed"
+        );
+        assert!(named(&out, "").is_empty());
+    }
+}
+
+/// A restore draws its bar against the bytes it will write, for a tree and for one file
+/// (an empty total would draw none).
+#[test]
+fn a_restore_on_a_terminal_draws_a_bar_with_its_total() {
+    let env = Env::new();
+    write(&env.ws().join("d/big.bin"), &random_bytes(5, 2 << 20));
+    write(&env.ws().join("d/small.txt"), b"small\n");
+    let id = env.capture_id(&[]);
+    for (i, spec) in [id.clone(), format!("{id}:ws/d/big.bin")]
+        .iter()
+        .enumerate()
+    {
+        let out = env.path(&format!("out-{i}"));
+        let (code, text) = on_terminal(&["restore", &env.s(), spec, "--to", s(&out)]);
+        assert_eq!(code, 0, "{spec}: {text}");
+        assert!(
+            text.contains("restore [") && text.contains("ETA"),
+            "{spec}: no bar with a total:\n{text}"
+        );
+    }
+}
+
+/// A restore reports what it wrote: each name as a file, a linked file's bytes once (its
+/// other names are links to it again), for a tree and for one file.
+#[test]
+fn a_restore_reports_its_files_and_bytes_a_linked_files_bytes_once() {
+    let env = Env::new();
+    small_tree(env.ws());
+    write(&env.ws().join("l/one"), &random_bytes(9, 70_000));
+    fs::hard_link(env.ws().join("l/one"), env.ws().join("l/two")).unwrap();
+    fs::hard_link(env.ws().join("l/one"), env.ws().join("sub/three")).unwrap();
+    let id = env.capture_id(&[]);
+    let out = env.path("out");
+    let r = ok_json(restore_args(&env, &id, &["--to", s(&out)]));
+    // a.txt (6 bytes), sub/b.txt (5), sub/deeper/c.bin (200,000) and three names of one file.
+    assert_eq!(r["files"], 6, "{r}");
+    assert_eq!(r["bytes"], 6 + 5 + 200_000 + 70_000, "{r}");
+    let md = |p: &str| fs::metadata(out.join(p)).unwrap();
+    for p in ["l/two", "sub/three"] {
+        assert_eq!(md(p).ino(), md("l/one").ino(), "{p} is not a link");
+    }
+    assert_eq!(md("l/one").nlink(), 3);
+    assert_eq!(md("a.txt").nlink(), 1);
+    assert_eq!(
+        fs::read(out.join("sub/three")).unwrap(),
+        random_bytes(9, 70_000)
+    );
+    assert_trees_equal(env.ws(), &out);
+
+    let r = ok_json(restore_args(
+        &env,
+        &format!("{id}:ws/sub/deeper/c.bin"),
+        &["--to", s(&env.path("one"))],
+    ));
+    assert_eq!(
+        (&r["files"], &r["bytes"]),
+        (&1.into(), &200_000.into()),
+        "{r}"
+    );
+}
+
+/// A restored file has its bytes whatever they hold: a long text (no zero byte in any block),
+/// a block of data repeated (the same chunk one after another: only a chunk of zeros may be
+/// skipped as a hole when it recurs) with no zero byte either, and a run of zeros, which
+/// becomes a hole (the file is restored sparse, its bytes still zeros).
+#[test]
+fn a_restored_file_keeps_text_and_repeated_blocks_and_its_zeros_as_a_hole() {
+    let env = Env::new();
+    let text: Vec<u8> = (0..20_000u32)
+        .flat_map(|i| format!("line {i} of a text without zero bytes\n").into_bytes())
+        .collect();
+    // 4 KiB repeated over 8 MiB: the chunker cuts it into equal chunks, one after another.
+    let block: Vec<u8> = random_bytes(11, 4096).iter().map(|b| b | 1).collect();
+    let repeated = block.repeat(2048);
+    let mut holed = random_bytes(12, 100_000);
+    holed.extend(std::iter::repeat_n(0u8, 4 << 20));
+    holed.extend(random_bytes(13, 100_000));
+    write(&env.ws().join("text.txt"), &text);
+    write(&env.ws().join("repeated.bin"), &repeated);
+    write(&env.ws().join("holed.bin"), &holed);
+    let id = env.capture_id(&[]);
+    let out = env.path("out");
+    ok_json(restore_args(&env, &id, &["--to", s(&out)]));
+    assert!(fs::read(out.join("text.txt")).unwrap() == text, "text.txt");
+    assert!(
+        fs::read(out.join("repeated.bin")).unwrap() == repeated,
+        "repeated.bin"
+    );
+    assert!(
+        fs::read(out.join("holed.bin")).unwrap() == holed,
+        "holed.bin"
+    );
+    let allocated = fs::metadata(out.join("holed.bin")).unwrap().blocks() * 512;
+    assert!(
+        allocated < 2 << 20,
+        "holed.bin is not sparse: {allocated} bytes allocated"
+    );
+}
+
+/// A staging directory that cannot be made (the target's directory is on a read-only
+/// filesystem) fails the restore in one line at once: only a name already taken is tried
+/// again under another name.
+#[test]
+fn a_restore_into_a_read_only_directory_fails_at_once() {
+    let env = Env::new();
+    small_tree(env.ws());
+    let id = env.capture_id(&[]);
+    let ro = env.path("ro");
+    fs::create_dir(&ro).unwrap();
+    let o = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "ro,size=1m", "ckptfs-test-ro"])
+        .arg(&ro)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mount: {}", stderr(&o));
+    let _g = MountGuard::new(&ro);
+    refused(
+        1,
+        restore_args(&env, &id, &["--to", s(&ro.join("dest"))]),
+        &["Read-only file system"],
+    );
+    assert!(named(&ro, "").is_empty());
+    ok(["recover", &env.s()]);
+}
+
+/// Files recorded without inode numbers (a tree written before `CKT2`, or built without a
+/// source file: every `ino` 0, no link count) are files of their own when restored, never
+/// links to one another.
+#[test]
+fn files_recorded_without_inode_numbers_restore_as_files_of_their_own() {
+    use ckptfs::store::tree::{Chunk, Tree};
+    let env = Env::new();
+    small_tree(env.ws());
+    let good = env.capture_id(&[]);
+    let file = |name: &[u8], data: &[u8]| {
+        let id = ckptfs::ObjectId::parse(&put_raw_object(&env.store, data)).unwrap();
+        let len = data.len() as u32;
+        let mut t = one_file_tree(name, u64::from(len), vec![Chunk { id, len }]);
+        t.entries.remove(0)
+    };
+    let tree = Tree {
+        entries: vec![file(b"one", b"the first file"), file(b"two", b"the second")],
+    };
+    let tree = put_raw_object(&env.store, &tree.encode());
+    let id = put_checkpoint_with_tree(&env.store, &good, "ws", &tree);
+    let out = env.path("out");
+    ok_json(restore_args(&env, &id, &["--to", s(&out)]));
+    assert_eq!(fs::read(out.join("one")).unwrap(), b"the first file");
+    assert_eq!(fs::read(out.join("two")).unwrap(), b"the second");
+    assert_eq!(fs::metadata(out.join("two")).unwrap().nlink(), 1);
 }
