@@ -26,7 +26,7 @@ MODULES=(
   "object|src/store/object.rs,src/store/object/*.rs|--lib -- store::object"
   "upper|src/ingest/upper/*.rs|--test it -- workspace::dirty workspace::lifecycle"
   "fold|src/workspace/fold.rs|--test it -- workspace::fold"
-  "restore|src/transfer/restore/*.rs|--test it -- store::restore store::recover hostile::restore"
+  "restore|src/transfer/restore/*.rs|--test it -- store::restore store::recover hostile::restore merge::workspace::hard_links"
 )
 
 if [ "${1:-}" = "--list" ]; then

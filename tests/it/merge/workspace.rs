@@ -2,7 +2,7 @@
 //! written into the workspace; a clean one is recorded at once (two parents); conflicts are
 //! left there (text with git's markers), `status` lists them, the next checkpoint records
 //! the merge once they are resolved; `--take` resolves in place; `--abort` puts the
-//! workspace back; a dirty workspace is refused.
+//! workspace back; a dirty workspace is refused; hard links theirs added are links in it.
 
 use crate::support::*;
 
@@ -321,4 +321,39 @@ fn a_directory_swapped_for_a_symlink_during_a_merge_is_never_followed() {
     assert!(fs::symlink_metadata(w.path("sub")).unwrap().is_dir());
     assert_eq!(read(&w, "sub/keep.txt"), "ours\n");
     assert!(!w.path("sub-moved").exists());
+}
+
+/// Hard links theirs added are written into the workspace as links: each name is placed
+/// under a temporary name and renamed, and the later names link to the first one's final
+/// name (`restore::Links::renamed`), not to the temporary one that is gone.
+#[test]
+fn hard_links_theirs_added_are_written_into_the_workspace_as_links() {
+    use std::os::unix::fs::MetadataExt;
+    let w = Workspace::new(populate);
+    let feat = theirs(&w, |d| {
+        write(&d.join("sub/linked.txt"), b"one file, three names\n");
+        fs::hard_link(d.join("sub/linked.txt"), d.join("sub/alias.txt")).unwrap();
+        fs::hard_link(d.join("sub/linked.txt"), d.join("other.txt")).unwrap();
+    });
+    fs::write(w.path("notes.md"), b"ONE\ntwo\nthree\nfour\nfive\n").unwrap();
+    let ours = w.checkpoint("ours");
+    let (code, r) = merge(&w, &[]);
+    assert_eq!(code, Some(0), "{r}");
+    assert_eq!(r["outcome"], "merged", "{r}");
+    let id = r["checkpoint"].as_str().expect("checkpoint");
+    assert_eq!(
+        show(&w.store, id)["parents"],
+        serde_json::json!([ours, feat])
+    );
+    let names = ["sub/linked.txt", "sub/alias.txt", "other.txt"];
+    let md: Vec<_> = names
+        .iter()
+        .map(|n| fs::metadata(w.path(n)).expect(n))
+        .collect();
+    for (n, m) in names.iter().zip(&md) {
+        assert_eq!(read(&w, n), "one file, three names\n", "{n}");
+        assert_eq!(m.ino(), md[0].ino(), "{n} is not a link to {}", names[0]);
+        assert_eq!(m.nlink(), 3, "{n}");
+    }
+    assert_eq!(workspace_row(&w)["dirty"], false);
 }
