@@ -552,10 +552,17 @@ pub fn enter_early(args: &[std::ffi::OsString]) {
     let Ok(cwd) = std::env::current_dir() else {
         return;
     };
+    // Compared as written: an argument with `..` is left to the slower way, which opens (and
+    // checks) the store outside first.
     let named: Vec<PathBuf> = args
         .iter()
         .skip(1)
         .filter(|a| !a.as_encoded_bytes().starts_with(b"-"))
+        .filter(|a| {
+            !Path::new(a)
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+        })
         .map(|a| cwd.join(a))
         .chain(std::iter::once(cwd.clone()))
         .collect();

@@ -92,13 +92,19 @@ fn untrusted(path: &Path, why: impl std::fmt::Display) -> Error {
 }
 
 /// Owner and mode rule for one path: owned by root or the invoking user; not writable by
-/// group or others (unless `sticky_ok` and the sticky bit is set).
-fn owner_mode(md: &fs::Metadata, sticky_ok: bool) -> std::result::Result<(), String> {
+/// group or others (unless `sticky_ok` and the sticky bit is set). With `unmapped_ok`, in a
+/// user namespace, an owner it does not map (root's `/`, `/tmp`, `/usr/bin`) shows as the
+/// overflow uid and is taken for root's: for the directories above a store and for programs,
+/// never for the store itself, which must be the invoking user's own there.
+fn owner_mode(
+    md: &fs::Metadata,
+    sticky_ok: bool,
+    unmapped_ok: bool,
+) -> std::result::Result<(), String> {
     let me = euid();
-    // In a user namespace an owner it does not map (root's /, /tmp) shows as the overflow uid:
-    // taken for root's, as the store was checked from outside before entering one ckptfs made.
-    let unmapped =
-        crate::fs::userns::in_child_userns() && md.uid() == crate::fs::userns::overflow_uid();
+    let unmapped = unmapped_ok
+        && crate::fs::userns::in_child_userns()
+        && md.uid() == crate::fs::userns::overflow_uid();
     if md.uid() != 0 && md.uid() != me && !unmapped {
         return Err(format!("owned by uid {}", md.uid()));
     }
@@ -117,7 +123,7 @@ fn owner_mode(md: &fs::Metadata, sticky_ok: bool) -> std::result::Result<(), Str
 fn check_ancestors(real: &Path, shown: &Path) -> Result<()> {
     for a in real.ancestors().skip(1) {
         let md = fs::metadata(a).map_err(|e| Error::io(a, e))?;
-        if let Err(why) = owner_mode(&md, true) {
+        if let Err(why) = owner_mode(&md, true, true) {
             return Err(untrusted(
                 shown,
                 format!("its ancestor {} is {why}", a.display()),
@@ -155,7 +161,7 @@ pub fn check_store(root: &Path, config: &Config, purpose: Purpose) -> Result<()>
         ));
     }
     let md = fs::metadata(&real).map_err(|e| Error::io(root, e))?;
-    match owner_mode(&md, false) {
+    match owner_mode(&md, false, false) {
         Err(why) if why.starts_with("owned") || purpose == Purpose::Use => {
             return Err(untrusted(root, format!("the directory is {why}")));
         }
@@ -163,7 +169,7 @@ pub fn check_store(root: &Path, config: &Config, purpose: Purpose) -> Result<()>
     }
     let cfg = real.join(CONFIG_FILE);
     let cmd = fs::symlink_metadata(&cfg).map_err(|e| Error::io(&cfg, e))?;
-    if let Err(why) = owner_mode(&cmd, false) {
+    if let Err(why) = owner_mode(&cmd, false, false) {
         return Err(untrusted(root, format!("{CONFIG_FILE} is {why}")));
     }
     for (name, r) in &config.roots {
@@ -214,10 +220,10 @@ pub fn check_program(program: &Path, roots: &[PathBuf]) -> Result<PathBuf> {
     if !md.is_file() {
         return Err(refuse("not a regular file".into()));
     }
-    owner_mode(&md, false).map_err(|why| refuse(format!("it is {why}")))?;
+    owner_mode(&md, false, true).map_err(|why| refuse(format!("it is {why}")))?;
     for a in real.ancestors().skip(1) {
         let md = fs::metadata(a).map_err(|e| Error::io(a, e))?;
-        owner_mode(&md, false)
+        owner_mode(&md, false, true)
             .map_err(|why| refuse(format!("its directory {} is {why}", a.display())))?;
     }
     Ok(real)

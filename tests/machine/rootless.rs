@@ -338,6 +338,59 @@ fn a_container_made_with_unshare_runs_a_workspace_with_a_turn_and_a_switch() {
     );
     // It made no namespace of its own (it is root of one already), and left no mount.
     assert!(holder_pids(u.uid).is_empty());
+    // A store of another account of the machine shows there as the overflow uid's, like
+    // root's: the store itself must be the container root's own, so it is refused.
+    let other = PathBuf::from(format!("/var/tmp/ckrl-other-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&other);
+    let o = Command::new(crate::support::cli::bin())
+        .arg("init")
+        .arg(&other)
+        .args(["--root", "ws=/var/tmp/ckrl-other-room"])
+        .output()
+        .expect("init");
+    assert!(o.status.success(), "{}", describe_output("init", &o));
+    let o = Command::new("chown")
+        .args(["-R", "daemon:daemon"])
+        .arg(&other)
+        .output()
+        .expect("chown");
+    assert!(o.status.success(), "{}", describe_output("chown", &o));
+    let o = Command::new("chmod")
+        .args(["-R", "go+rX"])
+        .arg(&other)
+        .output()
+        .expect("chmod");
+    assert!(o.status.success());
+    let o = Command::new("/usr/sbin/runuser")
+        .args([
+            "-u",
+            &u.name,
+            "--",
+            "unshare",
+            "--map-root-user",
+            "--mount",
+            "--",
+        ])
+        .arg(&u.bin)
+        .arg("log")
+        .arg(&other)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir(&u.home)
+        .output()
+        .expect("unshare");
+    let _ = fs::remove_dir_all(&other);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        describe_output("log in the container", &o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is not trusted"),
+        "{}",
+        describe_output("log", &o)
+    );
 }
 
 #[test]
