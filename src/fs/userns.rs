@@ -21,8 +21,8 @@
 //! In a namespace ([`in_child_userns`]) ckptfs is root there but not on the machine: overlays
 //! take `userxattr` and keep their xattrs as `user.overlay.*`; mounts live under
 //! `/tmp/ckptfs-UID` (root's `/run` is not writable there); an owner the namespace does not
-//! map shows as the overflow uid, which the trust rules take for root's (the store was
-//! checked from outside before entering).
+//! map shows as the overflow uid, which the trust rules take for root's above a store and for
+//! programs, never for the store itself (`store::trust`).
 
 use std::ffi::OsString;
 use std::fs;
@@ -197,15 +197,9 @@ pub fn live_holder(record: &Path) -> Option<Holder> {
 /// this process's.
 fn orphaned(record: &Path) -> Option<Holder> {
     let store = record.parent()?.parent()?;
-    let me = nix::unistd::geteuid().as_raw();
-    super::processes().into_iter().find_map(|(pid, dir)| {
-        if !fs::metadata(&dir).is_ok_and(|m| m.uid() == me) {
-            return None;
-        }
-        let cmd = fs::read(dir.join("cmdline")).ok()?;
-        let mut argv = cmd.split(|&b| b == 0).skip(1);
-        let ours = argv.next() == Some(b"browse".as_slice())
-            && argv.next() == Some(store.as_os_str().as_bytes());
+    own_processes().into_iter().find_map(|(pid, _, argv)| {
+        let ours = argv.get(1).is_some_and(|a| a == b"browse")
+            && argv.get(2).is_some_and(|a| a == store.as_os_str().as_bytes());
         let h = Holder {
             pid,
             start: start_time(pid)?,
@@ -218,6 +212,20 @@ fn orphaned(record: &Path) -> Option<Holder> {
             h
         })
     })
+}
+
+/// This account's processes: pid, directory in `/proc`, and command line (its arguments).
+fn own_processes() -> Vec<(u32, PathBuf, Vec<Vec<u8>>)> {
+    let me = nix::unistd::geteuid().as_raw();
+    super::processes()
+        .into_iter()
+        .filter(|(_, dir)| fs::metadata(dir).is_ok_and(|m| m.uid() == me))
+        .filter_map(|(pid, dir)| {
+            let cmd = fs::read(dir.join("cmdline")).ok()?;
+            let argv = cmd.split(|&b| b == 0).map(<[u8]>::to_vec).collect();
+            Some((pid, dir, argv))
+        })
+        .collect()
 }
 
 /// Set by the commands that work where the account's shell is (the read-only views): no
@@ -308,35 +316,37 @@ pub fn subordinate_range(file: &Path, name: Option<&str>, id: u32) -> Option<(u6
     })
 }
 
-/// How the holder's namespace maps ids.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mapping {
-    /// uid 0 → the account, 1..=N → its subordinate range.
-    Subordinate { uids: u64, gids: u64 },
-    /// uid 0 → the account; nothing else.
-    OwnIdOnly,
-}
-
-fn write_maps(pid: u32) -> Result<Mapping> {
+/// This account's subordinate uid and gid ranges, when it has both and `newuidmap` and
+/// `newgidmap` are installed (what the holder's namespace maps beyond the account itself).
+/// The account's name picks the lines (newuidmap, setuid root, checks the ranges are the
+/// caller's); where the user database is not readable to the account, its login's name.
+pub fn subordinate_ids() -> Option<((u64, u64), (u64, u64))> {
     let uid = nix::unistd::geteuid().as_raw();
-    let gid = nix::unistd::getegid().as_raw();
-    // The name picks the line; newuidmap (setuid root) checks the range is the caller's. Where
-    // the user database is not readable to the account, the login's own name is asked.
     let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
         .ok()
         .flatten()
         .map(|u| u.name)
         .or_else(|| std::env::var("USER").ok())
         .or_else(|| std::env::var("LOGNAME").ok());
-    let su = subordinate_range(Path::new("/etc/subuid"), name.as_deref(), uid);
-    let sg = subordinate_range(Path::new("/etc/subgid"), name.as_deref(), uid);
-    let tools = [
-        super::programs::system_program("newuidmap"),
-        super::programs::system_program("newgidmap"),
-    ];
-    if let (Some(su), Some(sg), true) = (su, sg, tools.iter().all(|t| t.is_file())) {
-        for (tool, own, (start, count)) in [(&tools[0], uid, su), (&tools[1], gid, sg)] {
-            let out = Command::new(tool)
+    let su = subordinate_range(Path::new("/etc/subuid"), name.as_deref(), uid)?;
+    let sg = subordinate_range(Path::new("/etc/subgid"), name.as_deref(), uid)?;
+    ID_MAP_TOOLS
+        .iter()
+        .all(|t| super::programs::system_program(t).is_file())
+        .then_some((su, sg))
+}
+
+/// The setuid helpers that map a subordinate range (Debian's `uidmap`).
+const ID_MAP_TOOLS: [&str; 2] = ["newuidmap", "newgidmap"];
+
+fn write_maps(pid: u32) -> Result<()> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let gid = nix::unistd::getegid().as_raw();
+    if let Some((su, sg)) = subordinate_ids() {
+        for (tool, own, (start, count)) in [(ID_MAP_TOOLS[0], uid, su), (ID_MAP_TOOLS[1], gid, sg)]
+        {
+            let tool = super::programs::system_program(tool);
+            let out = Command::new(&tool)
                 .arg(pid.to_string())
                 .args([
                     "0",
@@ -350,7 +360,7 @@ fn write_maps(pid: u32) -> Result<Mapping> {
                 .env("PATH", super::programs::SYSTEM_PATH)
                 .stdin(Stdio::null())
                 .output()
-                .map_err(|e| Error::io(tool, e))?;
+                .map_err(|e| Error::io(&tool, e))?;
             if !out.status.success() {
                 return Err(Error::Invalid(format!(
                     "{} refused the subordinate range {start}:{count}: {}",
@@ -359,10 +369,7 @@ fn write_maps(pid: u32) -> Result<Mapping> {
                 )));
             }
         }
-        return Ok(Mapping::Subordinate {
-            uids: su.1,
-            gids: sg.1,
-        });
+        return Ok(());
     }
     log::info!(
         "no subordinate ids for this account (/etc/subuid, /etc/subgid, newuidmap): the \
@@ -376,7 +383,7 @@ fn write_maps(pid: u32) -> Result<Mapping> {
         let p = PathBuf::from(format!("/proc/{pid}/{file}"));
         fs::write(&p, text).map_err(|e| Error::io(&p, e))?;
     }
-    Ok(Mapping::OwnIdOnly)
+    Ok(())
 }
 
 /// Starts the holder, maps its ids and records it (never over another's live record: two
@@ -548,7 +555,6 @@ pub fn enter_early(args: &[std::ffi::OsString]) {
     if !is_ordinary() || ENTER_EARLY_SKIPS.iter().any(|s| skipped(args, s)) {
         return;
     }
-    let me = nix::unistd::geteuid().as_raw();
     let Ok(cwd) = std::env::current_dir() else {
         return;
     };
@@ -566,18 +572,11 @@ pub fn enter_early(args: &[std::ffi::OsString]) {
         .map(|a| cwd.join(a))
         .chain(std::iter::once(cwd.clone()))
         .collect();
-    for (pid, dir) in super::processes() {
-        if !fs::metadata(&dir).is_ok_and(|m| m.uid() == me) {
+    for (pid, dir, argv) in own_processes() {
+        if argv.get(1).map(Vec::as_slice) != Some(HOLDER_COMMAND.as_bytes()) {
             continue;
         }
-        let Ok(cmd) = fs::read(dir.join("cmdline")) else {
-            continue;
-        };
-        let mut argv = cmd.split(|&b| b == 0);
-        if argv.nth(1) != Some(HOLDER_COMMAND.as_bytes()) {
-            continue;
-        }
-        let Some(store) = argv.next().filter(|s| !s.is_empty()) else {
+        let Some(store) = argv.get(2).filter(|s| !s.is_empty()) else {
             continue;
         };
         let store = Path::new(std::ffi::OsStr::from_bytes(store));
@@ -689,17 +688,10 @@ pub fn holder_mounts() -> Vec<super::mountinfo::MountEntry> {
     if !is_ordinary() {
         return Vec::new();
     }
-    let me = nix::unistd::geteuid().as_raw();
     let mut out = Vec::new();
-    for (_, dir) in super::processes() {
-        if !fs::metadata(&dir).is_ok_and(|m| m.uid() == me) {
-            continue;
-        }
-        let Ok(cmd) = fs::read(dir.join("cmdline")) else {
-            continue;
-        };
+    for (_, dir, argv) in own_processes() {
         // A holder; or a view daemon in a namespace of the account's, whose holder is gone.
-        let second = cmd.split(|&b| b == 0).nth(1);
+        let second = argv.get(1).map(Vec::as_slice);
         let daemon_elsewhere = second == Some(b"browse".as_slice())
             && fs::read_link(dir.join("ns/user")).ok() != fs::read_link("/proc/self/ns/user").ok();
         if second != Some(HOLDER_COMMAND.as_bytes()) && !daemon_elsewhere {

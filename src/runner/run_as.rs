@@ -215,18 +215,18 @@ pub fn resolve(store: &Store, branch: &str, o: &RunAsOptions) -> Result<RunAs> {
                     root.display()
                 )));
             }
-            let known = User::from_uid(Uid::from_raw(owner))
-                .map_err(|e| Error::io_op("reading the user database", e.into()))?;
             if crate::fs::userns::in_child_userns() {
                 return Ok(id_only(owner, group));
             }
-            known.ok_or_else(|| {
-                Error::Usage(format!(
-                    "{} is owned by uid {owner}, which the user database does not know: \
+            User::from_uid(Uid::from_raw(owner))
+                .map_err(|e| Error::io_op("reading the user database", e.into()))?
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "{} is owned by uid {owner}, which the user database does not know: \
                          pass --user USER or --as-root",
-                    root.display()
-                ))
-            })?
+                        root.display()
+                    ))
+                })?
         }
     };
     Ok(RunAs {

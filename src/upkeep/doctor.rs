@@ -424,13 +424,7 @@ fn check_rootless(f: &mut Vec<Finding>) {
     }
     if !userns::in_child_userns() {
         let uid = nix::unistd::geteuid().as_raw();
-        let name = std::env::var("USER").ok();
-        let has =
-            |file: &str| userns::subordinate_range(Path::new(file), name.as_deref(), uid).is_some();
-        let tools = ["newuidmap", "newgidmap"]
-            .iter()
-            .all(|t| crate::fs::programs::system_program(t).is_file());
-        if !(has("/etc/subuid") && has("/etc/subgid") && tools) {
+        if userns::subordinate_ids().is_none() {
             note(
                 Severity::Info,
                 "subordinate ids",

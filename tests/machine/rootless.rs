@@ -169,19 +169,12 @@ fn an_ordinary_account_runs_workspaces_in_a_namespace_of_its_own() {
         &room,
         &format!("mkdir {room}/d && echo mine > {room}/d/own"),
     );
-    let swapper = Command::new("/bin/sh")
-        .arg("-c")
-        .arg("echo $$ > \"$0\"/cgroup.procs && exec \"$@\"")
-        .arg(&u.cgroup)
-        .args(["/usr/sbin/runuser", "-u", &u.name, "--"])
-        .arg(&u.bin)
+    let swapper = u
+        .as_user(&u.bin, true)
         .args(["exec", &room, "--", "/bin/sh", "-c"])
         .arg(format!(
             "cd {room}; for i in $(seq 1 400); do mv d d.x; ln -s /etc d; rm d; mv d.x d; done"
         ))
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .current_dir(&u.home)
         .spawn()
         .expect("swapper");
     let mut swapper = KillOnDrop(swapper);
@@ -290,18 +283,9 @@ fn a_container_made_with_unshare_runs_a_workspace_with_a_turn_and_a_switch() {
          {bin} exec {room} -- cat {room}/notes.md\n\
          {bin} umount {room}\n"
     );
-    let o = Command::new("/bin/sh")
-        .arg("-c")
-        .arg("echo $$ > \"$0\"/cgroup.procs && exec \"$@\"")
-        .arg(&u.cgroup)
-        .args([
-            "/usr/sbin/runuser",
-            "-u",
-            &u.name,
-            "--",
-            "unshare",
-            "--map-root-user",
-        ])
+    let o = u
+        .as_user("unshare", true)
+        .arg("--map-root-user")
         .arg(format!("--map-users={start},1,{count}"))
         .arg(format!("--map-groups={start},1,{count}"))
         .args([
@@ -313,10 +297,6 @@ fn a_container_made_with_unshare_runs_a_workspace_with_a_turn_and_a_switch() {
             "-c",
             &script,
         ])
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", &u.home)
-        .current_dir(&u.home)
         .output()
         .expect("unshare");
     assert!(
@@ -361,22 +341,12 @@ fn a_container_made_with_unshare_runs_a_workspace_with_a_turn_and_a_switch() {
         .output()
         .expect("chmod");
     assert!(o.status.success());
-    let o = Command::new("/usr/sbin/runuser")
-        .args([
-            "-u",
-            &u.name,
-            "--",
-            "unshare",
-            "--map-root-user",
-            "--mount",
-            "--",
-        ])
+    let o = u
+        .as_user("unshare", false)
+        .args(["--map-root-user", "--mount", "--"])
         .arg(&u.bin)
         .arg("log")
         .arg(&other)
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .current_dir(&u.home)
         .output()
         .expect("unshare");
     let _ = fs::remove_dir_all(&other);
@@ -518,20 +488,13 @@ fn the_agent_example_runs_without_root(agent: crate::support::agent::Agent) {
     }
     let work = u.path("work");
     assert!(u.sh("mkdir work").status.success());
-    let o = Command::new("/bin/sh")
-        .arg("-c")
-        .arg("echo $$ > \"$0\"/cgroup.procs && exec \"$@\"")
-        .arg(&u.cgroup)
-        .args(["/usr/sbin/runuser", "-u", &u.name, "--", "/bin/sh"])
+    let o = u
+        .as_user("/bin/sh", true)
         .arg(open.path().join("examples/agent-room.sh"))
         .arg(&work)
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", &u.home)
         .env("CKPTFS", &u.bin)
         .env("AGENT", agent.name())
         .env("AGENT_USER", &u.name)
-        .current_dir(&u.home)
         .output()
         .expect("the example");
     let out = String::from_utf8_lossy(&o.stdout);

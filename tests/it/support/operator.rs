@@ -129,6 +129,16 @@ impl Operator {
     }
 
     fn spawn(&self, args: &[&str], delegated: bool, env: &[(&'static str, String)]) -> Output {
+        self.as_user(&self.bin, delegated)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (*k, v)))
+            .output()
+            .expect("runuser")
+    }
+
+    /// `program` as the user (through runuser), in its home, with a clean environment (PATH,
+    /// HOME); with `delegated`, started in its delegated cgroup. Add its arguments.
+    pub fn as_user(&self, program: impl AsRef<std::ffi::OsStr>, delegated: bool) -> Command {
         let mut c = if delegated {
             let mut c = Command::new("/bin/sh");
             c.arg("-c")
@@ -140,15 +150,12 @@ impl Operator {
             Command::new(RUNUSER)
         };
         c.args(["-u", &self.name, "--"])
-            .arg(&self.bin)
-            .args(args)
+            .arg(program)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("HOME", &self.home)
-            .envs(env.iter().map(|(k, v)| (*k, v)))
-            .current_dir(&self.home)
-            .output()
-            .expect("runuser")
+            .current_dir(&self.home);
+        c
     }
 
     pub fn ok(&self, args: &[&str]) -> String {
