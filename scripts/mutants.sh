@@ -24,7 +24,7 @@ MODULES=(
   "crypto|src/remote/crypto.rs|--lib -- remote::"
   "pack|src/remote/pack.rs|--lib -- remote::"
   "object|src/store/object.rs,src/store/object/*.rs|--lib -- store::object"
-  "upper|src/ingest/upper/*.rs|--test it -- workspace::dirty workspace::lifecycle"
+  "upper|src/ingest/upper/*.rs|--test it -- workspace::dirty workspace::lifecycle view::inodes_stable store::hardlinks workspace::snapshots"
   "fold|src/workspace/fold.rs|--test it -- workspace::fold"
   "restore|src/transfer/restore/*.rs|--test it -- store::restore store::recover hostile::restore merge::workspace::hard_links"
 )

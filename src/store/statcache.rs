@@ -189,7 +189,9 @@ fn decode(data: &[u8]) -> Result<StatCache> {
     Ok(out)
 }
 
-const UPPER_MAGIC: &[u8; 4] = b"CKU2";
+/// CKU3 added `CachedDir::ino`; a cache of another version is not read (the next checkpoint
+/// merges every upper directory again).
+const UPPER_MAGIC: &[u8; 4] = b"CKU3";
 
 /// One upper directory of a workspace as the last checkpoint merged it: when the directory
 /// and everything under it still have the recorded stat keys, the merge reuses `tree` and
@@ -207,6 +209,9 @@ pub struct CachedDir {
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
     /// The names in the upper directory (unchanged while its key is: no readdir needed).
     pub names: Vec<Vec<u8>>,
+    /// The inode number its entry records: the lower directory's it continues (the one the
+    /// workspace shows), 0 for none (an opaque or new directory records its own).
+    pub ino: u64,
 }
 
 /// The workspace part of a stat cache: upper directories, and the keys of upper symlinks and
@@ -288,6 +293,7 @@ fn encode_upper(c: &UpperCache) -> Vec<u8> {
         for n in &d.names {
             put_bytes(&mut out, n);
         }
+        out.extend_from_slice(&d.ino.to_le_bytes());
     }
     out.extend_from_slice(&(c.others.len() as u64).to_le_bytes());
     for (path, k) in &c.others {
@@ -336,6 +342,7 @@ fn decode_upper(data: &[u8]) -> Result<UpperCache> {
             delta,
             xattrs,
             names,
+            ino: r.u64()?,
         };
         c.dirs.insert(path, d);
     }
@@ -408,6 +415,7 @@ mod tests {
                 delta: [1, -2, 3, -4],
                 xattrs: vec![(b"user.k".to_vec(), b"v".to_vec())],
                 names: vec![b"x".to_vec(), b"link".to_vec()],
+                ino: 0x1_0000_0007,
             },
         );
         c.others.insert(b"a/link".to_vec(), key);

@@ -113,7 +113,7 @@ pub(super) fn merge_child(
     }
     match c.meta.kind() {
         Kind::Dir if is_clean(ctx, &c.rel_bytes, &c.meta)? => {
-            Ok(Looked::Node(reuse_clean_dir(ctx, lower, c)?))
+            Ok(Looked::Node(reuse_clean_dir(ctx, c)?))
         }
         Kind::Dir => merge_changed_dir(ctx, lower, c),
         Kind::File => upper_file(ctx, lower, c),
@@ -128,11 +128,7 @@ pub(super) fn merge_child(
 
 /// A directory nothing under which changed since the last checkpoint: its tree and totals are
 /// the ones recorded then, without reading its xattrs or its lower tree.
-pub(super) fn reuse_clean_dir(
-    ctx: &mut Ctx<'_>,
-    lower: Option<&Tree>,
-    c: UpperChild<'_, '_>,
-) -> Result<MNode> {
+pub(super) fn reuse_clean_dir(ctx: &mut Ctx<'_>, c: UpperChild<'_, '_>) -> Result<MNode> {
     let Some(d) = ctx.old_upper.dirs.remove(&c.rel_bytes) else {
         return Err(Error::Invalid(
             "internal: clean directory not cached".into(),
@@ -147,17 +143,11 @@ pub(super) fn reuse_clean_dir(
         &c.meta,
         d.xattrs.clone(),
     );
-    // The number the workspace shows is the lower directory's it continues: the one of its
-    // name, else (renamed: one xattr read) the one its redirect names.
-    let lower_ino = match c.lower.filter(|l| l.is_dir()) {
-        Some(l) => l.ino,
-        None => {
-            let x = split_xattrs(|want| c.dir.xattrs_of_where(c.os_name, want))?;
-            continued_dir_ino(ctx, lower, c.lower, x.opaque, x.redirect.as_deref())?
-        }
-    };
-    if lower_ino != 0 {
-        entry.ino = lower_ino;
+    // The number the workspace shows: the lower directory's it continues, as the merge that
+    // cached it found (by its name, or its redirect; none when opaque), else its own. Its key
+    // is unchanged, so are its opaque and redirect xattrs and the base it was merged over.
+    if d.ino != 0 {
+        entry.ino = d.ino;
     }
     ctx.new_upper.dirs.insert(c.rel_bytes.clone(), d);
     ctx.reused.insert(c.rel_bytes);

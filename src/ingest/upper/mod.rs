@@ -750,6 +750,7 @@ fn build(
                         delta: total.to_array(),
                         xattrs: sub.xattrs.clone(),
                         names: sub.names.clone(),
+                        ino: sub.lower_ino,
                     };
                     ctx.new_upper.dirs.insert(sub.rel.clone(), cached);
                 }
