@@ -18,8 +18,11 @@ pub(super) fn check_objects_shown(
 ) -> Result<u64> {
     let mut chunks = HashSet::new();
     let mut stack = vec![*tree];
-    // Each distinct tree is read once; its file bytes are summed bottom-up, memoized.
+    // Each distinct tree is read once; its file bytes are summed bottom-up, memoized. A
+    // linked file (`nlink > 1`) is written once whatever its names (`Links`, by inode
+    // number): its bytes count once, apart.
     let mut trees: HashMap<ObjectId, (u64, Vec<ObjectId>)> = HashMap::new();
+    let mut linked: HashMap<u64, u64> = HashMap::new();
     while let Some(t) = stack.pop() {
         if trees.contains_key(&t) {
             continue;
@@ -31,7 +34,11 @@ pub(super) fn check_objects_shown(
             match &e.kind {
                 EntryKind::File { chunks: c } => {
                     chunks.extend(c.iter().copied());
-                    own += e.size;
+                    if e.nlink > 1 {
+                        linked.insert(e.ino, e.size);
+                    } else {
+                        own += e.size;
+                    }
                 }
                 EntryKind::Dir { tree, .. } => {
                     stack.push(*tree);
@@ -42,7 +49,7 @@ pub(super) fn check_objects_shown(
         }
         trees.insert(t, (own, subs));
     }
-    let total = tree_bytes(tree, &trees, &mut HashMap::new());
+    let total = tree_bytes(tree, &trees, &mut HashMap::new()) + linked.values().sum::<u64>();
     let list: Vec<Chunk> = chunks.into_iter().collect();
     progress.add_total(list.iter().map(|c| u64::from(c.len)).sum());
     let err: Mutex<Option<Error>> = Mutex::new(None);
@@ -219,11 +226,13 @@ pub fn materialize_entry(
             } else {
                 write_file(store, e, at, name)?;
                 counts.1 += e.size;
+                progress.add_bytes(e.size);
                 links
                     .0
                     .insert(e.ino, (at.try_clone()?, name.to_os_string()));
             }
             counts.0 += 1;
+            progress.add_items(1);
             Ok(())
         }
         EntryKind::File { .. } => {

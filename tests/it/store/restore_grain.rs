@@ -592,6 +592,28 @@ fn a_restore_on_a_terminal_draws_a_bar_with_its_total() {
     }
 }
 
+/// A linked file counts in the bar's total once (it is written once, its other names are
+/// links), and advances the bar as any file: its bytes once, each of its names as a file.
+#[test]
+fn a_restore_bar_counts_a_linked_file() {
+    let env = Env::new();
+    write(&env.ws().join("l/one"), &random_bytes(3, 3 << 20));
+    fs::hard_link(env.ws().join("l/one"), env.ws().join("l/two")).unwrap();
+    write(&env.ws().join("small.txt"), b"small\n");
+    let id = env.capture_id(&[]);
+    let out = env.path("out");
+    let (code, text) = on_terminal(&["restore", &env.s(), &id, "--to", s(&out)]);
+    assert_eq!(code, 0, "{text}");
+    let last = text
+        .rsplit(['\r', '\n'])
+        .find(|l| l.contains("restore ["))
+        .unwrap_or_default();
+    assert!(
+        last.contains("3.00 MiB/3.00 MiB") && last.contains(", 3 files"),
+        "last frame: {last:?}\n{text}"
+    );
+}
+
 /// A restore reports what it wrote: each name as a file, a linked file's bytes once (its
 /// other names are links to it again), for a tree and for one file.
 #[test]
