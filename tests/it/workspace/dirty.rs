@@ -295,3 +295,65 @@ fn an_edit_in_an_untouched_upper_directory_is_recorded() {
         "the directory was taken whole: {r}"
     );
 }
+
+/// A file opened for writing and closed unwritten is copied up whole, yet nothing changed:
+/// the workspace stays clean and the next checkpoint records nothing (the copy keeps the
+/// lower file's inode number and ctime), with the upper layer kept or folded.
+#[test]
+fn a_file_opened_for_writing_and_left_unwritten_leaves_the_workspace_clean() {
+    let w = Workspace::new(git_repo);
+    let head = settle(&w);
+    for (round, fold) in [(0, &[][..]), (1, &["--no-fold"][..])] {
+        for name in ["a.txt", "src/deep/c.md"] {
+            let f = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(w.path(name))
+                .unwrap();
+            drop(f);
+        }
+        assert!(
+            w.store
+                .join("upper/main/.top-ws/ws/src/deep/c.md")
+                .is_file(),
+            "round {round}: the test needs a copy-up"
+        );
+        let st = status(&w);
+        assert_eq!(st["dirty"], false, "round {round}: status: {st}");
+        let mut args = vec!["checkpoint", w.room(), "-m", "unwritten", "--json"];
+        args.extend_from_slice(fold);
+        let r = ok_json(args);
+        assert_eq!(r["recorded"], false, "round {round}: {r}");
+        assert_eq!(r["id"], head.as_str(), "round {round}: {r}");
+    }
+    // Recorded beside a real change, the unwritten copies are the entries they were: their
+    // directory is the very tree it was.
+    write(&w.path("new.txt"), b"new\n");
+    let r = ok_json(["checkpoint", w.room(), "-m", "new", "--no-fold", "--json"]);
+    assert_eq!(r["recorded"], true, "{r}");
+    let deep = |id: &str| subtree(&w, id, &["src", "deep"]);
+    assert_eq!(
+        deep(r["id"].as_str().unwrap()),
+        deep(&head),
+        "src/deep holds only an unwritten copy, yet its tree changed"
+    );
+}
+
+/// The tree id of the directory `path` below root `ws` of checkpoint `id`.
+fn subtree(w: &Workspace, id: &str, path: &[&str]) -> String {
+    use ckptfs::store::tree::{EntryKind, Tree};
+    let s = ckptfs::store::Store::open(&w.store).unwrap();
+    let shown: serde_json::Value = ok_json(["show", w.store(), id]);
+    let mut tree =
+        ckptfs::id::ObjectId::parse(shown["checkpoint"]["roots"]["ws"]["tree"].as_str().unwrap())
+            .unwrap();
+    for name in path {
+        let t = Tree::decode(&s.read_object(&tree).unwrap()).unwrap();
+        let e = t.get(name.as_bytes()).expect("directory in the tree");
+        let EntryKind::Dir { tree: sub, .. } = e.kind else {
+            panic!("{name} is not a directory");
+        };
+        tree = sub;
+    }
+    tree.to_string()
+}
