@@ -4,13 +4,9 @@
 
 use super::*;
 
-/// Reads and hashes every tree and chunk below `tree` (chunks on all cores).
-pub fn check_objects(store: &Store, tree: &ObjectId) -> Result<()> {
-    check_objects_shown(store, tree, &Progress::hidden()).map(|_| ())
-}
-
-/// As [`check_objects`], the chunk bytes read shown in `progress` (its total raised by
-/// them); returns the bytes of the files in `tree` (each as often as it occurs).
+/// Reads and hashes every tree and chunk below `tree` (chunks on all cores), the chunk bytes
+/// read shown in `progress` (its total raised by them); returns the bytes a restore of `tree`
+/// writes (each file as often as it occurs, a linked file once).
 pub(super) fn check_objects_shown(
     store: &Store,
     tree: &ObjectId,

@@ -592,6 +592,29 @@ fn a_restore_on_a_terminal_draws_a_bar_with_its_total() {
     }
 }
 
+/// A restore into a mounted workspace (the room itself, or a directory under it) is refused
+/// in one line naming the workspace: it would write under a live overlay. Nothing is written.
+#[test]
+fn a_restore_under_a_mounted_workspace_is_refused() {
+    let w = Workspace::new(|room| write(&room.join("a.txt"), b"a\n"));
+    let id = w.checkpoint("one");
+    let file = format!("{id}:ws/a.txt");
+    write(&w.path("a.txt"), b"changed\n");
+    for (spec, target) in [(&id, &w.room), (&file, &w.path("a.txt"))] {
+        refused(
+            1,
+            ["restore", w.store(), spec, "--to", s(target)],
+            &["under the mounted workspace main", "ckptfs switch"],
+        );
+    }
+    assert_eq!(fs::read(w.path("a.txt")).unwrap(), b"changed\n");
+    assert_eq!(
+        fs::read_dir(&w.room).unwrap().count(),
+        1,
+        "the restore wrote beside a.txt"
+    );
+}
+
 /// A linked file counts in the bar's total once (it is written once, its other names are
 /// links), and advances the bar as any file: its bytes once, each of its names as a file.
 #[test]
