@@ -87,34 +87,6 @@ pub(super) fn tree_bytes(
     b
 }
 
-/// Materializes `tree` into the held directory `at`, which this restore created: each entry
-/// created exclusively in it, its metadata given through its fd (a symlink: by its name in
-/// `at`, not followed). Counts (files, bytes) into `counts`.
-///
-/// # Errors
-/// A bad object, or I/O creating or writing an entry.
-pub fn materialize_dir(
-    store: &Store,
-    tree: &ObjectId,
-    at: &Dir,
-    counts: &mut (u64, u64),
-    progress: &Progress,
-) -> Result<()> {
-    let mut links = Links::default();
-    materialize(
-        store,
-        tree,
-        at,
-        counts,
-        None,
-        Path::new(""),
-        false,
-        progress,
-        &mut links,
-    )
-    .map(|_| ())
-}
-
 /// The first name restored of each linked file (by its recorded inode number): the held
 /// directory it is in, and its name there. Later names become hard links to it.
 #[derive(Default)]
@@ -132,10 +104,13 @@ impl Links {
     }
 }
 
-/// As [`materialize_dir`], through `filter`: `rel` is `at`'s path from the restored
-/// directory, `whole` that an include rule matched a directory above (everything in it is
-/// restored). A directory none of whose entries is restored, and which no include rule
-/// matched, is removed again. Returns whether anything was restored in `at`.
+/// Materializes `tree` into the held directory `at`, which this restore created: each entry
+/// created exclusively in it, its metadata given through its fd (a symlink: by its name in
+/// `at`, not followed). Counts (files, bytes) into `counts`. Through `filter`: `rel` is
+/// `at`'s path from the restored directory, `whole` that an include rule matched a directory
+/// above (everything in it is restored). A directory none of whose entries is restored, and
+/// which no include rule matched, is removed again. Returns whether anything was restored in
+/// `at`. Linked files are written once, their other names linked (`links`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn materialize(
     store: &Store,
