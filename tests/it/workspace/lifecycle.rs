@@ -291,6 +291,14 @@ fn checkpoints_equal_captures(options: &[&str]) {
     // stat keys below an unchanged directory can reveal it.
     let rounds: Vec<Box<dyn Fn()>> = vec![
         Box::new(|| {
+            // Enough new files that, kept in the upper layer, the next checkpoints `lstat`
+            // the cached paths from several threads (from 256 on).
+            for d in 0..4 {
+                fs::create_dir_all(p(&format!("many/m{d}"))).unwrap();
+                for f in 0..80 {
+                    fs::write(p(&format!("many/m{d}/{f}")), format!("{d}.{f}\n")).unwrap();
+                }
+            }
             fs::write(p("tree/d0/sub0/f0.txt"), "edited\n").unwrap();
             fs::write(p("tree/d1/new.txt"), "new\n").unwrap();
             fs::remove_file(p("tree/d2/sub1/f1.txt")).unwrap();
@@ -324,6 +332,8 @@ fn checkpoints_equal_captures(options: &[&str]) {
             fs::rename(p("tree/d3-moved/sub0"), p("tree/d1/sub0-from-d3")).unwrap();
             fs::remove_file(p("tree/d5/link")).unwrap();
             fs::write(p("notes.md"), "# notes\nround 5\n").unwrap();
+            fs::write(p("many/m2/7"), "rewritten among many\n").unwrap();
+            fs::remove_file(p("many/m3/0")).unwrap();
         }),
         Box::new(|| {
             // Hard links: a second name for a lower file (both names copied up, one file),
