@@ -357,3 +357,30 @@ fn subtree(w: &Workspace, id: &str, path: &[&str]) -> String {
     }
     tree.to_string()
 }
+
+/// Hundreds of files kept in the upper layer in one directory (the root): the next checkpoint
+/// without a fold `lstat`s their cached paths from several threads, all in one group, and
+/// records exactly the one rewritten and the one removed.
+#[test]
+fn many_files_kept_in_one_upper_directory_are_checked_and_recorded() {
+    let w = Workspace::new(git_repo);
+    for i in 0..300 {
+        write(&w.path(&format!("n{i:03}")), format!("{i}\n").as_bytes());
+    }
+    let first = ok_json(["checkpoint", w.room(), "-m", "many", "--no-fold", "--json"]);
+    assert_eq!(first["recorded"], true, "{first}");
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    write(&w.path("n150"), b"rewritten\n");
+    fs::remove_file(w.path("n299")).unwrap();
+    let r = ok_json(["checkpoint", w.room(), "-m", "one", "--no-fold", "--json"]);
+    let id = r["id"].as_str().expect("id");
+    let diff = ok(["diff", w.store(), first["id"].as_str().unwrap(), id]);
+    let changed: Vec<&str> = diff.lines().collect();
+    assert_eq!(changed.len(), 2, "{diff}");
+    assert!(
+        diff.contains("ws/n150") && diff.contains("ws/n299"),
+        "{diff}"
+    );
+    assert_eq!(w.cat(id, "n150"), b"rewritten\n");
+    assert_eq!(w.cat(id, "n000"), b"0\n");
+}
