@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Ctx, MDir, MNode};
+use super::{Ctx, MDir, MNode, Totals};
 use crate::error::Result;
 use crate::ingest::reader::FileData;
 use crate::store::object::ObjectBatch;
@@ -75,7 +75,7 @@ pub(super) fn relink(
         patches: &patches,
         dirs: &dirs,
     };
-    fix.apply_dir(ctx, batch, root, b"")
+    fix.apply_dir(ctx, batch, root, b"").map(|_| ())
 }
 
 fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
@@ -208,13 +208,18 @@ struct Fix<'p> {
 }
 
 impl Fix<'_> {
+    /// Patches the names under `dir`; returns what that added to the totals, which each merged
+    /// directory on the way also adds to its own `walk_delta`: the upper cache keeps a
+    /// directory's tree with the patched entries and its delta, and a later checkpoint that
+    /// takes the directory whole finds nothing left to patch in it.
     fn apply_dir(
         &self,
         ctx: &mut Ctx<'_>,
         batch: &ObjectBatch<'_>,
         dir: &mut MDir,
         rel: &[u8],
-    ) -> Result<()> {
+    ) -> Result<Totals> {
+        let before = ctx.delta;
         for (name, node) in &mut dir.children {
             let path = join(rel, name);
             if let Some(want) = self.patches.get(&path) {
@@ -236,7 +241,10 @@ impl Fix<'_> {
                 continue;
             }
             match node {
-                MNode::Dir(sub) => self.apply_dir(ctx, batch, sub, &path)?,
+                MNode::Dir(sub) => {
+                    let added = self.apply_dir(ctx, batch, sub, &path)?;
+                    sub.walk_delta.add(added, 1);
+                }
                 MNode::Keep(e) | MNode::Ready(e) => {
                     if let EntryKind::Dir { tree, subdirs } = e.kind {
                         let tree = self.rebuild(ctx, batch, &tree, &path)?;
@@ -248,7 +256,7 @@ impl Fix<'_> {
                 MNode::File(_) => {}
             }
         }
-        Ok(())
+        Ok(ctx.delta.since(before))
     }
 
     /// A stored tree with its patched names; returns the new tree's id.

@@ -354,6 +354,16 @@ fn checkpoints_equal_captures(options: &[&str]) {
             fs::remove_file(p("tree/d5/pair/one")).unwrap();
         }),
         Box::new(|| {
+            // Metadata-only copies (chmod) renamed: in their directory (a relative redirect)
+            // and into another one (an absolute redirect).
+            let mode = std::os::unix::fs::PermissionsExt::from_mode(0o640);
+            fs::set_permissions(p("tree/d1/sub0/f2.txt"), mode).unwrap();
+            fs::rename(p("tree/d1/sub0/f2.txt"), p("tree/d1/sub0/f2-renamed.txt")).unwrap();
+            let mode = std::os::unix::fs::PermissionsExt::from_mode(0o640);
+            fs::set_permissions(p("tree/d5/sub1/f3.txt"), mode).unwrap();
+            fs::rename(p("tree/d5/sub1/f3.txt"), p("tree/d5/moved-f3.txt")).unwrap();
+        }),
+        Box::new(|| {
             // The linked copy's first name gone, a whole directory of lower files removed.
             fs::remove_file(p("tree/d0/sub1/f1.txt")).unwrap();
             fs::remove_dir_all(p("tree/d2/sub0")).unwrap();
