@@ -430,7 +430,8 @@ fn checkpoints_equal_captures(options: &[&str]) {
 }
 
 /// One entry of [`stat_of_files`]: path, low 32 bits of the inode number, link count (0 for
-/// an entry recorded without links), ctime (files) or mtime (directories and symlinks).
+/// an entry recorded without links; a directory's subdirectories, which give its link count),
+/// ctime (files) or mtime (directories and symlinks).
 type Shown = (String, u32, u32, i64);
 
 /// [`Shown`] of every entry below a tree.
@@ -441,8 +442,8 @@ fn stat_of_files(store: &std::path::Path, tree: &str) -> Vec<Shown> {
         for e in t.entries {
             let p = format!("{pre}/{}", String::from_utf8_lossy(&e.name));
             match e.kind {
-                EntryKind::Dir { tree, .. } => {
-                    out.push((p.clone(), e.ino as u32, 0, e.mtime_ns));
+                EntryKind::Dir { tree, subdirs } => {
+                    out.push((p.clone(), e.ino as u32, subdirs, e.mtime_ns));
                     walk(s, &tree, &p, out)
                 }
                 EntryKind::File { .. } => out.push((p, e.ino as u32, e.nlink, e.ctime_ns)),
