@@ -306,11 +306,7 @@ fn checkpoints_equal_captures(options: &[&str]) {
         }),
         Box::new(|| {
             // A deep edit under directories the last checkpoint already merged.
-            let mut f = fs::OpenOptions::new()
-                .append(true)
-                .open(p("tree/d0/sub0/f0.txt"))
-                .unwrap();
-            f.write_all(b"more\n").unwrap();
+            append(&p("tree/d0/sub0/f0.txt"), b"more\n");
             fs::rename(p("tree/d3"), p("tree/d3-moved")).unwrap();
         }),
         Box::new(|| {
@@ -346,11 +342,7 @@ fn checkpoints_equal_captures(options: &[&str]) {
         }),
         Box::new(|| {
             // A linked copy grown through one name, one name of the new pair removed.
-            let mut f = fs::OpenOptions::new()
-                .append(true)
-                .open(p("tree/d2/linked"))
-                .unwrap();
-            f.write_all(b"grown through its second name\n").unwrap();
+            append(&p("tree/d2/linked"), b"grown through its second name\n");
             fs::remove_file(p("tree/d5/pair/one")).unwrap();
         }),
         Box::new(|| {
@@ -427,6 +419,12 @@ fn checkpoints_equal_captures(options: &[&str]) {
             "round {i}: inode numbers, link counts and ctimes"
         );
     }
+}
+
+/// Appends `data` to the file at `path`.
+fn append(path: &std::path::Path, data: &[u8]) {
+    let mut f = fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(data).unwrap();
 }
 
 /// One entry of [`stat_of_files`]: path, low 32 bits of the inode number, link count (0 for
