@@ -12,9 +12,10 @@
 //! keeps, and removes every other one unless a live pin (the workspaces' lower view) holds it.
 //!
 //! Each run draws a fresh base seed and prints it; a failing case names its own seed, which
-//! replays it alone: `CKPTFS_MODEL_SEED=0x... cargo test --test model_history` (the same
-//! operations, as long as gc prunes the same checkpoints: what a live pin holds depends on the
-//! kernel's caches).
+//! replays it alone: `CKPTFS_MODEL_SEED=0x... cargo test --test it store::model_history`
+//! (the same operations, as long as gc prunes the same checkpoints: what a live pin holds
+//! depends on the kernel's caches). The failure's message comes last, after the operations,
+//! so that the tail of a long log shows it.
 //! `CKPTFS_MODEL_CASES=N` changes the number of cases; `CKPTFS_MODEL_VERBOSE=1` prints every
 //! case's operations.
 //!
@@ -967,8 +968,9 @@ fn history_operations_match_the_model() {
                 .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
             failures.lock().unwrap().push(format!(
-                "case seed {seed:#x} failed: {msg}\noperations:\n{}\nreplay it alone: \
-                 CKPTFS_MODEL_SEED={seed:#x} cargo test --test model_history",
+                "case seed {seed:#x}, operations:\n{}\ncase seed {seed:#x} failed: {msg}\n\
+                 replay it alone: CKPTFS_MODEL_SEED={seed:#x} cargo test --test it \
+                 store::model_history",
                 log.join("\n")
             ));
         }
