@@ -300,3 +300,30 @@ fn a_remount_of_a_workspace_with_unrecorded_changes_keeps_links_and_numbers() {
         "copied-up files keep their numbers across a remount"
     );
 }
+
+/// A name of a lower link group removed, and nothing else changed: the upper layer then holds
+/// no linked file, only a whiteout at the root, yet the group lost a name, so the checkpoint
+/// records the other two as a group of two (a view shows their link count), not of three.
+#[test]
+fn a_name_removed_from_a_lower_group_leaves_a_group_of_the_others() {
+    let w = Workspace::new(|room| {
+        let outside = room.parent().unwrap().join("outside-name");
+        linked_room(room, &outside);
+    });
+    fs::remove_file(w.path("a")).unwrap();
+    let left = ["sub/b", "sub/deeper/c"];
+    assert_group(&w.room, &left, 2, b"shared bytes\n", "the workspace");
+    let id = w.checkpoint("removed a");
+    let mnt = w.tmp.path().join("view");
+    fs::create_dir_all(&mnt).unwrap();
+    let _g = MountGuard::new(&mnt);
+    ok(["mount", w.store(), &id, s(&mnt)]);
+    assert!(!mnt.join("a").exists(), "a is gone from the checkpoint");
+    assert_group(
+        &mnt,
+        &left,
+        2,
+        b"shared bytes\n",
+        "a view of the checkpoint",
+    );
+}
