@@ -24,7 +24,7 @@ MODULES=(
   "crypto|src/remote/crypto.rs|--lib -- remote::"
   "pack|src/remote/pack.rs|--lib -- remote::"
   "object|src/store/object.rs,src/store/object/*.rs|--lib -- store::object"
-  "upper|src/ingest/upper/*.rs|--test it -- workspace::dirty workspace::lifecycle view::inodes_stable store::hardlinks workspace::snapshots"
+  "upper|src/ingest/upper/*.rs|--test it -- workspace::dirty workspace::lifecycle view::inodes_stable store::hardlinks workspace::snapshots hostile::workspace::a_fifo_fails_only hostile::deep::a_hard_link_over"
   "fold|src/workspace/fold.rs|--test it -- workspace::fold"
   "restore|src/transfer/restore/*.rs|--test it -- store::restore store::recover hostile::restore merge::workspace::hard_links"
 )

@@ -195,6 +195,29 @@ fn a_crafted_100k_tree_chain_fails_cleanly_in_every_stored_walk() {
     assert!(staging.trim().is_empty(), "restore left {staging}");
 }
 
+/// A workspace on a crafted checkpoint whose tree chain goes past the bound: the agent's own
+/// changes are shallow, but a hard link makes the checkpoint walk the whole base tree for link
+/// groups, which must stop at the bound with a clean error (no tree deeper than any walk
+/// handles is recorded, and no stack overflows).
+#[test]
+fn a_hard_link_over_a_crafted_chain_past_the_bound_fails_the_checkpoint_cleanly() {
+    let env = Env::new();
+    small_tree(env.ws());
+    let first = env.capture_id(&[]);
+    let mut id = put_raw_object(&env.store, &Tree { entries: vec![] }.encode());
+    for _ in 0..MAX_TREE_DEPTH + 8 {
+        id = put_raw_object(&env.store, &chain_link(&id).encode());
+    }
+    let cp = put_checkpoint_with_tree(&env.store, &first, "ws", &id);
+    let store = env.s();
+    ok(["fork", &store, &cp, "deep"]);
+    let _g = MountGuard::new(env.ws());
+    ok(["mount", &store, "--branch", "deep"]);
+    std::fs::write(env.ws().join("x"), b"linked").unwrap();
+    std::fs::hard_link(env.ws().join("x"), env.ws().join("y")).unwrap();
+    refuses_deep(&["checkpoint", s(env.ws()), "-m", "links"]);
+}
+
 /// The workspace tests: `nobody` makes the chain inside its own room.
 fn nobody_chain(w: &Workspace, depth: usize) {
     let room = w.path("deep");

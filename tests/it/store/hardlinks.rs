@@ -327,3 +327,24 @@ fn a_name_removed_from_a_lower_group_leaves_a_group_of_the_others() {
         "a view of the checkpoint",
     );
 }
+
+/// A linked file beside a directory whose path from the root is longer than the depth bound
+/// counts in levels (five names of 250 bytes): the checkpoint's pass over the link groups walks
+/// that stored directory by its path, and counts its depth in levels, not in bytes.
+#[test]
+fn a_hard_link_beside_a_long_stored_path_checkpoints() {
+    let long: Vec<String> = (0..5).map(|i| format!("{i}{}", "n".repeat(249))).collect();
+    let deep = long.join("/");
+    let w = Workspace::new(|room| {
+        fs::create_dir_all(room.join(&deep)).unwrap();
+        write(&room.join(&deep).join("f"), b"far\n");
+        write(&room.join("plain"), b"plain\n");
+    });
+    fs::hard_link(w.path("plain"), w.path("plain-too")).unwrap();
+    let id = w.checkpoint("a link beside a long path");
+    assert_eq!(w.cat(&id, &format!("{deep}/f")), b"far\n");
+    let out = w.tmp.path().join("restored");
+    ok(["restore", w.store(), &id, "--to", s(&out)]);
+    assert_group(&out, &["plain", "plain-too"], 2, b"plain\n", "restore");
+    assert_eq!(fs::read(out.join(&deep).join("f")).unwrap(), b"far\n");
+}
