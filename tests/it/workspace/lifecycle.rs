@@ -341,6 +341,11 @@ fn checkpoints_equal_captures(options: &[&str]) {
             std::os::unix::fs::symlink("one", p("tree/d5/pair/to-one")).unwrap();
         }),
         Box::new(|| {
+            // The pair grown through one name: after a fold the other name is still a lower
+            // entry of the same merged directory, and shows (and records) the new size.
+            append(&p("tree/d5/pair/two"), b"grown beside its other name\n");
+        }),
+        Box::new(|| {
             // A linked copy grown through one name, one name of the new pair removed.
             append(&p("tree/d2/linked"), b"grown through its second name\n");
             fs::remove_file(p("tree/d5/pair/one")).unwrap();
