@@ -145,16 +145,23 @@ fn chain_link(child: &str) -> Tree {
     }
 }
 
-#[test]
-fn a_crafted_100k_tree_chain_fails_cleanly_in_every_stored_walk() {
-    let env = Env::new();
+/// A store with a plain first checkpoint of a small tree, and a crafted one whose root `ws`
+/// is a chain of `depth` directories `d`: (first, crafted).
+fn crafted_chain(env: &Env, depth: usize) -> (String, String) {
     small_tree(env.ws());
     let first = env.capture_id(&[]);
     let mut id = put_raw_object(&env.store, &Tree { entries: vec![] }.encode());
-    for _ in 0..100_000 {
+    for _ in 0..depth {
         id = put_raw_object(&env.store, &chain_link(&id).encode());
     }
     let cp = put_checkpoint_with_tree(&env.store, &first, "ws", &id);
+    (first, cp)
+}
+
+#[test]
+fn a_crafted_100k_tree_chain_fails_cleanly_in_every_stored_walk() {
+    let env = Env::new();
+    let (first, cp) = crafted_chain(&env, 100_000);
     let store = env.s();
     let to = env.path("restored");
     let archive = env.path("a.ckpt");
@@ -202,13 +209,7 @@ fn a_crafted_100k_tree_chain_fails_cleanly_in_every_stored_walk() {
 #[test]
 fn a_hard_link_over_a_crafted_chain_past_the_bound_fails_the_checkpoint_cleanly() {
     let env = Env::new();
-    small_tree(env.ws());
-    let first = env.capture_id(&[]);
-    let mut id = put_raw_object(&env.store, &Tree { entries: vec![] }.encode());
-    for _ in 0..MAX_TREE_DEPTH + 8 {
-        id = put_raw_object(&env.store, &chain_link(&id).encode());
-    }
-    let cp = put_checkpoint_with_tree(&env.store, &first, "ws", &id);
+    let (_, cp) = crafted_chain(&env, MAX_TREE_DEPTH + 8);
     let store = env.s();
     ok(["fork", &store, &cp, "deep"]);
     let _g = MountGuard::new(env.ws());
