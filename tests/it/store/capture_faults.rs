@@ -170,3 +170,38 @@ fn fault_injection_strikes_exactly_the_counted_steps() {
     assert!(c.wait().expect("wait").success());
     assert!(said.contains("injected stop at I/O step 1 "), "{said}");
 }
+
+/// A commit's fault steps depend on how many objects it writes, not on their ids: a capture
+/// of two new files whose chunks share a fan-out directory (`objects/ab/`) takes as many
+/// steps as one of two files whose chunks do not, so every crash loop's count holds.
+#[test]
+fn a_commit_takes_as_many_steps_whichever_fan_outs_its_objects_share() {
+    let fan_out = |d: &[u8]| ckptfs::ObjectId::of(d).to_hex()[..2].to_string();
+    let contents: Vec<Vec<u8>> = (0..64)
+        .map(|i| format!("file {i}\n").into_bytes())
+        .collect();
+    let (a, b) = (0..contents.len())
+        .flat_map(|i| (i + 1..contents.len()).map(move |j| (i, j)))
+        .find(|&(i, j)| fan_out(&contents[i]) == fan_out(&contents[j]))
+        .expect("two of 64 contents share a first byte");
+    let c = (0..contents.len())
+        .find(|&k| fan_out(&contents[k]) != fan_out(&contents[a]))
+        .expect("a content in another fan-out");
+    let steps = |x: &[u8], y: &[u8]| {
+        let dir = tempdir();
+        let room = dir.path().join("room");
+        fs::create_dir_all(&room).expect("mkdir");
+        write(&room.join("keep"), b"keep\n");
+        let store = dir.path().join("store");
+        ok(["init", s(&store), "--root", &format!("ws={}", s(&room))]);
+        ok(["capture", s(&store), "-m", "first"]);
+        write(&room.join("x"), x);
+        write(&room.join("y"), y);
+        io_steps(["capture", s(&store), "-m", "second"])
+    };
+    assert_eq!(
+        steps(&contents[a], &contents[b]),
+        steps(&contents[a], &contents[c]),
+        "a capture's steps with two chunks in one fan-out, and in two"
+    );
+}
