@@ -59,3 +59,8 @@ for m in "${MODULES[@]}"; do
   printf '%-10s %7s %7s %7s %9s\n' "$name" "$(count caught)" "$(count missed)" \
     "$(count timeout)" "$(count unviable)"
 done
+# A test binary cargo-mutants kills at its timeout cannot run its drops: its mounts stay.
+if grep -q ckptfs /proc/mounts; then
+  echo "warning: ckptfs mounts are left (a timed-out test was killed?): grep ckptfs /proc/mounts," >&2
+  echo "then ckptfs umount or umount -l each before removing its directory" >&2
+fi
