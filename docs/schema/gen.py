@@ -257,7 +257,7 @@ WORKSPACE_STATE = obj("WorkspaceState", {
     "mounted_ns": t(NS, "when it was mounted"),
     "freeze_cgroups": t(arr(PATH), "cgroups each checkpoint freezes (absent when none)"),
     "freeze_fs": t(BOOL, "each checkpoint freezes the store's filesystem (absent when not)"),
-    "fold_budget": t(BYTES, "the upper layer is folded only once it holds more than this (`mount --fold-budget`; absent: at every checkpoint with nobody inside)"),
+    "fold_budget": t(BYTES, "the upper layer is folded only once it holds more than this, and that fold keeps the files written last up to half of it (`mount --fold-budget`; absent: at every checkpoint with nobody inside, keeping nothing)"),
 }, optional=["freeze_cgroups", "freeze_fs", "fold_budget"])
 
 # --- Commands -------------------------------------------------------------------------
@@ -282,11 +282,13 @@ HOLDER = obj("Holder", {
     "path": t(PATH, "the path inside, as the workspace shows it"),
 })
 FOLD = obj("FoldReport", {
-    "folded": t(BOOL, "the upper layer was folded into the base: it is empty now, the base is the head"),
-    "upper_files": t(U, "files of the upper layer folded (`folded`) or waiting to be"),
+    "folded": t(BOOL, "the upper layer was folded into the base: the base is the head, and the upper holds only the kept files"),
+    "upper_files": t(U, "files of the upper layer folded (`folded`, kept ones included) or waiting to be"),
     "upper_bytes": t(BYTES, "their bytes"),
+    "kept_files": t(U, "files a fold past its budget kept in the fresh upper layer (the hot set: written last, up to half the budget; their bytes are in the store too); 0 otherwise, and always 0 in `status`"),
+    "kept_bytes": t(BYTES, "their bytes"),
     "holders": t(arr(HOLDER), "who is inside, when the fold waits for them"),
-    "reason": t(STR, "why nothing was folded, when it was not for `holders` (`--no-fold` when the checkpoint asked not to; in `status`, an upper layer the fold budget keeps: its bytes are then in the store too)"),
+    "reason": t(STR, "why nothing was folded, when it was not for `holders` (`--no-fold` when the checkpoint asked not to; in `status`, an upper layer the fold budget keeps, or the files the last fold kept: their bytes are then in the store too)"),
 }, optional=["reason"], text="A fold of a workspace's upper layer into its base (docs/workspaces.md).")
 
 command("checkpoint", "checkpoint", obj("WorkspaceCheckpoint", {

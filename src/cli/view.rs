@@ -99,8 +99,10 @@ pub struct MountArgs {
     /// nobody inside). Until then the files the agent writes (transcripts, databases) stay
     /// in it, so writing them again after a checkpoint copies nothing, and the first `git
     /// status` after a checkpoint finds the kernel's caches still warm; they are stored
-    /// twice meanwhile (`status` shows how much). Recorded with the mount and kept across
-    /// switches.
+    /// twice meanwhile (`status` shows how much). Past SIZE, the fold keeps the files
+    /// written last (newest first, up to SIZE/2: the hot set) in the fresh upper layer and
+    /// folds the rest, so the next turn's appends copy nothing either. Recorded with the
+    /// mount and kept across switches.
     #[arg(long, value_name = "SIZE", requires = "branch", value_parser = size_arg)]
     pub fold_budget: Option<u64>,
     /// With --branch: print the mounted workspace as JSON.

@@ -535,9 +535,16 @@ fn print_fold(f: &workspace::FoldReport) {
     if f.folded {
         println!(
             "folded the upper layer into the checkpoint: {} files ({}) now only in the store",
-            f.upper_files,
-            human_bytes(f.upper_bytes)
+            f.upper_files - f.kept_files.min(f.upper_files),
+            human_bytes(f.upper_bytes - f.kept_bytes.min(f.upper_bytes))
         );
+        if f.kept_files > 0 {
+            println!(
+                "kept in the upper layer, written last: {} files ({}), also in the store",
+                f.kept_files,
+                human_bytes(f.kept_bytes)
+            );
+        }
     } else if f.upper_bytes > 0 || !f.holders.is_empty() {
         let why = match (&f.reason, f.holders.first()) {
             (_, Some(h)) => format!(

@@ -560,6 +560,35 @@ impl Dir {
         .map_err(|e| io_err(&self.display_path(name), e))
     }
 
+    /// The birth time of the entry `name` (not followed), where its filesystem records one
+    /// (`statx` with `STATX_BTIME`: ext4, XFS, btrfs, tmpfs).
+    pub fn birth_time(&self, name: &OsStr) -> Result<Option<(i64, i64)>> {
+        check_name(name)?;
+        let flags = rustix::fs::StatxFlags::BTIME;
+        let x = rustix::fs::statx(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW, flags)
+            .map_err(|e| io_err(&self.display_path(name), e))?;
+        Ok((x.stx_mask & flags.bits() != 0)
+            .then(|| (x.stx_btime.tv_sec, i64::from(x.stx_btime.tv_nsec))))
+    }
+
+    /// Removes the xattr `key` of the entry `name` (not followed); absent is not an error.
+    pub fn remove_xattr(&self, name: &OsStr, key: &[u8]) -> Result<()> {
+        let p = self.proc_path(name)?;
+        match rustix::fs::lremovexattr(p.as_c_str(), OsStr::from_bytes(key)) {
+            Ok(()) | Err(rustix::io::Errno::NODATA) => Ok(()),
+            Err(e) => Err(io_err(&self.display_path(name), e)),
+        }
+    }
+
+    /// The file handle of the entry `name` (not followed), as `name_to_handle_at(2)` encodes
+    /// it for its filesystem: the handle type and its bytes (what overlayfs records as a
+    /// copy's origin, see `workspace::hot`).
+    pub fn file_handle(&self, name: &OsStr) -> Result<(i32, Vec<u8>)> {
+        check_name(name)?;
+        crate::fs::sys::name_to_handle(self.fd.as_fd(), name)
+            .map_err(|e| Error::io(self.display_path(name), e))
+    }
+
     /// Creates the directory `name` (it must not exist).
     pub fn create_dir(&self, name: &OsStr, mode: u32) -> Result<()> {
         check_name(name)?;

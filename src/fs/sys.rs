@@ -289,3 +289,45 @@ impl Drop for IgnoreInterrupts {
         }
     }
 }
+
+/// `name_to_handle_at(dir, name, 0)`: the handle type and bytes the filesystem encodes for
+/// the entry, not followed (the call follows a symlink only with `AT_SYMLINK_FOLLOW`, and
+/// refuses `AT_SYMLINK_NOFOLLOW`); `name` must be a single component.
+pub fn name_to_handle(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+) -> std::io::Result<(i32, Vec<u8>)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    const MAX: usize = 128; // MAX_HANDLE_SZ
+    #[repr(C)]
+    struct Handle {
+        bytes: u32,
+        kind: i32,
+        data: [u8; MAX],
+    }
+    let mut h = Handle {
+        bytes: MAX as u32,
+        kind: 0,
+        data: [0; MAX],
+    };
+    let mut mount_id: libc::c_int = 0;
+    let c = std::ffi::CString::new(name.as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: `h` has the layout of `struct file_handle` with room for MAX_HANDLE_SZ bytes,
+    // as `handle_bytes` says; `c` is NUL-terminated; both outlive the call.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            std::ptr::addr_of_mut!(h).cast::<libc::file_handle>(),
+            &mut mount_id,
+            0,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let n = (h.bytes as usize).min(MAX);
+    Ok((h.kind, h.data[..n].to_vec()))
+}

@@ -231,11 +231,35 @@ impl Store {
         load_cache(&p, decode_upper, "upper cache")
     }
 
+    /// Loads the stat cache of the files a fold kept in a workspace's upper layer over
+    /// `checkpoint`, its new base (see `workspace::hot`); empty when missing or unreadable.
+    pub fn load_kept_statcache(&self, checkpoint: &ObjectId, root: &str) -> StatCache {
+        load_cache(
+            &kept_cache_path(&self.statcache_path(checkpoint, root)),
+            decode,
+            "stat cache",
+        )
+    }
+
+    /// Saves the stat cache of the files a fold kept (best effort: it is only a cache).
+    pub fn save_kept_statcache(&self, checkpoint: &ObjectId, root: &str, cache: &StatCache) {
+        let p = kept_cache_path(&self.statcache_path(checkpoint, root));
+        save_cache(&p, &encode(cache), "stat cache");
+    }
+
     /// Saves an upper cache (best effort: it is only a cache).
     pub fn save_upper_cache(&self, checkpoint: &ObjectId, root: &str, cache: &UpperCache) {
         let p = upper_cache_path(&self.statcache_path(checkpoint, root));
         save_cache(&p, &encode_upper(cache), "upper cache");
     }
+}
+
+/// `cache/stat/<id>-<root>.kept`: named after its checkpoint, as every stat cache (gc and
+/// forget remove it with the checkpoint's own).
+fn kept_cache_path(statcache: &Path) -> std::path::PathBuf {
+    let mut s = statcache.as_os_str().to_owned();
+    s.push(".kept");
+    s.into()
 }
 
 fn upper_cache_path(statcache: &Path) -> std::path::PathBuf {

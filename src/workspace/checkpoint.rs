@@ -256,7 +256,8 @@ fn merge_all(
 /// The caches of the checkpoint that can describe the upper layer's files: the head's, when it
 /// was taken from this upper (head != base). A head that is the base itself was captured from
 /// other files (another upper, or a plain capture with a cache of every file in the tree,
-/// whose loading alone costs 0.1 s on a 100k-file room), so its cache cannot match.
+/// whose loading alone costs 0.1 s on a 100k-file room), so its cache cannot match: only the
+/// cache of the files a fold kept over it does (`workspace::hot`).
 fn saved_caches(
     store: &Store,
     head: ObjectId,
@@ -264,7 +265,10 @@ fn saved_caches(
 ) -> impl FnMut(&str) -> upper::Previous + '_ {
     move |root| {
         if head == base {
-            return upper::Previous::default();
+            return upper::Previous {
+                files: store.load_kept_statcache(&head, root),
+                ..upper::Previous::default()
+            };
         }
         upper::Previous {
             files: store.load_statcache(&head, root),

@@ -41,6 +41,7 @@ use super::checkpoint::{first_excluded, is_dirty, Hold};
 use super::holders::{
     holders, is_busy, mount_in_use, mounted_elsewhere, set_mount_readonly, Holder,
 };
+use super::hot;
 use super::overlay;
 use super::plan::{mount_root, plan_roots, MountOptions};
 use super::state::{
@@ -52,11 +53,16 @@ use super::upper::{detach_and_remove, drop_head_caches, folded_dir, reap_folded,
 /// What a fold did, or why it waits.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct FoldReport {
-    /// The upper layer was folded into the base: it is empty now, the base is the head.
+    /// The upper layer was folded into the base: the base is the head, and the upper holds
+    /// only the kept files.
     pub folded: bool,
-    /// Files and bytes of the upper layer folded (`folded`) or waiting to be.
+    /// Files and bytes of the upper layer folded (`folded`, kept ones included) or waiting
+    /// to be.
     pub upper_files: u64,
     pub upper_bytes: u64,
+    /// Files and bytes a fold past its budget kept in the fresh upper (see `hot`).
+    pub kept_files: u64,
+    pub kept_bytes: u64,
     /// Who is inside, when the fold waits for them.
     pub holders: Vec<Holder>,
     /// Why nothing was folded, when it was not for `holders`.
@@ -106,8 +112,21 @@ fn waiting_because(store: &Store, st: &WorkspaceState, why: Option<&str>) -> Res
     let (_, head) = require_branch(store, &st.branch)?;
     let reason = why.map(str::to_string);
     if st.base == head {
+        // What a fold past its budget kept (`hot`): recorded, so in the store too.
+        let (upper_files, upper_bytes) = match st.fold_budget {
+            Some(_) => upper_usage(store, &st.branch),
+            None => (0, 0),
+        };
         return Ok(FoldReport {
-            reason,
+            reason: reason.or_else(|| {
+                (upper_files > 0).then(|| {
+                    "the files written last, which the last fold kept (within half the fold \
+                     budget) so they need no copy-up, and what changed since"
+                        .to_string()
+                })
+            }),
+            upper_files,
+            upper_bytes,
             ..FoldReport::default()
         });
     }
@@ -124,7 +143,7 @@ fn waiting_because(store: &Store, st: &WorkspaceState, why: Option<&str>) -> Res
             holders(&mountpoints(st))
         },
         reason,
-        folded: false,
+        ..FoldReport::default()
     })
 }
 
@@ -267,6 +286,17 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
             return Ok(not(&e.to_string(), report));
         }
     }
+    // Past the budget, the files written last (up to half of it) stay in the upper layer.
+    let roots: Vec<String> = st.roots.keys().cloned().collect();
+    // When the last turn started: the checkpoint before the head (0 when unreadable).
+    let turn_start = store
+        .read_checkpoint(&head)
+        .ok()
+        .and_then(|c| c.parents.first().copied())
+        .and_then(|p| store.read_checkpoint(&p).ok())
+        .map_or(0, |c| c.time_ns);
+    let budget = st.fold_budget.map_or(0, |b| b / 2);
+    let hot = hot::pick(store, branch, &roots, budget, turn_start);
     reap_folded(store);
     let now = now_ns();
     let trash = folded_dir(store).join(format!("{branch}-{now}"));
@@ -282,22 +312,25 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
         writable_again(&done);
         return Ok(not(&e.to_string(), report));
     }
-    remount_over_head(store, &st, head, now, &trash)?;
+    let kept = remount_over_head(store, &st, head, now, &trash, &hot)?;
     report.folded = true;
+    report.kept_files = kept.files;
+    report.kept_bytes = kept.bytes;
     Ok(report)
 }
 
 /// The fold past its commit point (the upper taken out of the branch): the base becomes the
-/// head, and the overlays are mounted again over it with an empty upper, the old ones set
-/// aside and detached in the background. A failure here says how to resume (see the module
-/// doc).
+/// head, and the overlays are mounted again over it with a fresh upper holding only the
+/// `hot` files carried over from the old one, the old overlays set aside and detached in the
+/// background. A failure here says how to resume (see the module doc).
 fn remount_over_head(
     store: &Store,
     st: &WorkspaceState,
     head: ObjectId,
     now: i64,
     trash: &Path,
-) -> Result<()> {
+    hot: &[hot::Hot],
+) -> Result<hot::Kept> {
     let branch = st.branch.as_str();
     // From here the base is the head (see the module doc): failures say how to resume.
     let resume = |e: Error| {
@@ -325,6 +358,8 @@ fn remount_over_head(
         fold_budget: st.fold_budget,
     };
     let roots = plan_roots(store, branch, &head, &opts).map_err(resume)?;
+    // Before the new overlays exist: an upper layer changes only while nothing mounts it.
+    let kept = hot::carry(store, trash, &roots, &head, hot);
     let src = source_name(store, branch);
     let mut asides = Vec::new();
     for (name, r) in &roots {
@@ -349,9 +384,10 @@ fn remount_over_head(
         },
     )
     .map_err(resume)?;
+    // They described the upper that went (`carry` saved the kept files' entries apart).
     drop_head_caches(store, &head, &opts.roots);
     detach_and_remove(&asides, Some(trash));
-    Ok(())
+    Ok(kept)
 }
 
 /// What `recover` does after a fold was interrupted (its RUNNING marker's `args`): before the

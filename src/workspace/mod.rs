@@ -43,6 +43,7 @@ pub mod place;
 mod branch;
 mod checkpoint;
 mod fold;
+mod hot;
 mod mount;
 mod park;
 pub mod pending;

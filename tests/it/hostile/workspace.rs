@@ -258,3 +258,70 @@ fn an_agent_left_inside_cannot_write_into_a_branch_it_was_switched_away_from() {
     );
     drop(sh);
 }
+
+/// A fold past its budget carries the agent's newest files into a fresh upper layer, as root:
+/// it carries regular files only, never follows what the agent planted (a symlink to a secret
+/// file, a directory symlink, a name with escape codes, a hard-linked pair, a setuid file of
+/// its own), and the workspace after it shows exactly what the head
+/// records, with nothing from outside in any checkpoint.
+#[test]
+fn a_fold_keeping_the_agents_files_carries_nothing_it_planted() {
+    let w = Workspace::for_nobody(&[], |room| {
+        fs::write(room.join("transcript.jsonl"), b"{}\n").unwrap();
+    });
+    ok(["umount", w.room()]);
+    ok([
+        "mount",
+        w.store(),
+        "--branch",
+        "main",
+        "--fold-budget",
+        "256K",
+    ]);
+    let secret = secret_dir(w.tmp.path(), "outside", &["secret".to_string()]);
+    let red = "\u{1b}[31mred\u{7}";
+    nobody_ok(&format!(
+        "cd {room} && echo turn >> transcript.jsonl && mkdir -p a/b && echo hot > a/b/f && \
+         ln -s {secret}/secret a/link && ln -s {secret} a/dirlink && printf esc > '{red}' && \
+         echo mine > suid && chmod 4755 suid && echo one > l1 && ln l1 l2 && \
+         head -c 300000 /dev/zero > bulk",
+        room = w.room.display(),
+        secret = secret.display()
+    ));
+    let r = ok_json(["checkpoint", w.room(), "-m", "turn", "--json"]);
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+    assert!(r["fold"]["kept_files"].as_u64() >= Some(4), "{r}");
+    let upper = w.store.join("upper/main/.top-ws/ws");
+    for kept in ["transcript.jsonl", "a/b/f", red, "suid"] {
+        let m = fs::symlink_metadata(upper.join(kept)).unwrap();
+        assert!(m.is_file(), "{kept} not kept");
+    }
+    for folded in ["a/link", "a/dirlink", "l1", "l2", "bulk"] {
+        assert!(
+            fs::symlink_metadata(upper.join(folded)).is_err(),
+            "{folded} carried"
+        );
+    }
+    // The workspace shows what the head records: the symlinks as symlinks, the links
+    // joined, the setuid file nobody's with its mode.
+    assert_eq!(
+        fs::read_link(w.room.join("a/link")).unwrap(),
+        secret.join("secret")
+    );
+    assert_eq!(fs::read(w.room.join(red)).unwrap(), b"esc");
+    let suid = fs::symlink_metadata(w.room.join("suid")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&suid), NOBODY);
+    assert_eq!(std::os::unix::fs::MetadataExt::mode(&suid) & 0o7777, 0o4755);
+    let l1 = fs::symlink_metadata(w.room.join("l1")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::nlink(&l1), 2);
+    nobody_ok(&format!(
+        "cd {} && echo again >> transcript.jsonl && echo more >> a/b/f",
+        w.room.display()
+    ));
+    ok(["checkpoint", w.room(), "-m", "after"]);
+    let status = ok_json(["status", w.room(), "--json"]);
+    assert_eq!(status[0]["dirty"], false, "{status}");
+    assert!(checkpoints_with_secret(w.store(), w.tmp.path()).is_empty());
+    let secret_now = fs::read_to_string(secret.join("secret")).unwrap();
+    assert_eq!(secret_now, SECRET);
+}

@@ -417,8 +417,32 @@ fn writable(w: &Workspace) -> bool {
 
 #[test]
 fn a_fold_interrupted_at_any_step_loses_nothing() {
+    fold_interrupted(None);
+}
+
+/// As above, for a fold past its budget that keeps the files written last (`hot`).
+#[test]
+fn a_fold_keeping_hot_files_interrupted_at_any_step_loses_nothing() {
+    fold_interrupted(Some("64K"));
+}
+
+fn fold_interrupted(budget: Option<&str>) {
     let w = Workspace::new(populate);
+    if let Some(b) = budget {
+        ok(["umount", w.room()]);
+        ok(["mount", w.store(), "--branch", "main", "--fold-budget", b]);
+    }
+    // Past the budget every round: 96 KiB written once, folded; the small files are kept.
+    let bulk = |round: u32| {
+        if budget.is_some() {
+            write(
+                &w.path(&format!("bulk/{round}.bin")),
+                &random_bytes(u64::from(round), 96 << 10),
+            );
+        }
+    };
     fs::write(w.path("notes.md"), "counting\n").unwrap();
+    bulk(0);
     let steps = io_steps(["checkpoint", w.room(), "-m", "count"]);
     let mut round = 0;
     for mode in ["fail", "abort"] {
@@ -427,6 +451,7 @@ fn a_fold_interrupted_at_any_step_loses_nothing() {
             let text = format!("round {round}\n");
             fs::write(w.path("notes.md"), &text).unwrap();
             write(&w.path(&format!("r/{round}.txt")), text.as_bytes());
+            bulk(round);
             let o = run_fault(["checkpoint", w.room(), "-m", "faulty"], mode, n);
             let ctx = format!("checkpoint {mode}:{n}/{steps}: {}", stderr(&o));
             let was_writable = writable(&w);
@@ -449,7 +474,11 @@ fn a_fold_interrupted_at_any_step_loses_nothing() {
                     "{ctx}: recover said {out}"
                 );
                 ok(["umount", w.room()]);
-                ok(["mount", w.store(), "--branch", "main"]);
+                let mut again = vec!["mount", w.store(), "--branch", "main"];
+                if let Some(b) = budget {
+                    again.extend(["--fold-budget", b]);
+                }
+                ok(again);
                 assert!(writable(&w), "{ctx}: not writable after a remount");
             }
             // Nothing lost: the workspace shows every round's file and the last text.
@@ -464,22 +493,39 @@ fn a_fold_interrupted_at_any_step_loses_nothing() {
                     "{ctx}: r/{i}.txt lost"
                 );
             }
+            if budget.is_some() {
+                assert_eq!(
+                    fs::read(w.path(&format!("bulk/{round}.bin"))).unwrap(),
+                    random_bytes(u64::from(round), 96 << 10),
+                    "{ctx}"
+                );
+            }
             assert!(ok(["verify", w.store()]).contains("0 findings"), "{ctx}");
             // A write after recover lands in the branch's upper layer (an overlay made
             // writable again over an upper the fold took would lose it).
             let after = format!("after/{round}.txt");
             write(&w.path(&after), b"after");
             // The next checkpoint records it all and folds.
-            let id = w.checkpoint("after the fault");
-            assert_eq!(w.cat(&id, "notes.md"), text.as_bytes(), "{ctx}");
-            assert_eq!(w.cat(&id, &after), b"after", "{ctx}");
+            let r = w.checkpoint_json("after the fault");
+            let id = r["id"].as_str().unwrap();
+            assert_eq!(w.cat(id, "notes.md"), text.as_bytes(), "{ctx}");
+            assert_eq!(w.cat(id, &after), b"after", "{ctx}");
+            if budget.is_some() {
+                // bulk/ is past the budget again: the fold keeps the small files only.
+                bulk(round + 1000);
+                let r = w.checkpoint_json("hot");
+                assert_eq!(r["fold"]["folded"], true, "{ctx}: {r}");
+                assert!(r["fold"]["kept_files"].as_u64() >= Some(1), "{ctx}: {r}");
+                assert_eq!(workspace_row(&w)["dirty"], false, "{ctx}");
+            }
         }
     }
 }
 
 /// `mount --fold-budget`: below the budget the upper layer is kept (the files the agent
 /// writes need no copy-up after a checkpoint: the same inode takes the next append), every
-/// checkpoint still records exactly what the workspace holds; past it, the fold happens.
+/// checkpoint still records exactly what the workspace holds; past it, the fold happens and
+/// keeps only the files written last.
 #[test]
 fn below_the_fold_budget_the_upper_is_kept_and_every_checkpoint_is_exact() {
     let w = Workspace::new(populate);
@@ -570,11 +616,15 @@ fn below_the_fold_budget_the_upper_is_kept_and_every_checkpoint_is_exact() {
         );
         assert_eq!(workspace_row(&w)["dirty"], false, "turn {turn}");
     }
-    // Past the budget the fold happens, and the upper layer empties.
+    // Past the budget the fold happens: the big file goes to the store only, the files
+    // written last stay (up to half the budget: the transcript and the notes).
     write(&w.path("big.bin"), &random_bytes(9, 9 << 20));
     let r = w.checkpoint_json("over budget");
     assert_eq!(r["fold"]["folded"], true, "{r}");
-    assert_eq!(files_under(&upper), (0, 0));
+    assert_eq!(r["fold"]["kept_files"], 2, "{r}");
+    assert!(!upper.join("big.bin").exists());
+    assert_eq!(files_under(&upper).0, 2);
+    assert_eq!(ino(&upper.join("transcript.jsonl")), kept, "copied up");
     assert_eq!(fs::read(&log).unwrap(), expect);
     ok(["verify", w.store()]);
 }
@@ -641,4 +691,220 @@ fn after_a_fold_the_mount_record_describes_the_new_overlay() {
     ok(["mount", w.store(), "--branch", "main"]);
     record_matches_mounts(&w, "remounted");
     assert_eq!(fs::read(w.path("turn1.txt")).unwrap(), b"work\n");
+}
+
+/// Past the fold budget the fold keeps the files written last (up to half the budget) in the
+/// fresh upper layer: the transcript a turn appends to is never copied up again and keeps its
+/// inode number, in the upper layer and in the workspace; a checkpoint right after a fold
+/// records nothing new and reads nothing; every checkpoint of 20 turns of appends, rewrites,
+/// truncations and renames of the kept files restores exactly.
+#[test]
+fn past_the_fold_budget_the_files_written_last_stay_and_every_turn_restores_exactly() {
+    let transcript = b"{\"turn\":0}\n".repeat(5_000);
+    let w = Workspace::new(|room| {
+        populate(room);
+        write(&room.join("sessions/transcript.jsonl"), &transcript);
+    });
+    ok(["umount", w.room()]);
+    ok([
+        "mount",
+        w.store(),
+        "--branch",
+        "main",
+        "--fold-budget",
+        "4M",
+    ]);
+    let upper = w.store.join("upper/main/.top-ws/ws");
+    let log = w.path("sessions/transcript.jsonl");
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::symlink_metadata(p).unwrap());
+    let shown = ino(&log);
+    let mut expect = transcript.clone();
+    let mut upper_ino = None;
+    let mut folds = 0;
+    // Each turn's checkpoint and the files it should hold.
+    type Files = Vec<(String, Vec<u8>)>;
+    let mut history: Vec<(String, Files)> = Vec::new();
+    for turn in 1..=20u32 {
+        let line = format!("{{\"turn\":{turn}}}\n");
+        let mut f = fs::OpenOptions::new().append(true).open(&log).unwrap();
+        std::io::Write::write_all(&mut f, line.as_bytes()).unwrap();
+        drop(f);
+        expect.extend_from_slice(line.as_bytes());
+        // A file born in the workspace, kept hot and worked on.
+        let notes = w.path("hot/notes.md");
+        match turn % 5 {
+            1 => write(&notes, format!("turn {turn}\n").repeat(100).as_bytes()),
+            2 => {
+                let mut f = fs::OpenOptions::new().append(true).open(&notes).unwrap();
+                std::io::Write::write_all(&mut f, b"appended\n").unwrap();
+            }
+            3 => fs::OpenOptions::new()
+                .write(true)
+                .open(&notes)
+                .and_then(|f| f.set_len(7))
+                .unwrap(),
+            4 => {
+                fs::rename(&notes, w.path("hot/renamed.md")).unwrap();
+                fs::rename(w.path("hot/renamed.md"), &notes).unwrap();
+            }
+            _ => fs::write(&notes, format!("rewritten {turn}\n")).unwrap(),
+        }
+        // 3 MiB a turn of files written once: past the budget every other turn.
+        write(
+            &w.path(&format!("bulk/{turn}.bin")),
+            &random_bytes(u64::from(turn), 3 << 20),
+        );
+        // Past the stat cache's racy window (a turn takes longer): the kept files' entries
+        // are cached, so the checkpoint after a fold has nothing to read.
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        let r = w.checkpoint_json(&format!("turn {turn}"));
+        let id = r["id"].as_str().unwrap().to_string();
+        assert_eq!(
+            w.cat(&id, "sessions/transcript.jsonl"),
+            expect,
+            "turn {turn}"
+        );
+        let now = ino(&upper.join("sessions/transcript.jsonl"));
+        assert_eq!(
+            *upper_ino.get_or_insert(now),
+            now,
+            "turn {turn}: copied up again"
+        );
+        assert_eq!(
+            ino(&log),
+            shown,
+            "turn {turn}: the transcript's number changed"
+        );
+        if r["fold"]["folded"] == true {
+            folds += 1;
+            if folds == 1 {
+                validate(
+                    "checkpoint",
+                    &r,
+                    "checkpoint --json of a fold that kept files",
+                );
+                // status and stats count the kept bytes as beside the store (kept twice).
+                let status = ok_json(["status", w.room(), "--json"]);
+                validate("status", &status, "status after a fold that kept files");
+                let f = &status[0]["fold_waiting"];
+                assert!(
+                    f["upper_bytes"].as_u64() >= r["fold"]["kept_bytes"].as_u64(),
+                    "{status}"
+                );
+                assert!(
+                    f["reason"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("last fold kept"),
+                    "{status}"
+                );
+                let text = ok(["status", w.room()]);
+                assert!(
+                    text.contains("recorded and kept beside the store"),
+                    "{text}"
+                );
+                let stats = ok_json(["stats", w.store(), "--json"]);
+                assert!(
+                    stats["store"]["upper_bytes"].as_u64() >= r["fold"]["kept_bytes"].as_u64(),
+                    "{stats}"
+                );
+            }
+            assert!(r["fold"]["kept_files"].as_u64() >= Some(2), "{r}");
+            assert!(
+                r["fold"]["kept_bytes"].as_u64() <= Some(2 << 20),
+                "kept past half the budget: {r}"
+            );
+            // The bulk written once was folded: the upper holds only what was kept.
+            assert!(files_under(&upper).1 <= 2 << 20, "turn {turn}");
+            assert!(!upper.join(format!("bulk/{turn}.bin")).exists());
+            // The workspace is exactly its head: nothing to record, nothing read again.
+            assert_eq!(workspace_row(&w)["dirty"], false, "turn {turn}");
+            let again = w.checkpoint_json(&format!("turn {turn}, again"));
+            assert_eq!(again["recorded"], false, "turn {turn}: {again}");
+            assert_eq!(again["files_read"], 0, "turn {turn}: {again}");
+        }
+        let files = ["sessions/transcript.jsonl", "hot/notes.md", "notes.md"]
+            .iter()
+            .map(|f| (f.to_string(), fs::read(w.path(f)).unwrap()))
+            .collect();
+        history.push((id, files));
+    }
+    assert!(folds >= 5, "only {folds} folds");
+    for (id, files) in &history {
+        for (f, bytes) in files {
+            assert_eq!(&w.cat(id, f), bytes, "{id} {f}");
+        }
+    }
+    // A restore of a middle turn elsewhere is byte-exact too.
+    let (id, files) = &history[9];
+    let out = w.tmp.path().join("restored");
+    ok(["restore", w.store(), id, "--to", out.to_str().unwrap()]);
+    for (f, bytes) in files {
+        assert_eq!(&fs::read(out.join(f)).unwrap(), bytes, "{f}");
+    }
+    assert!(ok(["verify", w.store()]).contains("0 findings"));
+}
+
+/// The hot set prefers the files a turn wrote that existed before it (a transcript appended
+/// every turn, copied up or born in an earlier turn) to newer files born in the turn and
+/// written once (a download), and those to files the turn did not write.
+#[test]
+fn the_fold_keeps_what_every_turn_writes_before_what_a_turn_wrote_once() {
+    let w = Workspace::new(|room| {
+        populate(room);
+        write(&room.join("transcript.jsonl"), &vec![b'x'; 300 << 10]);
+    });
+    ok(["umount", w.room()]);
+    ok([
+        "mount",
+        w.store(),
+        "--branch",
+        "main",
+        "--fold-budget",
+        "1M",
+    ]);
+    let upper = w.store.join("upper/main/.top-ws/ws");
+    let append = |turn: u32| {
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(w.path("transcript.jsonl"))
+            .unwrap();
+        std::io::Write::write_all(&mut f, format!("turn {turn}\n").as_bytes()).unwrap();
+    };
+    // Turn 1: the transcript (copied up) is appended to, then a 400 KiB download and a 1 MiB
+    // bulk are born: both newer, neither fits beside the transcript in half the budget.
+    w.checkpoint("before turn 1");
+    append(1);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    write(&w.path("download.bin"), &random_bytes(1, 400 << 10));
+    write(&w.path("bulk.bin"), &random_bytes(2, 1 << 20));
+    let r = w.checkpoint_json("turn 1");
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+    assert!(upper.join("transcript.jsonl").exists(), "{r}");
+    assert!(!upper.join("download.bin").exists(), "{r}");
+    // Turn 2: a new log is born and a second 1 MiB bulk; turn 3 appends to both the log and
+    // the transcript: the log, born before turn 3, now ranks with the transcript.
+    append(2);
+    write(&w.path("new.log"), &vec![b'l'; 100 << 10]);
+    write(&w.path("bulk2.bin"), &random_bytes(3, 1 << 20));
+    let r = w.checkpoint_json("turn 2");
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+    append(3);
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(w.path("new.log"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"more\n").unwrap();
+    drop(f);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // 150 KiB: it fits beside the transcript, but not beside the transcript and the log.
+    write(&w.path("download2.bin"), &random_bytes(4, 150 << 10));
+    write(&w.path("bulk3.bin"), &random_bytes(5, 1 << 20));
+    let r = w.checkpoint_json("turn 3");
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+    assert!(upper.join("transcript.jsonl").exists(), "{r}");
+    assert!(upper.join("new.log").exists(), "{r}");
+    assert!(!upper.join("download2.bin").exists(), "{r}");
+    assert!(!upper.join("bulk3.bin").exists(), "{r}");
+    assert_eq!(workspace_row(&w)["dirty"], false);
 }
