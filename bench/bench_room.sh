@@ -26,6 +26,9 @@
 # turn time and the upper they leave, and the checkpoint after it has left (which folds).
 # `git status` is not measured: gen_room.py makes no git repository (bench_git.sh covers git).
 #
+# FOLD_BUDGET=SIZE mounts the workspace with `--fold-budget SIZE`: the fold waits until the upper
+# holds more than SIZE, and then keeps the hot set (docs/workspaces.md).
+#
 # Prints per-turn lines on stderr and two Markdown tables on stdout. Everything is made under
 # BENCH_DIR (default /tmp/ckptfs-roombench, several GB at large) and removed at the end unless
 # BENCH_KEEP=1. CKPTFS_BIN picks another build (default: target/release/ckptfs, built first).
@@ -85,7 +88,7 @@ ovl_mount
 t0=$(now)
 "$B" capture -q "$C/store" -m generated >/dev/null
 echo "ckptfs capture in $(secs "$t0" "$(now)") s" >&2
-"$B" mount "$C/store" --branch main >/dev/null
+"$B" mount "$C/store" --branch main ${FOLD_BUDGET:+--fold-budget "$FOLD_BUDGET"} >/dev/null
 t0=$(now)
 restic init -q >/dev/null
 (cd "$N" && restic backup -q . >/dev/null)
@@ -100,7 +103,7 @@ remount() { # place
     case $1 in
         native) : ;;
         overlay) umount "$O/room" && ovl_mount ;;
-        ckptfs) "$B" umount "$C/room" >/dev/null && "$B" mount "$C/store" --branch main >/dev/null ;;
+        ckptfs) "$B" umount "$C/room" >/dev/null && "$B" mount "$C/store" --branch main ${FOLD_BUDGET:+--fold-budget "$FOLD_BUDGET"} >/dev/null ;;
     esac
 }
 dir_of() { case $1 in native) echo "$N" ;; overlay) echo "$O/room" ;; ckptfs) echo "$C/room" ;; esac; }

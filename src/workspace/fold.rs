@@ -5,7 +5,7 @@
 //! After a checkpoint the upper layer holds only what the new head records. When no process
 //! is inside the workspace (no cwd, root, open file or mapping under a mountpoint: see
 //! [`holders`](super::holders)), the fold remounts each root with the head as the lower
-//! layer and an empty upper, at the cost of a switch:
+//! layer and a fresh upper, at the cost of a switch:
 //!
 //! 1. every overlay is made read-only in place (a process that got in since the scan and
 //!    opened a file for writing makes this fail: the fold waits), and the scan is repeated;
@@ -15,8 +15,9 @@
 //!    `upper/.folded/B-<ns>`: the commit point. Before it the workspace is as it was; after
 //!    it, with no `upper/B`, the branch's base is its head, so a crash leaves a workspace
 //!    that `umount` and `mount --branch B` resume with nothing lost;
-//! 4. fresh empty uppers are made over the head, each old overlay is moved aside (under
-//!    `Store::detached_dir`) and the new one mounted at the mountpoint;
+//! 4. fresh uppers are made over the head, empty but for the files a fold past its budget
+//!    keeps (the hot set, moved over from the taken upper: see [`hot`]); each old overlay is
+//!    moved aside (under `Store::detached_dir`) and the new one mounted at the mountpoint;
 //! 5. a background process detaches the old overlays and removes `upper/.folded/B-<ns>`
 //!    (gc removes one a crash left, as an upper of no branch).
 //!
