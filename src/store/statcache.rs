@@ -241,6 +241,17 @@ impl Store {
         )
     }
 
+    /// Removes the stat cache of the files a fold kept over `checkpoint` (best effort): once
+    /// the upper layer stands on another base, nothing reads it.
+    pub fn drop_kept_statcache(&self, checkpoint: &ObjectId, root: &str) {
+        let p = kept_cache_path(&self.statcache_path(checkpoint, root));
+        if let Err(e) = fs::remove_file(&p) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                log::warn!("{}: {e}", p.display());
+            }
+        }
+    }
+
     /// Saves the stat cache of the files a fold kept (best effort: it is only a cache).
     pub fn save_kept_statcache(&self, checkpoint: &ObjectId, root: &str, cache: &StatCache) {
         let p = kept_cache_path(&self.statcache_path(checkpoint, root));

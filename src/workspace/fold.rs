@@ -387,6 +387,10 @@ fn remount_over_head(
     .map_err(resume)?;
     // They described the upper that went (`carry` saved the kept files' entries apart).
     drop_head_caches(store, &head, &opts.roots);
+    for root in &opts.roots {
+        // What the last fold kept stood on the old base, which nothing mounts any more.
+        store.drop_kept_statcache(&st.base, root);
+    }
     detach_and_remove(&asides, Some(trash));
     Ok(kept)
 }
