@@ -358,18 +358,27 @@ fn open_pairs(
 }
 
 /// Makes `name` in `parent` a plain directory like `like` (mode, owner, user xattrs; its
-/// times are set once the files are in).
+/// times are set once the files are in). One that cannot be made so is removed again: the
+/// workspace would show it with the wrong owner or mode (the lower layer's shows through).
 fn make_like(parent: &Dir, name: &OsStr, like: &Dir, st: &Stat) -> crate::error::Result<()> {
     parent.create_dir(name, 0o700)?;
-    parent.set_owner(name, st.uid, st.gid)?;
-    parent.set_mode(name, st.mode & 0o7777)?;
-    let prefix = crate::fs::userns::overlay_xattr_prefix();
-    for (k, v) in like.xattrs_self()? {
-        if !k.starts_with(prefix) {
-            parent.set_xattr(name, &k, &v)?;
+    let made = (|| {
+        parent.set_owner(name, st.uid, st.gid)?;
+        parent.set_mode(name, st.mode & 0o7777)?;
+        let prefix = crate::fs::userns::overlay_xattr_prefix();
+        for (k, v) in like.xattrs_self()? {
+            if !k.starts_with(prefix) {
+                parent.set_xattr(name, &k, &v)?;
+            }
+        }
+        Ok(())
+    })();
+    if made.is_err() {
+        if let Err(e) = parent.remove_dir(name) {
+            log::warn!("{e}");
         }
     }
-    Ok(())
+    made
 }
 
 /// The file handle of `parents/name` below the new lower root.

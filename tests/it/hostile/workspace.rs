@@ -288,9 +288,28 @@ fn a_fold_keeping_the_agents_files_carries_nothing_it_planted() {
         room = w.room.display(),
         secret = secret.display()
     ));
+    let dir_before = fs::symlink_metadata(w.room.join("a/b")).unwrap();
     let r = ok_json(["checkpoint", w.room(), "-m", "turn", "--json"]);
     assert_eq!(r["fold"]["folded"], true, "{r}");
     assert!(r["fold"]["kept_files"].as_u64() >= Some(4), "{r}");
+    // The directory made anew above a kept file is the agent's, as it was, with its times.
+    let dir_after = fs::symlink_metadata(w.room.join("a/b")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (
+            dir_after.uid(),
+            dir_after.mode(),
+            dir_after.mtime(),
+            dir_after.mtime_nsec()
+        ),
+        (
+            dir_before.uid(),
+            dir_before.mode(),
+            dir_before.mtime(),
+            dir_before.mtime_nsec()
+        )
+    );
+    assert_eq!(dir_after.uid(), NOBODY);
     let upper = w.store.join("upper/main/.top-ws/ws");
     for kept in ["transcript.jsonl", "a/b/f", red, "suid"] {
         let m = fs::symlink_metadata(upper.join(kept)).unwrap();
@@ -310,12 +329,12 @@ fn a_fold_keeping_the_agents_files_carries_nothing_it_planted() {
     );
     assert_eq!(fs::read(w.room.join(red)).unwrap(), b"esc");
     let suid = fs::symlink_metadata(w.room.join("suid")).unwrap();
-    assert_eq!(std::os::unix::fs::MetadataExt::uid(&suid), NOBODY);
-    assert_eq!(std::os::unix::fs::MetadataExt::mode(&suid) & 0o7777, 0o4755);
+    assert_eq!(suid.uid(), NOBODY);
+    assert_eq!(suid.mode() & 0o7777, 0o4755);
     let l1 = fs::symlink_metadata(w.room.join("l1")).unwrap();
-    assert_eq!(std::os::unix::fs::MetadataExt::nlink(&l1), 2);
+    assert_eq!(l1.nlink(), 2);
     nobody_ok(&format!(
-        "cd {} && echo again >> transcript.jsonl && echo more >> a/b/f",
+        "cd {} && echo again >> transcript.jsonl && echo more >> a/b/f && touch a/b/new",
         w.room.display()
     ));
     ok(["checkpoint", w.room(), "-m", "after"]);
