@@ -269,15 +269,7 @@ fn a_fold_keeping_the_agents_files_carries_nothing_it_planted() {
     let w = Workspace::for_nobody(&[], |room| {
         fs::write(room.join("transcript.jsonl"), b"{}\n").unwrap();
     });
-    ok(["umount", w.room()]);
-    ok([
-        "mount",
-        w.store(),
-        "--branch",
-        "main",
-        "--fold-budget",
-        "256K",
-    ]);
+    w.remount_with_fold_budget("256K");
     let secret = secret_dir(w.tmp.path(), "outside", &["secret".to_string()]);
     let red = "\u{1b}[31mred\u{7}";
     nobody_ok(&format!(

@@ -116,6 +116,19 @@ impl Workspace {
     pub fn cat(&self, id: &str, rel: &str) -> Vec<u8> {
         cat(&self.store, &format!("{id}:ws/{rel}"))
     }
+
+    /// Mounts branch main again with `mount --fold-budget budget` (docs/workspaces.md).
+    pub fn remount_with_fold_budget(&self, budget: &str) {
+        ok(["umount", self.room()]);
+        ok([
+            "mount",
+            self.store(),
+            "--branch",
+            "main",
+            "--fold-budget",
+            budget,
+        ]);
+    }
 }
 
 impl Drop for Workspace {

@@ -429,8 +429,7 @@ fn a_fold_keeping_hot_files_interrupted_at_any_step_loses_nothing() {
 fn fold_interrupted(budget: Option<&str>) {
     let w = Workspace::new(populate);
     if let Some(b) = budget {
-        ok(["umount", w.room()]);
-        ok(["mount", w.store(), "--branch", "main", "--fold-budget", b]);
+        w.remount_with_fold_budget(b);
     }
     // Past the budget every round: 96 KiB written once, folded; the small files are kept.
     let bulk = |round: u32| {
@@ -557,26 +556,7 @@ fn below_the_fold_budget_the_upper_is_kept_and_every_checkpoint_is_exact() {
     // status says what is kept, recorded and beside the store (bytes kept twice).
     let status = ok_json(["status", w.room(), "--json"]);
     validate("status", &status, "status with a kept upper");
-    let f = &status[0]["fold_waiting"];
-    assert!(
-        f["upper_bytes"].as_u64() >= Some(expect.len() as u64),
-        "{status}"
-    );
-    assert!(
-        f["reason"].as_str().unwrap_or("").contains("fold budget"),
-        "{status}"
-    );
-    let text = ok(["status", w.room()]);
-    assert!(
-        text.contains("recorded and kept beside the store"),
-        "{text}"
-    );
-    let stats = ok_json(["stats", w.store(), "--json"]);
-    validate("stats", &stats, "stats with a kept upper");
-    assert!(
-        stats["store"]["upper_bytes"].as_u64() >= Some(expect.len() as u64),
-        "{stats}"
-    );
+    assert_kept_reported(&w, &status, expect.len() as u64, "fold budget");
     let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
     let kept = ino(&upper.join("transcript.jsonl"));
     // Turns of appends, a rewrite, a truncation and a rename: each checkpoint is exact, and
@@ -627,6 +607,25 @@ fn below_the_fold_budget_the_upper_is_kept_and_every_checkpoint_is_exact() {
     assert_eq!(ino(&upper.join("transcript.jsonl")), kept, "copied up");
     assert_eq!(fs::read(&log).unwrap(), expect);
     ok(["verify", w.store()]);
+}
+
+/// `status` (its JSON given) and `stats` report at least `bytes` of the upper layer as
+/// recorded and kept beside the store, for the reason that holds `why`.
+fn assert_kept_reported(w: &Workspace, status: &serde_json::Value, bytes: u64, why: &str) {
+    let f = &status[0]["fold_waiting"];
+    assert!(f["upper_bytes"].as_u64() >= Some(bytes), "{status}");
+    assert!(f["reason"].as_str().unwrap_or("").contains(why), "{status}");
+    let text = ok(["status", w.room()]);
+    assert!(
+        text.contains("recorded and kept beside the store"),
+        "{text}"
+    );
+    let stats = ok_json(["stats", w.store(), "--json"]);
+    validate("stats", &stats, "stats with a kept upper");
+    assert!(
+        stats["store"]["upper_bytes"].as_u64() >= Some(bytes),
+        "{stats}"
+    );
 }
 
 /// The value of option `key` in a mount's option string (`lowerdir=...`).
@@ -705,15 +704,7 @@ fn past_the_fold_budget_the_files_written_last_stay_and_every_turn_restores_exac
         populate(room);
         write(&room.join("sessions/transcript.jsonl"), &transcript);
     });
-    ok(["umount", w.room()]);
-    ok([
-        "mount",
-        w.store(),
-        "--branch",
-        "main",
-        "--fold-budget",
-        "4M",
-    ]);
+    w.remount_with_fold_budget("4M");
     let upper = w.store.join("upper/main/.top-ws/ws");
     let log = w.path("sessions/transcript.jsonl");
     let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::symlink_metadata(p).unwrap());
@@ -786,28 +777,8 @@ fn past_the_fold_budget_the_files_written_last_stay_and_every_turn_restores_exac
                 // status and stats count the kept bytes as beside the store (kept twice).
                 let status = ok_json(["status", w.room(), "--json"]);
                 validate("status", &status, "status after a fold that kept files");
-                let f = &status[0]["fold_waiting"];
-                assert!(
-                    f["upper_bytes"].as_u64() >= r["fold"]["kept_bytes"].as_u64(),
-                    "{status}"
-                );
-                assert!(
-                    f["reason"]
-                        .as_str()
-                        .unwrap_or("")
-                        .contains("last fold kept"),
-                    "{status}"
-                );
-                let text = ok(["status", w.room()]);
-                assert!(
-                    text.contains("recorded and kept beside the store"),
-                    "{text}"
-                );
-                let stats = ok_json(["stats", w.store(), "--json"]);
-                assert!(
-                    stats["store"]["upper_bytes"].as_u64() >= r["fold"]["kept_bytes"].as_u64(),
-                    "{stats}"
-                );
+                let kept = r["fold"]["kept_bytes"].as_u64().unwrap_or(u64::MAX);
+                assert_kept_reported(&w, &status, kept, "last fold kept");
             }
             assert!(r["fold"]["kept_files"].as_u64() >= Some(2), "{r}");
             assert!(
@@ -854,15 +825,7 @@ fn the_fold_keeps_what_every_turn_writes_before_what_a_turn_wrote_once() {
         populate(room);
         write(&room.join("transcript.jsonl"), &vec![b'x'; 300 << 10]);
     });
-    ok(["umount", w.room()]);
-    ok([
-        "mount",
-        w.store(),
-        "--branch",
-        "main",
-        "--fold-budget",
-        "1M",
-    ]);
+    w.remount_with_fold_budget("1M");
     let upper = w.store.join("upper/main/.top-ws/ws");
     let append = |turn: u32| {
         let mut f = fs::OpenOptions::new()
