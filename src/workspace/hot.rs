@@ -11,8 +11,9 @@
 //! 2. files born in the last turn (written once so far: a download, a build's output);
 //! 3. the others (not written in the last turn).
 //!
-//! A file is kept only when the fold can make the new overlay show it exactly as the head
-//! records it, which the head's `is_dirty` check has already established for the old one:
+//! A file is kept only when keeping it saves a copy-up worth the carry ([`MIN_KEPT_BYTES`]
+//! and up), and when the fold can make the new overlay show it exactly as the head records
+//! it, which the head's `is_dirty` check has already established for the old one:
 //! - a regular file with a single link and no metadata-only copy (`metacopy`): hard links
 //!   and metacopies are folded;
 //! - moved by a rename within the store's filesystem (no byte copied), after the commit point,
@@ -45,6 +46,12 @@ use crate::store::tree::MAX_TREE_DEPTH;
 use crate::store::Store;
 
 use super::state::MountedRoot;
+
+/// Files smaller than this are folded, not kept: a copy-up costs what carrying them does (a
+/// rename, their directories, an xattr), and a fold that carries thousands of them (a
+/// `node_modules` unpacked by the last turn) took 1.4 s longer, and left the next turn's
+/// `rm -rf` to remove them from the upper layer too (docs/benchmarks.md).
+pub(super) const MIN_KEPT_BYTES: u64 = 256 << 10;
 
 /// A file of the upper layer the fold keeps.
 #[derive(Clone, Debug)]
@@ -129,7 +136,7 @@ fn walk(dir: &Dir, root: &str, since: (i64, i64), rel: &mut Vec<OsString>, out: 
             rel.push(name);
             walk(&sub, root, since, rel, out);
             rel.pop();
-        } else if m.is_file() && m.nlink == 1 {
+        } else if m.is_file() && m.nlink == 1 && m.size >= MIN_KEPT_BYTES {
             // A metadata-only copy holds no bytes: its data is the lower file's.
             let (mut meta, mut origin) = (false, false);
             let listed = dir.xattrs_of_where(&name, &mut |n| {

@@ -269,14 +269,14 @@ fn a_fold_keeping_the_agents_files_carries_nothing_it_planted() {
     let w = Workspace::for_nobody(&[], |room| {
         fs::write(room.join("transcript.jsonl"), b"{}\n").unwrap();
     });
-    w.remount_with_fold_budget("256K");
+    w.remount_with_fold_budget("4M");
     let secret = secret_dir(w.tmp.path(), "outside", &["secret".to_string()]);
     let red = "\u{1b}[31mred\u{7}";
     nobody_ok(&format!(
-        "cd {room} && echo turn >> transcript.jsonl && mkdir -p a/b && echo hot > a/b/f && \
-         ln -s {secret}/secret a/link && ln -s {secret} a/dirlink && printf esc > '{red}' && \
-         echo mine > suid && chmod 4755 suid && echo one > l1 && ln l1 l2 && \
-         head -c 300000 /dev/zero > bulk",
+        "cd {room} && big='head -c 300000 /dev/zero' && $big >> transcript.jsonl && \
+         mkdir -p a/b && $big > a/b/f && ln -s {secret}/secret a/link && \
+         ln -s {secret} a/dirlink && $big > '{red}' && $big > suid && chmod 4755 suid && \
+         $big > l1 && ln l1 l2 && head -c 3000000 /dev/zero > bulk",
         room = w.room.display(),
         secret = secret.display()
     ));
@@ -319,7 +319,7 @@ fn a_fold_keeping_the_agents_files_carries_nothing_it_planted() {
         fs::read_link(w.room.join("a/link")).unwrap(),
         secret.join("secret")
     );
-    assert_eq!(fs::read(w.room.join(red)).unwrap(), b"esc");
+    assert_eq!(fs::read(w.room.join(red)).unwrap(), vec![0; 300_000]);
     let suid = fs::symlink_metadata(w.room.join("suid")).unwrap();
     assert_eq!(suid.uid(), NOBODY);
     assert_eq!(suid.mode() & 0o7777, 0o4755);

@@ -423,20 +423,28 @@ fn a_fold_interrupted_at_any_step_loses_nothing() {
 /// As above, for a fold past its budget that keeps the files written last (`hot`).
 #[test]
 fn a_fold_keeping_hot_files_interrupted_at_any_step_loses_nothing() {
-    fold_interrupted(Some("64K"));
+    fold_interrupted(Some("2M"));
 }
 
 fn fold_interrupted(budget: Option<&str>) {
-    let w = Workspace::new(populate);
+    let w = Workspace::new(|room| {
+        populate(room);
+        write(&room.join("log.jsonl"), &vec![b'x'; 300 << 10]);
+    });
     if let Some(b) = budget {
         w.remount_with_fold_budget(b);
     }
-    // Past the budget every round: 96 KiB written once, folded; the small files are kept.
+    // Past the budget every round: 2 MiB written once, folded; the appended log is kept.
     let bulk = |round: u32| {
         if budget.is_some() {
+            let mut f = fs::OpenOptions::new()
+                .append(true)
+                .open(w.path("log.jsonl"))
+                .unwrap();
+            std::io::Write::write_all(&mut f, format!("round {round}\n").as_bytes()).unwrap();
             write(
                 &w.path(&format!("bulk/{round}.bin")),
-                &random_bytes(u64::from(round), 96 << 10),
+                &random_bytes(u64::from(round), 2 << 20),
             );
         }
     };
@@ -495,7 +503,7 @@ fn fold_interrupted(budget: Option<&str>) {
             if budget.is_some() {
                 assert_eq!(
                     fs::read(w.path(&format!("bulk/{round}.bin"))).unwrap(),
-                    random_bytes(u64::from(round), 96 << 10),
+                    random_bytes(u64::from(round), 2 << 20),
                     "{ctx}"
                 );
             }
@@ -510,7 +518,7 @@ fn fold_interrupted(budget: Option<&str>) {
             assert_eq!(w.cat(id, "notes.md"), text.as_bytes(), "{ctx}");
             assert_eq!(w.cat(id, &after), b"after", "{ctx}");
             if budget.is_some() {
-                // bulk/ is past the budget again: the fold keeps the small files only.
+                // bulk/ is past the budget again: the fold keeps the appended log.
                 bulk(round + 1000);
                 let r = w.checkpoint_json("hot");
                 assert_eq!(r["fold"]["folded"], true, "{ctx}: {r}");
@@ -542,7 +550,7 @@ fn below_the_fold_budget_the_upper_is_kept_and_every_checkpoint_is_exact() {
     assert_eq!(st["fold_budget"], 8 << 20, "{st}");
     let upper = w.store.join("upper/main/.top-ws/ws");
     let log = w.path("transcript.jsonl");
-    let mut expect = b"{\"turn\":0}\n".repeat(20_000);
+    let mut expect = b"{\"turn\":0}\n".repeat(30_000);
     fs::write(&log, &expect).unwrap();
     let r = w.checkpoint_json("turn 0");
     assert_eq!(r["fold"]["folded"], false, "{r}");
@@ -596,14 +604,14 @@ fn below_the_fold_budget_the_upper_is_kept_and_every_checkpoint_is_exact() {
         );
         assert_eq!(workspace_row(&w)["dirty"], false, "turn {turn}");
     }
-    // Past the budget the fold happens: the big file goes to the store only, the files
-    // written last stay (up to half the budget: the transcript and the notes).
+    // Past the budget the fold happens: the big file goes to the store only, the transcript
+    // stays (written last, within half the budget); the notes, too small to be worth it, go.
     write(&w.path("big.bin"), &random_bytes(9, 9 << 20));
     let r = w.checkpoint_json("over budget");
     assert_eq!(r["fold"]["folded"], true, "{r}");
-    assert_eq!(r["fold"]["kept_files"], 2, "{r}");
+    assert_eq!(r["fold"]["kept_files"], 1, "{r}");
     assert!(!upper.join("big.bin").exists());
-    assert_eq!(files_under(&upper).0, 2);
+    assert_eq!(files_under(&upper).0, 1);
     assert_eq!(ino(&upper.join("transcript.jsonl")), kept, "copied up");
     assert_eq!(fs::read(&log).unwrap(), expect);
     ok(["verify", w.store()]);
@@ -699,7 +707,7 @@ fn after_a_fold_the_mount_record_describes_the_new_overlay() {
 /// truncations and renames of the kept files restores exactly.
 #[test]
 fn past_the_fold_budget_the_files_written_last_stay_and_every_turn_restores_exactly() {
-    let transcript = b"{\"turn\":0}\n".repeat(5_000);
+    let transcript = b"{\"turn\":0}\n".repeat(30_000);
     let w = Workspace::new(|room| {
         populate(room);
         write(&room.join("sessions/transcript.jsonl"), &transcript);
@@ -724,7 +732,7 @@ fn past_the_fold_budget_the_files_written_last_stay_and_every_turn_restores_exac
         // A file born in the workspace, kept hot and worked on.
         let notes = w.path("hot/notes.md");
         match turn % 5 {
-            1 => write(&notes, format!("turn {turn}\n").repeat(100).as_bytes()),
+            1 => write(&notes, format!("turn {turn}\n").repeat(40_000).as_bytes()),
             2 => {
                 let mut f = fs::OpenOptions::new().append(true).open(&notes).unwrap();
                 std::io::Write::write_all(&mut f, b"appended\n").unwrap();
@@ -732,13 +740,13 @@ fn past_the_fold_budget_the_files_written_last_stay_and_every_turn_restores_exac
             3 => fs::OpenOptions::new()
                 .write(true)
                 .open(&notes)
-                .and_then(|f| f.set_len(7))
+                .and_then(|f| f.set_len(300_000))
                 .unwrap(),
             4 => {
                 fs::rename(&notes, w.path("hot/renamed.md")).unwrap();
                 fs::rename(w.path("hot/renamed.md"), &notes).unwrap();
             }
-            _ => fs::write(&notes, format!("rewritten {turn}\n")).unwrap(),
+            _ => fs::write(&notes, format!("rewritten {turn}\n").repeat(30_000)).unwrap(),
         }
         // 3 MiB a turn of files written once: past the budget every other turn.
         write(
@@ -823,9 +831,9 @@ fn past_the_fold_budget_the_files_written_last_stay_and_every_turn_restores_exac
 fn the_fold_keeps_what_every_turn_writes_before_what_a_turn_wrote_once() {
     let w = Workspace::new(|room| {
         populate(room);
-        write(&room.join("transcript.jsonl"), &vec![b'x'; 300 << 10]);
+        write(&room.join("transcript.jsonl"), &vec![b'x'; 1200 << 10]);
     });
-    w.remount_with_fold_budget("1M");
+    w.remount_with_fold_budget("4M");
     let upper = w.store.join("upper/main/.top-ws/ws");
     let append = |turn: u32| {
         let mut f = fs::OpenOptions::new()
@@ -834,22 +842,22 @@ fn the_fold_keeps_what_every_turn_writes_before_what_a_turn_wrote_once() {
             .unwrap();
         std::io::Write::write_all(&mut f, format!("turn {turn}\n").as_bytes()).unwrap();
     };
-    // Turn 1: the transcript (copied up) is appended to, then a 400 KiB download and a 1 MiB
+    // Turn 1: the transcript (copied up) is appended to, then a 1600 KiB download and a 4 MiB
     // bulk are born: both newer, neither fits beside the transcript in half the budget.
     w.checkpoint("before turn 1");
     append(1);
     std::thread::sleep(std::time::Duration::from_millis(20));
-    write(&w.path("download.bin"), &random_bytes(1, 400 << 10));
-    write(&w.path("bulk.bin"), &random_bytes(2, 1 << 20));
+    write(&w.path("download.bin"), &random_bytes(1, 1600 << 10));
+    write(&w.path("bulk.bin"), &random_bytes(2, 4 << 20));
     let r = w.checkpoint_json("turn 1");
     assert_eq!(r["fold"]["folded"], true, "{r}");
     assert!(upper.join("transcript.jsonl").exists(), "{r}");
     assert!(!upper.join("download.bin").exists(), "{r}");
-    // Turn 2: a new log is born and a second 1 MiB bulk; turn 3 appends to both the log and
+    // Turn 2: a new log is born and a second 4 MiB bulk; turn 3 appends to both the log and
     // the transcript: the log, born before turn 3, now ranks with the transcript.
     append(2);
-    write(&w.path("new.log"), &vec![b'l'; 100 << 10]);
-    write(&w.path("bulk2.bin"), &random_bytes(3, 1 << 20));
+    write(&w.path("new.log"), &vec![b'l'; 400 << 10]);
+    write(&w.path("bulk2.bin"), &random_bytes(3, 4 << 20));
     let r = w.checkpoint_json("turn 2");
     assert_eq!(r["fold"]["folded"], true, "{r}");
     append(3);
@@ -860,9 +868,9 @@ fn the_fold_keeps_what_every_turn_writes_before_what_a_turn_wrote_once() {
     std::io::Write::write_all(&mut f, b"more\n").unwrap();
     drop(f);
     std::thread::sleep(std::time::Duration::from_millis(20));
-    // 150 KiB: it fits beside the transcript, but not beside the transcript and the log.
-    write(&w.path("download2.bin"), &random_bytes(4, 150 << 10));
-    write(&w.path("bulk3.bin"), &random_bytes(5, 1 << 20));
+    // 600 KiB: it fits beside the transcript, but not beside the transcript and the log.
+    write(&w.path("download2.bin"), &random_bytes(4, 600 << 10));
+    write(&w.path("bulk3.bin"), &random_bytes(5, 4 << 20));
     let r = w.checkpoint_json("turn 3");
     assert_eq!(r["fold"]["folded"], true, "{r}");
     assert!(upper.join("transcript.jsonl").exists(), "{r}");
