@@ -231,13 +231,14 @@ fn carry_root(
     })?;
     let top = Dir::open(top)?;
     let from_root = Dir::open(from)?;
+    // Opened before anything is made: a failure here leaves the fresh upper untouched.
+    let lower = Dir::open(&r.lower)?;
     let root_name = OsStr::new(root);
     let root_stat = from_root.stat_self()?;
     let made = top.stat(root_name)?.is_none();
     if made {
         make_like(&top, root_name, &from_root, &root_stat)?;
     }
-    let lower = Dir::open(&r.lower)?;
     let prefix = crate::fs::userns::overlay_xattr_prefix();
     let origin_key = [prefix, b"origin".as_slice()].concat();
     // Directory pairs by their path below the root; the root's is the empty path.
