@@ -287,17 +287,22 @@ pub(super) fn fold_locked(store: &Store, branch: &str) -> Result<FoldReport> {
             return Ok(not(&e.to_string(), report));
         }
     }
-    // Past the budget, the files written last (up to half of it) stay in the upper layer.
-    let roots: Vec<String> = st.roots.keys().cloned().collect();
-    // When the last turn started: the checkpoint before the head (0 when unreadable).
-    let turn_start = store
-        .read_checkpoint(&head)
-        .ok()
-        .and_then(|c| c.parents.first().copied())
-        .and_then(|p| store.read_checkpoint(&p).ok())
-        .map_or(0, |c| c.time_ns);
+    // Past the budget, the files written last (up to half of it) stay in the upper layer;
+    // without one nothing is kept, and nothing is read to choose.
     let budget = st.fold_budget.map_or(0, |b| b / 2);
-    let hot = hot::pick(store, branch, &roots, budget, turn_start);
+    let hot = if budget == 0 {
+        Vec::new()
+    } else {
+        let roots: Vec<String> = st.roots.keys().cloned().collect();
+        // When the last turn started: the checkpoint before the head (0 when unreadable).
+        let turn_start = store
+            .read_checkpoint(&head)
+            .ok()
+            .and_then(|c| c.parents.first().copied())
+            .and_then(|p| store.read_checkpoint(&p).ok())
+            .map_or(0, |c| c.time_ns);
+        hot::pick(store, branch, &roots, budget, turn_start)
+    };
     reap_folded(store);
     let now = now_ns();
     let trash = folded_dir(store).join(format!("{branch}-{now}"));
