@@ -430,6 +430,13 @@ pub enum Command {
         #[arg(long)]
         remove: Option<PathBuf>,
     },
+    /// Internal: walk the overlays a fold just mounted, so their inodes are built before the
+    /// agent's next turn (docs/workspaces.md, "Warming the new overlay").
+    #[command(hide = true, name = "internal-warm")]
+    InternalWarm {
+        store: PathBuf,
+        mountpoints: Vec<PathBuf>,
+    },
     /// Internal: keep the user + mount namespace an ordinary account's workspaces are mounted
     /// in (docs/rootless.md).
     #[command(hide = true, name = "internal-holder")]
@@ -516,6 +523,9 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Fetch(a) => remote::run_fetch(a),
         Command::Pull(a) => remote::run_pull(a),
         Command::InternalDetach { targets, remove } => run_internal_detach(&targets, remove),
+        Command::InternalWarm { store, mountpoints } => {
+            ckptfs::workspace::run_warm(&store, &mountpoints)
+        }
         Command::InternalHolder { .. } => Ok(ckptfs::fs::userns::hold()),
     }
 }

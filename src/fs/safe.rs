@@ -340,6 +340,52 @@ impl Dir {
         })
     }
 
+    /// The root of a detached copy of the mount at `path` (`open_tree(OPEN_TREE_CLONE)`,
+    /// not followed if `path` is a symlink), refused unless it is a filesystem of type
+    /// `fs_magic` (`statfs`'s `f_type`). A walk below it reaches the same filesystem and
+    /// fills the same kernel caches as one through `path`, but the mount at `path` gains no
+    /// user: `umount2(MNT_EXPIRE)` and a scan of `/proc` for paths under `path` see nothing
+    /// of it. The copy goes when the last descriptor below it is closed.
+    pub fn clone_mount(path: &Path, fs_magic: i64) -> Result<Dir> {
+        use rustix::mount::OpenTreeFlags;
+        let fd = rustix::mount::open_tree(
+            rustix::fs::CWD,
+            path,
+            OpenTreeFlags::OPEN_TREE_CLONE
+                | OpenTreeFlags::OPEN_TREE_CLOEXEC
+                | OpenTreeFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .map_err(|e| io_err(path, e))?;
+        // open_tree gives an `O_PATH` descriptor: a directory one is opened through it (the
+        // copy, detached, lives on while a descriptor below it is open).
+        let fd = rustix::fs::openat(
+            &fd,
+            ".",
+            BASE | OFlags::RDONLY | OFlags::DIRECTORY,
+            Mode::empty(),
+        )
+        .map_err(|e| io_err(path, e))?;
+        let fs = rustix::fs::fstatfs(&fd).map_err(|e| io_err(path, e))?;
+        #[allow(clippy::unnecessary_cast)] // f_type is i64 or u32 by target
+        if fs.f_type as i64 != fs_magic {
+            return Err(Error::Invalid(format!(
+                "{} is not the mount expected there (filesystem type {:#x})",
+                path.display(),
+                fs.f_type
+            )));
+        }
+        if !Stat::of_fd(&fd).map_err(|e| Error::io(path, e))?.is_dir() {
+            return Err(Error::Invalid(format!(
+                "{} is not a directory",
+                path.display()
+            )));
+        }
+        Ok(Dir {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
     /// The path this directory was reached by (for messages only).
     pub fn path(&self) -> &Path {
         &self.path

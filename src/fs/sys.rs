@@ -331,3 +331,50 @@ pub fn name_to_handle(
     let n = (h.bytes as usize).min(MAX);
     Ok((h.kind, h.data[..n].to_vec()))
 }
+
+/// Spawns `cmd` with `fd` as its descriptor number `as_fd` (not close-on-exec there); this
+/// process's `fd` keeps its close-on-exec flag, so no other child inherits it.
+///
+/// # Errors
+/// Spawning fails, or the child cannot place the descriptor.
+pub fn spawn_with_fd(
+    cmd: &mut std::process::Command,
+    fd: std::os::fd::BorrowedFd<'_>,
+    as_fd: i32,
+) -> std::io::Result<std::process::Child> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let raw = fd.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // async-signal-safe functions (dup2, fcntl) on a descriptor the parent keeps open until
+    // spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if raw == as_fd {
+                if libc::fcntl(as_fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(raw, as_fd) != as_fd {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// The descriptor `n` this process was started with (see [`spawn_with_fd`]), made
+/// close-on-exec; `None` when it is not open.
+pub fn inherited_fd(n: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: F_GETFD only reads the flags of descriptor `n`, which may not be open.
+    if unsafe { libc::fcntl(n, libc::F_GETFD) } < 0 {
+        return None;
+    }
+    // SAFETY: `n` is open (checked above) and nothing else in this process owns it: it is
+    // called once, at the start of the command the parent passed it to.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(n) };
+    // SAFETY: sets the close-on-exec flag of the descriptor just taken.
+    unsafe { libc::fcntl(n, libc::F_SETFD, libc::FD_CLOEXEC) };
+    Some(fd)
+}

@@ -75,6 +75,19 @@ impl Store {
     pub fn view_warm_path(&self, pid: u32) -> PathBuf {
         self.views_dir().join(format!("{pid}.warmed"))
     }
+    /// `run/warm.lock`: held shared by every overlay warm-up under way, exclusively by
+    /// whoever waits for them to end (`workspace::warm`).
+    pub fn warm_lock_path(&self) -> PathBuf {
+        self.run_dir().join("warm.lock")
+    }
+    /// `run/warm.stop`: present while a warm-up is asked to stop (`workspace::warm`).
+    pub fn warm_stop_path(&self) -> PathBuf {
+        self.run_dir().join("warm.stop")
+    }
+    /// `run/warm.json`: what the last overlay warm-up walked (`workspace::warm`).
+    pub fn warm_record_path(&self) -> PathBuf {
+        self.run_dir().join("warm.json")
+    }
     pub fn running_marker_path(&self) -> PathBuf {
         self.run_dir().join("RUNNING.json")
     }

@@ -50,6 +50,7 @@ use super::state::{
     WorkspaceState,
 };
 use super::upper::{detach_and_remove, drop_head_caches, folded_dir, reap_folded, upper_usage};
+use super::warm;
 
 /// What a fold did, or why it waits.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -390,6 +391,8 @@ fn remount_over_head(
         },
     )
     .map_err(resume)?;
+    let mountpoints: Vec<PathBuf> = st.roots.values().map(|r| r.mountpoint.clone()).collect();
+    warm::spawn(store, &mountpoints);
     // They described the upper that went (`carry` saved the kept files' entries apart).
     drop_head_caches(store, &head, &opts.roots);
     for root in &opts.roots {

@@ -26,7 +26,8 @@
 //! Parts at the bottom, commands on top. Parts: `state` (the recorded mount state and upper
 //! bases), [`overlay`] and [`lower`] (the mounts), `upper` (an upper layer's usage, setting it
 //! aside, dropping it once recorded, detaching what was set aside), `plan` (what a mount of a
-//! branch mounts), `park`, [`freeze`], [`holders`] and [`place`] (what a path names).
+//! branch mounts), `park`, `warm` (the background walk of a new overlay after a fold),
+//! [`freeze`], [`holders`] and [`place`] (what a path names).
 //! Commands: `checkpoint` (dirty checks and checkpoints; the upper layer is merged by
 //! `crate::ingest::upper`), `fold`, `mount` (mount, umount), `switch` (in named phases) and
 //! `branch` (fork, archive, delete). The other commands use `checkpoint`'s dirty check (and
@@ -51,6 +52,7 @@ mod plan;
 mod state;
 mod switch;
 mod upper;
+mod warm;
 
 pub use branch::{
     delete_branch, fork, fork_numbered, release_head, roll_back_fork, set_archived, MAX_FORK_COUNT,
@@ -74,3 +76,4 @@ pub use switch::{
     SwitchReport,
 };
 pub use upper::{remove_folded, upper_totals, upper_usage};
+pub use warm::run as run_warm;

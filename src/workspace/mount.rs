@@ -233,6 +233,8 @@ pub fn umount_killing(
     kill: bool,
 ) -> Result<Vec<(PathBuf, overlay::Unmounted)>> {
     let out = store.mutate("umount", serde_json::json!({"branch": branch}), |_| {
+        // A warm-up's copy of the overlay would keep it, and its upper layer, alive (`warm`).
+        super::warm::stop(store);
         let st = state(store, branch)?
             .ok_or_else(|| Error::NotFound(format!("mounted workspace of branch {branch}")))?;
         let src = source_name(store, branch);

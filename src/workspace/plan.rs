@@ -56,6 +56,8 @@ pub(super) fn mount_root(store: &Store, source: &str, r: &MountedRoot) -> Result
 }
 
 fn mount_root_indexed(store: &Store, source: &str, r: &MountedRoot, index: bool) -> Result<()> {
+    // A warm-up's copy of an overlay would keep its upper layer in use (`warm`).
+    super::warm::stop(store);
     overlay::mount_overlay_indexed(
         source,
         &r.mountpoint,

@@ -223,16 +223,23 @@ impl Warmer {
 pub struct Walked {
     pub dirs: usize,
     pub entries: usize,
+    /// Entries looked up one by one (with [`Limits::stat_entries`]; 0 otherwise).
+    pub looked_up: usize,
     /// False when it stopped before the end (the limit, the stop flag, or errors).
     pub complete: bool,
 }
 
-/// Bounds of one walk: entries listed, directory levels below the top, and time.
+/// Bounds of one walk: entries listed, directory levels below the top, and time; and
+/// whether each entry is looked up too (`lstat`), not only listed.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub entries: usize,
     pub depth: usize,
     pub duration: std::time::Duration,
+    /// Look every entry up after listing its directory: what makes an overlayfs build its
+    /// dentries and inodes (its listings make none; `workspace::warm`). A FUSE view makes
+    /// them from READDIRPLUS, so its warm-up only lists.
+    pub stat_entries: bool,
 }
 
 impl Default for Limits {
@@ -241,6 +248,7 @@ impl Default for Limits {
             entries: MAX_ENTRIES,
             depth: MAX_DEPTH,
             duration: MAX_DURATION,
+            stat_entries: false,
         }
     }
 }
@@ -259,25 +267,26 @@ struct Queue {
 /// # Errors
 /// Opening `top`.
 pub fn walk(top: &Path, stop: &AtomicBool, limits: &Limits) -> crate::error::Result<Walked> {
+    Ok(walk_dir(Dir::open(top)?, stop, limits))
+}
+
+/// [`walk`] below the held directory `root`.
+pub fn walk_dir(root: Dir, stop: &AtomicBool, limits: &Limits) -> Walked {
     let deadline = Instant::now() + limits.duration;
     let limit = limits.entries;
-    let root = Dir::open(top)?;
-    let entries = AtomicUsize::new(0);
+    let tally = Tally {
+        entries: AtomicUsize::new(0),
+        looked_up: AtomicUsize::new(0),
+        incomplete: AtomicBool::new(false),
+        stop,
+    };
     let dirs = AtomicUsize::new(1);
-    let incomplete = AtomicBool::new(false);
     let queue = Mutex::new(Queue {
         pending: Vec::new(),
         busy: 0,
     });
     let ready = Condvar::new();
-    list(
-        Arc::new(root),
-        0,
-        limits.depth,
-        &queue,
-        &entries,
-        &incomplete,
-    );
+    list(Arc::new(root), 0, limits, &queue, &tally);
     std::thread::scope(|s| {
         for _ in 0..THREADS {
             s.spawn(|| loop {
@@ -285,11 +294,11 @@ pub fn walk(top: &Path, stop: &AtomicBool, limits: &Limits) -> crate::error::Res
                     let mut q = lock(&queue);
                     loop {
                         if stop.load(Ordering::Relaxed)
-                            || entries.load(Ordering::Relaxed) >= limit
+                            || tally.entries.load(Ordering::Relaxed) >= limit
                             || Instant::now() >= deadline
                         {
                             if !q.pending.is_empty() {
-                                incomplete.store(true, Ordering::Relaxed);
+                                tally.incomplete.store(true, Ordering::Relaxed);
                             }
                             q.pending.clear();
                         }
@@ -313,18 +322,11 @@ pub fn walk(top: &Path, stop: &AtomicBool, limits: &Limits) -> crate::error::Res
                     Ok(d) => {
                         drop(parent);
                         dirs.fetch_add(1, Ordering::Relaxed);
-                        list(
-                            Arc::new(d),
-                            depth,
-                            limits.depth,
-                            &queue,
-                            &entries,
-                            &incomplete,
-                        );
+                        list(Arc::new(d), depth, limits, &queue, &tally);
                     }
                     Err(e) => {
                         log::debug!("warming: {e}");
-                        incomplete.store(true, Ordering::Relaxed);
+                        tally.incomplete.store(true, Ordering::Relaxed);
                     }
                 }
                 lock(&queue).busy -= 1;
@@ -332,29 +334,72 @@ pub fn walk(top: &Path, stop: &AtomicBool, limits: &Limits) -> crate::error::Res
             });
         }
     });
-    let entries = entries.into_inner();
-    let complete = !incomplete.into_inner() && !stop.load(Ordering::Relaxed) && entries < limit;
-    Ok(Walked {
+    let entries = tally.entries.into_inner();
+    let complete =
+        !tally.incomplete.into_inner() && !stop.load(Ordering::Relaxed) && entries < limit;
+    Walked {
         dirs: dirs.into_inner(),
         entries,
+        looked_up: tally.looked_up.into_inner(),
         complete,
-    })
+    }
 }
 
-/// Lists `dir` (the READDIRPLUS that makes its entries' dentries), looks up the names of
-/// [`PROBED`] in it (a negative entry where absent), and queues its subdirectories, unless
-/// `dir` is `max_depth` levels below the top already.
-fn list(
-    dir: Arc<Dir>,
-    depth: usize,
-    max_depth: usize,
-    queue: &Mutex<Queue>,
-    entries: &AtomicUsize,
-    incomplete: &AtomicBool,
-) {
-    match dir.subdirs() {
-        Ok((subdirs, all)) => {
-            entries.fetch_add(all, Ordering::Relaxed);
+/// What the threads of one walk count together, and the flag that stops it.
+struct Tally<'a> {
+    entries: AtomicUsize,
+    looked_up: AtomicUsize,
+    incomplete: AtomicBool,
+    stop: &'a AtomicBool,
+}
+
+/// A directory's subdirectories, its entries, and how many of them were looked up.
+type Listed = (Vec<OsString>, usize, usize);
+
+/// The subdirectories of `dir` and how many entries it has: by the listing's types, or with
+/// `stat_entries` by looking each entry up (never followed).
+fn subdirs(dir: &Dir, stat_entries: bool, stop: &AtomicBool) -> crate::error::Result<Listed> {
+    if !stat_entries {
+        let (subdirs, all) = dir.subdirs()?;
+        return Ok((subdirs, all, 0));
+    }
+    let names = dir.entries()?;
+    let all = names.len();
+    let mut subdirs = Vec::new();
+    let mut looked_up = 0;
+    for (i, name) in names.into_iter().enumerate() {
+        // A directory of 200k entries takes seconds to look up: a stop does not wait for it.
+        if i % 256 == 255 && stop.load(Ordering::Relaxed) {
+            return Err(crate::error::Error::Invalid(format!(
+                "{}: stopped",
+                dir.path().display()
+            )));
+        }
+        match dir.stat(&name) {
+            Ok(Some(st)) => {
+                looked_up += 1;
+                if st.is_dir() {
+                    subdirs.push(name);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => log::debug!("warming: {e}"),
+        }
+    }
+    Ok((subdirs, all, looked_up))
+}
+
+/// Lists `dir` (the READDIRPLUS that makes its entries' dentries; with
+/// `limits.stat_entries` each entry looked up too), looks up the names of [`PROBED`] in it
+/// (a negative entry where absent), and queues its subdirectories, unless `dir` is
+/// `limits.depth` levels below the top already.
+fn list(dir: Arc<Dir>, depth: usize, limits: &Limits, queue: &Mutex<Queue>, tally: &Tally<'_>) {
+    let max_depth = limits.depth;
+    let incomplete = &tally.incomplete;
+    match subdirs(&dir, limits.stat_entries, tally.stop) {
+        Ok((subdirs, all, looked_up)) => {
+            tally.entries.fetch_add(all, Ordering::Relaxed);
+            tally.looked_up.fetch_add(looked_up, Ordering::Relaxed);
             // Where git looks (see PROBED): not in a directory without subdirectories.
             if !subdirs.is_empty() {
                 for name in PROBED {
@@ -411,5 +456,33 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         let w = walk(tmp.path(), &stop, &Limits::default()).unwrap();
         assert!(!w.complete, "{w:?}");
+    }
+
+    #[test]
+    fn a_walk_that_looks_entries_up_follows_no_symlink_and_stops_inside_a_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(outside.join("sub")).unwrap();
+        let top = tmp.path().join("top");
+        std::fs::create_dir_all(top.join("a")).unwrap();
+        for i in 0..1000 {
+            std::fs::write(top.join(format!("a/f{i}")), b"").unwrap();
+        }
+        std::os::unix::fs::symlink(&outside, top.join("link")).unwrap();
+        let looking = Limits {
+            stat_entries: true,
+            ..Limits::default()
+        };
+        let stop = AtomicBool::new(false);
+        let w = walk(&top, &stop, &looking).unwrap();
+        // top: a, link; a: 1000 files. The link is looked up, never entered.
+        assert_eq!((w.dirs, w.entries, w.looked_up), (2, 1002, 1002), "{w:?}");
+        assert!(w.complete);
+        let w = walk(&top, &stop, &Limits::default()).unwrap();
+        assert_eq!((w.dirs, w.entries, w.looked_up), (2, 1002, 0), "{w:?}");
+        // A stop is seen within a directory's lookups, not only between directories.
+        let stop = AtomicBool::new(true);
+        let w = walk_dir(Dir::open(&top.join("a")).unwrap(), &stop, &looking);
+        assert!(w.looked_up < 1000 && !w.complete, "{w:?}");
     }
 }

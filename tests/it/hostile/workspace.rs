@@ -336,3 +336,48 @@ fn a_fold_keeping_the_agents_files_carries_nothing_it_planted() {
     let secret_now = fs::read_to_string(secret.join("secret")).unwrap();
     assert_eq!(secret_now, SECRET);
 }
+
+/// The overlay warm-up after a fold walks the agent's tree as root: a FIFO, symlinks to a
+/// root-only directory and to `/`, a name of escape codes and a chain of 300 directories
+/// neither block it, nor lead it outside the workspace, nor keep it past its depth bound.
+#[test]
+fn the_warm_up_after_a_fold_follows_nothing_the_agent_planted() {
+    let w = Workspace::for_nobody(&[], |room| {
+        fs::write(room.join("notes.md"), b"notes\n").unwrap();
+    });
+    let secret = secret_dir(w.tmp.path(), "outside", &names(300));
+    let red = "\u{1b}[31mred\u{7}";
+    nobody_ok(&format!(
+        "cd {room} && ln -s {secret} secret && ln -s / up && \
+         mkdir '{red}' && touch '{red}/f' && \
+         python3 -c \"import os; os.makedirs('/'.join(['deep'] + ['d'] * 300))\"",
+        room = w.room.display(),
+        secret = secret.display()
+    ));
+    let t0 = now_ns();
+    // The warm-up waits 2 s before it walks; meanwhile the agent makes a FIFO (which no
+    // checkpoint takes) in the new overlay.
+    let o = run_env(
+        ["checkpoint", w.room(), "-m", "planted", "--json"],
+        &[("CKPTFS_TEST_WARM_HOLD_MS", "2000")],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["fold"]["folded"], true, "{r}");
+    nobody_ok(&format!("mkfifo {}/pipe", w.room.display()));
+    let rec = warm_record_after(&w.store, t0);
+    let o = &rec["overlays"][0];
+    // Cut at the depth bound (256 levels below the root), so not complete.
+    assert_eq!(o["complete"], false, "{rec}");
+    // The root's 6 entries, red's 1, and one per level down the chain, as far as the bound:
+    // nothing of the 300 files behind `secret`, nothing of `/`.
+    let looked_up = o["looked_up"].as_u64().unwrap();
+    assert!((250..=270).contains(&looked_up), "{rec}");
+    assert_eq!(o["entries"].as_u64(), Some(looked_up), "{rec}");
+    eventually("the warm-up exits", || warm_processes(&w.store).is_empty());
+    // The FIFO was never opened: a writer would find no reader (ENXIO) rather than block.
+    let pipe = w.room.join("pipe");
+    assert!(fs::symlink_metadata(&pipe).unwrap().file_type().is_fifo());
+    let secret_now = fs::read_to_string(secret.join("f000")).unwrap();
+    assert_eq!(secret_now, SECRET);
+}

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::cli::{bin, cat, ok, ok_json, s};
 use super::hostile::{open_tmp, NOBODY};
-use super::mount::{mount_image, unmount_all_under};
+use super::mount::{eventually, mount_image, unmount_all_under};
 use super::tree::chown_tree;
 
 /// A store with one root `ws` at `<tmp>/room`, captured once on `main`, mounted writable.
@@ -231,6 +231,49 @@ pub fn live_pins(store: &Path, prefix: &str) -> Vec<Vec<String>> {
                     .map(|i| i.as_str().expect("id").to_string())
                     .collect(),
             );
+        }
+    }
+    out
+}
+
+/// Now, in ns since the epoch (to tell a warm-up that ended since).
+pub fn now_ns() -> i64 {
+    let d = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(d.as_nanos()).unwrap()
+}
+
+/// The record of the last overlay warm-up of `store` (`run/warm.json`) once one that ended
+/// after `since_ns` is there (waits up to 10 s).
+pub fn warm_record_after(store: &Path, since_ns: i64) -> Value {
+    let p = store.join("run/warm.json");
+    let mut rec = Value::Null;
+    eventually("an overlay warm-up ends", || {
+        rec = fs::read(&p)
+            .ok()
+            .and_then(|d| serde_json::from_slice(&d).ok())
+            .unwrap_or(Value::Null);
+        rec["finished_ns"].as_i64().is_some_and(|t| t > since_ns)
+    });
+    rec
+}
+
+/// The pids of the overlay warm-ups (`ckptfs internal-warm`) of `store` running now.
+pub fn warm_processes(store: &Path) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        if args.get(1) == Some(&&b"internal-warm"[..])
+            && args.get(2) == Some(&store.as_os_str().as_encoded_bytes())
+        {
+            out.push(pid);
         }
     }
     out

@@ -8,3 +8,4 @@ mod options;
 mod park;
 mod posix;
 mod snapshots;
+mod warm;
