@@ -47,8 +47,9 @@ const OVERLAYFS_MAGIC: i64 = 0x794c_7630;
 /// The descriptor number a warm-up gets the held lock as.
 const LOCK_FD: i32 = 3;
 
-/// How long [`stop`] waits for the warm-ups to end: each checks for the stop file between
-/// directories, so only a lookup stuck in the layers below could take longer.
+/// How long [`stop`] waits for the warm-ups to end: each sees the stop file within
+/// [`STOP_POLL`] and its walk stops within 256 lookups, so only a lookup stuck in the layers
+/// below could take longer.
 const STOP_WAIT: Duration = Duration::from_secs(10);
 
 /// How often a warm-up looks for the stop file.
@@ -74,7 +75,7 @@ pub struct WarmedOverlay {
     /// False when it stopped early (asked to, or a bound), or could not start (`error`).
     pub complete: bool,
     pub millis: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 

@@ -58,23 +58,12 @@ fn connections_of(store: &Path) -> Vec<String> {
 
 /// Pids of the running (not zombie) processes whose command line names `needle`.
 fn processes_naming(needle: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let stat = fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit_once(')')
-            .and_then(|(_, r)| r.split_whitespace().next())
-            .is_some_and(|s| s == "Z" || s == "X");
-        if !zombie && cmdline.contains(needle) && cmdline.contains(" browse ") {
-            out.push(pid);
-        }
-    }
-    out
+    live_processes(|args| {
+        args.contains(&&b"browse"[..])
+            && args
+                .iter()
+                .any(|a| String::from_utf8_lossy(a).contains(needle))
+    })
 }
 
 /// Aborts the connections named (clean-up after a failed assert: no daemon left hanging).

@@ -244,23 +244,27 @@ pub fn now_ns() -> i64 {
     i64::try_from(d.as_nanos()).unwrap()
 }
 
-/// The record of the last overlay warm-up of `store` (`run/warm.json`) once one that ended
-/// after `since_ns` is there (waits up to 10 s).
+/// The record of the last overlay warm-up of `store` (`run/warm.json`), `Null` if none.
+pub fn warm_record(store: &Path) -> Value {
+    fs::read(store.join("run/warm.json"))
+        .ok()
+        .and_then(|d| serde_json::from_slice(&d).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// [`warm_record`] once one that ended after `since_ns` is there (waits up to 10 s).
 pub fn warm_record_after(store: &Path, since_ns: i64) -> Value {
-    let p = store.join("run/warm.json");
     let mut rec = Value::Null;
     eventually("an overlay warm-up ends", || {
-        rec = fs::read(&p)
-            .ok()
-            .and_then(|d| serde_json::from_slice(&d).ok())
-            .unwrap_or(Value::Null);
+        rec = warm_record(store);
         rec["finished_ns"].as_i64().is_some_and(|t| t > since_ns)
     });
     rec
 }
 
-/// The pids of the overlay warm-ups (`ckptfs internal-warm`) of `store` running now.
-pub fn warm_processes(store: &Path) -> Vec<u32> {
+/// The pids of the processes running now (zombies left out) whose arguments (`argv`,
+/// without the program) satisfy `wanted`.
+pub fn live_processes(wanted: impl Fn(&[&[u8]]) -> bool) -> Vec<u32> {
     let mut out = Vec::new();
     for e in fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
@@ -269,12 +273,23 @@ pub fn warm_processes(store: &Path) -> Vec<u32> {
         let Ok(cmdline) = fs::read(e.path().join("cmdline")) else {
             continue;
         };
-        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-        if args.get(1) == Some(&&b"internal-warm"[..])
-            && args.get(2) == Some(&store.as_os_str().as_encoded_bytes())
-        {
+        let stat = fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .is_some_and(|s| s == "Z" || s == "X");
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).skip(1).collect();
+        if !zombie && wanted(&args) {
             out.push(pid);
         }
     }
     out
+}
+
+/// The pids of the overlay warm-ups (`ckptfs internal-warm`) of `store` running now.
+pub fn warm_processes(store: &Path) -> Vec<u32> {
+    let store = store.as_os_str().as_encoded_bytes();
+    live_processes(|args| {
+        args.first() == Some(&&b"internal-warm"[..]) && args.get(1) == Some(&store)
+    })
 }

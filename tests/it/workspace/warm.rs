@@ -41,7 +41,7 @@ fn after_a_fold_the_new_overlay_is_walked_in_the_background_and_the_walk_ends() 
     let r = w.checkpoint_json("held");
     assert_eq!(r["fold"]["folded"], false, "{r}");
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let last = read_json_file(&w.store.join("run/warm.json"));
+    let last = warm_record(&w.store);
     assert!(last["finished_ns"].as_i64() < Some(t1), "{last}");
     drop(f);
 }
@@ -77,7 +77,7 @@ fn a_warm_up_under_way_holds_neither_the_next_fold_nor_umount_nor_the_next_mount
     // umount returns, and the same upper layer mounts again at once.
     let t0 = now_ns();
     ok(["umount", w.room()]);
-    let rec = read_json_file(&w.store.join("run/warm.json"));
+    let rec = warm_record(&w.store);
     assert!(rec["finished_ns"].as_i64() > Some(t0), "{rec}");
     assert_eq!(rec["overlays"][0]["complete"], false, "{rec}");
     ok(["mount", w.store(), "--branch", "main"]);
@@ -87,8 +87,4 @@ fn a_warm_up_under_way_holds_neither_the_next_fold_nor_umount_nor_the_next_mount
     write(&w.path("turn3.txt"), b"three\n");
     let r = w.checkpoint_json("three");
     assert_eq!(r["fold"]["folded"], true, "{r}");
-}
-
-fn read_json_file(p: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
