@@ -81,7 +81,9 @@ fn secret_stays_out(agent: Agent) {
             .all(|q| q["auth"].as_str().unwrap_or("").contains(&r.secret)),
         "the agent authenticated with the lent login"
     );
-    // ... and taken back: not in the home, not in the store, not in ckptfs's output.
+    // ... and taken back: not in the home, not in the store, not in ckptfs's output. The
+    // upper layers the turns' folds took out are removed in the background: wait for that.
+    wait_folded_removed(&r.store);
     assert!(files_holding(&r.home, secret).is_empty());
     assert!(
         files_holding(&r.store, secret).is_empty(),

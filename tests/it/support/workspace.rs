@@ -293,3 +293,12 @@ pub fn warm_processes(store: &Path) -> Vec<u32> {
         args.first() == Some(&&b"internal-warm"[..]) && args.get(1) == Some(&store)
     })
 }
+
+/// Waits (up to 10 s) until the upper layers folds took out of their branches are removed:
+/// `STORE/upper/.folded` is gone or empty. Its removal runs in a background process, so a
+/// test that reads the whole store waits for it first.
+pub fn wait_folded_removed(store: &Path) {
+    eventually("the folded upper layers are removed", || {
+        fs::read_dir(store.join("upper/.folded")).map_or(true, |mut d| d.next().is_none())
+    });
+}

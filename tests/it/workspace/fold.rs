@@ -74,9 +74,7 @@ fn a_checkpoint_with_nobody_inside_leaves_no_recorded_bytes_in_the_upper() {
     // Not even the root's directory: overlayfs makes it again at the first change.
     let top = upper.parent().unwrap();
     assert_eq!(fs::read_dir(top).unwrap().count(), 0, "upper not empty");
-    eventually("the folded upper is removed", || {
-        fs::read_dir(w.store.join("upper/.folded")).map_or(true, |mut d| d.next().is_none())
-    });
+    wait_folded_removed(&w.store);
     // The workspace shows the same tree, now from the checkpoint, and is clean.
     assert_eq!(fs::read(w.path("sub/big.bin")).unwrap(), big);
     assert_eq!(
