@@ -56,9 +56,6 @@ pub const FETCHED_LIST: &str = "remote-fetched";
 
 struct Opened {
     remote: Remote,
-    /// Held while the trees of a pack are fetched, so concurrent walkers do not download
-    /// the same pack at once (the second finds its tree here after waiting).
-    tree_fetch: Mutex<()>,
     index: std::sync::RwLock<Arc<Index>>,
     refreshed: Mutex<Instant>,
 }
@@ -223,7 +220,6 @@ impl RemoteSource {
                         let index = r.cached_index(store)?;
                         Ok(Opened {
                             remote: r,
-                            tree_fetch: Mutex::new(()),
                             index: std::sync::RwLock::new(Arc::new(index)),
                             refreshed: Mutex::new(Instant::now() - INDEX_REFRESH),
                         })
@@ -333,6 +329,8 @@ impl RemoteSource {
             .collect();
         let mut ahead = Vec::new();
         let mut out = Vec::new();
+        let mut listed = Vec::new();
+        let mut listed_at = Vec::new();
         for ((id, r), kind) in ids.iter().zip(results).zip(kinds) {
             out.push(r.and_then(|data| {
                 if kind == Some(Kind::Tree) {
@@ -340,7 +338,10 @@ impl RemoteSource {
                         ahead.extend(self.learn_tree(&t));
                     }
                 }
-                self.keep(store, id, &data)?;
+                if let Some(stored_len) = store.put_object_file(id, &data, "fetched", false)? {
+                    listed.push((*id, stored_len));
+                    listed_at.push(out.len());
+                }
                 lock(&self.handoff).put(*id, data);
                 Ok(())
             }));
@@ -351,6 +352,12 @@ impl RemoteSource {
                 if let Some(next) = lock(&self.next_chunks).get(id) {
                     ahead.extend(next.iter().copied());
                 }
+            }
+        }
+        if let Err(e) = self.list_fetched(store, &listed) {
+            let msg = e.to_string();
+            for i in listed_at {
+                out[i] = Err(Error::Invalid(msg.clone()));
             }
         }
         self.enqueue(store, ahead);
@@ -438,18 +445,23 @@ impl RemoteSource {
         subtrees
     }
 
-    /// Writes a fetched object into the store (not synced: it is a cache entry the remote
-    /// can give again) and accounts it for eviction.
-    fn keep(&self, store: &Store, id: &ObjectId, data: &[u8]) -> Result<()> {
-        let Some(stored_len) = store.put_object_file(id, data, "fetched", false)? else {
+    /// Accounts objects just written into the store (not synced: cache entries the remote
+    /// can give again) for eviction: one append of their `(id, stored bytes)` lines to the
+    /// list, and an eviction when the list passes the cache bound.
+    fn list_fetched(&self, store: &Store, listed: &[(ObjectId, u64)]) -> Result<()> {
+        if listed.is_empty() {
             return Ok(());
-        };
+        }
         let list = store.cache_dir().join(FETCHED_LIST);
-        atomic::append_line_with(&list, &format!("{} {stored_len}", id.to_hex()), false)?;
+        let lines: Vec<String> = listed
+            .iter()
+            .map(|(id, n)| format!("{} {n}", id.to_hex()))
+            .collect();
+        atomic::append_line_with(&list, &lines.join("\n"), false)?;
         let over = {
             let mut fb = lock(&self.fetched_bytes);
             let total = fb.get_or_insert_with(|| listed_bytes(&list));
-            *total += stored_len;
+            *total += listed.iter().map(|(_, n)| n).sum::<u64>();
             *total > self.cache_bytes
         };
         if over {
@@ -458,6 +470,16 @@ impl RemoteSource {
         }
         Ok(())
     }
+}
+
+/// The trees that lie in `packs` (pack numbers of `index`): a walk needs them all, and
+/// they lie side by side in their pack, so one ranged GET brings them.
+fn pack_trees<'a>(index: &'a Index, packs: &'a [u32]) -> impl Iterator<Item = ObjectId> + 'a {
+    index
+        .objects
+        .iter()
+        .filter(|(_, l)| l.kind == Kind::Tree && packs.contains(&l.pack))
+        .map(|(i, _)| *i)
 }
 
 fn has_local(store: &Store, id: &ObjectId) -> bool {
@@ -561,21 +583,11 @@ impl ObjectSource for RemoteSource {
             return Ok(true);
         }
         // What else one request can bring: every tree of a tree's pack (they sit side by
-        // side, and a walk needs them all), or the next chunks of a file.
+        // side, and a walk needs them all), or the next chunks of a file. `claim` takes the
+        // batch at once: a second walker in the same pack claims none of it and waits.
         let mut batch = vec![*id];
-        let _one_pack_at_a_time;
         if loc.kind == Kind::Tree {
-            _one_pack_at_a_time = lock(&opened.tree_fetch);
-            if store.has_object(id) {
-                return Ok(true);
-            }
-            batch.extend(
-                index
-                    .objects
-                    .iter()
-                    .filter(|(i, l)| l.pack == loc.pack && l.kind == Kind::Tree && *i != id)
-                    .map(|(i, _)| *i),
-            );
+            batch.extend(pack_trees(&index, &[loc.pack]).filter(|i| i != id));
         } else if let Some(next) = lock(&self.next_chunks).get(id) {
             batch.extend(next.iter().take(DEMAND_CHUNKS_AHEAD).copied());
         }
@@ -600,6 +612,34 @@ impl ObjectSource for RemoteSource {
     }
 }
 
+/// Fetches the queued `ids` that nobody else is fetching. A queued tree brings every tree of
+/// its pack, as a reader's does (see `RemoteSource::fetch`): the 16 trees of a walk's queue
+/// lie anywhere in their pack; fetched as they lie they are 16 GETs, and leave holes in the
+/// pack a reader then fetches.
+fn prefetch_batch(store: &Store, src: &RemoteSource, opened: &Opened, ids: Vec<ObjectId>) {
+    let index = opened.index();
+    let mut packs: Vec<u32> = ids
+        .iter()
+        .filter_map(|i| index.objects.get(i))
+        .filter(|l| l.kind == Kind::Tree)
+        .map(|l| l.pack)
+        .collect();
+    packs.sort_unstable();
+    packs.dedup();
+    let mut want = ids;
+    want.extend(pack_trees(&index, &packs));
+    // `claim` takes each id once: those of `ids` in `packs` are not fetched twice.
+    let claimed = src.claim(store, &want);
+    if claimed.is_empty() {
+        return;
+    }
+    for r in src.fetch_batch(store, opened, &claimed, false) {
+        if let Err(e) = r {
+            log::debug!("prefetch: {e}");
+        }
+    }
+}
+
 /// A prefetch thread: takes up to a batch of queued ids and fetches those still missing.
 fn prefetch_worker(root: std::path::PathBuf, src: Arc<RemoteSource>) {
     let store = match Store::open(&root) {
@@ -619,23 +659,16 @@ fn prefetch_worker(root: std::path::PathBuf, src: Arc<RemoteSource>) {
             let n = g.len().min(PREFETCH_BATCH);
             g.drain(..n).collect()
         };
-        let missing = src.claim(&store, &batch);
-        if missing.is_empty() {
-            src.unqueue(&batch);
-            continue;
-        }
-        match src.remote_for(&store, &missing[0]) {
-            Ok(Some(opened)) => {
-                for r in src.fetch_batch(&store, &opened, &missing, false) {
-                    if let Err(e) = r {
-                        log::debug!("prefetch: {e}");
-                    }
-                }
-            }
-            Ok(None) => src.release(&missing),
-            Err(e) => {
-                log::debug!("prefetch: {e}");
-                src.release(&missing);
+        let missing: Vec<ObjectId> = batch
+            .iter()
+            .filter(|i| !has_local(&store, i))
+            .copied()
+            .collect();
+        if let Some(first) = missing.first() {
+            match src.remote_for(&store, first) {
+                Ok(Some(opened)) => prefetch_batch(&store, &src, &opened, missing),
+                Ok(None) => {}
+                Err(e) => log::debug!("prefetch: {e}"),
             }
         }
         // The batch's others (already here, or someone else's) leave the queued set too.

@@ -1,7 +1,8 @@
 //! Lazy reads of a clone under concurrency, on a real Garage node: several readers of one
 //! cold file at once (sequential, and one jumping about) all get exact bytes while the
 //! prefetch threads fetch ahead of them; a reader whose chunk another thread is fetching waits
-//! for that fetch and takes its checked bytes (`src/remote/cache.rs`).
+//! for that fetch and takes its checked bytes (`src/remote/cache.rs`). A cold walk brings the
+//! trees of each pack in one ranged GET, also when they lie in two pushes' packs.
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
@@ -90,4 +91,54 @@ fn readers_of_one_cold_file_at_once_all_get_exact_bytes() {
     assert_eq!(ids.len(), n, "an object was fetched into the store twice");
     assert!(listed >= big.len() as u64, "{listed} bytes listed");
     rok(&g, ["umount", s(&room)]);
+}
+
+#[test]
+fn a_cold_walk_over_two_pushes_brings_each_packs_trees_in_one_get() {
+    let g = Garage::start();
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), "pw");
+    let src = dir.path().join("src");
+    let room = dir.path().join("room");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    // 600 directories, each with a file: their trees fill the first push's pack.
+    for i in 0..30 {
+        for j in 0..20 {
+            write(
+                &src.join(format!("d{i:02}/s{j:02}/f.txt")),
+                format!("{i} {j}\n").as_bytes(),
+            );
+        }
+    }
+    ok(["init", s(&a), "--root", &format!("work={}", room.display())]);
+    capture_from(&a, &src);
+    add_remote(&g, &a, "walk", &key);
+    rok(&g, ["push", s(&a)]);
+    // The second push holds the new trees of 10 changed paths (and the root's): the walk
+    // starts in its pack and goes on into the first push's.
+    for i in 0..10 {
+        write(&src.join(format!("d{i:02}/s00/f.txt")), b"changed\n");
+    }
+    capture_from(&a, &src);
+    rok(&g, ["push", s(&a)]);
+    clone_remote(&g, "walk", &b, &key);
+    let _m = MountGuard::new(&room);
+    let before = g.requests("GET", "walk/packs/");
+    rok(&g, ["mount", s(&b), "main:work"]);
+    let found = std::process::Command::new("find")
+        .arg(&room)
+        .args(["-printf", "%P %s\n"])
+        .output()
+        .unwrap();
+    assert!(found.status.success());
+    let gets = g.requests("GET", "walk/packs/") - before;
+    rok(&g, ["umount", s(&room)]);
+    let found = String::from_utf8(found.stdout).unwrap();
+    // Every directory and file, with the second checkpoint's sizes.
+    assert_eq!(found.lines().count(), 1 + 30 + 30 * 20 * 2, "{found}");
+    assert!(found.lines().any(|l| l == "d03/s00/f.txt 8"), "{found}");
+    assert!(found.lines().any(|l| l == "d13/s00/f.txt 5"), "{found}");
+    // One GET per pack holding trees. Taken 16 at a time as the walk queues them, the first
+    // push's trees were dozens of GETs, and the pack's fetch then had as many holes.
+    assert!(gets <= 2, "{gets} GETs of packs for a cold walk");
 }

@@ -96,7 +96,11 @@ impl GarageNode {
             .arg("-c")
             .arg(&self.config)
             .arg("server")
-            .env("RUST_LOG", "garage=warn")
+            // Each S3 request is a line (`ADDR (key K) METHOD /BUCKET/KEY`): `requests`.
+            .env(
+                "RUST_LOG",
+                "garage=warn,garage_api_common::generic_server=info",
+            )
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -308,6 +312,13 @@ impl Garage {
             }
         }
         self.wait_serving(i);
+    }
+
+    /// How many `method` requests (`GET`, `PUT`...) for keys of the test bucket starting with
+    /// `prefix` the nodes have answered so far (from their logs).
+    pub fn requests(&self, method: &str, prefix: &str) -> usize {
+        let needle = format!(" {method} /{GARAGE_BUCKET}/{prefix}");
+        self.logs().lines().filter(|l| l.contains(&needle)).count()
     }
 
     /// The logs of every node, for a failure message.
