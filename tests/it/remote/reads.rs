@@ -18,21 +18,17 @@ fn capture_from(store: &Path, src: &Path) {
 
 #[test]
 fn readers_of_one_cold_file_at_once_all_get_exact_bytes() {
-    let g = Garage::start();
-    let dir = tempfile::tempdir().unwrap();
-    let key = key_file(dir.path(), "pw");
-    let src = dir.path().join("src");
-    let room = dir.path().join("room");
-    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let r = RemotePair::new();
+    let (g, key, src, room, a, b) = (&r.g, &r.key, &r.src, &r.room, &r.a, &r.b);
     let big = random_bytes(11, 40 << 20);
     write(&src.join("big.bin"), &big);
-    ok(["init", s(&a), "--root", &format!("work={}", room.display())]);
-    capture_from(&a, &src);
-    add_remote(&g, &a, "reads", &key);
-    rok(&g, ["push", s(&a)]);
-    clone_remote(&g, "reads", &b, &key);
-    let _m = MountGuard::new(&room);
-    rok(&g, ["mount", s(&b), "main:work"]);
+    ok(["init", s(a), "--root", &format!("work={}", room.display())]);
+    capture_from(a, src);
+    add_remote(g, a, "reads", key);
+    rok(g, ["push", s(a)]);
+    clone_remote(g, "reads", b, key);
+    let _m = MountGuard::new(room);
+    rok(g, ["mount", s(b), "main:work"]);
     let path = room.join("big.bin");
     std::thread::scope(|sc| {
         let mut readers = Vec::new();
@@ -90,17 +86,13 @@ fn readers_of_one_cold_file_at_once_all_get_exact_bytes() {
     ids.dedup();
     assert_eq!(ids.len(), n, "an object was fetched into the store twice");
     assert!(listed >= big.len() as u64, "{listed} bytes listed");
-    rok(&g, ["umount", s(&room)]);
+    rok(g, ["umount", s(room)]);
 }
 
 #[test]
 fn a_cold_walk_over_two_pushes_brings_each_packs_trees_in_one_get() {
-    let g = Garage::start();
-    let dir = tempfile::tempdir().unwrap();
-    let key = key_file(dir.path(), "pw");
-    let src = dir.path().join("src");
-    let room = dir.path().join("room");
-    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let r = RemotePair::new();
+    let (g, key, src, room, a, b) = (&r.g, &r.key, &r.src, &r.room, &r.a, &r.b);
     // 600 directories, each with a file: their trees fill the first push's pack.
     for i in 0..30 {
         for j in 0..20 {
@@ -110,29 +102,29 @@ fn a_cold_walk_over_two_pushes_brings_each_packs_trees_in_one_get() {
             );
         }
     }
-    ok(["init", s(&a), "--root", &format!("work={}", room.display())]);
-    capture_from(&a, &src);
-    add_remote(&g, &a, "walk", &key);
-    rok(&g, ["push", s(&a)]);
+    ok(["init", s(a), "--root", &format!("work={}", room.display())]);
+    capture_from(a, src);
+    add_remote(g, a, "walk", key);
+    rok(g, ["push", s(a)]);
     // The second push holds the new trees of 10 changed paths (and the root's): the walk
     // starts in its pack and goes on into the first push's.
     for i in 0..10 {
         write(&src.join(format!("d{i:02}/s00/f.txt")), b"changed\n");
     }
-    capture_from(&a, &src);
-    rok(&g, ["push", s(&a)]);
-    clone_remote(&g, "walk", &b, &key);
-    let _m = MountGuard::new(&room);
+    capture_from(a, src);
+    rok(g, ["push", s(a)]);
+    clone_remote(g, "walk", b, key);
+    let _m = MountGuard::new(room);
     let before = g.requests("GET", "walk/packs/");
-    rok(&g, ["mount", s(&b), "main:work"]);
+    rok(g, ["mount", s(b), "main:work"]);
     let found = std::process::Command::new("find")
-        .arg(&room)
+        .arg(room)
         .args(["-printf", "%P %s\n"])
         .output()
         .unwrap();
     assert!(found.status.success());
     let gets = g.requests("GET", "walk/packs/") - before;
-    rok(&g, ["umount", s(&room)]);
+    rok(g, ["umount", s(room)]);
     let found = String::from_utf8(found.stdout).unwrap();
     // Every directory and file, with the second checkpoint's sizes.
     assert_eq!(found.lines().count(), 1 + 30 + 30 * 20 * 2, "{found}");

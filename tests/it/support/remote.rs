@@ -10,6 +10,38 @@ use serde_json::Value;
 use super::cli::{cmd, describe};
 use super::garage::Garage;
 
+/// A remote test's places: a Garage node, a temp dir with a key file, the source tree `src`,
+/// the room path `room`, and two stores, `a` (which pushes) and `b` (a clone).
+pub struct RemotePair {
+    pub g: Garage,
+    pub dir: tempfile::TempDir,
+    pub key: PathBuf,
+    pub src: PathBuf,
+    pub room: PathBuf,
+    pub a: PathBuf,
+    pub b: PathBuf,
+}
+
+impl RemotePair {
+    /// Starts a Garage node and names the places (nothing made but the key file).
+    pub fn new() -> RemotePair {
+        let g = Garage::start();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let key = key_file(dir.path(), "pw");
+        let p = |n: &str| dir.path().join(n);
+        let (src, room, a, b) = (p("src"), p("room"), p("a"), p("b"));
+        RemotePair {
+            g,
+            dir,
+            key,
+            src,
+            room,
+            a,
+            b,
+        }
+    }
+}
+
 /// Writes a key file (a passphrase) into `dir`.
 pub fn key_file(dir: &Path, secret: &str) -> PathBuf {
     let p = dir.join(format!("key-{secret}"));
