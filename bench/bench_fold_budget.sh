@@ -62,17 +62,7 @@ PY
 }
 
 # node_modules as an agent unpacks it: 9.4k small files in 940 packages.
-python3 - "$T/nm" <<'PY'
-import os, random, sys
-random.seed(1)
-root = os.path.join(sys.argv[1], "node_modules")
-for p in range(940):
-    d = os.path.join(root, f"pkg{p}", "lib")
-    os.makedirs(d)
-    for f in range(10):
-        open(os.path.join(d, f"m{f}.js"), "w").write("x" * random.randint(200, 4000))
-PY
-tar -cf "$T/nm.tar" -C "$T/nm" node_modules && rm -rf "$T/nm"
+python3 "$(dirname "$0")/gen_node_modules.py" "$T/nm.tar"
 SQL=$(mktemp)
 { echo "BEGIN;"; i=0; while [ $i -lt 3000 ]; do echo "INSERT INTO t (v) VALUES ('$(printf '%0100d' $i)');"; i=$((i + 1)); done; echo "COMMIT;"; } > "$SQL"
 turn() { # DIR N: prints "append insert git_status rm_node_modules unpack make" (ms)
