@@ -327,6 +327,11 @@ fn read_file(
     }
     for attempt in 0..CHANGE_RETRIES {
         let (f, before) = open_regular(job)?;
+        // A write begun before this pass started can still be copying its bytes while they
+        // are read, and it ends without changing the stat key (a write sets the times as it
+        // starts). In the first pass of a checkpoint that then freezes the writers, a file a
+        // process holds open for writing is left to the frozen pass, as one seen changing.
+        let writing = job.on_change == OnChange::Provisional && snapshot::open_for_writing(&f);
         let key = stat_key(&before);
         let xattrs = read_xattrs_file(&f, &job.abs)?;
         let (chunks, total) = super::chunker::chunk_file(
@@ -342,7 +347,7 @@ fn read_file(
         let after = f.metadata().map_err(|e| Error::io(&job.abs, e))?;
         let stable = stat_key(&after) == key;
         // Left for the frozen pass: a key that matches nothing makes it read the file again.
-        let provisional = !stable && job.on_change == OnChange::Provisional;
+        let provisional = (!stable || writing) && job.on_change == OnChange::Provisional;
         let grew = job.on_change == OnChange::AcceptPrefix
             && attempt + 1 == CHANGE_RETRIES
             && after.len() >= key.size

@@ -5,8 +5,11 @@
 //! The hold is short because a first pass, with the writers running, reads everything that
 //! changed since the last checkpoint. The frozen pass starts from that pass's caches, so it
 //! costs one `lstat` per upper entry plus a read of only the files changed after the first
-//! pass saw them (or in the clock tick it started in). After one agent turn that is a few
-//! milliseconds on a small room (figures in README).
+//! pass saw them (or in the clock tick it started in), and of the changed files a process held
+//! open for writing when the first pass read them: a write begun before that pass can still be
+//! copying its bytes while they are read, and it ends without changing the file's stat key
+//! (`ingest::reader`). After one agent turn that is a few milliseconds on a small room
+//! (figures in README).
 //!
 //! Kernel overlayfs has no hook to pause writers, so this is how a checkpoint of a workspace
 //! gets one instant across every root and every writer, in-place writers (SQLite pages, mmap)

@@ -214,6 +214,40 @@ fn the_frozen_pass_reads_only_what_changed_after_the_first() {
     assert!(!cg.frozen());
 }
 
+/// A write begun before the first pass can still be copying its bytes while that pass reads
+/// them, and ends without changing the file's stat key. So a changed file that a process of
+/// the cgroup holds open for writing is read again while frozen, even when its key looks
+/// settled; a changed file nobody holds open is not.
+#[test]
+fn a_file_held_open_for_writing_is_read_again_while_frozen() {
+    let w = Workspace::new(|room| fs::write(room.join("log.txt"), b"base\n").unwrap());
+    let Some(mut cg) = Cgroup::new("open") else {
+        return;
+    };
+    let log = w.path("log.txt");
+    // Writes once, then holds the file open for writing, idle.
+    cg.spawn(
+        "import os, sys, time\n\
+         fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)\n\
+         os.write(fd, b'written\\n')\n\
+         open(sys.argv[2], 'w').close()\n\
+         while True: time.sleep(1)",
+        &[&log, &w.tmp.path().join("ready")],
+    );
+    eventually("the writer wrote", || w.tmp.path().join("ready").exists());
+    fs::write(w.path("other.txt"), b"closed\n").unwrap();
+    // Past the clock tick both were stamped in, so the first pass's keys are settled.
+    std::thread::sleep(Duration::from_millis(30));
+    let dir = cg.dir.to_str().unwrap().to_string();
+    let v = ok_json(["checkpoint", w.room(), "--freeze-cgroup", &dir]);
+    assert_eq!(v["held"]["files_read"], 1, "only log.txt again: {v}");
+    assert_eq!(v["held"]["bytes_read"], 8, "{v}");
+    let id = v["id"].as_str().unwrap();
+    assert_eq!(w.cat(id, "log.txt"), b"written\n");
+    assert_eq!(w.cat(id, "other.txt"), b"closed\n");
+    assert!(!cg.frozen());
+}
+
 /// `mount --freeze-cgroup`: recorded with the workspace, frozen by every checkpoint without
 /// the flag (also `switch --checkpoint-first`), kept across the switch; a directory that is
 /// not a cgroup is refused at mount with nothing mounted.
