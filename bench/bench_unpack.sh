@@ -2,7 +2,7 @@
 # Unpacking and deleting a node_modules (9.4k small files in 940 packages) right after a
 # checkpoint: native, kernel overlayfs over a plain copy (the workspace's overlay options), and a
 # ckptfs workspace mounted with --fold-budget, alternating round by round, in one run
-# (docs/benchmarks.md, "Unpack and rm -rf: the host's inode allocator").
+# (docs/benchmarks.md, "Unpack and `rm -rf`").
 #
 #   sh bench/bench_unpack.sh [ROUNDS]
 #        (as root; default 9 rounds; uses target/release/ckptfs unless CKPTFS is set;
@@ -23,7 +23,12 @@ cleanup() {
   umount "$T/ovl/room" 2>/dev/null || true
   "$B" umount "$T/ws/room" >/dev/null 2>&1 || true
   [ "$T" = "$TOP" ] || umount "$T" 2>/dev/null || true
-  rm -rf "$TOP"
+  # Never remove through a mount left behind.
+  if grep -q " $TOP[/ ]" /proc/mounts; then
+    echo "left $TOP in place: something is still mounted below it" >&2
+  else
+    rm -rf "$TOP"
+  fi
 }
 trap cleanup EXIT
 if [ "${JOURNALED:-0}" = 1 ]; then

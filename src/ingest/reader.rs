@@ -330,8 +330,10 @@ fn read_file(
         // A write begun before this pass started can still be copying its bytes while they
         // are read, and it ends without changing the stat key (a write sets the times as it
         // starts). In the first pass of a checkpoint that then freezes the writers, a file a
-        // process holds open for writing is left to the frozen pass, as one seen changing.
-        let writing = job.on_change == OnChange::Provisional && snapshot::open_for_writing(&f);
+        // process holds open for writing is left to the frozen pass, as one seen changing:
+        // no read lease can be taken then (one taken is dropped at once; where leases are
+        // not supported, every file counts as held).
+        let writing = job.on_change == OnChange::Provisional && snapshot::Lease::take(&f).is_none();
         let key = stat_key(&before);
         let xattrs = read_xattrs_file(&f, &job.abs)?;
         let (chunks, total) = super::chunker::chunk_file(

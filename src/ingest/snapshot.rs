@@ -262,26 +262,6 @@ impl Drop for Lease<'_> {
     }
 }
 
-/// Whether a process may be writing `f` (open read-only) now: one has it open for writing or
-/// mapped writable, as a read lease taken and released at once tells. `true` too when no lease
-/// can be taken for another reason: the caller must then assume so.
-pub(crate) fn open_for_writing(f: &File) -> bool {
-    match crate::fs::sys::read_lease(f) {
-        Ok(()) => {
-            if let Err(e) = crate::fs::sys::release_lease(f) {
-                log::warn!("could not release a read lease: {e}");
-            }
-            false
-        }
-        Err(e) => {
-            if e.raw_os_error() != Some(libc::EAGAIN) {
-                log::debug!("no read lease: {e}");
-            }
-            true
-        }
-    }
-}
-
 /// What comparing a new snapshot with the previous one found.
 pub(crate) struct Comparison {
     /// The byte ranges `[start, end)` where both map the same blocks at the same offsets, so
