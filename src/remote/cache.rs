@@ -345,6 +345,11 @@ impl RemoteSource {
                 lock(&self.handoff).put(*id, data);
                 Ok(())
             }));
+            // One append per batch, unless the batch would pass the cache bound: then the
+            // cache is trimmed now, so it never holds more than one object over its bound.
+            if self.passes_bound(&listed) {
+                self.flush_fetched(store, &mut listed, &mut listed_at, &mut out);
+            }
             // Landed (or failed): a reader waiting for it goes on.
             self.release(std::slice::from_ref(id));
             claim.released += 1;
@@ -354,14 +359,35 @@ impl RemoteSource {
                 }
             }
         }
-        if let Err(e) = self.list_fetched(store, &listed) {
+        self.flush_fetched(store, &mut listed, &mut listed_at, &mut out);
+        self.enqueue(store, ahead);
+        out
+    }
+
+    /// Whether the objects `listed` (fetched, not yet accounted) take the cache past its
+    /// bound (or the cache's size is not known yet).
+    fn passes_bound(&self, listed: &[(ObjectId, u64)]) -> bool {
+        let pending: u64 = listed.iter().map(|(_, n)| n).sum();
+        lock(&self.fetched_bytes).is_none_or(|t| t + pending > self.cache_bytes)
+    }
+
+    /// Accounts the objects `listed` ([`RemoteSource::list_fetched`]) and empties the list;
+    /// on failure, the results of those objects (`out` at `listed_at`) say why.
+    fn flush_fetched(
+        &self,
+        store: &Store,
+        listed: &mut Vec<(ObjectId, u64)>,
+        listed_at: &mut Vec<usize>,
+        out: &mut [Result<()>],
+    ) {
+        if let Err(e) = self.list_fetched(store, listed) {
             let msg = e.to_string();
-            for i in listed_at {
+            for &i in listed_at.iter() {
                 out[i] = Err(Error::Invalid(msg.clone()));
             }
         }
-        self.enqueue(store, ahead);
-        out
+        listed.clear();
+        listed_at.clear();
     }
 
     /// Marks the `ids` that are neither in the store nor being fetched as being fetched by
